@@ -1,0 +1,302 @@
+/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/*
+ * kvdmabuf - proxy dma-bufs with a revocable, replaceable backing.
+ *
+ * A process opens /dev/kvdmabuf and creates *proxy* dma-bufs through it.
+ * A proxy has a fixed length and forwards importer mappings to a *backing*
+ * dma-buf (any exporter) that the process can revoke and later replace.
+ * Importers (NICs) attach to the proxy, never to the backing.
+ *
+ * All ioctls are issued on the /dev/kvdmabuf file descriptor. Proxies are
+ * named by a proxy dma-buf fd; holding that fd is the capability, so any
+ * opener of /dev/kvdmabuf may operate on a proxy fd it was given.
+ *
+ * Extensible structures: every argument struct starts with ``__u32 size``
+ * (the caller's sizeof) and ``__u32 flags``. The kernel ignores the size
+ * bits encoded in the ioctl command number and uses @size instead:
+ *
+ * - @size smaller than the first published version (the ``*_SIZE_VER0``
+ *   constants): -EINVAL;
+ * - @size larger than the kernel's struct: the extra bytes must be zero,
+ *   else -E2BIG (also -E2BIG when @size exceeds the page size);
+ * - otherwise min(@size, kernel size) bytes are read, missing fields are
+ *   taken as zero, and min(@size, kernel size) bytes are written back.
+ *
+ * Unknown flags, and non-zero ``pad``/``reserved`` fields, give -EINVAL.
+ * Fields marked "out" are ignored on input. Every ioctl may also fail with
+ * -EFAULT (bad argument pointer) and -ENOTTY (unknown command).
+ *
+ * Common errnos for a ``proxy_fd``: -EBADF (not an open fd), -EINVAL (not
+ * a dma-buf, or a dma-buf that is not a kvdmabuf proxy).
+ */
+#ifndef _UAPI_KVDMABUF_H
+#define _UAPI_KVDMABUF_H
+
+#include <linux/ioctl.h>
+#include <linux/types.h>
+
+/** KVDMABUF_DEVICE_PATH - path of the misc device node */
+#define KVDMABUF_DEVICE_PATH		"/dev/kvdmabuf"
+
+/* API version: major changes are incompatible, minor ones add features. */
+#define KVDMABUF_API_VERSION_MAJOR	1
+#define KVDMABUF_API_VERSION_MINOR	0
+#define KVDMABUF_API_VERSION \
+	((KVDMABUF_API_VERSION_MAJOR << 16) | KVDMABUF_API_VERSION_MINOR)
+
+/* Feature bits reported by KVDMABUF_IOCTL_VERSION. */
+/** KVDMABUF_FEATURE_REPLACE - KVDMABUF_ATTACH_REPLACE is supported */
+#define KVDMABUF_FEATURE_REPLACE	(1ULL << 0)
+/** KVDMABUF_FEATURE_EVENTS - read()/poll() of events on the device fd */
+#define KVDMABUF_FEATURE_EVENTS		(1ULL << 1)
+/**
+ * KVDMABUF_FEATURE_MOVE_NOTIFY_CORE - the running kernel has
+ * CONFIG_DMABUF_MOVE_NOTIFY: dynamic importers are not pinned while mapped.
+ */
+#define KVDMABUF_FEATURE_MOVE_NOTIFY_CORE (1ULL << 2)
+
+/* Proxy states (struct kvdmabuf_query.state, struct kvdmabuf_event.state). */
+/** KVDMABUF_STATE_UNBACKED - created, never backed; map and pin fail */
+#define KVDMABUF_STATE_UNBACKED		0
+/** KVDMABUF_STATE_BACKED - a backing is attached; importers can map */
+#define KVDMABUF_STATE_BACKED		1
+/** KVDMABUF_STATE_REVOKED - backing revoked; map and pin fail with -ENODEV */
+#define KVDMABUF_STATE_REVOKED		2
+/** KVDMABUF_STATE_RELEASED - (events only) the proxy dma-buf was freed */
+#define KVDMABUF_STATE_RELEASED		3
+
+/**
+ * struct kvdmabuf_version - KVDMABUF_IOCTL_VERSION argument
+ * @size: in: sizeof(struct kvdmabuf_version)
+ * @flags: in: must be 0
+ * @version: out: KVDMABUF_API_VERSION of the module
+ * @pad: must be 0
+ * @features: out: KVDMABUF_FEATURE_* bits
+ * @reserved: must be 0
+ *
+ * Errors: -EFAULT, -EINVAL (size, flags, pad, reserved), -E2BIG.
+ */
+struct kvdmabuf_version {
+	__u32 size;
+	__u32 flags;
+	__u32 version;
+	__u32 pad;
+	__u64 features;
+	__u64 reserved;
+};
+
+#define KVDMABUF_CREATE_NO_CLOEXEC	(1U << 0)
+#define KVDMABUF_CREATE_VALID_FLAGS	(KVDMABUF_CREATE_NO_CLOEXEC)
+
+/**
+ * struct kvdmabuf_create - KVDMABUF_IOCTL_CREATE argument
+ * @size: in: sizeof(struct kvdmabuf_create)
+ * @flags: in: KVDMABUF_CREATE_NO_CLOEXEC to create the fd without
+ *	O_CLOEXEC (O_CLOEXEC is the default)
+ * @length: in: proxy length in bytes; non-zero, multiple of the page size
+ * @id: out: proxy id, unique while the module is loaded (never 0); used
+ *	in events and in debugfs
+ * @fd: out: the new proxy dma-buf fd (O_RDWR)
+ * @pad: must be 0
+ * @reserved: must be 0
+ *
+ * The proxy starts in KVDMABUF_STATE_UNBACKED. It lives as long as its
+ * dma-buf: closing the device fd does not destroy it.
+ *
+ * Errors: -EFAULT; -EINVAL (size, flags, pad, reserved, length zero or not
+ * page aligned); -E2BIG; -EFBIG (length larger than the kernel can map);
+ * -ENOSPC (the device fd already owns ``max_proxies`` live proxies);
+ * -ENOMEM; -EMFILE/-ENFILE (no free fd).
+ */
+struct kvdmabuf_create {
+	__u32 size;
+	__u32 flags;
+	__u64 length;
+	__u64 id;
+	__u32 fd;
+	__u32 pad;
+	__u64 reserved;
+};
+
+#define KVDMABUF_ATTACH_REPLACE		(1U << 0)
+#define KVDMABUF_ATTACH_VALID_FLAGS	(KVDMABUF_ATTACH_REPLACE)
+
+/**
+ * struct kvdmabuf_attach - KVDMABUF_IOCTL_ATTACH argument
+ * @size: in: sizeof(struct kvdmabuf_attach)
+ * @flags: in: KVDMABUF_ATTACH_REPLACE to swap the backing of a proxy that
+ *	is already backed (without it, a backed proxy gives -EEXIST). With
+ *	REPLACE on an unbacked or revoked proxy, it acts as a plain attach.
+ * @proxy_fd: in: the proxy dma-buf fd
+ * @backing_fd: in: the backing dma-buf fd (any exporter except kvdmabuf)
+ * @offset: in: byte offset into the backing, multiple of the page size;
+ *	the proxy maps backing bytes [offset, offset + proxy length)
+ * @timeout_ms: in: REPLACE only: how long to wait for importers to drop
+ *	their mappings of the old backing (0: do not wait)
+ * @pad: must be 0
+ * @generation: out: the proxy's generation after the call
+ * @reserved: must be 0
+ *
+ * The module attaches to the backing once per importer attachment of the
+ * proxy (with the importer's device) and maps it, before changing any state.
+ * REPLACE then swaps atomically under the proxy's reservation lock, sends a
+ * move notification to the importers, waits for their old mappings to go
+ * and drops every attachment to the old backing and its reference. The
+ * module holds its own reference to the backing; the caller may close
+ * @backing_fd afterwards.
+ *
+ * Errors: -EFAULT; -EINVAL (size, flags, pad, reserved, offset not page
+ * aligned, @proxy_fd not a proxy, @backing_fd not a dma-buf); -E2BIG;
+ * -EBADF (@proxy_fd or @backing_fd not open); -ELOOP (the backing is a
+ * kvdmabuf proxy); -EOVERFLOW (@offset + length overflows); -ERANGE
+ * (backing smaller than @offset + length); -EEXIST (already backed, no
+ * REPLACE); -EBUSY (REPLACE while an importer holds a blocking pin: nothing
+ * changed); -EINTR (signal while waiting: the swap was made, the old backing
+ * is dropped when its last mapping goes); -ETIMEDOUT (same, on timeout);
+ * -ENOMEM; any error of the backing exporter's attach or map (for example
+ * -EOPNOTSUPP, -ENODEV, -EIO): nothing changed.
+ */
+struct kvdmabuf_attach {
+	__u32 size;
+	__u32 flags;
+	__u32 proxy_fd;
+	__u32 backing_fd;
+	__u64 offset;
+	__u32 timeout_ms;
+	__u32 pad;
+	__u64 generation;
+	__u64 reserved;
+};
+
+/**
+ * struct kvdmabuf_revoke - KVDMABUF_IOCTL_REVOKE argument
+ * @size: in: sizeof(struct kvdmabuf_revoke)
+ * @flags: in: must be 0
+ * @proxy_fd: in: the proxy dma-buf fd
+ * @timeout_ms: in: how long to wait for importers to drop their mappings
+ *	(0: do not wait)
+ * @generation: out: the proxy's generation after the call
+ * @reserved: must be 0
+ *
+ * Marks the proxy revoked and sends a move notification to the importers
+ * under the proxy's reservation lock; from then on pin and map fail with
+ * -ENODEV. Then waits until no importer mapping of the backing remains and
+ * drops every attachment to the backing and the module's reference to it,
+ * so that its memory can be freed once user space closes its own fds.
+ * Revoking a proxy that is not backed changes nothing (and waits again for
+ * a backing left over from an earlier timed-out call).
+ *
+ * Errors: -EFAULT; -EINVAL (size, flags, reserved, not a proxy); -E2BIG;
+ * -EBADF; -EBUSY (an importer holds a blocking pin: nothing changed);
+ * -EINTR (signal while waiting) and -ETIMEDOUT (timeout): the proxy *is*
+ * revoked, the backing is dropped as soon as the last mapping goes
+ * (struct kvdmabuf_query.stale_backings tells; call revoke again to wait).
+ */
+struct kvdmabuf_revoke {
+	__u32 size;
+	__u32 flags;
+	__u32 proxy_fd;
+	__u32 timeout_ms;
+	__u64 generation;
+	__u64 reserved;
+};
+
+/**
+ * struct kvdmabuf_query - KVDMABUF_IOCTL_QUERY argument
+ * @size: in: sizeof(struct kvdmabuf_query)
+ * @flags: in: must be 0
+ * @proxy_fd: in: the proxy dma-buf fd
+ * @state: out: KVDMABUF_STATE_*
+ * @length: out: proxy length in bytes
+ * @id: out: proxy id
+ * @generation: out: incremented by every attach, replace and revoke
+ * @offset: out: offset into the current backing (0 when not backed)
+ * @dynamic_importers: out: importer attachments holding no blocking pin
+ * @pinned_importers: out: importer attachments holding a blocking pin
+ * @blocking_pins: out: sum of blocking pins (explicit dma_buf_pin() calls;
+ *	pins the core takes around a map are not counted)
+ * @live_mappings: out: importer mappings (sg tables) not yet unmapped
+ * @notifications: out: move notifications sent to the importers (one per
+ *	revoke or replace, whatever the number of importers)
+ * @backing_attachments: out: attachments the module holds to backings
+ * @stale_backings: out: old backings still held because importers have
+ *	not yet dropped their mappings
+ * @reserved: must be 0
+ *
+ * Errors: -EFAULT; -EINVAL (size, flags, reserved, not a proxy); -E2BIG;
+ * -EBADF.
+ */
+struct kvdmabuf_query {
+	__u32 size;
+	__u32 flags;
+	__u32 proxy_fd;
+	__u32 state;
+	__u64 length;
+	__u64 id;
+	__u64 generation;
+	__u64 offset;
+	__u32 dynamic_importers;
+	__u32 pinned_importers;
+	__u32 blocking_pins;
+	__u32 live_mappings;
+	__u64 notifications;
+	__u32 backing_attachments;
+	__u32 stale_backings;
+	__u64 reserved;
+};
+
+#define KVDMABUF_EVENT_STATE		1
+
+/** KVDMABUF_EVENT_FLAG_LOST - events were dropped before this one */
+#define KVDMABUF_EVENT_FLAG_LOST	(1U << 0)
+
+/**
+ * struct kvdmabuf_event - record returned by read() on the device fd
+ * @size: sizeof(struct kvdmabuf_event) as written by the kernel
+ * @type: KVDMABUF_EVENT_STATE
+ * @id: proxy id
+ * @generation: the proxy's generation after the transition
+ * @state: the new KVDMABUF_STATE_*
+ * @flags: KVDMABUF_EVENT_FLAG_* bits
+ * @reserved: 0
+ *
+ * The device fd reports the transitions (attach, replace, revoke, release)
+ * of the proxies it created. read() returns as many whole records as fit
+ * (-EINVAL if the buffer cannot hold one), blocks when none is queued
+ * unless O_NONBLOCK (-EAGAIN); poll() reports POLLIN. The queue is bounded;
+ * on overflow the oldest records are dropped and the next record read
+ * carries KVDMABUF_EVENT_FLAG_LOST.
+ */
+struct kvdmabuf_event {
+	__u32 size;
+	__u32 type;
+	__u64 id;
+	__u64 generation;
+	__u32 state;
+	__u32 flags;
+	__u64 reserved;
+};
+
+/* First published struct sizes, for the extensible-struct rules above. */
+#define KVDMABUF_VERSION_SIZE_VER0	32
+#define KVDMABUF_CREATE_SIZE_VER0	40
+#define KVDMABUF_ATTACH_SIZE_VER0	48
+#define KVDMABUF_REVOKE_SIZE_VER0	32
+#define KVDMABUF_QUERY_SIZE_VER0	88
+
+#define KVDMABUF_IOCTL_MAGIC		0xDB
+
+/**
+ * KVDMABUF_IOCTL_VERSION - report the API version and features
+ * KVDMABUF_IOCTL_CREATE - create a proxy dma-buf
+ * KVDMABUF_IOCTL_ATTACH - attach or replace a proxy's backing
+ * KVDMABUF_IOCTL_REVOKE - revoke a proxy's backing and drop it
+ * KVDMABUF_IOCTL_QUERY - read a proxy's state and counters
+ */
+#define KVDMABUF_IOCTL_VERSION	_IOWR(KVDMABUF_IOCTL_MAGIC, 0x00, struct kvdmabuf_version)
+#define KVDMABUF_IOCTL_CREATE	_IOWR(KVDMABUF_IOCTL_MAGIC, 0x01, struct kvdmabuf_create)
+#define KVDMABUF_IOCTL_ATTACH	_IOWR(KVDMABUF_IOCTL_MAGIC, 0x02, struct kvdmabuf_attach)
+#define KVDMABUF_IOCTL_REVOKE	_IOWR(KVDMABUF_IOCTL_MAGIC, 0x03, struct kvdmabuf_revoke)
+#define KVDMABUF_IOCTL_QUERY	_IOWR(KVDMABUF_IOCTL_MAGIC, 0x04, struct kvdmabuf_query)
+
+#endif /* _UAPI_KVDMABUF_H */
