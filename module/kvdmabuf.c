@@ -1,0 +1,1158 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * kvdmabuf - proxy dma-bufs with a revocable, replaceable backing.
+ *
+ * A proxy is a dynamic dma-buf exporter (it implements pin/unpin, so the
+ * core never caches an importer's mapping). For every importer attachment
+ * of the proxy the module holds its own static attachment to the current
+ * backing, made with the importer's device and mapped outside the proxy's
+ * reservation lock. map_dma_buf (called with the proxy's reservation lock
+ * held) hands each importer map a fresh table holding only DMA addresses
+ * and lengths of the slice [offset, offset + length) of that backing map.
+ *
+ * Locking:
+ *   kvd_proxies_lock -> proxy->lock -> (backing resv, taken and released
+ *   inside the dma-buf helpers) -> proxy resv (dmabuf->resv).
+ * Two reservation locks are never nested and proxy->lock is never taken
+ * under the proxy's resv. proxy->lock serialises the ioctls and the
+ * attach/detach callbacks; the proxy's resv protects what the map path
+ * reads (state, current backing, per attachment slot) and the counters
+ * the map/pin path writes.
+ *
+ * Device permissions are root-only (0600). To grant a group access, an
+ * admin installs a udev rule such as
+ *   KERNEL=="kvdmabuf", SUBSYSTEM=="misc", GROUP="kvdmabuf", MODE="0660"
+ * in /etc/udev/rules.d/70-kvdmabuf.rules.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/debugfs.h>
+#include <linux/dma-buf.h>
+#include <linux/dma-resv.h>
+#include <linux/file.h>
+#include <linux/fs.h>
+#include <linux/kref.h>
+#include <linux/miscdevice.h>
+#include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/overflow.h>
+#include <linux/poll.h>
+#include <linux/scatterlist.h>
+#include <linux/seq_file.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+#include <linux/wait.h>
+#include <linux/workqueue.h>
+
+#include <kvdmabuf.h>
+
+#include "compat.h"
+
+static unsigned int max_proxies = 1024;
+module_param(max_proxies, uint, 0644);
+MODULE_PARM_DESC(max_proxies,
+		 "Maximum number of live proxies per open device fd (default: 1024)");
+
+#define KVD_EVENT_QUEUE		64
+#define KVD_MAX_LENGTH		((u64)MAX_LFS_FILESIZE & PAGE_MASK)
+
+/* One per open of /dev/kvdmabuf; each proxy it created holds a reference. */
+struct kvd_ctx {
+	struct kref ref;
+	spinlock_t lock;		/* all fields below */
+	wait_queue_head_t wq;
+	struct kvdmabuf_event ev[KVD_EVENT_QUEUE];
+	unsigned int head;
+	unsigned int count;
+	unsigned int nr_proxies;
+	bool lost;
+	bool closed;
+};
+
+/* A backing dma-buf as used by one proxy. */
+struct kvd_backing {
+	struct list_head node;		/* proxy->stale; proxy->lock */
+	struct dma_buf *dmabuf;		/* reference held */
+	u64 offset;
+	struct list_head slots;		/* struct kvd_slot; proxy->lock */
+	unsigned int live_maps;		/* importer tables built from it; resv */
+};
+
+/* The module's attachment to a backing, for one importer attachment. */
+struct kvd_slot {
+	struct list_head node;		/* backing->slots */
+	struct kvd_attach *ka;
+	struct dma_buf_attachment *bat;
+	struct sg_table *bsgt;
+};
+
+/* attach->priv of an importer attachment to a proxy. */
+struct kvd_attach {
+	struct list_head node;		/* proxy->attachments; proxy->lock */
+	struct dma_buf_attachment *attach;
+	struct kvd_slot *cur;		/* proxy->lock + resv to write */
+	unsigned int pins;		/* resv */
+	unsigned int maps;		/* resv */
+};
+
+/* One importer map: the table handed out and what it was built from. */
+struct kvd_map {
+	struct sg_table sgt;
+	struct kvd_backing *backing;
+};
+
+struct kvd_proxy {
+	struct dma_buf *dmabuf;
+	struct kvd_ctx *ctx;		/* reference held */
+	u64 id;
+	u64 length;
+	struct mutex lock;
+	struct list_head attachments;	/* struct kvd_attach; lock */
+	struct list_head stale;		/* old backings still mapped; lock */
+	struct kvd_backing *backing;	/* lock + resv to write */
+	u32 state;			/* lock + resv to write */
+	u64 generation;			/* lock + resv to write */
+	u64 notifications;		/* lock + resv to write */
+	unsigned int live_maps;		/* resv */
+	wait_queue_head_t wq;		/* a stale backing lost its last map */
+	struct work_struct reap_work;
+	struct list_head global;	/* kvd_proxies; kvd_proxies_lock */
+};
+
+static const struct dma_buf_ops kvd_dmabuf_ops;
+
+static DEFINE_MUTEX(kvd_proxies_lock);
+static LIST_HEAD(kvd_proxies);
+static atomic64_t kvd_next_id = ATOMIC64_INIT(0);
+static atomic_t kvd_nr_proxies = ATOMIC_INIT(0);
+static atomic_t kvd_nr_backings = ATOMIC_INIT(0);
+static atomic_t kvd_nr_slots = ATOMIC_INIT(0);
+static struct dentry *kvd_debugfs;
+
+static unsigned int kvd_count(struct list_head *head)
+{
+	struct list_head *pos;
+	unsigned int n = 0;
+
+	list_for_each(pos, head)
+		n++;
+	return n;
+}
+
+static const char *kvd_state_name(u32 state)
+{
+	switch (state) {
+	case KVDMABUF_STATE_UNBACKED:
+		return "unbacked";
+	case KVDMABUF_STATE_BACKED:
+		return "backed";
+	case KVDMABUF_STATE_REVOKED:
+		return "revoked";
+	default:
+		return "released";
+	}
+}
+
+/* ---- device fd context and events ---- */
+
+static void kvd_ctx_free(struct kref *ref)
+{
+	kfree(container_of(ref, struct kvd_ctx, ref));
+}
+
+static void kvd_ctx_put(struct kvd_ctx *ctx)
+{
+	kref_put(&ctx->ref, kvd_ctx_free);
+}
+
+static void kvd_event(struct kvd_proxy *proxy, u32 state)
+{
+	struct kvd_ctx *ctx = proxy->ctx;
+	struct kvdmabuf_event *ev;
+
+	spin_lock(&ctx->lock);
+	if (ctx->closed) {
+		spin_unlock(&ctx->lock);
+		return;
+	}
+	if (ctx->count == KVD_EVENT_QUEUE) {
+		ctx->head = (ctx->head + 1) % KVD_EVENT_QUEUE;
+		ctx->count--;
+		ctx->lost = true;
+	}
+	ev = &ctx->ev[(ctx->head + ctx->count) % KVD_EVENT_QUEUE];
+	memset(ev, 0, sizeof(*ev));
+	ev->size = sizeof(*ev);
+	ev->type = KVDMABUF_EVENT_STATE;
+	ev->id = proxy->id;
+	ev->generation = proxy->generation;
+	ev->state = state;
+	if (ctx->lost) {
+		/* Flag the oldest record still queued. */
+		ctx->ev[ctx->head].flags |= KVDMABUF_EVENT_FLAG_LOST;
+		ctx->lost = false;
+	}
+	ctx->count++;
+	spin_unlock(&ctx->lock);
+	wake_up_interruptible(&ctx->wq);
+}
+
+/* ---- backings and slots (proxy->lock held, proxy resv not held) ---- */
+
+static int kvd_slot_create(struct kvd_backing *b, struct kvd_attach *ka)
+{
+	struct kvd_slot *slot;
+	int ret;
+
+	slot = kzalloc(sizeof(*slot), GFP_KERNEL);
+	if (!slot)
+		return -ENOMEM;
+
+	slot->ka = ka;
+	slot->bat = dma_buf_attach(b->dmabuf, ka->attach->dev);
+	if (IS_ERR(slot->bat)) {
+		ret = PTR_ERR(slot->bat);
+		goto err_free;
+	}
+	slot->bsgt = kvd_map_attachment_unlocked(slot->bat, DMA_BIDIRECTIONAL);
+	if (IS_ERR_OR_NULL(slot->bsgt)) {
+		ret = slot->bsgt ? PTR_ERR(slot->bsgt) : -EIO;
+		goto err_detach;
+	}
+	list_add_tail(&slot->node, &b->slots);
+	atomic_inc(&kvd_nr_slots);
+	return 0;
+
+err_detach:
+	dma_buf_detach(b->dmabuf, slot->bat);
+err_free:
+	kfree(slot);
+	return ret;
+}
+
+static void kvd_slot_destroy(struct kvd_backing *b, struct kvd_slot *slot)
+{
+	list_del(&slot->node);
+	kvd_unmap_attachment_unlocked(slot->bat, slot->bsgt, DMA_BIDIRECTIONAL);
+	dma_buf_detach(b->dmabuf, slot->bat);
+	kfree(slot);
+	atomic_dec(&kvd_nr_slots);
+}
+
+static struct kvd_slot *kvd_slot_find(struct kvd_backing *b,
+				      struct kvd_attach *ka)
+{
+	struct kvd_slot *slot;
+
+	list_for_each_entry(slot, &b->slots, node)
+		if (slot->ka == ka)
+			return slot;
+	return NULL;
+}
+
+static void kvd_backing_destroy(struct kvd_backing *b)
+{
+	struct kvd_slot *slot, *tmp;
+
+	list_for_each_entry_safe(slot, tmp, &b->slots, node)
+		kvd_slot_destroy(b, slot);
+	dma_buf_put(b->dmabuf);
+	kfree(b);
+	atomic_dec(&kvd_nr_backings);
+}
+
+/* Attach to and map a new backing for every importer attachment. */
+static struct kvd_backing *kvd_backing_create(struct kvd_proxy *proxy,
+					      struct dma_buf *dmabuf, u64 offset)
+{
+	struct kvd_backing *b;
+	struct kvd_attach *ka;
+	int ret;
+
+	b = kzalloc(sizeof(*b), GFP_KERNEL);
+	if (!b)
+		return ERR_PTR(-ENOMEM);
+	INIT_LIST_HEAD(&b->slots);
+	INIT_LIST_HEAD(&b->node);
+	b->dmabuf = dmabuf;
+	b->offset = offset;
+	atomic_inc(&kvd_nr_backings);
+
+	list_for_each_entry(ka, &proxy->attachments, node) {
+		ret = kvd_slot_create(b, ka);
+		if (ret) {
+			get_dma_buf(dmabuf);	/* the caller keeps its own */
+			kvd_backing_destroy(b);
+			return ERR_PTR(ret);
+		}
+	}
+	return b;
+}
+
+/* Drop the stale backings no importer map refers to any more. */
+static void kvd_reap(struct kvd_proxy *proxy)
+{
+	struct kvd_backing *b, *tmp;
+
+	lockdep_assert_held(&proxy->lock);
+	/* No map is ever built from a stale backing: zero stays zero. */
+	list_for_each_entry_safe(b, tmp, &proxy->stale, node) {
+		if (READ_ONCE(b->live_maps))
+			continue;
+		list_del(&b->node);
+		pr_debug("proxy %llu: dropping backing %p\n", proxy->id, b->dmabuf);
+		kvd_backing_destroy(b);
+	}
+}
+
+static bool kvd_stale_mapped(struct kvd_proxy *proxy)
+{
+	struct kvd_backing *b;
+
+	list_for_each_entry(b, &proxy->stale, node)
+		if (READ_ONCE(b->live_maps))
+			return true;
+	return false;
+}
+
+/* Wait, bounded, for importers to drop their maps of stale backings. */
+static int kvd_drain(struct kvd_proxy *proxy, u32 timeout_ms)
+{
+	long left;
+	int ret = 0;
+
+	lockdep_assert_held(&proxy->lock);
+	if (kvd_stale_mapped(proxy)) {
+		left = wait_event_interruptible_timeout(proxy->wq,
+							!kvd_stale_mapped(proxy),
+							msecs_to_jiffies(timeout_ms));
+		if (left < 0)
+			ret = -EINTR;
+		else if (!left)
+			ret = -ETIMEDOUT;
+	}
+	kvd_reap(proxy);
+	return ret;
+}
+
+static void kvd_reap_work(struct work_struct *work)
+{
+	struct kvd_proxy *proxy = container_of(work, struct kvd_proxy,
+					       reap_work);
+
+	mutex_lock(&proxy->lock);
+	kvd_reap(proxy);
+	mutex_unlock(&proxy->lock);
+}
+
+static unsigned int kvd_attach_blocking(struct kvd_attach *ka)
+{
+	return ka->pins - (KVD_CORE_PINS_ON_MAP ? ka->maps : 0);
+}
+
+static unsigned int kvd_blocking_pins(struct kvd_proxy *proxy)
+{
+	struct kvd_attach *ka;
+	unsigned int n = 0;
+
+	dma_resv_assert_held(proxy->dmabuf->resv);
+	list_for_each_entry(ka, &proxy->attachments, node)
+		n += kvd_attach_blocking(ka);
+	return n;
+}
+
+/* ---- dma_buf_ops ---- */
+
+static int kvd_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
+{
+	struct kvd_proxy *proxy = dmabuf->priv;
+	struct kvd_attach *ka;
+	int ret;
+
+	/*
+	 * Importer tables hold DMA addresses only, without struct pages:
+	 * only peer-to-peer capable (hence dynamic) importers can take them.
+	 */
+	if (!attach->peer2peer) {
+		pr_debug("proxy %llu: refusing importer %s without peer2peer\n",
+			 proxy->id, dev_name(attach->dev));
+		return -EOPNOTSUPP;
+	}
+
+	ka = kzalloc(sizeof(*ka), GFP_KERNEL);
+	if (!ka)
+		return -ENOMEM;
+	ka->attach = attach;
+
+	mutex_lock(&proxy->lock);
+	if (proxy->backing) {
+		ret = kvd_slot_create(proxy->backing, ka);
+		if (ret)
+			goto err_unlock;
+		/* Not yet on dmabuf->attachments: nothing maps it yet. */
+		ka->cur = kvd_slot_find(proxy->backing, ka);
+	}
+	list_add_tail(&ka->node, &proxy->attachments);
+	attach->priv = ka;
+	mutex_unlock(&proxy->lock);
+	pr_debug("proxy %llu: importer %s attached\n", proxy->id,
+		 dev_name(attach->dev));
+	return 0;
+
+err_unlock:
+	mutex_unlock(&proxy->lock);
+	kfree(ka);
+	return ret;
+}
+
+static void kvd_detach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
+{
+	struct kvd_proxy *proxy = dmabuf->priv;
+	struct kvd_attach *ka = attach->priv;
+	struct kvd_backing *b;
+	struct kvd_slot *slot;
+
+	mutex_lock(&proxy->lock);
+	list_del(&ka->node);
+	if (proxy->backing) {
+		slot = kvd_slot_find(proxy->backing, ka);
+		if (slot)
+			kvd_slot_destroy(proxy->backing, slot);
+	}
+	list_for_each_entry(b, &proxy->stale, node) {
+		slot = kvd_slot_find(b, ka);
+		if (slot)
+			kvd_slot_destroy(b, slot);
+	}
+	kvd_reap(proxy);
+	mutex_unlock(&proxy->lock);
+	WARN_ON_ONCE(ka->maps || ka->pins);
+	kfree(ka);
+	pr_debug("proxy %llu: importer %s detached\n", proxy->id,
+		 dev_name(attach->dev));
+}
+
+static int kvd_pin(struct dma_buf_attachment *attach)
+{
+	struct kvd_proxy *proxy = attach->dmabuf->priv;
+	struct kvd_attach *ka = attach->priv;
+
+	dma_resv_assert_held(attach->dmabuf->resv);
+	if (proxy->state != KVDMABUF_STATE_BACKED)
+		return -ENODEV;
+	ka->pins++;
+	return 0;
+}
+
+static void kvd_unpin(struct dma_buf_attachment *attach)
+{
+	struct kvd_attach *ka = attach->priv;
+
+	dma_resv_assert_held(attach->dmabuf->resv);
+	if (!WARN_ON_ONCE(!ka->pins))
+		ka->pins--;
+}
+
+static struct sg_table *kvd_map_dma_buf(struct dma_buf_attachment *attach,
+					enum dma_data_direction dir)
+{
+	struct kvd_proxy *proxy = attach->dmabuf->priv;
+	struct kvd_attach *ka = attach->priv;
+	u64 start, end, pos, seg_start, seg_end;
+	struct scatterlist *sg, *dsg;
+	struct kvd_backing *b;
+	struct sg_table *bsgt;
+	struct kvd_map *map;
+	unsigned int nents = 0;
+	unsigned int i;
+	int ret;
+
+	dma_resv_assert_held(attach->dmabuf->resv);
+	if (proxy->state != KVDMABUF_STATE_BACKED || !ka->cur)
+		return ERR_PTR(-ENODEV);
+
+	b = proxy->backing;
+	bsgt = ka->cur->bsgt;
+	start = b->offset;
+	end = b->offset + proxy->length;
+
+	pos = 0;
+	for_each_sgtable_dma_sg(bsgt, sg, i) {
+		seg_start = max(pos, start);
+		seg_end = min(pos + sg_dma_len(sg), end);
+		if (seg_start < seg_end)
+			nents++;
+		pos += sg_dma_len(sg);
+		if (pos >= end)
+			break;
+	}
+	if (pos < end || !nents)
+		return ERR_PTR(-EIO);	/* backing map shorter than its size */
+
+	map = kzalloc(sizeof(*map), GFP_KERNEL);
+	if (!map)
+		return ERR_PTR(-ENOMEM);
+	ret = sg_alloc_table(&map->sgt, nents, GFP_KERNEL);
+	if (ret) {
+		kfree(map);
+		return ERR_PTR(ret);
+	}
+
+	/* DMA addresses and lengths only: no struct page in this table. */
+	dsg = map->sgt.sgl;
+	pos = 0;
+	for_each_sgtable_dma_sg(bsgt, sg, i) {
+		seg_start = max(pos, start);
+		seg_end = min(pos + sg_dma_len(sg), end);
+		if (seg_start < seg_end) {
+			sg_dma_address(dsg) = sg_dma_address(sg) +
+					      (seg_start - pos);
+			sg_dma_len(dsg) = seg_end - seg_start;
+			dsg = sg_next(dsg);
+		}
+		pos += sg_dma_len(sg);
+		if (pos >= end)
+			break;
+	}
+	map->sgt.nents = nents;
+	map->backing = b;
+	b->live_maps++;
+	proxy->live_maps++;
+	ka->maps++;
+	return &map->sgt;
+}
+
+static void kvd_unmap_dma_buf(struct dma_buf_attachment *attach,
+			      struct sg_table *sgt,
+			      enum dma_data_direction dir)
+{
+	struct kvd_proxy *proxy = attach->dmabuf->priv;
+	struct kvd_map *map = container_of(sgt, struct kvd_map, sgt);
+	struct kvd_attach *ka = attach->priv;
+	struct kvd_backing *b = map->backing;
+	bool stale;
+
+	dma_resv_assert_held(attach->dmabuf->resv);
+	sg_free_table(&map->sgt);
+	kfree(map);
+	ka->maps--;
+	proxy->live_maps--;
+	stale = b != proxy->backing;
+	/* A stale backing may be freed as soon as this reaches zero. */
+	WRITE_ONCE(b->live_maps, b->live_maps - 1);
+	if (stale) {
+		wake_up(&proxy->wq);
+		schedule_work(&proxy->reap_work);
+	}
+}
+
+static void kvd_release(struct dma_buf *dmabuf)
+{
+	struct kvd_proxy *proxy = dmabuf->priv;
+	struct kvd_ctx *ctx = proxy->ctx;
+	struct kvd_backing *b, *tmp;
+
+	mutex_lock(&kvd_proxies_lock);
+	list_del(&proxy->global);
+	mutex_unlock(&kvd_proxies_lock);
+
+	/* No attachment is left, so no map and no new reap work. */
+	cancel_work_sync(&proxy->reap_work);
+	mutex_lock(&proxy->lock);
+	if (proxy->backing)
+		kvd_backing_destroy(proxy->backing);
+	proxy->backing = NULL;
+	list_for_each_entry_safe(b, tmp, &proxy->stale, node) {
+		list_del(&b->node);
+		kvd_backing_destroy(b);
+	}
+	mutex_unlock(&proxy->lock);
+
+	pr_debug("proxy %llu: released\n", proxy->id);
+	kvd_event(proxy, KVDMABUF_STATE_RELEASED);
+	spin_lock(&ctx->lock);
+	ctx->nr_proxies--;
+	spin_unlock(&ctx->lock);
+	kvd_ctx_put(ctx);
+	mutex_destroy(&proxy->lock);
+	kfree(proxy);
+	atomic_dec(&kvd_nr_proxies);
+}
+
+static const struct dma_buf_ops kvd_dmabuf_ops = {
+	.attach = kvd_attach,
+	.detach = kvd_detach,
+	.pin = kvd_pin,
+	.unpin = kvd_unpin,
+	.map_dma_buf = kvd_map_dma_buf,
+	.unmap_dma_buf = kvd_unmap_dma_buf,
+	.release = kvd_release,
+};
+
+/* ---- ioctl helpers ---- */
+
+/*
+ * Copy in an extensible struct: @usize is the caller's struct size, read
+ * from its first field. Smaller than the first version: -EINVAL; larger
+ * than ours: the extra bytes must be zero (-E2BIG).
+ */
+static int kvd_copy_in(void *karg, size_t ksize, size_t ver0,
+		       const void __user *uarg, u32 *usize)
+{
+	u32 size;
+	int ret;
+
+	if (get_user(size, (const u32 __user *)uarg))
+		return -EFAULT;
+	if (size < ver0)
+		return -EINVAL;
+	if (size > PAGE_SIZE)
+		return -E2BIG;
+	ret = copy_struct_from_user(karg, ksize, uarg, size);
+	if (ret)
+		return ret;
+	*usize = size;
+	return 0;
+}
+
+static int kvd_copy_out(void __user *uarg, const void *karg, size_t ksize,
+			u32 usize)
+{
+	if (copy_to_user(uarg, karg, min_t(size_t, ksize, usize)))
+		return -EFAULT;
+	return 0;
+}
+
+static struct kvd_proxy *kvd_proxy_get(u32 fd)
+{
+	struct dma_buf *dmabuf;
+
+	dmabuf = dma_buf_get(fd);
+	if (IS_ERR(dmabuf))
+		return ERR_CAST(dmabuf);
+	if (dmabuf->ops != &kvd_dmabuf_ops) {
+		dma_buf_put(dmabuf);
+		return ERR_PTR(-EINVAL);
+	}
+	return dmabuf->priv;
+}
+
+static void kvd_proxy_put(struct kvd_proxy *proxy)
+{
+	dma_buf_put(proxy->dmabuf);
+}
+
+/* ---- ioctls ---- */
+
+static long kvd_ioctl_version(void __user *uarg)
+{
+	struct kvdmabuf_version arg;
+	u32 usize;
+	int ret;
+
+	ret = kvd_copy_in(&arg, sizeof(arg), KVDMABUF_VERSION_SIZE_VER0, uarg,
+			  &usize);
+	if (ret)
+		return ret;
+	if (arg.flags || arg.pad || arg.reserved)
+		return -EINVAL;
+
+	arg.version = KVDMABUF_API_VERSION;
+	arg.features = KVDMABUF_FEATURE_REPLACE | KVDMABUF_FEATURE_EVENTS;
+	if (!KVD_CORE_PINS_ON_MAP)
+		arg.features |= KVDMABUF_FEATURE_MOVE_NOTIFY_CORE;
+	return kvd_copy_out(uarg, &arg, sizeof(arg), usize);
+}
+
+static long kvd_ioctl_create(struct kvd_ctx *ctx, void __user *uarg)
+{
+	DEFINE_DMA_BUF_EXPORT_INFO(exp_info);
+	struct kvdmabuf_create arg;
+	struct kvd_proxy *proxy;
+	struct dma_buf *dmabuf;
+	u32 usize;
+	int ret, fd;
+
+	ret = kvd_copy_in(&arg, sizeof(arg), KVDMABUF_CREATE_SIZE_VER0, uarg,
+			  &usize);
+	if (ret)
+		return ret;
+	if (arg.flags & ~KVDMABUF_CREATE_VALID_FLAGS || arg.pad || arg.reserved)
+		return -EINVAL;
+	if (!arg.length || !PAGE_ALIGNED(arg.length))
+		return -EINVAL;
+	if (arg.length > KVD_MAX_LENGTH)
+		return -EFBIG;
+
+	spin_lock(&ctx->lock);
+	if (ctx->nr_proxies >= READ_ONCE(max_proxies)) {
+		spin_unlock(&ctx->lock);
+		return -ENOSPC;
+	}
+	ctx->nr_proxies++;
+	spin_unlock(&ctx->lock);
+
+	proxy = kzalloc(sizeof(*proxy), GFP_KERNEL);
+	if (!proxy) {
+		ret = -ENOMEM;
+		goto err_count;
+	}
+	mutex_init(&proxy->lock);
+	INIT_LIST_HEAD(&proxy->attachments);
+	INIT_LIST_HEAD(&proxy->stale);
+	INIT_LIST_HEAD(&proxy->global);
+	init_waitqueue_head(&proxy->wq);
+	INIT_WORK(&proxy->reap_work, kvd_reap_work);
+	proxy->length = arg.length;
+	proxy->state = KVDMABUF_STATE_UNBACKED;
+	proxy->id = atomic64_inc_return(&kvd_next_id);
+	proxy->ctx = ctx;
+
+	exp_info.ops = &kvd_dmabuf_ops;
+	exp_info.size = arg.length;
+	exp_info.flags = O_RDWR;
+	exp_info.priv = proxy;
+	dmabuf = dma_buf_export(&exp_info);
+	if (IS_ERR(dmabuf)) {
+		ret = PTR_ERR(dmabuf);
+		goto err_free;
+	}
+	proxy->dmabuf = dmabuf;
+	/* From here on, .release undoes everything. */
+	kref_get(&ctx->ref);
+	atomic_inc(&kvd_nr_proxies);
+	mutex_lock(&kvd_proxies_lock);
+	list_add_tail(&proxy->global, &kvd_proxies);
+	mutex_unlock(&kvd_proxies_lock);
+
+	arg.id = proxy->id;
+	pr_debug("proxy %llu: created, length %llu\n", proxy->id, proxy->length);
+
+	fd = dma_buf_fd(dmabuf, arg.flags & KVDMABUF_CREATE_NO_CLOEXEC ?
+				0 : O_CLOEXEC);
+	if (fd < 0) {
+		dma_buf_put(dmabuf);
+		return fd;
+	}
+	/* The fd is installed: another thread may close it, so no proxy-> below. */
+	arg.fd = fd;
+	return kvd_copy_out(uarg, &arg, sizeof(arg), usize);
+
+err_free:
+	mutex_destroy(&proxy->lock);
+	kfree(proxy);
+err_count:
+	spin_lock(&ctx->lock);
+	ctx->nr_proxies--;
+	spin_unlock(&ctx->lock);
+	return ret;
+}
+
+static long kvd_ioctl_attach(void __user *uarg)
+{
+	struct kvd_backing *b, *old = NULL;
+	struct kvdmabuf_attach arg;
+	struct kvd_proxy *proxy;
+	struct dma_buf *backing;
+	struct kvd_attach *ka;
+	u64 end;
+	u32 usize;
+	int ret;
+
+	ret = kvd_copy_in(&arg, sizeof(arg), KVDMABUF_ATTACH_SIZE_VER0, uarg,
+			  &usize);
+	if (ret)
+		return ret;
+	if (arg.flags & ~KVDMABUF_ATTACH_VALID_FLAGS || arg.pad || arg.reserved)
+		return -EINVAL;
+	if (!PAGE_ALIGNED(arg.offset))
+		return -EINVAL;
+
+	proxy = kvd_proxy_get(arg.proxy_fd);
+	if (IS_ERR(proxy))
+		return PTR_ERR(proxy);
+	backing = dma_buf_get(arg.backing_fd);
+	if (IS_ERR(backing)) {
+		ret = PTR_ERR(backing);
+		goto out_proxy;
+	}
+	if (backing->ops == &kvd_dmabuf_ops) {
+		ret = -ELOOP;
+		goto out_backing;
+	}
+	if (check_add_overflow(arg.offset, proxy->length, &end)) {
+		ret = -EOVERFLOW;
+		goto out_backing;
+	}
+	if (end > backing->size) {
+		ret = -ERANGE;
+		goto out_backing;
+	}
+
+	mutex_lock(&proxy->lock);
+	if (proxy->state == KVDMABUF_STATE_BACKED &&
+	    !(arg.flags & KVDMABUF_ATTACH_REPLACE)) {
+		ret = -EEXIST;
+		goto out_unlock;
+	}
+
+	/* Attach and map the new backing for every importer, unlocked. */
+	b = kvd_backing_create(proxy, backing, arg.offset);
+	if (IS_ERR(b)) {
+		ret = PTR_ERR(b);
+		goto out_unlock;
+	}
+	backing = NULL;		/* b owns the reference now */
+
+	dma_resv_lock(proxy->dmabuf->resv, NULL);
+	if (kvd_blocking_pins(proxy)) {
+		dma_resv_unlock(proxy->dmabuf->resv);
+		kvd_backing_destroy(b);
+		ret = -EBUSY;
+		goto out_unlock;
+	}
+	old = proxy->backing;
+	proxy->backing = b;
+	list_for_each_entry(ka, &proxy->attachments, node)
+		ka->cur = kvd_slot_find(b, ka);
+	proxy->state = KVDMABUF_STATE_BACKED;
+	proxy->generation++;
+	if (old) {
+		proxy->notifications++;
+		kvd_dma_buf_notify(proxy->dmabuf);
+	}
+	arg.generation = proxy->generation;
+	dma_resv_unlock(proxy->dmabuf->resv);
+
+	pr_debug("proxy %llu: %s, generation %llu, backing %p offset %llu\n",
+		 proxy->id, old ? "replaced" : "backed", proxy->generation,
+		 b->dmabuf, b->offset);
+	kvd_event(proxy, KVDMABUF_STATE_BACKED);
+
+	if (old)
+		list_add_tail(&old->node, &proxy->stale);
+	ret = kvd_drain(proxy, old ? arg.timeout_ms : 0);
+	if (ret != -EINTR) {
+		int err = kvd_copy_out(uarg, &arg, sizeof(arg), usize);
+
+		if (err)
+			ret = err;
+	}
+
+out_unlock:
+	mutex_unlock(&proxy->lock);
+out_backing:
+	if (backing)
+		dma_buf_put(backing);
+out_proxy:
+	kvd_proxy_put(proxy);
+	return ret;
+}
+
+static long kvd_ioctl_revoke(void __user *uarg)
+{
+	struct kvd_backing *old = NULL;
+	struct kvdmabuf_revoke arg;
+	struct kvd_proxy *proxy;
+	struct kvd_attach *ka;
+	u32 usize;
+	int ret;
+
+	ret = kvd_copy_in(&arg, sizeof(arg), KVDMABUF_REVOKE_SIZE_VER0, uarg,
+			  &usize);
+	if (ret)
+		return ret;
+	if (arg.flags || arg.reserved)
+		return -EINVAL;
+
+	proxy = kvd_proxy_get(arg.proxy_fd);
+	if (IS_ERR(proxy))
+		return PTR_ERR(proxy);
+
+	mutex_lock(&proxy->lock);
+	dma_resv_lock(proxy->dmabuf->resv, NULL);
+	if (kvd_blocking_pins(proxy)) {
+		dma_resv_unlock(proxy->dmabuf->resv);
+		ret = -EBUSY;
+		goto out_unlock;
+	}
+	if (proxy->state == KVDMABUF_STATE_BACKED) {
+		old = proxy->backing;
+		proxy->backing = NULL;
+		list_for_each_entry(ka, &proxy->attachments, node)
+			ka->cur = NULL;
+		proxy->state = KVDMABUF_STATE_REVOKED;
+		proxy->generation++;
+		proxy->notifications++;
+		kvd_dma_buf_notify(proxy->dmabuf);
+	}
+	arg.generation = proxy->generation;
+	dma_resv_unlock(proxy->dmabuf->resv);
+
+	if (old) {
+		pr_debug("proxy %llu: revoked, generation %llu\n", proxy->id,
+			 proxy->generation);
+		kvd_event(proxy, KVDMABUF_STATE_REVOKED);
+		list_add_tail(&old->node, &proxy->stale);
+	}
+	ret = kvd_drain(proxy, arg.timeout_ms);
+	if (ret != -EINTR) {
+		int err = kvd_copy_out(uarg, &arg, sizeof(arg), usize);
+
+		if (err)
+			ret = err;
+	}
+
+out_unlock:
+	mutex_unlock(&proxy->lock);
+	kvd_proxy_put(proxy);
+	return ret;
+}
+
+static long kvd_ioctl_query(void __user *uarg)
+{
+	struct kvdmabuf_query arg;
+	struct kvd_proxy *proxy;
+	struct kvd_backing *b;
+	struct kvd_attach *ka;
+	u32 usize;
+	int ret;
+
+	ret = kvd_copy_in(&arg, sizeof(arg), KVDMABUF_QUERY_SIZE_VER0, uarg,
+			  &usize);
+	if (ret)
+		return ret;
+	if (arg.flags || arg.reserved)
+		return -EINVAL;
+
+	proxy = kvd_proxy_get(arg.proxy_fd);
+	if (IS_ERR(proxy))
+		return PTR_ERR(proxy);
+
+	mutex_lock(&proxy->lock);
+	kvd_reap(proxy);
+	arg.stale_backings = 0;
+	arg.backing_attachments = 0;
+	list_for_each_entry(b, &proxy->stale, node) {
+		arg.stale_backings++;
+		arg.backing_attachments += kvd_count(&b->slots);
+	}
+	if (proxy->backing)
+		arg.backing_attachments +=
+			kvd_count(&proxy->backing->slots);
+
+	dma_resv_lock(proxy->dmabuf->resv, NULL);
+	arg.state = proxy->state;
+	arg.length = proxy->length;
+	arg.id = proxy->id;
+	arg.generation = proxy->generation;
+	arg.offset = proxy->backing ? proxy->backing->offset : 0;
+	arg.dynamic_importers = 0;
+	arg.pinned_importers = 0;
+	arg.blocking_pins = 0;
+	list_for_each_entry(ka, &proxy->attachments, node) {
+		unsigned int n = kvd_attach_blocking(ka);
+
+		if (n)
+			arg.pinned_importers++;
+		else
+			arg.dynamic_importers++;
+		arg.blocking_pins += n;
+	}
+	arg.live_mappings = proxy->live_maps;
+	arg.notifications = proxy->notifications;
+	dma_resv_unlock(proxy->dmabuf->resv);
+	mutex_unlock(&proxy->lock);
+
+	kvd_proxy_put(proxy);
+	return kvd_copy_out(uarg, &arg, sizeof(arg), usize);
+}
+
+/* The size bits of the command are ignored: the struct's size field rules. */
+#define KVD_CMD(cmd)	((cmd) & ~(_IOC_SIZEMASK << _IOC_SIZESHIFT))
+
+static long kvd_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	struct kvd_ctx *ctx = file->private_data;
+	void __user *uarg = (void __user *)arg;
+
+	switch (KVD_CMD(cmd)) {
+	case KVD_CMD(KVDMABUF_IOCTL_VERSION):
+		return kvd_ioctl_version(uarg);
+	case KVD_CMD(KVDMABUF_IOCTL_CREATE):
+		return kvd_ioctl_create(ctx, uarg);
+	case KVD_CMD(KVDMABUF_IOCTL_ATTACH):
+		return kvd_ioctl_attach(uarg);
+	case KVD_CMD(KVDMABUF_IOCTL_REVOKE):
+		return kvd_ioctl_revoke(uarg);
+	case KVD_CMD(KVDMABUF_IOCTL_QUERY):
+		return kvd_ioctl_query(uarg);
+	default:
+		return -ENOTTY;
+	}
+}
+
+/* ---- device file ---- */
+
+static int kvd_open(struct inode *inode, struct file *file)
+{
+	struct kvd_ctx *ctx;
+
+	ctx = kzalloc(sizeof(*ctx), GFP_KERNEL);
+	if (!ctx)
+		return -ENOMEM;
+	kref_init(&ctx->ref);
+	spin_lock_init(&ctx->lock);
+	init_waitqueue_head(&ctx->wq);
+	file->private_data = ctx;
+	return nonseekable_open(inode, file);
+}
+
+static int kvd_file_release(struct inode *inode, struct file *file)
+{
+	struct kvd_ctx *ctx = file->private_data;
+
+	/* Live proxies keep ctx; their events now go nowhere. */
+	spin_lock(&ctx->lock);
+	ctx->closed = true;
+	ctx->count = 0;
+	spin_unlock(&ctx->lock);
+	kvd_ctx_put(ctx);
+	return 0;
+}
+
+static ssize_t kvd_read(struct file *file, char __user *buf, size_t count,
+			loff_t *ppos)
+{
+	struct kvd_ctx *ctx = file->private_data;
+	struct kvdmabuf_event *ev;
+	unsigned int n, i;
+	ssize_t ret;
+
+	if (count < sizeof(*ev))
+		return -EINVAL;
+	n = min_t(size_t, count / sizeof(*ev), KVD_EVENT_QUEUE);
+	ev = kmalloc_array(n, sizeof(*ev), GFP_KERNEL);
+	if (!ev)
+		return -ENOMEM;
+
+	spin_lock(&ctx->lock);
+	while (!ctx->count) {
+		spin_unlock(&ctx->lock);
+		if (file->f_flags & O_NONBLOCK) {
+			ret = -EAGAIN;
+			goto out;
+		}
+		if (wait_event_interruptible(ctx->wq, READ_ONCE(ctx->count))) {
+			ret = -ERESTARTSYS;
+			goto out;
+		}
+		spin_lock(&ctx->lock);
+	}
+	n = min(n, ctx->count);
+	for (i = 0; i < n; i++) {
+		ev[i] = ctx->ev[ctx->head];
+		ctx->head = (ctx->head + 1) % KVD_EVENT_QUEUE;
+	}
+	ctx->count -= n;
+	spin_unlock(&ctx->lock);
+
+	ret = n * sizeof(*ev);
+	if (copy_to_user(buf, ev, ret))
+		ret = -EFAULT;
+out:
+	kfree(ev);
+	return ret;
+}
+
+static __poll_t kvd_poll(struct file *file, poll_table *wait)
+{
+	struct kvd_ctx *ctx = file->private_data;
+
+	poll_wait(file, &ctx->wq, wait);
+	return READ_ONCE(ctx->count) ? EPOLLIN | EPOLLRDNORM : 0;
+}
+
+static const struct file_operations kvd_fops = {
+	.owner = THIS_MODULE,
+	.open = kvd_open,
+	.release = kvd_file_release,
+	.read = kvd_read,
+	.poll = kvd_poll,
+	.unlocked_ioctl = kvd_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
+};
+
+static struct miscdevice kvd_misc = {
+	.minor = MISC_DYNAMIC_MINOR,
+	.name = "kvdmabuf",
+	.fops = &kvd_fops,
+	.mode = 0600,
+};
+
+/* ---- debugfs ---- */
+
+static int kvd_proxies_show(struct seq_file *m, void *unused)
+{
+	struct kvd_proxy *proxy;
+	struct kvd_backing *b;
+	unsigned int nstale;
+
+	seq_puts(m, "id length state generation offset importers live_maps notifications stale_backings\n");
+	mutex_lock(&kvd_proxies_lock);
+	list_for_each_entry(proxy, &kvd_proxies, global) {
+		mutex_lock(&proxy->lock);
+		nstale = 0;
+		list_for_each_entry(b, &proxy->stale, node)
+			nstale++;
+		seq_printf(m, "%llu %llu %s %llu %llu %u %u %llu %u\n",
+			   proxy->id, proxy->length,
+			   kvd_state_name(proxy->state), proxy->generation,
+			   proxy->backing ? proxy->backing->offset : 0,
+			   kvd_count(&proxy->attachments),
+			   READ_ONCE(proxy->live_maps), proxy->notifications,
+			   nstale);
+		mutex_unlock(&proxy->lock);
+	}
+	mutex_unlock(&kvd_proxies_lock);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(kvd_proxies);
+
+static int kvd_stats_show(struct seq_file *m, void *unused)
+{
+	seq_printf(m, "proxies %d\n", atomic_read(&kvd_nr_proxies));
+	seq_printf(m, "backings %d\n", atomic_read(&kvd_nr_backings));
+	seq_printf(m, "backing_attachments %d\n", atomic_read(&kvd_nr_slots));
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(kvd_stats);
+
+/* ---- init/exit ---- */
+
+static int __init kvd_init(void)
+{
+	int ret;
+
+	ret = misc_register(&kvd_misc);
+	if (ret)
+		return ret;
+	kvd_debugfs = debugfs_create_dir("kvdmabuf", NULL);
+	debugfs_create_file("proxies", 0400, kvd_debugfs, NULL,
+			    &kvd_proxies_fops);
+	debugfs_create_file("stats", 0400, kvd_debugfs, NULL, &kvd_stats_fops);
+	return 0;
+}
+
+static void __exit kvd_exit(void)
+{
+	debugfs_remove_recursive(kvd_debugfs);
+	misc_deregister(&kvd_misc);
+}
+
+module_init(kvd_init);
+module_exit(kvd_exit);
+
+MODULE_DESCRIPTION("Proxy dma-bufs with a revocable, replaceable backing");
+MODULE_LICENSE("GPL");
+KVD_IMPORT_NS_DMA_BUF();
