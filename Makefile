@@ -1,0 +1,114 @@
+# SPDX-License-Identifier: GPL-2.0
+# kvdmabuf: helper module, user library and tests.
+#
+#   make                      library (shared + static), module(s), tests
+#   make check                everything: host unit tests + VM suite on every kernel lane
+#   make check-unit           host-only tests, no VM
+#   make check-vm KERNEL=6.1  VM suite on one lane (6.1 = Debian 12, 6.12 = Debian 13)
+#   make demo / make bench    the demonstration and the benchmarks
+#   make modules KDIR=...     only the kernel modules, against a kernel build tree
+#
+# V=1 shows the commands.
+
+VERSION_MAJOR := 0
+VERSION := 0.1.0
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+# The kernel the modules are built for: the running kernel when its build tree
+# is installed (a real GPU node), otherwise the newest Debian 12 (6.1) headers
+# (a machine whose running kernel cannot load modules, like the CI machines).
+KDIR ?= $(firstword $(wildcard /lib/modules/$(shell uname -r)/build) \
+	  $(lastword $(sort $(wildcard /lib/modules/6.1.*-amd64/build))))
+
+CC ?= cc
+AR ?= ar
+KERNEL ?= 6.1
+
+CFLAGS ?= -O2 -g
+override CFLAGS += -std=c11 -Wall -Wextra -Werror -fPIC
+override CPPFLAGS += -D_GNU_SOURCE -Iuapi -Ilib -Itests -I/usr/include/libdrm
+LDLIBS := -libverbs -ldrm -lyaml -lpthread -ldl
+
+LIB_SRCS := $(sort $(wildcard lib/*.c))
+LIB_OBJS := $(LIB_SRCS:.c=.o)
+LIB_HDRS := $(wildcard lib/*.h uapi/*.h)
+LIB_A := lib/libkvdmabuf.a
+LIB_SO := lib/libkvdmabuf.so.$(VERSION)
+LIB_SONAME := libkvdmabuf.so.$(VERSION_MAJOR)
+LIB_MAP := $(wildcard lib/libkvdmabuf.map)
+
+TEST_SRCS := $(sort $(wildcard tests/*.c))
+TEST_BINS := $(TEST_SRCS:.c=)
+FAKE_CUDA_SRCS := $(wildcard tests/fake_cuda/*.c)
+FAKE_CUDA := $(if $(FAKE_CUDA_SRCS),tests/fake_cuda/libcuda.so.1)
+
+.PHONY: all lib tests modules clean check check-unit check-vm demo bench deps \
+	install
+
+all: lib tests modules
+
+lib: $(LIB_A) $(LIB_SO)
+
+tests: $(TEST_BINS) $(FAKE_CUDA)
+
+lib/%.o: lib/%.c $(LIB_HDRS)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -fvisibility=default -c -o $@ $<
+
+$(LIB_A): $(LIB_OBJS)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(LIB_SO): $(LIB_OBJS) $(LIB_MAP)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) -shared -Wl,-soname,$(LIB_SONAME) -Wl,-z,defs \
+		$(if $(LIB_MAP),-Wl$(comma)--version-script=$(LIB_MAP)) \
+		-o $@ $(LIB_OBJS) $(LDLIBS)
+	$(Q)ln -sf $(notdir $@) lib/$(LIB_SONAME)
+	$(Q)ln -sf $(LIB_SONAME) lib/libkvdmabuf.so
+
+comma := ,
+
+tests/%: tests/%.c tests/harness.h $(LIB_A) $(LIB_HDRS) $(wildcard tests/*.h)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LIB_A) $(LDLIBS)
+
+$(FAKE_CUDA): $(FAKE_CUDA_SRCS) $(wildcard tests/fake_cuda/*.h)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -shared -Wl,-soname,libcuda.so.1 \
+		-o $@ $(FAKE_CUDA_SRCS) -ldrm -lpthread
+
+modules:
+	@test -n "$(KDIR)" -a -d "$(KDIR)" || { \
+		echo "kvdmabuf: no kernel build tree; install linux-headers-\$$(uname -r) or pass KDIR=" >&2; \
+		exit 1; }
+	$(Q)$(MAKE) -C $(KDIR) M=$(CURDIR) W=1 $(if $(Q),,V=1) modules
+
+deps:
+	$(Q)tests/vm/deps.sh host
+
+check-unit: lib tests
+	$(Q)tests/vm/check.sh unit
+
+check-vm:
+	$(Q)tests/vm/check.sh vm $(KERNEL)
+
+check:
+	$(Q)tests/vm/check.sh all
+
+demo:
+	@echo "make demo: not built yet (issue 6)"; exit 1
+
+bench:
+	@echo "make bench: not built yet (issue 7)"; exit 1
+
+clean:
+	$(Q)rm -f $(LIB_OBJS) $(LIB_A) lib/libkvdmabuf.so* $(TEST_BINS) $(FAKE_CUDA)
+	$(Q)test -z "$(KDIR)" -o ! -d "$(KDIR)" || \
+		$(MAKE) -C $(KDIR) M=$(CURDIR) clean >/dev/null
+	$(Q)rm -rf build

@@ -1,0 +1,126 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# The test driver behind make check / check-unit / check-vm.
+#
+#   check.sh unit          host-only tests (tests/unit.list)
+#   check.sh vm LANE       VM suite (tests/vm.list) on one kernel lane: 6.1, 6.12
+#   check.sh all           unit + every lane
+#
+# Each stage prints its time; the last line is the total over every test of
+# every program and lane: "N passed, N failed, N skipped".
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+cache=${KVDMABUF_CACHE:-/var/cache/kvdmabuf}
+vm_timeout=${KVDMABUF_VM_TIMEOUT:-1500}
+jobs=${KVDMABUF_JOBS:-$(nproc)}
+logs=$repo/build/logs
+mkdir -p "$logs"
+total_pass=0 total_fail=0 total_skip=0 stage_failed=0
+
+newest() { ls -d "$@" 2>/dev/null | sort -V | tail -1; }
+
+sync_tree() { # source tree -> a lane's build tree
+	mkdir -p "$2"
+	rsync -a --delete --filter="merge $here/sync-filter" "$1/" "$2/"
+}
+
+# Counts a stage's results; a stage that failed without a failing TAP line
+# (a build error, a guest that never finished) counts as one failure.
+account() { # name rc log seconds
+	local name=$1 rc=$2 log=$3 secs=$4 p f s
+	read -r p f s < <("$here/tap-count.sh" "$log")
+	if [ "$rc" != 0 ] && [ "$f" = 0 ]; then
+		f=1
+		echo "not ok - stage $name failed (see $log)"
+	fi
+	[ "$rc" != 0 ] && stage_failed=1
+	total_pass=$((total_pass + p))
+	total_fail=$((total_fail + f))
+	total_skip=$((total_skip + s))
+	printf '# stage %-8s %4ds  %d passed, %d failed, %d skipped\n' \
+		"$name" "$secs" "$p" "$f" "$s"
+}
+
+stage_unit() {
+	local log=$logs/unit.log t0=$SECONDS rc=0
+	"$here/deps.sh" host || { account unit 1 /dev/null 0; return; }
+	: >"$log"
+	echo "# === unit (host)"
+	make -C "$repo" -j"$jobs" lib tests >>"$log" 2>&1 || {
+		tail -30 "$log"
+		rc=1
+	}
+	if [ $rc = 0 ]; then
+		"$here/run-tests.sh" "$repo/tests/unit.list" "$repo/tests" 2>&1 |
+			tee -a "$log"
+		rc=${PIPESTATUS[0]}
+	fi
+	account unit $rc "$log" $((SECONDS - t0))
+}
+
+stage_vm() {
+	local lane=$1 log=$logs/vm-$lane.log t0=$SECONDS rc=0
+	local kver kernel moddir root build guest_build blog=$logs/build-$lane.log
+	"$here/deps.sh" "$lane" || { account "vm-$lane" 1 /dev/null 0; return; }
+	echo "# === vm $lane"
+	case $lane in
+	6.1)
+		kver=$(newest /lib/modules/6.1.*-amd64/build)
+		kver=$(basename "$(dirname "$kver")")
+		kernel=/boot/vmlinuz-$kver moddir=/lib/modules/$kver root=/
+		build=$repo/build/lane-6.1 guest_build=$build
+		sync_tree "$repo" "$build"
+		make -C "$build" -j"$jobs" all KDIR="$moddir/build" >"$blog" 2>&1 || rc=1
+		;;
+	6.12)
+		root=$cache/trixie-root
+		kver=$(basename "$(newest "$root"/lib/modules/6.12.*)")
+		kernel=$root/boot/vmlinuz-$kver moddir=$root/lib/modules/$kver
+		build=$root/kvdmabuf guest_build=/kvdmabuf
+		sync_tree "$repo" "$build"
+		# The 6.12 headers need Debian 13's compiler and C library: build
+		# inside that root; the mounts vanish with the namespace.
+		unshare -m --propagation private sh -c '
+			mount --rbind /dev "$1/dev" && mount -t proc proc "$1/proc" &&
+			exec chroot "$1" make -C /kvdmabuf -j"$2" all KDIR=/lib/modules/"$3"/build' \
+			- "$root" "$jobs" "$kver" >"$blog" 2>&1 || rc=1
+		;;
+	*)
+		echo "unknown lane $lane (6.1 or 6.12)" >&2
+		return 1
+		;;
+	esac
+	if [ $rc != 0 ]; then
+		: >"$log"
+		echo "# build for lane $lane failed:"
+		tail -30 "$blog"
+	else
+		echo "# built in $((SECONDS - t0))s; booting $kver"
+		"$here/run-vm.sh" "$kernel" "$moddir" "$root" "$log" "$vm_timeout" \
+			/bin/bash "$guest_build/tests/vm/guest-run.sh" \
+			"$guest_build" "$guest_build/tests/vm.list" | tr -d '\r' |
+			grep -v -E '^\[ *[0-9]+\.[0-9]+\]' || true
+		rc=${PIPESTATUS[0]}
+	fi
+	account "vm-$lane" $rc "$log" $((SECONDS - t0))
+}
+
+t_all=$SECONDS
+case "${1:-all}" in
+unit) stage_unit || stage_failed=1 ;;
+vm) stage_vm "${2:?lane}" || stage_failed=1 ;;
+all)
+	stage_unit || stage_failed=1
+	for lane in 6.1 6.12; do
+		stage_vm $lane || stage_failed=1
+	done
+	;;
+*)
+	echo "usage: $0 unit | vm LANE | all" >&2
+	exit 2
+	;;
+esac
+echo "# total time $((SECONDS - t_all))s"
+echo "$total_pass passed, $total_fail failed, $total_skip skipped"
+[ $stage_failed = 0 ] && [ $total_fail = 0 ]

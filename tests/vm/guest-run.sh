@@ -1,0 +1,70 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# Runs inside the VM guest (chrooted into the shared root): prepares what the
+# suite needs exactly as an admin would on a real machine (vgem, soft-RoCE
+# rxe0/rxe1 on a veth pair, the kvdmabuf module and the test importer), runs
+# the test list, unloads the project's modules and prints the kernel log.
+#
+#   guest-run.sh BUILD_DIR LIST
+#
+# BUILD_DIR is the lane's build tree as the guest sees it.
+set -u
+build=$1
+list=$2
+export KVDMABUF_BUILD=$build
+failed=0
+
+setup_fail() {
+	echo "not ok - vm setup: $*"
+	failed=1
+}
+
+mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm
+mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
+echo "# kvdmabuf VM lane: kernel $(uname -r), build $build"
+
+modprobe vgem || setup_fail "modprobe vgem"
+
+# Soft-RoCE on both ends of a veth pair; no packet leaves the guest.
+modprobe veth || setup_fail "modprobe veth"
+ip link add kvd0 type veth peer name kvd1 || setup_fail "veth pair"
+for l in kvd0 kvd1; do
+	sysctl -qw net.ipv6.conf.$l.accept_dad=0
+	ip link set $l up || setup_fail "link $l up"
+done
+modprobe ib_uverbs || setup_fail "modprobe ib_uverbs"
+modprobe rdma_rxe || setup_fail "modprobe rdma_rxe"
+rdma link add rxe0 type rxe netdev kvd0 || setup_fail "rdma link add rxe0"
+rdma link add rxe1 type rxe netdev kvd1 || setup_fail "rdma link add rxe1"
+# Wait for the link-local GIDs (index 0) the tests address each other by.
+for i in $(seq 50); do
+	g0=$(cat /sys/class/infiniband/rxe0/ports/1/gids/0 2>/dev/null)
+	g1=$(cat /sys/class/infiniband/rxe1/ports/1/gids/0 2>/dev/null)
+	case "$g0$g1" in fe80*fe80*) break ;; esac
+	sleep 0.1
+done
+case "$g0$g1" in fe80*fe80*) ;; *) setup_fail "rxe GIDs not populated" ;; esac
+
+for ko in module/kvdmabuf.ko tests/kmod/kvd_importer.ko; do
+	if [ -f "$build/$ko" ]; then
+		insmod "$build/$ko" || setup_fail "insmod $ko"
+	fi
+done
+
+cd /tmp
+"$(dirname "$0")/run-tests.sh" "$list" "$build/tests" || failed=1
+
+# Unloading must work once the tests are done: nothing may be left held.
+for m in kvd_importer kvdmabuf; do
+	if [ -d /sys/module/$m ]; then
+		rmmod $m || {
+			echo "not ok - vm teardown: rmmod $m"
+			failed=1
+		}
+	fi
+done
+
+echo "KVD-DMESG-BEGIN"
+dmesg
+echo "KVD-DMESG-END"
+exit $failed

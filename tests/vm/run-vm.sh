@@ -1,0 +1,158 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# Boots a kernel under qemu (TCG: nested KVM does not work on the machines
+# this runs on) with ROOT shared read-only over virtio-9p as its user space,
+# runs COMMAND there (inside a chroot into ROOT), streams the console to
+# stdout and to LOG, and fails when the command failed, the guest did not
+# finish, or the guest's kernel log shows a warning, BUG, Oops, lockdep or
+# KASAN report.
+#
+#   run-vm.sh KERNEL_IMAGE MODULE_DIR ROOT LOG TIMEOUT_S COMMAND...
+#
+# MODULE_DIR is the kernel's /lib/modules/VERSION as seen from this machine:
+# the virtio and 9p modules the guest needs before it can mount ROOT are
+# copied from there into a small busybox initramfs built for each run.
+# Runs are serialised with a lock: two emulated guests on a 2-core machine
+# only slow each other down.
+set -euo pipefail
+
+kernel=$1 moddir=$2 root=$3 log=$4 timeout_s=$5
+shift 5
+guest_cmd="$*"
+here=$(cd "$(dirname "$0")" && pwd)
+mem=${KVDMABUF_VM_MEM:-3072}
+extra_append=${KVDMABUF_VM_APPEND:-}
+
+busybox=/bin/busybox
+[ -x "$busybox" ] || { echo "run-vm: busybox-static missing" >&2; exit 1; }
+for f in "$kernel" "$moddir/modules.dep"; do
+	[ -e "$f" ] || { echo "run-vm: $f missing" >&2; exit 1; }
+done
+
+work=$(mktemp -d /tmp/kvd-vm.XXXXXX)
+cleanup() {
+	local pid
+	pid=$(cat "$work/qemu.pid" 2>/dev/null) || pid=
+	if [ -n "$pid" ] && grep -q qemu "/proc/$pid/comm" 2>/dev/null; then
+		kill -KILL "$pid" 2>/dev/null || true
+	fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- initramfs: busybox + the modules needed to mount the 9p root -------
+ird=$work/initramfs
+mkdir -p "$ird"/{bin,mods,proc,sys,dev,newroot}
+cp "$busybox" "$ird/bin/busybox"
+
+declare -A seen=()
+order=()
+mod_path() { # module name -> path relative to moddir, or nothing if built in
+	local n=${1//-/_}
+	awk -F: -v n="$n" '{ b = $1; sub(/.*\//, "", b); sub(/\.ko(\.xz|\.zst|\.gz)?$/, "", b);
+		gsub(/-/, "_", b); if (b == n) { print $1; exit } }' "$moddir/modules.dep"
+}
+add_mod() {
+	local rel deps d
+	rel=$(mod_path "$1")
+	[ -n "$rel" ] || return 0 # built in
+	[ -n "${seen[$rel]:-}" ] && return 0
+	seen[$rel]=1
+	deps=$(awk -F': *' -v r="$rel" '$1 == r { print $2; exit }' "$moddir/modules.dep")
+	for d in $deps; do
+		d=${d##*/}
+		add_mod "${d%%.ko*}"
+	done
+	order+=("$rel")
+}
+for m in virtio_pci 9pnet_virtio 9p; do
+	add_mod "$m"
+done
+for rel in "${order[@]}"; do
+	base=${rel##*/}
+	case "$base" in
+	*.ko.xz) xz -dc "$moddir/$rel" >"$ird/mods/${base%.xz}" ;;
+	*.ko.zst) zstd -qdc "$moddir/$rel" >"$ird/mods/${base%.zst}" ;;
+	*.ko.gz) gzip -dc "$moddir/$rel" >"$ird/mods/${base%.gz}" ;;
+	*) cp "$moddir/$rel" "$ird/mods/$base" ;;
+	esac
+	echo "${base%%.ko*}.ko" >>"$ird/mods/order"
+done
+touch "$ird/mods/order"
+
+# The kernel runs its module loader in the initramfs, not in the chroot:
+# point it at the real modprobe of ROOT.
+cat >"$ird/kvd-modprobe" <<'EOS'
+#!/bin/busybox sh
+exec /bin/busybox chroot /newroot /sbin/modprobe "$@"
+EOS
+cat >"$ird/init" <<EOS
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+for m in \$(cat /mods/order); do
+	insmod /mods/\$m || echo "KVD-VM-FATAL: insmod \$m failed"
+done
+if ! mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000 kvdroot /newroot; then
+	echo "KVD-VM-FATAL: cannot mount the 9p root"
+	reboot -f
+fi
+echo /kvd-modprobe >/proc/sys/kernel/modprobe
+mount -t tmpfs -o mode=1777 tmpfs /newroot/tmp
+mount -t tmpfs tmpfs /newroot/run
+mount --move /proc /newroot/proc
+mount --move /sys /newroot/sys
+mount --move /dev /newroot/dev
+chroot /newroot /usr/bin/env -i HOME=/root TERM=dumb \
+	PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+	$guest_cmd
+echo "KVD-VM-DONE rc=\$?"
+reboot -f
+EOS
+chmod +x "$ird/init" "$ird/kvd-modprobe"
+(cd "$ird" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/initrd.gz"
+
+# --- boot ------------------------------------------------------------------
+exec 9>/tmp/kvdmabuf-vm.lock
+flock 9
+
+: >"$log"
+append="console=ttyS0 panic=-1 oops=panic rdinit=/init loglevel=4 tsc=reliable $extra_append"
+timeout -k 10 "$timeout_s" qemu-system-x86_64 \
+	-machine pc,accel=tcg -cpu max -smp 2 -m "$mem" \
+	-display none -monitor none -serial stdio -no-reboot -nic none \
+	-kernel "$kernel" -initrd "$work/initrd.gz" -append "$append" \
+	-fsdev local,id=kvdroot,path="$root",security_model=none,readonly=on,multidevs=remap \
+	-device virtio-9p-pci,fsdev=kvdroot,mount_tag=kvdroot \
+	-pidfile "$work/qemu.pid" </dev/null 2>&1 | tee -a "$log" &
+# Waiting in the background lets a signal reach the trap (which kills qemu).
+wait $! || true
+exec 9>&-
+
+# --- verdict -----------------------------------------------------------------
+status=0
+clean=$(tr -d '\r' <"$log")
+if ! grep -q '^KVD-VM-DONE rc=' <<<"$clean"; then
+	echo "run-vm: the guest did not finish (timeout ${timeout_s}s or crash)" >&2
+	status=1
+elif ! grep -q '^KVD-VM-DONE rc=0$' <<<"$clean"; then
+	echo "run-vm: the guest command failed" >&2
+	status=1
+fi
+if grep -q '^KVD-VM-FATAL' <<<"$clean"; then
+	grep '^KVD-VM-FATAL' <<<"$clean" >&2
+	status=1
+fi
+bad='WARNING:|BUG:|Oops|general protection fault|kernel BUG|possible circular locking|possible recursive locking|inconsistent lock state|lockdep|KASAN|UBSAN|list_add corruption|list_del corruption|refcount_t:|sleeping function called from invalid context|blocked for more than|Kernel panic|Call Trace:'
+# The whole console counts: a report printed before the guest's own dmesg
+# dump (a panic) must fail the run too.
+if grep -E -n "$bad" <<<"$clean" >"$work/bad"; then
+	echo "run-vm: the guest kernel log has reports:" >&2
+	first=$(head -1 "$work/bad" | cut -d: -f1)
+	sed -n "$((first > 5 ? first - 5 : 1)),$((first + 40))p" <<<"$clean" >&2
+	status=1
+fi
+exit $status
