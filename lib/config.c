@@ -1,0 +1,357 @@
+// SPDX-License-Identifier: MIT
+/*
+ * config.c - the YAML configuration (libyaml event parser).
+ *
+ *   protocol: rdma            # rdma | tcp | anything else (refused by gate)
+ *   nics: [rxe0, rxe1]        # verbs device names (or one name)
+ *   drain_timeout_s: 480      # > 0, may be fractional
+ *   module: auto              # auto | require | off
+ *   cuda_library: /path/libcuda.so.1
+ *
+ * Malformed YAML and unknown keys are errors with file:line:column.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "internal.h"
+
+struct parse {
+	yaml_parser_t parser;
+	const char *name;
+	char *err;
+	size_t errlen;
+	unsigned int seen;
+};
+
+enum { SEEN_PROTOCOL = 1, SEEN_NICS = 2, SEEN_DRAIN = 4, SEEN_MODULE = 8,
+       SEEN_CUDA = 16 };
+
+static int perr(struct parse *p, const yaml_mark_t *m, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int perr(struct parse *p, const yaml_mark_t *m, const char *fmt, ...)
+{
+	char msg[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (p->err && p->errlen)
+		snprintf(p->err, p->errlen, "%s:%zu:%zu: %s", p->name,
+			 (size_t)m->line + 1, (size_t)m->column + 1, msg);
+	return -EINVAL;
+}
+
+static int next(struct parse *p, yaml_event_t *ev)
+{
+	if (!yaml_parser_parse(&p->parser, ev)) {
+		const yaml_mark_t *m = &p->parser.problem_mark;
+
+		return perr(p, m, "malformed YAML: %s%s%s",
+			    p->parser.problem ? p->parser.problem : "error",
+			    p->parser.context ? " " : "",
+			    p->parser.context ? p->parser.context : "");
+	}
+	return 0;
+}
+
+static int scalar_copy(struct parse *p, yaml_event_t *ev, const char *key,
+		       char *dst, size_t dstlen)
+{
+	size_t n = ev->data.scalar.length;
+
+	if (ev->type != YAML_SCALAR_EVENT)
+		return perr(p, &ev->start_mark, "'%s' must be a scalar", key);
+	if (n == 0)
+		return perr(p, &ev->start_mark, "'%s' must not be empty", key);
+	if (n >= dstlen)
+		return perr(p, &ev->start_mark, "'%s' is too long (max %zu)",
+			    key, dstlen - 1);
+	memcpy(dst, ev->data.scalar.value, n);
+	dst[n] = '\0';
+	return 0;
+}
+
+static int parse_nics(struct parse *p, yaml_event_t *ev, struct kvd_config *c)
+{
+	yaml_event_t item;
+	int rc;
+
+	if (ev->type == YAML_SCALAR_EVENT) {
+		c->nr_nics = 1;
+		return scalar_copy(p, ev, "nics", c->nics[0], KVD_NAMEMAX);
+	}
+	if (ev->type != YAML_SEQUENCE_START_EVENT)
+		return perr(p, &ev->start_mark,
+			    "'nics' must be a device name or a list of them");
+	for (;;) {
+		rc = next(p, &item);
+		if (rc)
+			return rc;
+		if (item.type == YAML_SEQUENCE_END_EVENT) {
+			yaml_event_delete(&item);
+			return 0;
+		}
+		if (c->nr_nics == KVDMABUF_MAX_NICS) {
+			rc = perr(p, &item.start_mark, "more than %d nics",
+				  KVDMABUF_MAX_NICS);
+		} else {
+			rc = scalar_copy(p, &item, "nics",
+					 c->nics[c->nr_nics], KVD_NAMEMAX);
+			c->nr_nics++;
+		}
+		yaml_event_delete(&item);
+		if (rc)
+			return rc;
+	}
+}
+
+static int parse_value(struct parse *p, const char *key, yaml_mark_t *kmark,
+		       yaml_event_t *ev, struct kvd_config *c)
+{
+	char buf[256];
+	char *end;
+	double d;
+	unsigned int bit;
+	int rc;
+
+	if (!strcmp(key, "protocol"))
+		bit = SEEN_PROTOCOL;
+	else if (!strcmp(key, "nics"))
+		bit = SEEN_NICS;
+	else if (!strcmp(key, "drain_timeout_s"))
+		bit = SEEN_DRAIN;
+	else if (!strcmp(key, "module"))
+		bit = SEEN_MODULE;
+	else if (!strcmp(key, "cuda_library"))
+		bit = SEEN_CUDA;
+	else
+		return perr(p, kmark, "unknown key '%s' (known: protocol, nics, "
+			    "drain_timeout_s, module, cuda_library)", key);
+	if (p->seen & bit)
+		return perr(p, kmark, "duplicate key '%s'", key);
+	p->seen |= bit;
+
+	switch (bit) {
+	case SEEN_PROTOCOL:
+		rc = scalar_copy(p, ev, key, c->protocol, sizeof(c->protocol));
+		if (rc)
+			return rc;
+		if (!strcmp(c->protocol, "rdma"))
+			c->proto = KVD_PROTO_RDMA;
+		else if (!strcmp(c->protocol, "tcp"))
+			c->proto = KVD_PROTO_TCP;
+		else
+			c->proto = KVD_PROTO_OTHER;
+		return 0;
+	case SEEN_NICS:
+		return parse_nics(p, ev, c);
+	case SEEN_DRAIN:
+		rc = scalar_copy(p, ev, key, buf, sizeof(buf));
+		if (rc)
+			return rc;
+		errno = 0;
+		d = strtod(buf, &end);
+		if (errno || *end || !isfinite(d) || d <= 0 || d > 86400.0)
+			return perr(p, &ev->start_mark,
+				    "'drain_timeout_s' must be a number of "
+				    "seconds in (0, 86400], not '%s'", buf);
+		c->drain_timeout_ms = (unsigned int)ceil(d * 1000.0);
+		return 0;
+	case SEEN_MODULE:
+		rc = scalar_copy(p, ev, key, buf, sizeof(buf));
+		if (rc)
+			return rc;
+		if (!strcmp(buf, "auto"))
+			c->module = KVDMABUF_MODULE_AUTO;
+		else if (!strcmp(buf, "require"))
+			c->module = KVDMABUF_MODULE_REQUIRE;
+		else if (!strcmp(buf, "off"))
+			c->module = KVDMABUF_MODULE_OFF;
+		else
+			return perr(p, &ev->start_mark,
+				    "'module' must be auto, require or off, "
+				    "not '%s'", buf);
+		return 0;
+	default:
+		return scalar_copy(p, ev, key, c->cuda_library,
+				   sizeof(c->cuda_library));
+	}
+}
+
+static int parse_doc(struct parse *p, struct kvd_config *c)
+{
+	yaml_event_t ev, val;
+	yaml_mark_t kmark;
+	char key[64];
+	int rc;
+
+	/* stream start, document start, mapping start */
+	rc = next(p, &ev);
+	if (rc)
+		return rc;
+	yaml_event_delete(&ev);
+	rc = next(p, &ev);
+	if (rc)
+		return rc;
+	if (ev.type != YAML_DOCUMENT_START_EVENT) {
+		rc = perr(p, &ev.start_mark, "empty config");
+		yaml_event_delete(&ev);
+		return rc;
+	}
+	yaml_event_delete(&ev);
+	rc = next(p, &ev);
+	if (rc)
+		return rc;
+	if (ev.type != YAML_MAPPING_START_EVENT) {
+		rc = perr(p, &ev.start_mark,
+			  "top level must be a mapping of key: value");
+		yaml_event_delete(&ev);
+		return rc;
+	}
+	yaml_event_delete(&ev);
+
+	for (;;) {
+		rc = next(p, &ev);
+		if (rc)
+			return rc;
+		if (ev.type == YAML_MAPPING_END_EVENT) {
+			yaml_event_delete(&ev);
+			break;
+		}
+		if (ev.type != YAML_SCALAR_EVENT) {
+			rc = perr(p, &ev.start_mark, "keys must be scalars");
+			yaml_event_delete(&ev);
+			return rc;
+		}
+		snprintf(key, sizeof(key), "%.*s",
+			 (int)ev.data.scalar.length,
+			 (const char *)ev.data.scalar.value);
+		kmark = ev.start_mark;
+		yaml_event_delete(&ev);
+		rc = next(p, &val);
+		if (rc)
+			return rc;
+		rc = parse_value(p, key, &kmark, &val, c);
+		yaml_event_delete(&val);
+		if (rc)
+			return rc;
+	}
+	/* document end; then no second document */
+	rc = next(p, &ev);
+	if (rc)
+		return rc;
+	yaml_event_delete(&ev);
+	rc = next(p, &ev);
+	if (rc)
+		return rc;
+	if (ev.type != YAML_STREAM_END_EVENT)
+		rc = perr(p, &ev.start_mark, "only one YAML document allowed");
+	yaml_event_delete(&ev);
+	if (rc)
+		return rc;
+	if (!(p->seen & SEEN_PROTOCOL)) {
+		if (p->err && p->errlen)
+			snprintf(p->err, p->errlen,
+				 "%s: missing key 'protocol'", p->name);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static void config_defaults(struct kvd_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->drain_timeout_ms = KVDMABUF_DRAIN_TIMEOUT_S_DEFAULT * 1000u;
+	c->module = KVDMABUF_MODULE_AUTO;
+}
+
+int kvd_config_parse(const char *text, size_t len, const char *name,
+		     struct kvd_config *cfg, char *err, size_t errlen)
+{
+	struct parse p = { .name = name, .err = err, .errlen = errlen };
+	int rc;
+
+	config_defaults(cfg);
+	snprintf(cfg->path, sizeof(cfg->path), "%s", name);
+	if (!yaml_parser_initialize(&p.parser)) {
+		snprintf(err, errlen, "%s: out of memory", name);
+		return -ENOMEM;
+	}
+	yaml_parser_set_input_string(&p.parser, (const unsigned char *)text,
+				     len);
+	rc = parse_doc(&p, cfg);
+	yaml_parser_delete(&p.parser);
+	return rc;
+}
+
+int kvd_config_load(const char *path, struct kvd_config *cfg, char *err,
+		    size_t errlen)
+{
+	const char *from = "the caller";
+	char *text = NULL;
+	size_t len = 0, cap = 0, n;
+	FILE *f;
+	int rc;
+
+	if (!path) {
+		path = getenv(KVDMABUF_CONFIG_ENV);
+		from = KVDMABUF_CONFIG_ENV;
+		if (!path || !*path) {
+			snprintf(err, errlen, "no configuration: "
+				 KVDMABUF_CONFIG_ENV " is not set and no "
+				 "config path was given");
+			return -ENOENT;
+		}
+	}
+	f = fopen(path, "re");
+	if (!f) {
+		rc = -errno;
+		snprintf(err, errlen, "configuration %s (from %s) cannot be "
+			 "opened: %s", path, from, strerror(-rc));
+		return rc;
+	}
+	for (;;) {
+		if (len + 4096 > cap) {
+			char *t;
+
+			cap = cap ? cap * 2 : 8192;
+			if (cap > (1u << 20)) {
+				free(text);
+				fclose(f);
+				snprintf(err, errlen, "%s: larger than 1 MiB",
+					 path);
+				return -EFBIG;
+			}
+			t = realloc(text, cap);
+			if (!t) {
+				free(text);
+				fclose(f);
+				snprintf(err, errlen, "%s: out of memory",
+					 path);
+				return -ENOMEM;
+			}
+			text = t;
+		}
+		n = fread(text + len, 1, cap - len, f);
+		len += n;
+		if (n == 0)
+			break;
+	}
+	if (ferror(f)) {
+		free(text);
+		fclose(f);
+		snprintf(err, errlen, "%s: read error", path);
+		return -EIO;
+	}
+	fclose(f);
+	rc = kvd_config_parse(text, len, path, cfg, err, errlen);
+	free(text);
+	return rc;
+}

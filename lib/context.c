@@ -1,0 +1,250 @@
+// SPDX-License-Identifier: MIT
+/*
+ * context.c - open/close a context, options, the per-context message,
+ * queries.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <infiniband/verbs.h>
+
+#include "internal.h"
+
+const struct kvd_ops kvd_default_ops = {
+	.nics_open = kvd_verbs_nics_open,
+	.nics_close = kvd_verbs_nics_close,
+	.export_dmabuf = kvd_export_dmabuf,
+	.reg_dmabuf = kvd_verbs_reg_dmabuf,
+	.reg_addr = kvd_verbs_reg_addr,
+	.dereg = kvd_verbs_dereg,
+	.proxy_open = kvd_proxy_dev_open,
+	.proxy_create = kvd_proxy_dev_create,
+	.proxy_attach = kvd_proxy_dev_attach,
+	.proxy_revoke = kvd_proxy_dev_revoke,
+	.proxy_query = kvd_proxy_dev_query,
+};
+
+int kvd_err(struct kvdmabuf_ctx *ctx, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(ctx->err, sizeof(ctx->err), fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* "a: b", truncated to the buffer */
+static void join(char *dst, size_t n, const char *a, const char *b)
+{
+	size_t la = strnlen(a, n - 1), lb;
+
+	memmove(dst, a, la);
+	if (la + 2 < n) {
+		dst[la++] = ':';
+		dst[la++] = ' ';
+	}
+	lb = strnlen(b, n - 1 - la);
+	memmove(dst + la, b, lb);
+	dst[la + lb] = '\0';
+}
+
+int kvd_err_prefix(struct kvdmabuf_ctx *ctx, int rc, const char *fmt, ...)
+{
+	char old[KVD_ERRMAX], pre[KVD_ERRMAX];
+	va_list ap;
+
+	memcpy(old, ctx->err, sizeof(old));
+	va_start(ap, fmt);
+	vsnprintf(pre, sizeof(pre), fmt, ap);
+	va_end(ap);
+	join(ctx->err, sizeof(ctx->err), pre,
+	     old[0] ? old : strerror(rc < 0 ? -rc : rc));
+	return rc;
+}
+
+const char *kvdmabuf_strerror(const struct kvdmabuf_ctx *ctx)
+{
+	return ctx ? ctx->err : "no context";
+}
+
+const char *kvdmabuf_mode_name(int mode)
+{
+	switch (mode) {
+	case KVDMABUF_MODE_FOLLOW:
+		return "follow";
+	case KVDMABUF_MODE_REREGISTER:
+		return "reregister";
+	case KVDMABUF_MODE_HOST:
+		return "host";
+	case KVDMABUF_MODE_NOREG:
+		return "noreg";
+	default:
+		return "?";
+	}
+}
+
+static void set_err(char *err, size_t errlen, const char *msg)
+{
+	if (err && errlen)
+		snprintf(err, errlen, "%s", msg);
+}
+
+int kvd_open_ops(const struct kvdmabuf_options *opts,
+		 const struct kvd_ops *ops, void *ops_arg,
+		 struct kvdmabuf_ctx **ctxp, char *err, size_t errlen)
+{
+	struct kvdmabuf_ctx *ctx;
+	pthread_mutexattr_t ma;
+	char reason[KVD_ERRMAX];
+	unsigned int i;
+	int module, rc;
+
+	if (!opts || !ctxp || !ops) {
+		set_err(err, errlen, "kvdmabuf_open: NULL argument");
+		return -EINVAL;
+	}
+	for (i = 0; i < sizeof(opts->reserved) / sizeof(opts->reserved[0]); i++)
+		if (opts->reserved[i]) {
+			set_err(err, errlen, "kvdmabuf_open: reserved option "
+				"fields must be zero");
+			return -EINVAL;
+		}
+	if (opts->module < 0 || opts->module > KVDMABUF_MODULE_OFF ||
+	    opts->nr_pds > KVDMABUF_MAX_NICS || (opts->nr_pds && !opts->pds)) {
+		set_err(err, errlen, "kvdmabuf_open: bad module or pds option");
+		return -EINVAL;
+	}
+	ctx = calloc(1, sizeof(*ctx));
+	if (!ctx) {
+		set_err(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	ctx->module_fd = -1;
+	ctx->ops = ops;
+	ctx->ops_arg = ops_arg;
+	pthread_mutexattr_init(&ma);
+	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+	pthread_mutex_init(&ctx->lock, &ma);
+	pthread_mutexattr_destroy(&ma);
+
+	rc = kvd_config_load(opts->config_path, &ctx->cfg, ctx->err,
+			     sizeof(ctx->err));
+	if (rc)
+		goto fail;
+	if (kvd_gate_check(&ctx->cfg, reason, sizeof(reason)) != 1) {
+		rc = kvd_err(ctx, -EPROTONOSUPPORT, "%s: sleep not supported: "
+			     "%s", ctx->cfg.path, reason);
+		goto fail;
+	}
+	ctx->drain_timeout_ms = opts->drain_timeout_ms ?
+				opts->drain_timeout_ms :
+				ctx->cfg.drain_timeout_ms;
+	ctx->revoke_timeout_ms = ctx->drain_timeout_ms < 10000 ?
+				 ctx->drain_timeout_ms : 10000;
+	ctx->access = opts->access ? opts->access :
+		      (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+		       IBV_ACCESS_REMOTE_READ);
+	ctx->drain = opts->drain;
+	ctx->drain_arg = opts->drain_arg;
+	ctx->key_change = opts->key_change;
+	ctx->key_change_arg = opts->key_change_arg;
+	snprintf(ctx->cuda_library, sizeof(ctx->cuda_library), "%s",
+		 opts->cuda_library ? opts->cuda_library :
+		 ctx->cfg.cuda_library);
+
+	if (ctx->cfg.proto == KVD_PROTO_RDMA) {
+		rc = ops->nics_open(ctx, opts);
+		if (rc)
+			goto fail;
+		if (!ctx->nr_nics) {
+			rc = kvd_err(ctx, -ENODEV, "protocol rdma but no NIC");
+			goto fail_nics;
+		}
+	}
+
+	module = opts->module ? opts->module : ctx->cfg.module;
+	if (module != KVDMABUF_MODULE_OFF && ctx->cfg.proto == KVD_PROTO_RDMA) {
+		rc = ops->proxy_open(ctx, &ctx->module_fd);
+		if (rc && module == KVDMABUF_MODULE_REQUIRE) {
+			kvd_err_prefix(ctx, rc, "module: require");
+			goto fail_nics;
+		}
+		if (rc)
+			ctx->module_fd = -1;   /* auto: go without it */
+	}
+	ctx->err[0] = '\0';
+	*ctxp = ctx;
+	return 0;
+
+fail_nics:
+	if (ctx->nr_nics)
+		ops->nics_close(ctx);
+fail:
+	set_err(err, errlen, ctx->err);
+	pthread_mutex_destroy(&ctx->lock);
+	free(ctx);
+	return rc;
+}
+
+int kvdmabuf_open(const struct kvdmabuf_options *opts,
+		  struct kvdmabuf_ctx **ctxp, char *err, size_t errlen)
+{
+	return kvd_open_ops(opts, &kvd_default_ops, NULL, ctxp, err, errlen);
+}
+
+void kvdmabuf_close(struct kvdmabuf_ctx *ctx)
+{
+	if (!ctx)
+		return;
+	pthread_mutex_lock(&ctx->lock);
+	while (ctx->nr_regions)
+		kvd_region_destroy(ctx->regions[ctx->nr_regions - 1]);
+	free(ctx->regions);
+	if (ctx->module_fd >= 0)
+		close(ctx->module_fd);
+	if (ctx->nr_nics)
+		ctx->ops->nics_close(ctx);
+	kvd_cuda_unload(ctx);
+	pthread_mutex_unlock(&ctx->lock);
+	pthread_mutex_destroy(&ctx->lock);
+	free(ctx);
+}
+
+int kvdmabuf_query(struct kvdmabuf_ctx *ctx, struct kvdmabuf_state *st)
+{
+	unsigned int i;
+
+	if (!ctx || !st)
+		return -EINVAL;
+	memset(st, 0, sizeof(*st));
+	pthread_mutex_lock(&ctx->lock);
+	st->nr_regions = ctx->nr_regions;
+	st->nr_nics = ctx->nr_nics;
+	st->module = ctx->module_fd >= 0;
+	st->protocol_rdma = ctx->cfg.proto == KVD_PROTO_RDMA;
+	st->sleeps = ctx->sleeps;
+	st->wakes = ctx->wakes;
+	st->unbalanced_io_end = ctx->unbalanced_removed;
+	for (i = 0; i < ctx->nr_regions; i++) {
+		struct kvdmabuf_region *r = ctx->regions[i];
+
+		st->nr_asleep += r->asleep;
+		if (r->mode > 0 && r->mode <= KVDMABUF_MODE_NOREG)
+			st->nr_mode[r->mode]++;
+		st->inflight += kvd_io_count(&r->io);
+		st->unbalanced_io_end += atomic_load(&r->io.unbalanced);
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	return 0;
+}
+
+struct ibv_pd *kvdmabuf_pd(struct kvdmabuf_ctx *ctx, unsigned int nic)
+{
+	if (!ctx || nic >= ctx->nr_nics)
+		return NULL;
+	return ctx->nics[nic].pd;
+}

@@ -1,0 +1,226 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * internal.h - libkvdmabuf internals. Not installed. Names here start with
+ * kvd_ and are local to the shared library (version script); the host unit
+ * tests link the static library and use this header to swap backends.
+ */
+#ifndef KVDMABUF_INTERNAL_H
+#define KVDMABUF_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kvdmabuf.h"
+
+#define KVD_ERRMAX 512
+#define KVD_NAMEMAX 64
+
+/* ---- config (config.c) ---- */
+enum kvd_protocol { KVD_PROTO_RDMA = 1, KVD_PROTO_TCP = 2, KVD_PROTO_OTHER = 3 };
+
+struct kvd_config {
+	char protocol[KVD_NAMEMAX];
+	int proto;                       /* enum kvd_protocol */
+	char nics[KVDMABUF_MAX_NICS][KVD_NAMEMAX];
+	unsigned int nr_nics;
+	unsigned int drain_timeout_ms;
+	int module;                      /* enum kvdmabuf_module_use */
+	char cuda_library[256];          /* "" if not set */
+	char path[256];                  /* file it came from */
+};
+
+/*
+ * Resolve the config path (@path or $KVDMABUF_CONFIG) and parse it.
+ * On error returns -errno and writes a message into @err.
+ */
+int kvd_config_load(const char *path, struct kvd_config *cfg,
+		    char *err, size_t errlen);
+/* Parse YAML text (for tests); @name is used in messages. */
+int kvd_config_parse(const char *text, size_t len, const char *name,
+		     struct kvd_config *cfg, char *err, size_t errlen);
+/* The gate on a parsed config: 1 accepted, 0 refused (reason in @reason). */
+int kvd_gate_check(const struct kvd_config *cfg, char *reason, size_t len);
+
+/* ---- in-flight accounting (inflight.c) ---- */
+struct kvd_inflight {
+	_Atomic uint64_t count;
+	_Atomic int closed;
+	_Atomic int64_t busy_since_ns;  /* when count last left zero */
+	_Atomic uint64_t unbalanced;
+};
+int kvd_io_begin(struct kvd_inflight *io);
+void kvd_io_end(struct kvd_inflight *io);
+void kvd_io_close(struct kvd_inflight *io);
+void kvd_io_open(struct kvd_inflight *io);
+uint64_t kvd_io_count(struct kvd_inflight *io);
+int64_t kvd_now_ns(void);
+
+/* ---- backends ---- */
+struct kvd_mr {
+	void *handle;           /* struct ibv_mr *, or the fake NIC's record */
+	uint32_t lkey, rkey;
+};
+
+struct kvd_nic {
+	char name[KVD_NAMEMAX];
+	struct ibv_pd *pd;      /* the caller's or owned_pd */
+	struct ibv_pd *owned_pd;
+	struct ibv_context *owned_ctx;
+};
+
+/* What the module reports about a proxy (subset of its query). */
+struct kvd_proxy_info {
+	uint32_t state;         /* KVD_PROXY_BACKED / _REVOKED / _EMPTY */
+	uint64_t generation;
+	uint32_t nr_dynamic;
+	uint32_t nr_pinned;
+	uint32_t nr_blocking_pins;
+	uint32_t nr_mappings;
+};
+#define KVD_PROXY_EMPTY 0
+#define KVD_PROXY_BACKED 1
+#define KVD_PROXY_REVOKED 2
+
+#define KVD_ATTACH_REPLACE (1u << 0)
+
+/*
+ * Every side effect the sleep/wake engine has goes through this table:
+ * the real backends (CUDA/DRM export, verbs, the module) or, in host unit
+ * tests, fakes and fault injectors. Each returns 0 or -errno and, on
+ * failure, may set the context message with kvd_err().
+ */
+struct kvd_ops {
+	/* Fill ctx->nics (protocol rdma only). */
+	int (*nics_open)(struct kvdmabuf_ctx *ctx,
+			 const struct kvdmabuf_options *opts);
+	void (*nics_close)(struct kvdmabuf_ctx *ctx);
+	/* Export the current memory of a device region as a dma-buf fd. */
+	int (*export_dmabuf)(struct kvdmabuf_ctx *ctx,
+			     struct kvdmabuf_region *r, int *fd,
+			     uint64_t *offset);
+	int (*reg_dmabuf)(struct kvdmabuf_ctx *ctx, unsigned int nic, int fd,
+			  uint64_t offset, size_t len, uint64_t iova,
+			  struct kvd_mr *mr);
+	int (*reg_addr)(struct kvdmabuf_ctx *ctx, unsigned int nic,
+			void *addr, size_t len, struct kvd_mr *mr);
+	int (*dereg)(struct kvdmabuf_ctx *ctx, unsigned int nic,
+		     struct kvd_mr *mr);
+	/* Open the module's device: -ENOENT/-ENODEV when absent. */
+	int (*proxy_open)(struct kvdmabuf_ctx *ctx, int *devfd);
+	int (*proxy_create)(struct kvdmabuf_ctx *ctx, uint64_t size,
+			    int *proxy_fd, uint64_t *id);
+	int (*proxy_attach)(struct kvdmabuf_ctx *ctx, int proxy_fd,
+			    int backing_fd, uint64_t offset, unsigned int flags);
+	int (*proxy_revoke)(struct kvdmabuf_ctx *ctx, int proxy_fd,
+			    unsigned int timeout_ms);
+	int (*proxy_query)(struct kvdmabuf_ctx *ctx, int proxy_fd,
+			   struct kvd_proxy_info *info);
+};
+
+extern const struct kvd_ops kvd_default_ops;
+
+/* Real backends, for test ops that wrap them. */
+int kvd_verbs_nics_open(struct kvdmabuf_ctx *ctx,
+			const struct kvdmabuf_options *opts);
+void kvd_verbs_nics_close(struct kvdmabuf_ctx *ctx);
+int kvd_verbs_reg_dmabuf(struct kvdmabuf_ctx *ctx, unsigned int nic, int fd,
+			 uint64_t offset, size_t len, uint64_t iova,
+			 struct kvd_mr *mr);
+int kvd_verbs_reg_addr(struct kvdmabuf_ctx *ctx, unsigned int nic,
+		       void *addr, size_t len, struct kvd_mr *mr);
+int kvd_verbs_dereg(struct kvdmabuf_ctx *ctx, unsigned int nic,
+		    struct kvd_mr *mr);
+int kvd_export_dmabuf(struct kvdmabuf_ctx *ctx, struct kvdmabuf_region *r,
+		      int *fd, uint64_t *offset);
+int kvd_cuda_export(struct kvdmabuf_ctx *ctx, void *addr, size_t len,
+		    int *fd);
+void kvd_cuda_unload(struct kvdmabuf_ctx *ctx);
+int kvd_drm_export(struct kvdmabuf_ctx *ctx, int drm_fd, uint32_t handle,
+		   int *fd);
+int kvd_proxy_dev_open(struct kvdmabuf_ctx *ctx, int *devfd);
+int kvd_proxy_dev_create(struct kvdmabuf_ctx *ctx, uint64_t size,
+			 int *proxy_fd, uint64_t *id);
+int kvd_proxy_dev_attach(struct kvdmabuf_ctx *ctx, int proxy_fd,
+			 int backing_fd, uint64_t offset, unsigned int flags);
+int kvd_proxy_dev_revoke(struct kvdmabuf_ctx *ctx, int proxy_fd,
+			 unsigned int timeout_ms);
+int kvd_proxy_dev_query(struct kvdmabuf_ctx *ctx, int proxy_fd,
+			struct kvd_proxy_info *info);
+
+/* ---- objects ---- */
+struct kvd_cuda;
+
+struct kvdmabuf_region {
+	struct kvd_inflight io;          /* first: the hot part */
+	struct kvdmabuf_ctx *ctx;
+	void *addr;
+	size_t len;
+	int mem;
+	unsigned int flags;
+	char *tag;
+	int drm_fd;
+	uint32_t drm_handle;
+
+	int mode;
+	bool asleep;
+	int backing_fd;                  /* -1 when none */
+	uint64_t backing_off;
+	int proxy_fd;                    /* -1 when no proxy */
+	uint64_t proxy_id;
+	bool registered;                 /* mr[] valid */
+	struct kvd_mr mr[KVDMABUF_MAX_NICS];
+	struct kvd_mr last[KVDMABUF_MAX_NICS]; /* keys of the last registration */
+	uint64_t key_gen;
+	bool keys_changed;               /* callback pending */
+};
+
+struct kvdmabuf_ctx {
+	pthread_mutex_t lock;            /* recursive */
+	int in_callback;
+	char err[KVD_ERRMAX];
+
+	const struct kvd_ops *ops;
+	void *ops_arg;                   /* for test backends */
+
+	struct kvd_config cfg;
+	unsigned int drain_timeout_ms;
+	unsigned int revoke_timeout_ms;
+	unsigned int access;
+	kvdmabuf_drain_fn drain;
+	void *drain_arg;
+	kvdmabuf_keys_fn key_change;
+	void *key_change_arg;
+	char cuda_library[256];
+	struct kvd_cuda *cuda;           /* loaded at first use */
+
+	struct kvd_nic nics[KVDMABUF_MAX_NICS];
+	unsigned int nr_nics;
+	int module_fd;                   /* -1: module not in use */
+
+	struct kvdmabuf_region **regions;
+	unsigned int nr_regions, cap_regions;
+	uint64_t sleeps, wakes;
+	uint64_t unbalanced_removed;     /* from removed regions */
+};
+
+/* Open with a given backend table (tests); kvdmabuf_open() uses defaults. */
+int kvd_open_ops(const struct kvdmabuf_options *opts,
+		 const struct kvd_ops *ops, void *ops_arg,
+		 struct kvdmabuf_ctx **ctxp, char *err, size_t errlen);
+
+/* Set the context message; returns @rc (negative errno) for tail calls. */
+int kvd_err(struct kvdmabuf_ctx *ctx, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Prefix the current message: "<prefix>: <old message>". Returns @rc. */
+int kvd_err_prefix(struct kvdmabuf_ctx *ctx, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* region.c */
+int kvd_region_reg_all(struct kvdmabuf_region *r);
+int kvd_region_dereg_all(struct kvdmabuf_region *r);
+void kvd_region_destroy(struct kvdmabuf_region *r);
+void kvd_fire_key_callbacks(struct kvdmabuf_ctx *ctx);
+
+#endif /* KVDMABUF_INTERNAL_H */

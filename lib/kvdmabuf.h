@@ -1,0 +1,326 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvdmabuf.h - carry RDMA registrations of KV-cache regions through an
+ * engine's sleep (memory released) and wake (new memory at the same
+ * addresses).
+ *
+ * Conventions:
+ *  - every int-returning call returns >= 0 on success or a negative errno;
+ *    nothing depends on the global errno;
+ *  - a human-readable message for the last failure of a context is
+ *    available from kvdmabuf_strerror();
+ *  - a context and its regions may be used from several threads: sleep,
+ *    wake, region add/remove, query and the getters serialise on a
+ *    per-context lock; kvdmabuf_io_begin()/kvdmabuf_io_end() are lock-free
+ *    and callable from any thread at any time while the region exists.
+ *
+ * Typical use (engine side):
+ *
+ *   kvdmabuf_open(&opts, &ctx, err, sizeof(err));
+ *   kvdmabuf_region_add(ctx, &desc, &kv);   // once per KV region
+ *   kvdmabuf_region_keys(kv, 0, &lkey, &rkey, &gen); // publish to peers
+ *   ...
+ *   if (kvdmabuf_io_begin(kv) == 0) { post transfer ...; on completion
+ *                                      kvdmabuf_io_end(kv); }
+ *   ...
+ *   kvdmabuf_sleep(ctx, "kv_cache");  // before cuMemUnmap/cuMemRelease
+ *   kvdmabuf_wake(ctx, "kv_cache");   // after cuMemCreate/cuMemMap
+ */
+#ifndef KVDMABUF_H
+#define KVDMABUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct ibv_pd;
+
+/** Opaque library context: configuration, NICs, regions. */
+struct kvdmabuf_ctx;
+/** Opaque region: one address range registered on every NIC of a context. */
+struct kvdmabuf_region;
+
+/** Environment variable naming the YAML configuration file. */
+#define KVDMABUF_CONFIG_ENV "KVDMABUF_CONFIG"
+/** Most NICs (protection domains) one context handles. */
+#define KVDMABUF_MAX_NICS 8
+/** Default drain bound of kvdmabuf_sleep(), seconds. */
+#define KVDMABUF_DRAIN_TIMEOUT_S_DEFAULT 480
+
+/** Use of the kvdmabuf helper module (/dev/kvdmabuf). */
+enum kvdmabuf_module_use {
+	KVDMABUF_MODULE_DEFAULT = 0, /**< as configured (config default: auto) */
+	KVDMABUF_MODULE_AUTO = 1,    /**< use it when loaded */
+	KVDMABUF_MODULE_REQUIRE = 2, /**< kvdmabuf_open() fails without it */
+	KVDMABUF_MODULE_OFF = 3,     /**< never use it */
+};
+
+/** Memory kind of a region. */
+enum kvdmabuf_mem {
+	KVDMABUF_MEM_HOST = 1, /**< host memory, by address */
+	KVDMABUF_MEM_CUDA = 2, /**< CUDA device memory, by device address */
+	KVDMABUF_MEM_DRM = 3,  /**< DRM buffer: DRM device fd + GEM handle */
+};
+
+/** How a region is carried through sleep and wake (chosen, then reported). */
+enum kvdmabuf_mode {
+	/** Proxy dma-buf, every NIC follows moves: keys never change. */
+	KVDMABUF_MODE_FOLLOW = 1,
+	/** Deregistered at sleep, registered again at wake: keys change. */
+	KVDMABUF_MODE_REREGISTER = 2,
+	/** Host memory the engine keeps: registered, untouched by sleep. */
+	KVDMABUF_MODE_HOST = 3,
+	/** Protocol tcp: address recorded, nothing registered or pinned. */
+	KVDMABUF_MODE_NOREG = 4,
+};
+
+/**
+ * Engine drain callback, called repeatedly while kvdmabuf_sleep() drains.
+ * Return 1 when the engine's transfer queues hold no queued or running
+ * task, 0 while they still do, or a negative errno to abort the sleep
+ * (returned by kvdmabuf_sleep(); everything stays awake).
+ */
+typedef int (*kvdmabuf_drain_fn)(void *arg);
+
+/**
+ * Key-change callback: the keys of @region changed (new generation
+ * @key_gen); the engine republishes them to its peers. Called from the
+ * thread that runs kvdmabuf_sleep()/kvdmabuf_wake(), with the context lock
+ * held: it may call the getters (kvdmabuf_region_keys(), ..._info()), and
+ * gets -EDEADLK from sleep, wake, add and remove.
+ */
+typedef void (*kvdmabuf_keys_fn)(struct kvdmabuf_region *region,
+				 uint64_t key_gen, void *arg);
+
+/** Options of kvdmabuf_open(). Zero-initialise, then set what is needed. */
+struct kvdmabuf_options {
+	/** YAML config file; NULL: $KVDMABUF_CONFIG. One of them is required. */
+	const char *config_path;
+	/**
+	 * One protection domain per NIC (the transfer engine's own). With
+	 * none, the library opens the devices listed under `nics` in the
+	 * config (or every verbs device when none is listed) and allocates a
+	 * PD on each; see kvdmabuf_pd().
+	 */
+	struct ibv_pd *const *pds;
+	unsigned int nr_pds;
+	/** enum kvdmabuf_module_use; 0: as configured. */
+	int module;
+	/** Optional engine drain callback and its argument. */
+	kvdmabuf_drain_fn drain;
+	void *drain_arg;
+	/** Optional key-change callback and its argument. */
+	kvdmabuf_keys_fn key_change;
+	void *key_change_arg;
+	/** Path of the CUDA driver library; NULL: config, else libcuda.so.1. */
+	const char *cuda_library;
+	/** Drain bound in milliseconds; 0: config drain_timeout_s. */
+	unsigned int drain_timeout_ms;
+	/** ibv_access_flags of every MR; 0: local write, remote read/write. */
+	unsigned int access;
+	/** Must be zero. */
+	uint64_t reserved[8];
+};
+
+/**
+ * kvdmabuf_open() - open a context.
+ * @opts: options (see struct kvdmabuf_options)
+ * @ctxp: the new context on success
+ * @err, @errlen: optional buffer for the reason of a failure
+ *
+ * Reads and checks the config, applies the gate (kvdmabuf_gate()), checks
+ * the machine against it (protocol rdma needs a usable verbs device) and
+ * opens the helper module as asked.
+ *
+ * Return: 0; -EINVAL bad options or config; -ENOENT no config;
+ * -EPROTONOSUPPORT sleep refused by the gate (reason in @err); -ENODEV no
+ * verbs device for protocol rdma, or module required and absent;
+ * -ENOMEM; other negative errno from verbs or the module.
+ */
+int kvdmabuf_open(const struct kvdmabuf_options *opts,
+		  struct kvdmabuf_ctx **ctxp, char *err, size_t errlen);
+
+/**
+ * kvdmabuf_close() - remove every region (deregister, close every fd) and
+ * free the context. Regions must have no transfer in flight.
+ */
+void kvdmabuf_close(struct kvdmabuf_ctx *ctx);
+
+/**
+ * kvdmabuf_strerror() - message of the last failure on @ctx ("" if none).
+ * The string stays valid until the next failing call on @ctx.
+ */
+const char *kvdmabuf_strerror(const struct kvdmabuf_ctx *ctx);
+
+/**
+ * kvdmabuf_gate() - is sleep supported with this configuration?
+ * @config_path: config file, NULL: $KVDMABUF_CONFIG
+ * @reason, @reason_len: optional buffer for the reason (either answer)
+ *
+ * Accepts protocols rdma and tcp; refuses nvlink and any other protocol,
+ * and refuses whenever MC_FORCE_MNNVL, MC_INTRANODE_NVLINK or
+ * MC_INTRA_NVLINK is set to any value (also "0"), since a transfer engine
+ * then hands peers handles to GPU memory that re-registering cannot reach.
+ * Loads no CUDA library and opens no device.
+ *
+ * Return: 1 supported, 0 refused, negative errno when the config is
+ * missing (-ENOENT, naming the variable and path) or invalid (-EINVAL).
+ */
+int kvdmabuf_gate(const char *config_path, char *reason, size_t reason_len);
+
+/** Region flag: the engine releases this host memory at sleep and maps new
+ *  memory at wake, so it goes through deregister/register like device
+ *  memory (mode REREGISTER instead of HOST). */
+#define KVDMABUF_REGION_RELEASED_AT_SLEEP (1u << 0)
+
+/** Description of a region for kvdmabuf_region_add(). Zero-initialise. */
+struct kvdmabuf_region_desc {
+	void *addr;           /**< start, page aligned */
+	size_t len;           /**< length, page aligned, > 0 */
+	int mem;              /**< enum kvdmabuf_mem */
+	unsigned int flags;   /**< KVDMABUF_REGION_* */
+	const char *tag;      /**< e.g. "kv_cache", "weights"; copied; NULL: "" */
+	int drm_fd;           /**< KVDMABUF_MEM_DRM: DRM device fd (not owned) */
+	uint32_t drm_handle;  /**< KVDMABUF_MEM_DRM: GEM handle */
+	uint64_t reserved[4]; /**< must be zero */
+};
+
+/**
+ * kvdmabuf_region_add() - export and register a region on every NIC.
+ *
+ * Chooses the mode: protocol tcp -> NOREG; host memory -> HOST (or
+ * REREGISTER with KVDMABUF_REGION_RELEASED_AT_SLEEP); device memory ->
+ * exported as a dma-buf, placed behind a proxy when the module is in use
+ * and registered with ibv_reg_dmabuf_mr(); FOLLOW only when the module
+ * reports that no importer of the proxy pins it, else REREGISTER.
+ * A NIC without dma-buf MRs (EOPNOTSUPP) gets ibv_reg_mr() for
+ * CPU-visible memory; device memory then fails with -EOPNOTSUPP.
+ *
+ * Return: 0; -EINVAL bad description (alignment, overlap, flags);
+ * -EOPNOTSUPP no way to register this memory; -ELIBACC CUDA driver
+ * library cannot be loaded; -ENODEV device without dma-buf support;
+ * -EDEADLK from a callback; other negative errno.
+ */
+int kvdmabuf_region_add(struct kvdmabuf_ctx *ctx,
+			const struct kvdmabuf_region_desc *desc,
+			struct kvdmabuf_region **regionp);
+
+/**
+ * kvdmabuf_region_remove() - deregister, drop every fd and free @region.
+ * Return: 0; -EBUSY a transfer is in flight; -EDEADLK from a callback.
+ */
+int kvdmabuf_region_remove(struct kvdmabuf_region *region);
+
+/**
+ * kvdmabuf_region_set_drm_handle() - new GEM handle of a DRM region, for
+ * the next kvdmabuf_wake() (a DRM engine's "new memory at the same
+ * address"). Only while the region is asleep. Return: 0; -EBUSY awake;
+ * -EINVAL not a DRM region.
+ */
+int kvdmabuf_region_set_drm_handle(struct kvdmabuf_region *region,
+				   int drm_fd, uint32_t handle);
+
+/**
+ * kvdmabuf_region_find() - the region containing [addr, addr+len), or NULL.
+ */
+struct kvdmabuf_region *kvdmabuf_region_find(struct kvdmabuf_ctx *ctx,
+					     const void *addr, size_t len);
+
+/**
+ * kvdmabuf_region_keys() - keys of @region on NIC @nic.
+ * @key_gen: optional; the key generation, which changes exactly when keys
+ * change (starts at 1).
+ * Return: 0; -ENOENT not registered (NOREG, or asleep in REREGISTER);
+ * -EINVAL bad NIC index.
+ */
+int kvdmabuf_region_keys(struct kvdmabuf_region *region, unsigned int nic,
+			 uint32_t *lkey, uint32_t *rkey, uint64_t *key_gen);
+
+/** State of one region (kvdmabuf_region_info()). */
+struct kvdmabuf_region_info {
+	void *addr;
+	size_t len;
+	int mem;             /**< enum kvdmabuf_mem */
+	int mode;            /**< enum kvdmabuf_mode */
+	int asleep;          /**< 1 between a successful sleep and wake */
+	int proxied;         /**< registered on a proxy dma-buf */
+	const char *tag;     /**< valid while the region exists */
+	uint64_t key_gen;
+	uint64_t inflight;   /**< transfers between io_begin and io_end */
+	uint64_t proxy_id;   /**< module's proxy id, 0 if none */
+};
+int kvdmabuf_region_info(struct kvdmabuf_region *region,
+			 struct kvdmabuf_region_info *info);
+
+/** State of a context (kvdmabuf_query()). */
+struct kvdmabuf_state {
+	unsigned int nr_regions;
+	unsigned int nr_asleep;
+	unsigned int nr_mode[5];  /**< indexed by enum kvdmabuf_mode */
+	unsigned int nr_nics;
+	int module;               /**< 1: helper module in use */
+	int protocol_rdma;        /**< 1: rdma, 0: tcp */
+	uint64_t inflight;        /**< sum over regions */
+	uint64_t sleeps, wakes;   /**< successful calls that did work */
+	uint64_t unbalanced_io_end; /**< io_end without io_begin (ignored) */
+};
+int kvdmabuf_query(struct kvdmabuf_ctx *ctx, struct kvdmabuf_state *state);
+
+/** kvdmabuf_pd() - protection domain of NIC @nic, or NULL. */
+struct ibv_pd *kvdmabuf_pd(struct kvdmabuf_ctx *ctx, unsigned int nic);
+
+/** kvdmabuf_mode_name() - "follow", "reregister", "host", "noreg", "?". */
+const char *kvdmabuf_mode_name(int mode);
+
+/**
+ * kvdmabuf_io_begin() - a transfer touching @region starts.
+ * Lock-free, any thread.
+ * Return: 0, then call kvdmabuf_io_end() exactly once when the transfer
+ * has completed; -ESHUTDOWN the region is going to sleep or asleep (do not
+ * touch it).
+ */
+int kvdmabuf_io_begin(struct kvdmabuf_region *region);
+/** kvdmabuf_io_end() - the transfer begun by kvdmabuf_io_begin() ended. */
+void kvdmabuf_io_end(struct kvdmabuf_region *region);
+
+/**
+ * kvdmabuf_sleep() - release the registrations of the regions tagged @tag
+ * (NULL: every region) before the engine unmaps their memory.
+ *
+ * Stops new I/O on those regions, drains (no transfer in flight and the
+ * drain callback says idle) within the drain bound, then per region:
+ * FOLLOW -> revoke the proxy; REREGISTER -> deregister (and revoke);
+ * finally closes the old backing fds so nothing holds the old memory.
+ * HOST regions are untouched; NOREG regions only stop I/O.
+ * All or nothing: on failure every region is awake and registered again,
+ * with the old memory. Regions already asleep are skipped: sleeping twice
+ * succeeds and does nothing.
+ *
+ * Return: 0; -ETIMEDOUT drain bound reached (message says how many
+ * transfers were in flight and for how long); error of the drain callback;
+ * -EBUSY an importer pins a proxy; -EDEADLK from a callback; other
+ * negative errno of a failed step.
+ */
+int kvdmabuf_sleep(struct kvdmabuf_ctx *ctx, const char *tag);
+
+/**
+ * kvdmabuf_wake() - after the engine mapped new memory at the same
+ * addresses: export it and attach it behind the proxies (FOLLOW: keys
+ * unchanged) or register again (REREGISTER: new keys, key generation + 1,
+ * key-change callback), then allow I/O again.
+ * All or nothing: on failure every region of the call is asleep again (no
+ * fd, MR or mapping of the new memory kept) so a retry starts clean.
+ * Regions already awake are skipped.
+ *
+ * Return: 0; negative errno of the failed step.
+ */
+int kvdmabuf_wake(struct kvdmabuf_ctx *ctx, const char *tag);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVDMABUF_H */

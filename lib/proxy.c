@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: MIT
+/*
+ * proxy.c - the helper module's uapi (/dev/kvdmabuf): version check,
+ * create, attach/replace, revoke, query of proxy dma-bufs.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "../uapi/kvdmabuf.h"
+#include "internal.h"
+
+static int xioctl(int fd, unsigned long cmd, void *arg)
+{
+	int rc;
+
+	do {
+		rc = ioctl(fd, cmd, arg);
+	} while (rc < 0 && errno == EINTR && cmd != KVDMABUF_IOCTL_REVOKE &&
+		 cmd != KVDMABUF_IOCTL_ATTACH);
+	return rc < 0 ? -errno : 0;
+}
+
+int kvd_proxy_dev_open(struct kvdmabuf_ctx *ctx, int *devfd)
+{
+	struct kvdmabuf_version v;
+	int fd, rc;
+
+	fd = open(KVDMABUF_DEVICE_PATH, O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		rc = -errno;
+		return kvd_err(ctx, rc, "%s cannot be opened: %s (is the "
+			       "kvdmabuf module loaded?)",
+			       KVDMABUF_DEVICE_PATH, strerror(-rc));
+	}
+	memset(&v, 0, sizeof(v));
+	v.size = sizeof(v);
+	rc = xioctl(fd, KVDMABUF_IOCTL_VERSION, &v);
+	if (rc) {
+		close(fd);
+		return kvd_err(ctx, rc, "%s: version ioctl failed: %s",
+			       KVDMABUF_DEVICE_PATH, strerror(-rc));
+	}
+	if ((v.version >> 16) != KVDMABUF_API_VERSION_MAJOR) {
+		close(fd);
+		return kvd_err(ctx, -EPROTO, "%s speaks API %u.%u, this library "
+			       "needs %u.x", KVDMABUF_DEVICE_PATH,
+			       v.version >> 16, v.version & 0xffff,
+			       KVDMABUF_API_VERSION_MAJOR);
+	}
+	*devfd = fd;
+	return 0;
+}
+
+int kvd_proxy_dev_create(struct kvdmabuf_ctx *ctx, uint64_t size,
+			 int *proxy_fd, uint64_t *id)
+{
+	struct kvdmabuf_create c;
+	int rc;
+
+	memset(&c, 0, sizeof(c));
+	c.size = sizeof(c);
+	c.length = size;
+	rc = xioctl(ctx->module_fd, KVDMABUF_IOCTL_CREATE, &c);
+	if (rc)
+		return kvd_err(ctx, rc, "kvdmabuf create (%llu bytes) failed: "
+			       "%s", (unsigned long long)size, strerror(-rc));
+	*proxy_fd = (int)c.fd;
+	*id = c.id;
+	return 0;
+}
+
+int kvd_proxy_dev_attach(struct kvdmabuf_ctx *ctx, int proxy_fd,
+			 int backing_fd, uint64_t offset, unsigned int flags)
+{
+	struct kvdmabuf_attach a;
+	int rc;
+
+	memset(&a, 0, sizeof(a));
+	a.size = sizeof(a);
+	a.flags = (flags & KVD_ATTACH_REPLACE) ? KVDMABUF_ATTACH_REPLACE : 0;
+	a.proxy_fd = (__u32)proxy_fd;
+	a.backing_fd = (__u32)backing_fd;
+	a.offset = offset;
+	a.timeout_ms = ctx->revoke_timeout_ms;
+	rc = xioctl(ctx->module_fd, KVDMABUF_IOCTL_ATTACH, &a);
+	if (rc)
+		return kvd_err(ctx, rc, "kvdmabuf attach (proxy fd %d, backing "
+			       "fd %d, offset %llu) failed: %s", proxy_fd,
+			       backing_fd, (unsigned long long)offset,
+			       strerror(-rc));
+	return 0;
+}
+
+int kvd_proxy_dev_revoke(struct kvdmabuf_ctx *ctx, int proxy_fd,
+			 unsigned int timeout_ms)
+{
+	struct kvdmabuf_revoke r;
+	int rc;
+
+	memset(&r, 0, sizeof(r));
+	r.size = sizeof(r);
+	r.proxy_fd = (__u32)proxy_fd;
+	r.timeout_ms = timeout_ms;
+	rc = xioctl(ctx->module_fd, KVDMABUF_IOCTL_REVOKE, &r);
+	if (rc == -EBUSY)
+		return kvd_err(ctx, rc, "kvdmabuf revoke (proxy fd %d): an "
+			       "importer holds a blocking pin", proxy_fd);
+	if (rc)
+		return kvd_err(ctx, rc, "kvdmabuf revoke (proxy fd %d, %u ms) "
+			       "failed: %s", proxy_fd, timeout_ms,
+			       strerror(-rc));
+	return 0;
+}
+
+int kvd_proxy_dev_query(struct kvdmabuf_ctx *ctx, int proxy_fd,
+			struct kvd_proxy_info *info)
+{
+	struct kvdmabuf_query q;
+	int rc;
+
+	memset(&q, 0, sizeof(q));
+	q.size = sizeof(q);
+	q.proxy_fd = (__u32)proxy_fd;
+	rc = xioctl(ctx->module_fd, KVDMABUF_IOCTL_QUERY, &q);
+	if (rc)
+		return kvd_err(ctx, rc, "kvdmabuf query (proxy fd %d) failed: "
+			       "%s", proxy_fd, strerror(-rc));
+	memset(info, 0, sizeof(*info));
+	info->state = q.state == KVDMABUF_STATE_BACKED ? KVD_PROXY_BACKED :
+		      q.state == KVDMABUF_STATE_REVOKED ? KVD_PROXY_REVOKED :
+		      KVD_PROXY_EMPTY;
+	info->generation = q.generation;
+	info->nr_dynamic = q.dynamic_importers;
+	info->nr_pinned = q.pinned_importers;
+	info->nr_blocking_pins = q.blocking_pins;
+	info->nr_mappings = q.live_mappings;
+	return 0;
+}

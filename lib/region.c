@@ -1,0 +1,430 @@
+// SPDX-License-Identifier: MIT
+/*
+ * region.c - regions: add (export, proxy, register, choose the mode),
+ * remove, registration on every NIC, getters.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static bool region_cpu_visible(const struct kvdmabuf_region *r)
+{
+	return r->mem == KVDMABUF_MEM_HOST;
+}
+
+/* Register on NIC @i: on the proxy, else the backing, else by address. */
+static int reg_one(struct kvdmabuf_region *r, unsigned int i)
+{
+	struct kvdmabuf_ctx *ctx = r->ctx;
+	const struct kvd_ops *ops = ctx->ops;
+	struct kvd_mr *mr = &r->mr[i];
+	int fd = r->proxy_fd >= 0 ? r->proxy_fd : r->backing_fd;
+	uint64_t off = r->proxy_fd >= 0 ? 0 : r->backing_off;
+	int rc;
+
+	if (fd < 0)
+		return ops->reg_addr(ctx, i, r->addr, r->len, mr);
+	rc = ops->reg_dmabuf(ctx, i, fd, off, r->len,
+			     (uint64_t)(uintptr_t)r->addr, mr);
+	if (rc != -EOPNOTSUPP)
+		return rc;
+	if (!region_cpu_visible(r))
+		return kvd_err_prefix(ctx, rc, "NIC %s has no dma-buf memory "
+				      "regions and this device memory is not "
+				      "CPU-visible", ctx->nics[i].name);
+	return ops->reg_addr(ctx, i, r->addr, r->len, mr);
+}
+
+static int dereg_one(struct kvdmabuf_region *r, unsigned int i)
+{
+	return r->ctx->ops->dereg(r->ctx, i, &r->mr[i]);
+}
+
+/* Keys changed against @old (or first registration): new generation. */
+static void keys_update(struct kvdmabuf_region *r, const struct kvd_mr *old)
+{
+	unsigned int i;
+	bool changed = r->key_gen == 0;
+
+	for (i = 0; i < r->ctx->nr_nics; i++)
+		if (old[i].lkey != r->mr[i].lkey ||
+		    old[i].rkey != r->mr[i].rkey)
+			changed = true;
+	if (changed) {
+		r->key_gen++;
+		r->keys_changed = r->key_gen > 1;
+	}
+}
+
+/* All NICs or none. */
+int kvd_region_reg_all(struct kvdmabuf_region *r)
+{
+	struct kvd_mr old[KVDMABUF_MAX_NICS];
+	unsigned int i;
+	int rc;
+
+	memcpy(old, r->last, sizeof(old));
+	for (i = 0; i < r->ctx->nr_nics; i++) {
+		rc = reg_one(r, i);
+		if (rc) {
+			while (i--)
+				dereg_one(r, i);
+			return rc;
+		}
+	}
+	r->registered = true;
+	keys_update(r, old);
+	memcpy(r->last, r->mr, sizeof(r->last));
+	return 0;
+}
+
+/* All NICs or none: a failed deregistration registers the others again. */
+int kvd_region_dereg_all(struct kvdmabuf_region *r)
+{
+	struct kvd_mr old[KVDMABUF_MAX_NICS];
+	unsigned int i, j;
+	int rc;
+
+	if (!r->registered)
+		return 0;
+	for (i = 0; i < r->ctx->nr_nics; i++) {
+		rc = dereg_one(r, i);
+		if (!rc)
+			continue;
+		memcpy(old, r->last, sizeof(old));
+		for (j = 0; j < i; j++)
+			if (reg_one(r, j)) {
+				kvd_err_prefix(r->ctx, rc, "re-registering "
+					       "after a failed deregistration "
+					       "also failed (region left "
+					       "partly registered)");
+				break;
+			}
+		keys_update(r, old);
+		memcpy(r->last, r->mr, sizeof(r->last));
+		return rc;
+	}
+	r->registered = false;
+	return 0;
+}
+
+static void fd_close(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+/* Undo everything of a region (ctx locked) and free it. */
+void kvd_region_destroy(struct kvdmabuf_region *r)
+{
+	struct kvdmabuf_ctx *ctx = r->ctx;
+	unsigned int i;
+
+	if (r->registered) {
+		for (i = 0; i < ctx->nr_nics; i++)
+			dereg_one(r, i);
+		r->registered = false;
+	}
+	fd_close(&r->proxy_fd);
+	fd_close(&r->backing_fd);
+	for (i = 0; i < ctx->nr_regions; i++)
+		if (ctx->regions[i] == r) {
+			memmove(&ctx->regions[i], &ctx->regions[i + 1],
+				(ctx->nr_regions - i - 1) * sizeof(r));
+			ctx->nr_regions--;
+			break;
+		}
+	ctx->unbalanced_removed += atomic_load(&r->io.unbalanced);
+	free(r->tag);
+	free(r);
+}
+
+static int desc_check(struct kvdmabuf_ctx *ctx,
+		      const struct kvdmabuf_region_desc *d)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	uintptr_t a = (uintptr_t)d->addr;
+	unsigned int i;
+
+	for (i = 0; i < 4; i++)
+		if (d->reserved[i])
+			return kvd_err(ctx, -EINVAL, "region: reserved fields "
+				       "must be zero");
+	if (!d->addr || !d->len || a % (uintptr_t)page ||
+	    d->len % (size_t)page || a + d->len < a)
+		return kvd_err(ctx, -EINVAL, "region %p+%zu: address and length "
+			       "must be non-zero and page aligned", d->addr,
+			       d->len);
+	if (d->mem < KVDMABUF_MEM_HOST || d->mem > KVDMABUF_MEM_DRM)
+		return kvd_err(ctx, -EINVAL, "region: unknown memory kind %d",
+			       d->mem);
+	if (d->flags & ~KVDMABUF_REGION_RELEASED_AT_SLEEP)
+		return kvd_err(ctx, -EINVAL, "region: unknown flags 0x%x",
+			       d->flags);
+	if ((d->flags & KVDMABUF_REGION_RELEASED_AT_SLEEP) &&
+	    d->mem != KVDMABUF_MEM_HOST)
+		return kvd_err(ctx, -EINVAL, "region: RELEASED_AT_SLEEP is for "
+			       "host memory (device memory is always "
+			       "released)");
+	if (d->mem == KVDMABUF_MEM_DRM && d->drm_fd < 0)
+		return kvd_err(ctx, -EINVAL, "region: DRM memory needs drm_fd");
+	if (d->tag && strlen(d->tag) >= KVD_NAMEMAX)
+		return kvd_err(ctx, -EINVAL, "region: tag too long");
+	for (i = 0; i < ctx->nr_regions; i++) {
+		const struct kvdmabuf_region *o = ctx->regions[i];
+		uintptr_t oa = (uintptr_t)o->addr;
+
+		if (a < oa + o->len && oa < a + d->len)
+			return kvd_err(ctx, -EINVAL, "region %p+%zu overlaps "
+				       "region %p+%zu", d->addr, d->len,
+				       o->addr, o->len);
+	}
+	return 0;
+}
+
+static int region_setup(struct kvdmabuf_region *r)
+{
+	struct kvdmabuf_ctx *ctx = r->ctx;
+	const struct kvd_ops *ops = ctx->ops;
+	struct kvd_proxy_info pi;
+	int rc;
+
+	if (ctx->cfg.proto != KVD_PROTO_RDMA) {
+		r->mode = KVDMABUF_MODE_NOREG;
+		r->key_gen = 1;
+		return 0;
+	}
+	if (r->mem == KVDMABUF_MEM_HOST) {
+		r->mode = (r->flags & KVDMABUF_REGION_RELEASED_AT_SLEEP) ?
+			  KVDMABUF_MODE_REREGISTER : KVDMABUF_MODE_HOST;
+		return kvd_region_reg_all(r);
+	}
+	rc = ops->export_dmabuf(ctx, r, &r->backing_fd, &r->backing_off);
+	if (rc) {
+		r->backing_fd = -1;
+		return kvd_err_prefix(ctx, rc, "export");
+	}
+	r->mode = KVDMABUF_MODE_REREGISTER;
+	if (ctx->module_fd >= 0) {
+		rc = ops->proxy_create(ctx, r->len, &r->proxy_fd, &r->proxy_id);
+		if (rc) {
+			r->proxy_fd = -1;
+			return rc;
+		}
+		rc = ops->proxy_attach(ctx, r->proxy_fd, r->backing_fd,
+				       r->backing_off, 0);
+		if (rc)
+			return rc;
+	}
+	rc = kvd_region_reg_all(r);
+	if (rc)
+		return rc;
+	if (r->proxy_fd < 0)
+		return 0;
+	/* Measured, never assumed: FOLLOW only if nothing pins the proxy. */
+	rc = ops->proxy_query(ctx, r->proxy_fd, &pi);
+	if (rc)
+		return rc;
+	if (!pi.nr_pinned && !pi.nr_blocking_pins)
+		r->mode = KVDMABUF_MODE_FOLLOW;
+	return 0;
+}
+
+int kvdmabuf_region_add(struct kvdmabuf_ctx *ctx,
+			const struct kvdmabuf_region_desc *desc,
+			struct kvdmabuf_region **regionp)
+{
+	struct kvdmabuf_region *r, **arr;
+	int rc;
+
+	if (!ctx || !desc || !regionp)
+		return -EINVAL;
+	pthread_mutex_lock(&ctx->lock);
+	if (ctx->in_callback) {
+		rc = kvd_err(ctx, -EDEADLK, "region_add from a callback");
+		goto out;
+	}
+	rc = desc_check(ctx, desc);
+	if (rc)
+		goto out;
+	if (ctx->nr_regions == ctx->cap_regions) {
+		unsigned int cap = ctx->cap_regions ? ctx->cap_regions * 2 : 8;
+
+		arr = realloc(ctx->regions, cap * sizeof(*arr));
+		if (!arr) {
+			rc = kvd_err(ctx, -ENOMEM, "out of memory");
+			goto out;
+		}
+		ctx->regions = arr;
+		ctx->cap_regions = cap;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r || !(r->tag = strdup(desc->tag ? desc->tag : ""))) {
+		free(r);
+		rc = kvd_err(ctx, -ENOMEM, "out of memory");
+		goto out;
+	}
+	r->ctx = ctx;
+	r->addr = desc->addr;
+	r->len = desc->len;
+	r->mem = desc->mem;
+	r->flags = desc->flags;
+	r->drm_fd = desc->drm_fd;
+	r->drm_handle = desc->drm_handle;
+	r->backing_fd = -1;
+	r->proxy_fd = -1;
+
+	rc = region_setup(r);
+	if (rc) {
+		kvd_err_prefix(ctx, rc, "region %p+%zu (tag '%s')", r->addr,
+			       r->len, r->tag);
+		kvd_region_destroy(r);   /* not in ctx->regions yet */
+		goto out;
+	}
+	ctx->regions[ctx->nr_regions++] = r;
+	r->keys_changed = false;
+	*regionp = r;
+out:
+	pthread_mutex_unlock(&ctx->lock);
+	return rc;
+}
+
+int kvdmabuf_region_remove(struct kvdmabuf_region *r)
+{
+	struct kvdmabuf_ctx *ctx;
+	int rc = 0;
+
+	if (!r)
+		return -EINVAL;
+	ctx = r->ctx;
+	pthread_mutex_lock(&ctx->lock);
+	if (ctx->in_callback)
+		rc = kvd_err(ctx, -EDEADLK, "region_remove from a callback");
+	else if (kvd_io_count(&r->io))
+		rc = kvd_err(ctx, -EBUSY, "region %p+%zu: %llu transfers in "
+			     "flight", r->addr, r->len,
+			     (unsigned long long)kvd_io_count(&r->io));
+	else
+		kvd_region_destroy(r);
+	pthread_mutex_unlock(&ctx->lock);
+	return rc;
+}
+
+int kvdmabuf_region_set_drm_handle(struct kvdmabuf_region *r, int drm_fd,
+				   uint32_t handle)
+{
+	struct kvdmabuf_ctx *ctx;
+	int rc = 0;
+
+	if (!r || drm_fd < 0)
+		return -EINVAL;
+	ctx = r->ctx;
+	pthread_mutex_lock(&ctx->lock);
+	if (r->mem != KVDMABUF_MEM_DRM) {
+		rc = kvd_err(ctx, -EINVAL, "not a DRM region");
+	} else if (!r->asleep) {
+		rc = kvd_err(ctx, -EBUSY, "DRM handle can only change while "
+			     "the region is asleep");
+	} else {
+		r->drm_fd = drm_fd;
+		r->drm_handle = handle;
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	return rc;
+}
+
+struct kvdmabuf_region *kvdmabuf_region_find(struct kvdmabuf_ctx *ctx,
+					     const void *addr, size_t len)
+{
+	struct kvdmabuf_region *found = NULL;
+	uintptr_t a = (uintptr_t)addr;
+	unsigned int i;
+
+	if (!ctx)
+		return NULL;
+	pthread_mutex_lock(&ctx->lock);
+	for (i = 0; i < ctx->nr_regions; i++) {
+		struct kvdmabuf_region *r = ctx->regions[i];
+		uintptr_t ra = (uintptr_t)r->addr;
+
+		if (a >= ra && a - ra <= r->len && len <= r->len - (a - ra)) {
+			found = r;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	return found;
+}
+
+int kvdmabuf_region_keys(struct kvdmabuf_region *r, unsigned int nic,
+			 uint32_t *lkey, uint32_t *rkey, uint64_t *key_gen)
+{
+	struct kvdmabuf_ctx *ctx;
+	int rc = 0;
+
+	if (!r)
+		return -EINVAL;
+	ctx = r->ctx;
+	pthread_mutex_lock(&ctx->lock);
+	if (nic >= ctx->nr_nics) {
+		rc = -EINVAL;
+	} else if (!r->registered) {
+		rc = -ENOENT;
+	} else {
+		if (lkey)
+			*lkey = r->mr[nic].lkey;
+		if (rkey)
+			*rkey = r->mr[nic].rkey;
+	}
+	if (key_gen)
+		*key_gen = r->key_gen;
+	pthread_mutex_unlock(&ctx->lock);
+	return rc;
+}
+
+int kvdmabuf_region_info(struct kvdmabuf_region *r,
+			 struct kvdmabuf_region_info *info)
+{
+	struct kvdmabuf_ctx *ctx;
+
+	if (!r || !info)
+		return -EINVAL;
+	ctx = r->ctx;
+	memset(info, 0, sizeof(*info));
+	pthread_mutex_lock(&ctx->lock);
+	info->addr = r->addr;
+	info->len = r->len;
+	info->mem = r->mem;
+	info->mode = r->mode;
+	info->asleep = r->asleep;
+	info->proxied = r->proxy_fd >= 0;
+	info->tag = r->tag;
+	info->key_gen = r->key_gen;
+	info->inflight = kvd_io_count(&r->io);
+	info->proxy_id = r->proxy_id;
+	pthread_mutex_unlock(&ctx->lock);
+	return 0;
+}
+
+void kvd_fire_key_callbacks(struct kvdmabuf_ctx *ctx)
+{
+	unsigned int i;
+
+	for (i = 0; i < ctx->nr_regions; i++) {
+		struct kvdmabuf_region *r = ctx->regions[i];
+
+		if (!r->keys_changed)
+			continue;
+		r->keys_changed = false;
+		if (!ctx->key_change)
+			continue;
+		ctx->in_callback++;
+		ctx->key_change(r, r->key_gen, ctx->key_change_arg);
+		ctx->in_callback--;
+	}
+}

@@ -1,0 +1,367 @@
+// SPDX-License-Identifier: MIT
+/*
+ * sleep.c - sleep and wake: stop I/O, drain, release / restore every
+ * targeted region, all or nothing, idempotent.
+ *
+ * Sleep runs in two phases so that it can be undone: phase 1 does the
+ * reversible steps (deregister, revoke) while the old backing fd is kept;
+ * only when every region succeeded, phase 2 closes the old backing fds
+ * (cannot fail), after which nothing of ours holds the old memory.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static bool tag_match(const struct kvdmabuf_region *r, const char *tag)
+{
+	return !tag || !strcmp(r->tag, tag);
+}
+
+static void fd_close(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+static void region_name(const struct kvdmabuf_region *r, unsigned int idx,
+			char *buf, size_t len)
+{
+	snprintf(buf, len, "region %u (%s, tag '%s', %p+%zu)", idx,
+		 kvdmabuf_mode_name(r->mode), r->tag, r->addr, r->len);
+}
+
+/* Append a rollback failure to the message of the original error. */
+static void note_rollback(struct kvdmabuf_ctx *ctx, const char *saved,
+			  const char *what, int rc)
+{
+	char msg[KVD_ERRMAX];
+
+	snprintf(msg, sizeof(msg), "%s; rollback also failed: %s (%s)", saved,
+		 what, strerror(-rc));
+	memcpy(ctx->err, msg, sizeof(ctx->err));
+}
+
+/* ---- drain ---- */
+
+static int drain(struct kvdmabuf_ctx *ctx, struct kvdmabuf_region **t,
+		 unsigned int n)
+{
+	int64_t start = kvd_now_ns();
+	int64_t deadline = start + (int64_t)ctx->drain_timeout_ms * 1000000;
+	struct timespec ts = { 0, 100000 };
+	uint64_t total;
+	unsigned int i, busy_regions;
+	int64_t now, oldest;
+	int idle, rc;
+
+	for (;;) {
+		total = 0;
+		busy_regions = 0;
+		oldest = 0;
+		for (i = 0; i < n; i++) {
+			uint64_t c = kvd_io_count(&t[i]->io);
+
+			if (c) {
+				int64_t s = atomic_load(&t[i]->io.busy_since_ns);
+
+				total += c;
+				busy_regions++;
+				if (!oldest || s < oldest)
+					oldest = s;
+			}
+		}
+		idle = 1;
+		if (ctx->drain) {
+			rc = ctx->drain(ctx->drain_arg);
+			if (rc < 0)
+				return kvd_err(ctx, rc, "sleep: engine drain "
+					       "callback failed: %s; everything "
+					       "stays registered and awake",
+					       strerror(-rc));
+			idle = rc > 0;
+		}
+		if (!total && idle)
+			return 0;
+		now = kvd_now_ns();
+		if (now >= deadline)
+			break;
+		nanosleep(&ts, NULL);
+		if (ts.tv_nsec < 10000000)
+			ts.tv_nsec *= 2;
+	}
+	if (total)
+		return kvd_err(ctx, -ETIMEDOUT, "sleep: drain timed out after "
+			       "%.3f s: %llu transfer(s) still in flight on %u "
+			       "region(s), the count above zero without a "
+			       "break for %.3f s (a transfer path that misses "
+			       "kvdmabuf_io_end()?)%s; everything stays "
+			       "registered and awake",
+			       (now - start) / 1e9, (unsigned long long)total,
+			       busy_regions, (now - oldest) / 1e9,
+			       idle ? "" : "; the engine drain callback also "
+			       "still reports busy queues");
+	return kvd_err(ctx, -ETIMEDOUT, "sleep: drain timed out after %.3f s: "
+		       "no transfer in flight here, but the engine drain "
+		       "callback still reports busy queues; everything stays "
+		       "registered and awake", (now - start) / 1e9);
+}
+
+/* ---- one region ---- */
+
+static int sleep_one(struct kvdmabuf_region *r)
+{
+	struct kvdmabuf_ctx *ctx = r->ctx;
+	char saved[KVD_ERRMAX];
+	int rc, rc2;
+
+	switch (r->mode) {
+	case KVDMABUF_MODE_FOLLOW:
+		return ctx->ops->proxy_revoke(ctx, r->proxy_fd,
+					      ctx->revoke_timeout_ms);
+	case KVDMABUF_MODE_REREGISTER:
+		rc = kvd_region_dereg_all(r);
+		if (rc || r->proxy_fd < 0)
+			return rc;
+		rc = ctx->ops->proxy_revoke(ctx, r->proxy_fd,
+					    ctx->revoke_timeout_ms);
+		if (!rc)
+			return 0;
+		memcpy(saved, ctx->err, sizeof(saved));
+		rc2 = kvd_region_reg_all(r);
+		if (rc2)
+			note_rollback(ctx, saved, "register again", rc2);
+		else
+			memcpy(ctx->err, saved, sizeof(saved));
+		return rc;
+	default:
+		return 0;
+	}
+}
+
+/* Back to awake on the old backing (kept open by phase 1). */
+static int undo_sleep_one(struct kvdmabuf_region *r)
+{
+	struct kvdmabuf_ctx *ctx = r->ctx;
+	int rc;
+
+	switch (r->mode) {
+	case KVDMABUF_MODE_FOLLOW:
+		return ctx->ops->proxy_attach(ctx, r->proxy_fd, r->backing_fd,
+					      r->backing_off, 0);
+	case KVDMABUF_MODE_REREGISTER:
+		if (r->proxy_fd >= 0) {
+			rc = ctx->ops->proxy_attach(ctx, r->proxy_fd,
+						    r->backing_fd,
+						    r->backing_off, 0);
+			if (rc)
+				return rc;
+		}
+		return kvd_region_reg_all(r);
+	default:
+		return 0;
+	}
+}
+
+static int wake_one(struct kvdmabuf_region *r)
+{
+	struct kvdmabuf_ctx *ctx = r->ctx;
+	const struct kvd_ops *ops = ctx->ops;
+	int fd = -1, rc;
+	uint64_t off = 0;
+
+	if (r->mode == KVDMABUF_MODE_NOREG)
+		return 0;
+	if (r->mem != KVDMABUF_MEM_HOST) {
+		rc = ops->export_dmabuf(ctx, r, &fd, &off);
+		if (rc)
+			return kvd_err_prefix(ctx, rc, "export");
+	}
+	if (r->proxy_fd >= 0) {
+		rc = ops->proxy_attach(ctx, r->proxy_fd, fd, off, 0);
+		if (rc) {
+			fd_close(&fd);
+			return rc;
+		}
+	}
+	r->backing_fd = fd;
+	r->backing_off = off;
+	if (r->mode == KVDMABUF_MODE_FOLLOW)
+		return 0;       /* the NIC follows: keys unchanged */
+	rc = kvd_region_reg_all(r);
+	if (rc) {
+		char saved[KVD_ERRMAX];
+
+		memcpy(saved, ctx->err, sizeof(saved));
+		if (r->proxy_fd >= 0 &&
+		    ops->proxy_revoke(ctx, r->proxy_fd, ctx->revoke_timeout_ms))
+			note_rollback(ctx, saved, "revoke", -EIO);
+		else
+			memcpy(ctx->err, saved, sizeof(saved));
+		fd_close(&r->backing_fd);
+	}
+	return rc;
+}
+
+/* Back to asleep: nothing of the new memory kept. */
+static int undo_wake_one(struct kvdmabuf_region *r)
+{
+	struct kvdmabuf_ctx *ctx = r->ctx;
+	int rc = 0;
+
+	if (r->mode == KVDMABUF_MODE_NOREG)
+		return 0;
+	if (r->mode == KVDMABUF_MODE_REREGISTER)
+		rc = kvd_region_dereg_all(r);
+	if (!rc && r->proxy_fd >= 0)
+		rc = ctx->ops->proxy_revoke(ctx, r->proxy_fd,
+					    ctx->revoke_timeout_ms);
+	if (!rc)
+		fd_close(&r->backing_fd);
+	return rc;
+}
+
+/* ---- targets ---- */
+
+static int targets(struct kvdmabuf_ctx *ctx, const char *tag, bool asleep,
+		   struct kvdmabuf_region ***tp, unsigned int **idxp,
+		   unsigned int *np)
+{
+	unsigned int i, n = 0;
+
+	*tp = calloc(ctx->nr_regions + 1, sizeof(**tp));
+	*idxp = calloc(ctx->nr_regions + 1, sizeof(**idxp));
+	if (!*tp || !*idxp) {
+		free(*tp);
+		free(*idxp);
+		return kvd_err(ctx, -ENOMEM, "out of memory");
+	}
+	for (i = 0; i < ctx->nr_regions; i++) {
+		struct kvdmabuf_region *r = ctx->regions[i];
+
+		if (r->mode == KVDMABUF_MODE_HOST || r->asleep != asleep ||
+		    !tag_match(r, tag))
+			continue;
+		(*idxp)[n] = i;
+		(*tp)[n++] = r;
+	}
+	*np = n;
+	return 0;
+}
+
+int kvdmabuf_sleep(struct kvdmabuf_ctx *ctx, const char *tag)
+{
+	struct kvdmabuf_region **t;
+	unsigned int *idx, n, k, j;
+	char name[160], saved[KVD_ERRMAX];
+	int rc, rc2;
+
+	if (!ctx)
+		return -EINVAL;
+	pthread_mutex_lock(&ctx->lock);
+	if (ctx->in_callback) {
+		rc = kvd_err(ctx, -EDEADLK, "sleep from a callback");
+		goto unlock;
+	}
+	rc = targets(ctx, tag, false, &t, &idx, &n);
+	if (rc || !n)
+		goto unlock;    /* nothing awake to put to sleep: done */
+
+	for (k = 0; k < n; k++)
+		kvd_io_close(&t[k]->io);
+	rc = drain(ctx, t, n);
+	if (rc)
+		goto reopen;
+
+	for (k = 0; k < n; k++) {
+		rc = sleep_one(t[k]);
+		if (!rc)
+			continue;
+		region_name(t[k], idx[k], name, sizeof(name));
+		kvd_err_prefix(ctx, rc, "sleep: %s", name);
+		memcpy(saved, ctx->err, sizeof(saved));
+		for (j = k; j-- > 0;) {
+			rc2 = undo_sleep_one(t[j]);
+			if (rc2) {
+				region_name(t[j], idx[j], name, sizeof(name));
+				note_rollback(ctx, saved, name, rc2);
+				memcpy(saved, ctx->err, sizeof(saved));
+			}
+		}
+		memcpy(ctx->err, saved, sizeof(saved));
+		goto reopen;
+	}
+	/* phase 2: drop the old memory; cannot fail */
+	for (k = 0; k < n; k++) {
+		fd_close(&t[k]->backing_fd);
+		t[k]->asleep = true;
+	}
+	ctx->sleeps++;
+	goto done;
+
+reopen:
+	for (k = 0; k < n; k++)
+		kvd_io_open(&t[k]->io);
+done:
+	kvd_fire_key_callbacks(ctx);
+	free(t);
+	free(idx);
+unlock:
+	pthread_mutex_unlock(&ctx->lock);
+	return rc;
+}
+
+int kvdmabuf_wake(struct kvdmabuf_ctx *ctx, const char *tag)
+{
+	struct kvdmabuf_region **t;
+	unsigned int *idx, n, k, j;
+	char name[160], saved[KVD_ERRMAX];
+	int rc, rc2;
+
+	if (!ctx)
+		return -EINVAL;
+	pthread_mutex_lock(&ctx->lock);
+	if (ctx->in_callback) {
+		rc = kvd_err(ctx, -EDEADLK, "wake from a callback");
+		goto unlock;
+	}
+	rc = targets(ctx, tag, true, &t, &idx, &n);
+	if (rc || !n)
+		goto unlock;    /* nothing asleep: done */
+
+	for (k = 0; k < n; k++) {
+		rc = wake_one(t[k]);
+		if (!rc)
+			continue;
+		region_name(t[k], idx[k], name, sizeof(name));
+		kvd_err_prefix(ctx, rc, "wake: %s", name);
+		memcpy(saved, ctx->err, sizeof(saved));
+		for (j = k; j-- > 0;) {
+			rc2 = undo_wake_one(t[j]);
+			if (rc2) {
+				region_name(t[j], idx[j], name, sizeof(name));
+				note_rollback(ctx, saved, name, rc2);
+				memcpy(saved, ctx->err, sizeof(saved));
+			}
+		}
+		memcpy(ctx->err, saved, sizeof(saved));
+		goto done;      /* still asleep, I/O still stopped */
+	}
+	for (k = 0; k < n; k++) {
+		t[k]->asleep = false;
+		kvd_io_open(&t[k]->io);
+	}
+	ctx->wakes++;
+done:
+	kvd_fire_key_callbacks(ctx);
+	free(t);
+	free(idx);
+unlock:
+	pthread_mutex_unlock(&ctx->lock);
+	return rc;
+}

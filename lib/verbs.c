@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: MIT
+/*
+ * verbs.c - NICs (protection domains) and memory registration with
+ * libibverbs.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <infiniband/verbs.h>
+
+#include "internal.h"
+
+static int nic_add(struct kvdmabuf_ctx *ctx, struct ibv_pd *pd,
+		   struct ibv_context *owned_ctx)
+{
+	struct kvd_nic *n;
+
+	if (ctx->nr_nics == KVDMABUF_MAX_NICS)
+		return kvd_err(ctx, -E2BIG, "more than %d NICs",
+			       KVDMABUF_MAX_NICS);
+	n = &ctx->nics[ctx->nr_nics++];
+	snprintf(n->name, sizeof(n->name), "%s",
+		 ibv_get_device_name(pd->context->device));
+	n->pd = pd;
+	if (owned_ctx) {
+		n->owned_pd = pd;
+		n->owned_ctx = owned_ctx;
+	}
+	return 0;
+}
+
+static int open_device(struct kvdmabuf_ctx *ctx, struct ibv_device *dev)
+{
+	struct ibv_context *vctx;
+	struct ibv_pd *pd;
+	int rc;
+
+	vctx = ibv_open_device(dev);
+	if (!vctx) {
+		rc = errno ? -errno : -ENODEV;
+		return kvd_err(ctx, rc, "ibv_open_device(%s) failed: %s",
+			       ibv_get_device_name(dev), strerror(-rc));
+	}
+	pd = ibv_alloc_pd(vctx);
+	if (!pd) {
+		rc = errno ? -errno : -ENOMEM;
+		ibv_close_device(vctx);
+		return kvd_err(ctx, rc, "ibv_alloc_pd(%s) failed: %s",
+			       ibv_get_device_name(dev), strerror(-rc));
+	}
+	rc = nic_add(ctx, pd, vctx);
+	if (rc) {
+		ibv_dealloc_pd(pd);
+		ibv_close_device(vctx);
+	}
+	return rc;
+}
+
+void kvd_verbs_nics_close(struct kvdmabuf_ctx *ctx)
+{
+	unsigned int i;
+
+	for (i = 0; i < ctx->nr_nics; i++) {
+		struct kvd_nic *n = &ctx->nics[i];
+
+		if (n->owned_pd)
+			ibv_dealloc_pd(n->owned_pd);
+		if (n->owned_ctx)
+			ibv_close_device(n->owned_ctx);
+		memset(n, 0, sizeof(*n));
+	}
+	ctx->nr_nics = 0;
+}
+
+int kvd_verbs_nics_open(struct kvdmabuf_ctx *ctx,
+			const struct kvdmabuf_options *opts)
+{
+	struct ibv_device **list;
+	unsigned int i, j;
+	int n = 0, rc = 0;
+
+	list = ibv_get_device_list(&n);
+	if (!list || n == 0) {
+		if (list)
+			ibv_free_device_list(list);
+		return kvd_err(ctx, -ENODEV, "protocol rdma but no RDMA device "
+			       "is usable here (ibv_get_device_list found "
+			       "none): a transfer engine would silently use "
+			       "another transport");
+	}
+	/* every NIC named in the config must exist */
+	for (i = 0; i < ctx->cfg.nr_nics; i++) {
+		for (j = 0; j < (unsigned int)n; j++)
+			if (!strcmp(ibv_get_device_name(list[j]),
+				    ctx->cfg.nics[i]))
+				break;
+		if (j == (unsigned int)n) {
+			rc = kvd_err(ctx, -ENODEV, "NIC %s named in %s is not "
+				     "a verbs device here", ctx->cfg.nics[i],
+				     ctx->cfg.path);
+			goto out;
+		}
+	}
+	if (opts->nr_pds) {
+		for (i = 0; i < opts->nr_pds && !rc; i++) {
+			if (!opts->pds || !opts->pds[i]) {
+				rc = kvd_err(ctx, -EINVAL, "options: pds[%u] "
+					     "is NULL", i);
+				break;
+			}
+			rc = nic_add(ctx, opts->pds[i], NULL);
+		}
+	} else if (ctx->cfg.nr_nics) {
+		for (i = 0; i < ctx->cfg.nr_nics && !rc; i++)
+			for (j = 0; j < (unsigned int)n; j++)
+				if (!strcmp(ibv_get_device_name(list[j]),
+					    ctx->cfg.nics[i])) {
+					rc = open_device(ctx, list[j]);
+					break;
+				}
+	} else {
+		for (j = 0; j < (unsigned int)n && !rc; j++)
+			rc = open_device(ctx, list[j]);
+	}
+	if (rc)
+		kvd_verbs_nics_close(ctx);
+out:
+	ibv_free_device_list(list);
+	return rc;
+}
+
+int kvd_verbs_reg_dmabuf(struct kvdmabuf_ctx *ctx, unsigned int nic, int fd,
+			 uint64_t offset, size_t len, uint64_t iova,
+			 struct kvd_mr *mr)
+{
+	struct ibv_mr *m;
+	int rc;
+
+	errno = 0;
+	m = ibv_reg_dmabuf_mr(ctx->nics[nic].pd, offset, len, iova, fd,
+			      (int)ctx->access);
+	if (!m) {
+		rc = errno ? -errno : -EIO;
+		return kvd_err(ctx, rc, "ibv_reg_dmabuf_mr(%s, fd %d, offset "
+			       "%llu, len %zu) failed: %s", ctx->nics[nic].name,
+			       fd, (unsigned long long)offset, len,
+			       strerror(-rc));
+	}
+	mr->handle = m;
+	mr->lkey = m->lkey;
+	mr->rkey = m->rkey;
+	return 0;
+}
+
+int kvd_verbs_reg_addr(struct kvdmabuf_ctx *ctx, unsigned int nic,
+		       void *addr, size_t len, struct kvd_mr *mr)
+{
+	struct ibv_mr *m;
+	int rc;
+
+	errno = 0;
+	m = ibv_reg_mr(ctx->nics[nic].pd, addr, len, (int)ctx->access);
+	if (!m) {
+		rc = errno ? -errno : -EIO;
+		return kvd_err(ctx, rc, "ibv_reg_mr(%s, %p, %zu) failed: %s",
+			       ctx->nics[nic].name, addr, len, strerror(-rc));
+	}
+	mr->handle = m;
+	mr->lkey = m->lkey;
+	mr->rkey = m->rkey;
+	return 0;
+}
+
+int kvd_verbs_dereg(struct kvdmabuf_ctx *ctx, unsigned int nic,
+		    struct kvd_mr *mr)
+{
+	int rc = ibv_dereg_mr(mr->handle);
+
+	if (rc) {
+		rc = rc > 0 ? -rc : rc;
+		return kvd_err(ctx, rc, "ibv_dereg_mr(%s, lkey 0x%x) failed: %s",
+			       ctx->nics[nic].name, mr->lkey, strerror(-rc));
+	}
+	memset(mr, 0, sizeof(*mr));
+	return 0;
+}
