@@ -106,7 +106,7 @@ struct kvd_proxy {
 	struct kvd_ctx *ctx;		/* reference held */
 	u64 id;
 	u64 length;
-	struct mutex lock;
+	struct mutex lock;		/* ioctls, attach/detach callbacks */
 	struct list_head attachments;	/* struct kvd_attach; lock */
 	struct list_head stale;		/* old backings still mapped; lock */
 	struct kvd_backing *backing;	/* lock + resv to write */

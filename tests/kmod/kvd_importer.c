@@ -1,0 +1,403 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * kvd_importer - test-only dynamic dma-buf importer standing in for a
+ * move-capable NIC (dynamic mode) or a pinning NIC (pinned mode).
+ *
+ * Dynamic: attaches with peer2peer and a move_notify that unmaps at once;
+ * the next access maps again, as a NIC page fault would. Pinned:
+ * dma_buf_pin() and one map at import, kept until release; move_notify only
+ * counts. Accesses copy through the DMA addresses of the current mapping,
+ * taken as CPU physical addresses (true in a VM without IOMMU).
+ *
+ * Locking: imp_file->lock -> dma-buf resv. User memory is only touched
+ * outside the resv (bounce buffer), since mmap_lock may be taken under
+ * nothing of ours but resv may be taken under mmap_lock by exporters.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/dma-buf.h>
+#include <linux/dma-direct.h>
+#include <linux/dma-mapping.h>
+#include <linux/dma-resv.h>
+#include <linux/highmem.h>
+#include <linux/miscdevice.h>
+#include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/platform_device.h>
+#include <linux/scatterlist.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+
+#include "compat.h"
+#include "kvd_importer.h"
+
+#define KVD_IMP_MAX_IMPORTS	64
+
+struct kvd_imp {
+	struct dma_buf *dmabuf;
+	struct dma_buf_attachment *attach;
+	struct sg_table *sgt;		/* current mapping; resv */
+	bool pinned;
+	u64 maps;			/* resv, as all counters */
+	u64 invalidations;
+	u64 failed;
+	u64 accesses;
+};
+
+struct kvd_imp_file {
+	struct mutex lock;		/* imports[] */
+	struct kvd_imp *imports[KVD_IMP_MAX_IMPORTS];
+};
+
+static struct platform_device *kvd_imp_pdev;
+
+static void kvd_imp_move_notify(struct dma_buf_attachment *attach)
+{
+	struct kvd_imp *imp = attach->importer_priv;
+
+	dma_resv_assert_held(attach->dmabuf->resv);
+	imp->invalidations++;
+	if (imp->pinned) {
+		pr_err("move notification on a pinned import\n");
+		return;
+	}
+	if (imp->sgt) {
+		dma_buf_unmap_attachment(attach, imp->sgt, DMA_BIDIRECTIONAL);
+		imp->sgt = NULL;
+	}
+}
+
+static const struct dma_buf_attach_ops kvd_imp_attach_ops = {
+	.allow_peer2peer = true,
+	.KVD_IMPORTER_NOTIFY_OP = kvd_imp_move_notify,
+};
+
+/* resv held. */
+static int kvd_imp_map(struct kvd_imp *imp)
+{
+	struct sg_table *sgt;
+
+	if (imp->sgt)
+		return 0;
+	sgt = dma_buf_map_attachment(imp->attach, DMA_BIDIRECTIONAL);
+	if (IS_ERR_OR_NULL(sgt))
+		return sgt ? PTR_ERR(sgt) : -ENOMEM;
+	imp->sgt = sgt;
+	imp->maps++;
+	return 0;
+}
+
+static void kvd_imp_destroy(struct kvd_imp *imp)
+{
+	dma_resv_lock(imp->dmabuf->resv, NULL);
+	if (imp->sgt)
+		dma_buf_unmap_attachment(imp->attach, imp->sgt,
+					 DMA_BIDIRECTIONAL);
+	imp->sgt = NULL;
+	if (imp->pinned)
+		dma_buf_unpin(imp->attach);
+	dma_resv_unlock(imp->dmabuf->resv);
+	dma_buf_detach(imp->dmabuf, imp->attach);
+	dma_buf_put(imp->dmabuf);
+	kfree(imp);
+}
+
+static long kvd_imp_import(struct kvd_imp_file *f, void __user *uarg)
+{
+	struct kvd_imp_import arg;
+	struct kvd_imp *imp;
+	int slot, ret;
+
+	if (copy_from_user(&arg, uarg, sizeof(arg)))
+		return -EFAULT;
+	if (arg.flags & ~KVD_IMP_IMPORT_PINNED || arg.pad)
+		return -EINVAL;
+
+	for (slot = 0; slot < KVD_IMP_MAX_IMPORTS; slot++)
+		if (!f->imports[slot])
+			break;
+	if (slot == KVD_IMP_MAX_IMPORTS)
+		return -ENOSPC;
+
+	imp = kzalloc(sizeof(*imp), GFP_KERNEL);
+	if (!imp)
+		return -ENOMEM;
+	imp->pinned = arg.flags & KVD_IMP_IMPORT_PINNED;
+	imp->dmabuf = dma_buf_get(arg.fd);
+	if (IS_ERR(imp->dmabuf)) {
+		ret = PTR_ERR(imp->dmabuf);
+		goto err_free;
+	}
+	imp->attach = dma_buf_dynamic_attach(imp->dmabuf, &kvd_imp_pdev->dev,
+					     &kvd_imp_attach_ops, imp);
+	if (IS_ERR(imp->attach)) {
+		ret = PTR_ERR(imp->attach);
+		goto err_put;
+	}
+	if (imp->pinned) {
+		dma_resv_lock(imp->dmabuf->resv, NULL);
+		ret = dma_buf_pin(imp->attach);
+		if (!ret) {
+			ret = kvd_imp_map(imp);
+			if (ret)
+				dma_buf_unpin(imp->attach);
+		}
+		dma_resv_unlock(imp->dmabuf->resv);
+		if (ret)
+			goto err_detach;
+	}
+
+	arg.handle = slot;
+	if (copy_to_user(uarg, &arg, sizeof(arg))) {
+		ret = -EFAULT;
+		kvd_imp_destroy(imp);
+		return ret;
+	}
+	f->imports[slot] = imp;
+	return 0;
+
+err_detach:
+	dma_buf_detach(imp->dmabuf, imp->attach);
+err_put:
+	dma_buf_put(imp->dmabuf);
+err_free:
+	kfree(imp);
+	return ret;
+}
+
+static struct kvd_imp *kvd_imp_lookup(struct kvd_imp_file *f, u32 handle)
+{
+	if (handle >= KVD_IMP_MAX_IMPORTS)
+		return NULL;
+	return f->imports[handle];
+}
+
+/* resv held; copies between the mapping and @buf. */
+static int kvd_imp_copy(struct kvd_imp *imp, void *buf, u64 offset, u64 len,
+			bool write)
+{
+	struct device *dev = &kvd_imp_pdev->dev;
+	struct scatterlist *sg;
+	u64 pos = 0, end = offset + len;
+	unsigned int i;
+
+	for_each_sgtable_dma_sg(imp->sgt, sg, i) {
+		u64 seg_end = pos + sg_dma_len(sg);
+		u64 cur = max(pos, offset);
+
+		while (cur < min(seg_end, end)) {
+			phys_addr_t phys = dma_to_phys(dev, sg_dma_address(sg) +
+						       (cur - pos));
+			size_t in_page = offset_in_page(phys);
+			size_t n = min_t(u64, PAGE_SIZE - in_page,
+					 min(seg_end, end) - cur);
+			void *vaddr;
+
+			if (!pfn_valid(PHYS_PFN(phys)))
+				return -EIO;
+			vaddr = kmap_local_page(pfn_to_page(PHYS_PFN(phys)));
+			if (write)
+				memcpy(vaddr + in_page, buf + (cur - offset), n);
+			else
+				memcpy(buf + (cur - offset), vaddr + in_page, n);
+			kunmap_local(vaddr);
+			cur += n;
+		}
+		pos = seg_end;
+		if (pos >= end)
+			return 0;
+	}
+	return -EIO;	/* mapping shorter than the dma-buf */
+}
+
+static long kvd_imp_access(struct kvd_imp_file *f, void __user *uarg)
+{
+	struct kvd_imp_access arg;
+	void __user *ubuf;
+	struct kvd_imp *imp;
+	bool write;
+	void *buf;
+	int ret;
+
+	if (copy_from_user(&arg, uarg, sizeof(arg)))
+		return -EFAULT;
+	if (arg.flags & ~KVD_IMP_ACCESS_WRITE)
+		return -EINVAL;
+	if (!arg.length || arg.length > KVD_IMP_MAX_ACCESS)
+		return -EINVAL;
+	imp = kvd_imp_lookup(f, arg.handle);
+	if (!imp)
+		return -ENOENT;
+	if (arg.offset > imp->dmabuf->size ||
+	    arg.length > imp->dmabuf->size - arg.offset)
+		return -EINVAL;
+
+	write = arg.flags & KVD_IMP_ACCESS_WRITE;
+	ubuf = u64_to_user_ptr(arg.buf);
+	buf = kvmalloc(arg.length, GFP_KERNEL);
+	if (!buf)
+		return -ENOMEM;
+	if (write && copy_from_user(buf, ubuf, arg.length)) {
+		ret = -EFAULT;
+		goto out;
+	}
+
+	dma_resv_lock(imp->dmabuf->resv, NULL);
+	ret = kvd_imp_map(imp);
+	if (ret) {
+		imp->failed++;
+	} else {
+		ret = kvd_imp_copy(imp, buf, arg.offset, arg.length, write);
+		if (!ret)
+			imp->accesses++;
+	}
+	dma_resv_unlock(imp->dmabuf->resv);
+
+	if (!ret && !write && copy_to_user(ubuf, buf, arg.length))
+		ret = -EFAULT;
+out:
+	kvfree(buf);
+	return ret;
+}
+
+static long kvd_imp_counters(struct kvd_imp_file *f, void __user *uarg)
+{
+	struct kvd_imp_counters arg;
+	struct kvd_imp *imp;
+
+	if (copy_from_user(&arg, uarg, sizeof(arg)))
+		return -EFAULT;
+	imp = kvd_imp_lookup(f, arg.handle);
+	if (!imp)
+		return -ENOENT;
+	dma_resv_lock(imp->dmabuf->resv, NULL);
+	arg.mapped = !!imp->sgt;
+	arg.maps = imp->maps;
+	arg.invalidations = imp->invalidations;
+	arg.failed = imp->failed;
+	arg.accesses = imp->accesses;
+	dma_resv_unlock(imp->dmabuf->resv);
+	if (copy_to_user(uarg, &arg, sizeof(arg)))
+		return -EFAULT;
+	return 0;
+}
+
+static long kvd_imp_release(struct kvd_imp_file *f, void __user *uarg)
+{
+	struct kvd_imp_release arg;
+	struct kvd_imp *imp;
+
+	if (copy_from_user(&arg, uarg, sizeof(arg)))
+		return -EFAULT;
+	if (arg.pad)
+		return -EINVAL;
+	imp = kvd_imp_lookup(f, arg.handle);
+	if (!imp)
+		return -ENOENT;
+	f->imports[arg.handle] = NULL;
+	kvd_imp_destroy(imp);
+	return 0;
+}
+
+static long kvd_imp_ioctl(struct file *file, unsigned int cmd,
+			  unsigned long arg)
+{
+	struct kvd_imp_file *f = file->private_data;
+	void __user *uarg = (void __user *)arg;
+	long ret;
+
+	mutex_lock(&f->lock);
+	switch (cmd) {
+	case KVD_IMP_IOCTL_IMPORT:
+		ret = kvd_imp_import(f, uarg);
+		break;
+	case KVD_IMP_IOCTL_ACCESS:
+		ret = kvd_imp_access(f, uarg);
+		break;
+	case KVD_IMP_IOCTL_COUNTERS:
+		ret = kvd_imp_counters(f, uarg);
+		break;
+	case KVD_IMP_IOCTL_RELEASE:
+		ret = kvd_imp_release(f, uarg);
+		break;
+	default:
+		ret = -ENOTTY;
+	}
+	mutex_unlock(&f->lock);
+	return ret;
+}
+
+static int kvd_imp_open(struct inode *inode, struct file *file)
+{
+	struct kvd_imp_file *f;
+
+	f = kzalloc(sizeof(*f), GFP_KERNEL);
+	if (!f)
+		return -ENOMEM;
+	mutex_init(&f->lock);
+	file->private_data = f;
+	return nonseekable_open(inode, file);
+}
+
+static int kvd_imp_file_release(struct inode *inode, struct file *file)
+{
+	struct kvd_imp_file *f = file->private_data;
+	int i;
+
+	for (i = 0; i < KVD_IMP_MAX_IMPORTS; i++)
+		if (f->imports[i])
+			kvd_imp_destroy(f->imports[i]);
+	mutex_destroy(&f->lock);
+	kfree(f);
+	return 0;
+}
+
+static const struct file_operations kvd_imp_fops = {
+	.owner = THIS_MODULE,
+	.open = kvd_imp_open,
+	.release = kvd_imp_file_release,
+	.unlocked_ioctl = kvd_imp_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
+};
+
+static struct miscdevice kvd_imp_misc = {
+	.minor = MISC_DYNAMIC_MINOR,
+	.name = "kvd_importer",
+	.fops = &kvd_imp_fops,
+	.mode = 0600,
+};
+
+static int __init kvd_imp_init(void)
+{
+	struct platform_device_info info = {
+		.name = "kvd_importer",
+		.id = PLATFORM_DEVID_NONE,
+		.dma_mask = DMA_BIT_MASK(64),
+	};
+	int ret;
+
+	kvd_imp_pdev = platform_device_register_full(&info);
+	if (IS_ERR(kvd_imp_pdev))
+		return PTR_ERR(kvd_imp_pdev);
+	ret = misc_register(&kvd_imp_misc);
+	if (ret)
+		goto err_pdev;
+	return 0;
+
+err_pdev:
+	platform_device_unregister(kvd_imp_pdev);
+	return ret;
+}
+
+static void __exit kvd_imp_exit(void)
+{
+	misc_deregister(&kvd_imp_misc);
+	platform_device_unregister(kvd_imp_pdev);
+}
+
+module_init(kvd_imp_init);
+module_exit(kvd_imp_exit);
+
+MODULE_DESCRIPTION("kvdmabuf test-only dynamic dma-buf importer");
+MODULE_LICENSE("GPL");
+KVD_IMPORT_NS_DMA_BUF();

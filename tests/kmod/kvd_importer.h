@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/*
+ * kvd_importer - test-only dynamic dma-buf importer (stands in for a NIC).
+ *
+ * /dev/kvd_importer imports dma-buf fds with the importer's own platform
+ * device (64-bit DMA mask), either dynamically (peer2peer, move_notify
+ * unmaps at once, the next access maps again, like a NIC page fault) or
+ * pinned (dma_buf_pin() at import, one map kept until release, like a NIC
+ * that pins). Accesses copy bytes through the current DMA mapping; they
+ * assume DMA addresses are CPU physical addresses (no IOMMU).
+ */
+#ifndef _UAPI_KVD_IMPORTER_H
+#define _UAPI_KVD_IMPORTER_H
+
+#include <linux/ioctl.h>
+#include <linux/types.h>
+
+#define KVD_IMPORTER_PATH		"/dev/kvd_importer"
+
+#define KVD_IMP_IMPORT_PINNED		(1U << 0)
+
+/**
+ * struct kvd_imp_import - KVD_IMP_IOCTL_IMPORT argument
+ * @fd: in: dma-buf fd
+ * @flags: in: KVD_IMP_IMPORT_PINNED or 0 (dynamic)
+ * @handle: out: import handle for the other ioctls
+ * @pad: must be 0
+ *
+ * Errors: -EINVAL (flags, pad, not a dma-buf), -EBADF, -ENOSPC (too many
+ * imports on this fd), errors of dma_buf_dynamic_attach(), dma_buf_pin()
+ * and, pinned, of the map.
+ */
+struct kvd_imp_import {
+	__u32 fd;
+	__u32 flags;
+	__u32 handle;
+	__u32 pad;
+};
+
+#define KVD_IMP_ACCESS_WRITE		(1U << 0)
+#define KVD_IMP_MAX_ACCESS		(1U << 20)
+
+/**
+ * struct kvd_imp_access - KVD_IMP_IOCTL_ACCESS argument
+ * @handle: in: import handle
+ * @flags: in: KVD_IMP_ACCESS_WRITE to write, else read
+ * @offset: in: byte offset into the dma-buf
+ * @length: in: bytes, at most KVD_IMP_MAX_ACCESS
+ * @buf: in: user buffer address
+ *
+ * Maps the dma-buf first if it has no current mapping (counts a map).
+ * Errors: -EINVAL (flags, range), -ENOENT (handle), -EFAULT, the error of
+ * the map (-ENODEV for a revoked kvdmabuf proxy; counted as failed),
+ * -EIO (a DMA address without struct page).
+ */
+struct kvd_imp_access {
+	__u32 handle;
+	__u32 flags;
+	__u64 offset;
+	__u64 length;
+	__u64 buf;
+};
+
+/**
+ * struct kvd_imp_counters - KVD_IMP_IOCTL_COUNTERS argument
+ * @handle: in: import handle
+ * @mapped: out: 1 while the import holds a mapping
+ * @maps: out: successful maps
+ * @invalidations: out: move notifications received
+ * @failed: out: accesses whose map failed
+ * @accesses: out: successful accesses
+ */
+struct kvd_imp_counters {
+	__u32 handle;
+	__u32 mapped;
+	__u64 maps;
+	__u64 invalidations;
+	__u64 failed;
+	__u64 accesses;
+};
+
+/**
+ * struct kvd_imp_release - KVD_IMP_IOCTL_RELEASE argument
+ * @handle: in: import handle (unmap, unpin, detach, drop the reference)
+ * @pad: must be 0
+ */
+struct kvd_imp_release {
+	__u32 handle;
+	__u32 pad;
+};
+
+#define KVD_IMP_IOCTL_MAGIC		0xDC
+#define KVD_IMP_IOCTL_IMPORT	_IOWR(KVD_IMP_IOCTL_MAGIC, 1, struct kvd_imp_import)
+#define KVD_IMP_IOCTL_ACCESS	_IOW(KVD_IMP_IOCTL_MAGIC, 2, struct kvd_imp_access)
+#define KVD_IMP_IOCTL_COUNTERS	_IOWR(KVD_IMP_IOCTL_MAGIC, 3, struct kvd_imp_counters)
+#define KVD_IMP_IOCTL_RELEASE	_IOW(KVD_IMP_IOCTL_MAGIC, 4, struct kvd_imp_release)
+
+#endif /* _UAPI_KVD_IMPORTER_H */
