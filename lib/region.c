@@ -371,10 +371,10 @@ int kvdmabuf_region_keys(struct kvdmabuf_region *r, unsigned int nic,
 		return -EINVAL;
 	ctx = r->ctx;
 	pthread_mutex_lock(&ctx->lock);
-	if (nic >= ctx->nr_nics) {
-		rc = -EINVAL;
-	} else if (!r->registered) {
+	if (!r->registered) {
 		rc = -ENOENT;
+	} else if (nic >= ctx->nr_nics) {
+		rc = -EINVAL;
 	} else {
 		if (lkey)
 			*lkey = r->mr[nic].lkey;

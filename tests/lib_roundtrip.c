@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: MIT
+/*
+ * lib_roundtrip - regions round-trip exactly through two sleep/wake cycles:
+ * same addresses and lengths registered again, keys unchanged for FOLLOW
+ * and new (generation + 1, callback) for REREGISTER, host regions
+ * untouched, nothing holding old memory while asleep, nothing leaked.
+ * Host-only: fake NICs / exporter / module (tests/lib_fake.h).
+ */
+#include "harness.h"
+#include "lib_fake.h"
+
+#define NR 4
+#define LEN (64 * 4096)
+
+FIXTURE(rt) {
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r[NR];
+	void *mem[NR];
+	int fds_before;
+	int callbacks;
+};
+
+FIXTURE_VARIANT(rt) {
+	int module;
+	int pins;
+	int dev_mode;      /* expected mode of the device regions */
+};
+
+/* a NIC that follows moves (mlx5-like) behind the module: FOLLOW */
+FIXTURE_VARIANT_ADD(rt, follow) {
+	.module = 1, .pins = 0, .dev_mode = KVDMABUF_MODE_FOLLOW,
+};
+/* a pinning NIC (efa-like) behind the module: measured -> REREGISTER */
+FIXTURE_VARIANT_ADD(rt, pinning_nic) {
+	.module = 1, .pins = 1, .dev_mode = KVDMABUF_MODE_REREGISTER,
+};
+/* no module: registered on the backing dma-buf -> REREGISTER */
+FIXTURE_VARIANT_ADD(rt, no_module) {
+	.module = 0, .pins = 0, .dev_mode = KVDMABUF_MODE_REREGISTER,
+};
+
+static int *cb_counter;
+
+static void on_keys(struct kvdmabuf_region *r, uint64_t gen, void *arg)
+{
+	uint64_t g = 0;
+
+	(void)arg;
+	/* a getter works from the callback and agrees */
+	if (kvdmabuf_region_keys(r, 0, NULL, NULL, &g) == 0 && g == gen)
+		(*cb_counter)++;
+}
+
+static const char *tags[NR] = { "kv_cache", "kv_cache", "kv_cache", "host" };
+
+FIXTURE_SETUP(rt)
+{
+	struct kvdmabuf_options o = { 0 };
+	char err[512];
+	int i, rc;
+
+	fake_reset(2);
+	fw.module = variant->module;
+	fw.nic_pins[0] = fw.nic_pins[1] = variant->pins;
+	self->fds_before = fds_open();
+	self->callbacks = 0;
+	cb_counter = &self->callbacks;
+	o.key_change = on_keys;
+	rc = fake_open("protocol: rdma\n", &o, &self->ctx, err, sizeof(err));
+	ASSERT_EQ(0, rc);
+	for (i = 0; i < NR; i++) {
+		struct kvdmabuf_region_desc d = { 0 };
+
+		self->mem[i] = region_mem(LEN);
+		ASSERT_NE(NULL, self->mem[i]);
+		d.addr = self->mem[i];
+		d.len = LEN;
+		d.tag = tags[i];
+		/* 0,1: device memory (fake export); 2: host memory the engine
+		 * releases at sleep; 3: host memory it keeps */
+		d.mem = i < 2 ? KVDMABUF_MEM_DRM : KVDMABUF_MEM_HOST;
+		d.drm_fd = 0;
+		d.flags = i == 2 ? KVDMABUF_REGION_RELEASED_AT_SLEEP : 0;
+		rc = kvdmabuf_region_add(self->ctx, &d, &self->r[i]);
+		if (rc)
+			TH_LOG("%s", kvdmabuf_strerror(self->ctx));
+		ASSERT_EQ(0, rc);
+	}
+}
+
+FIXTURE_TEARDOWN(rt)
+{
+	int i;
+
+	kvdmabuf_close(self->ctx);
+	fake_proxy_gc();
+	EXPECT_EQ(0, fake_mrs_live());
+	EXPECT_EQ(self->fds_before, fds_open());
+	for (i = 0; i < NR; i++)
+		if (self->mem[i])
+			munmap(self->mem[i], LEN);
+}
+
+static int mode_of(struct kvdmabuf_region *r)
+{
+	struct kvdmabuf_region_info info;
+
+	return kvdmabuf_region_info(r, &info) ? -1 : info.mode;
+}
+
+TEST_F(rt, modes_are_measured)
+{
+	EXPECT_EQ(variant->dev_mode, mode_of(self->r[0]));
+	EXPECT_EQ(variant->dev_mode, mode_of(self->r[1]));
+	EXPECT_EQ(KVDMABUF_MODE_REREGISTER, mode_of(self->r[2]));
+	EXPECT_EQ(KVDMABUF_MODE_HOST, mode_of(self->r[3]));
+}
+
+TEST_F(rt, two_cycles_exact)
+{
+	uint32_t lk[NR][2], rk[NR][2], l, rr;
+	uint64_t gen[NR], g;
+	int cycle, i, n, rc, expect_cb = 0;
+	struct kvdmabuf_state st;
+
+	for (i = 0; i < NR; i++)
+		for (n = 0; n < 2; n++)
+			ASSERT_EQ(0, kvdmabuf_region_keys(self->r[i], n,
+							  &lk[i][n], &rk[i][n],
+							  &gen[i]));
+	for (i = 0; i < NR; i++)
+		EXPECT_EQ(1, gen[i]);
+
+	for (cycle = 1; cycle <= 2; cycle++) {
+		rc = kvdmabuf_sleep(self->ctx, NULL);
+		if (rc)
+			TH_LOG("%s", kvdmabuf_strerror(self->ctx));
+		ASSERT_EQ(0, rc);
+
+		/* nothing of ours holds the old device memory */
+		fake_proxy_gc();
+		EXPECT_EQ(0, fds_named("fake-backing"));
+		for (i = 0; i < 3; i++) {
+			int mode = mode_of(self->r[i]);
+
+			for (n = 0; n < 2; n++)
+				EXPECT_EQ(mode == KVDMABUF_MODE_FOLLOW ? 1 : 0,
+					  fake_mrs_at(n, self->mem[i], LEN));
+			EXPECT_EQ(-ESHUTDOWN, kvdmabuf_io_begin(self->r[i]));
+		}
+		/* host region untouched: registered, same keys, I/O goes on */
+		for (n = 0; n < 2; n++) {
+			EXPECT_EQ(1, fake_mrs_at(n, self->mem[3], LEN));
+			ASSERT_EQ(0, kvdmabuf_region_keys(self->r[3], n, &l, &rr,
+							  &g));
+			EXPECT_EQ(lk[3][n], l);
+			EXPECT_EQ(rk[3][n], rr);
+		}
+		ASSERT_EQ(0, kvdmabuf_io_begin(self->r[3]));
+		kvdmabuf_io_end(self->r[3]);
+		ASSERT_EQ(0, kvdmabuf_query(self->ctx, &st));
+		EXPECT_EQ(3, st.nr_asleep);
+
+		/* the engine frees the memory and maps new memory there */
+		for (i = 0; i < 3; i++)
+			ASSERT_EQ(0, remap_fresh(self->mem[i], LEN));
+
+		rc = kvdmabuf_wake(self->ctx, NULL);
+		if (rc)
+			TH_LOG("%s", kvdmabuf_strerror(self->ctx));
+		ASSERT_EQ(0, rc);
+
+		for (i = 0; i < NR; i++) {
+			int mode = mode_of(self->r[i]);
+
+			ASSERT_EQ(0, kvdmabuf_io_begin(self->r[i]));
+			kvdmabuf_io_end(self->r[i]);
+			for (n = 0; n < 2; n++) {
+				/* exactly one MR, same address and length */
+				EXPECT_EQ(1, fake_mrs_at(n, self->mem[i], LEN));
+				ASSERT_EQ(0, kvdmabuf_region_keys(self->r[i], n,
+								  &l, &rr, &g));
+				if (mode == KVDMABUF_MODE_REREGISTER) {
+					EXPECT_NE(lk[i][n], l);
+					EXPECT_NE(rk[i][n], rr);
+					EXPECT_EQ(gen[i] + 1, g);
+				} else {
+					EXPECT_EQ(lk[i][n], l);
+					EXPECT_EQ(rk[i][n], rr);
+					EXPECT_EQ(gen[i], g);
+				}
+				lk[i][n] = l;
+				rk[i][n] = rr;
+			}
+			if (mode == KVDMABUF_MODE_REREGISTER)
+				expect_cb++;
+			gen[i] = g;
+		}
+		EXPECT_EQ(expect_cb, self->callbacks);
+		/* the new memory is referenced once per device region, plus
+		 * the module's reference, or one per MR without module */
+		fake_proxy_gc();
+		EXPECT_EQ(2 * (1 + (variant->module ? 1 : 2)),
+			  fds_named("fake-backing"));
+		ASSERT_EQ(0, kvdmabuf_query(self->ctx, &st));
+		EXPECT_EQ(0, st.nr_asleep);
+		EXPECT_EQ((uint64_t)cycle, st.sleeps);
+		EXPECT_EQ((uint64_t)cycle, st.wakes);
+	}
+	/* one export per device region at add and per wake */
+	EXPECT_EQ(2u * 3u, fw.exports);
+}
+
+TEST_F(rt, remove_releases_everything)
+{
+	int i;
+
+	for (i = 0; i < NR; i++) {
+		ASSERT_EQ(0, kvdmabuf_region_remove(self->r[i]));
+		self->r[i] = NULL;
+	}
+	fake_proxy_gc();
+	EXPECT_EQ(0, fake_mrs_live());
+	EXPECT_EQ(0, fds_named("fake-backing"));
+	EXPECT_EQ(0, fds_named("fake-proxy"));
+}
+
+TEST(tcp_regions_are_noreg)
+{
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r;
+	struct kvdmabuf_region_desc d = { 0 };
+	struct kvdmabuf_region_info info;
+	char err[256];
+	void *m = region_mem(LEN);
+
+	fake_reset(1);
+	fw.module = 1;
+	ASSERT_EQ(0, fake_open("protocol: tcp\n", NULL, &ctx, err,
+			       sizeof(err)));
+	d.addr = m;
+	d.len = LEN;
+	d.mem = KVDMABUF_MEM_DRM;
+	ASSERT_EQ(0, kvdmabuf_region_add(ctx, &d, &r));
+	ASSERT_EQ(0, kvdmabuf_region_info(r, &info));
+	EXPECT_EQ(KVDMABUF_MODE_NOREG, info.mode);
+	EXPECT_EQ(0, fake_mrs_live());
+	EXPECT_EQ(0u, fw.exports);
+	EXPECT_EQ(-ENOENT, kvdmabuf_region_keys(r, 0, NULL, NULL, NULL));
+	ASSERT_EQ(0, kvdmabuf_sleep(ctx, NULL));
+	EXPECT_EQ(-ESHUTDOWN, kvdmabuf_io_begin(r));
+	ASSERT_EQ(0, kvdmabuf_wake(ctx, NULL));
+	EXPECT_EQ(0, kvdmabuf_io_begin(r));
+	kvdmabuf_io_end(r);
+	kvdmabuf_close(ctx);
+	munmap(m, LEN);
+}
+
+TEST_HARNESS_MAIN
