@@ -1,0 +1,254 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * proxy_common.h - helpers for the kvdmabuf module's kselftests
+ * (tests/proxy_*.c): raw ioctl wrappers returning 0 or -errno for
+ * /dev/kvdmabuf and the test importer /dev/kvd_importer, vgem buffers,
+ * and the module's debugfs counters.
+ */
+#ifndef KVDMABUF_TESTS_PROXY_COMMON_H
+#define KVDMABUF_TESTS_PROXY_COMMON_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include "../uapi/kvdmabuf.h"
+
+#include "kmod/kvd_importer.h"
+#include "vgem.h"
+
+#define KVD_PAGE	4096UL
+#define KVD_DEBUGFS	"/sys/kernel/debug/kvdmabuf"
+
+/* ---- /dev/kvdmabuf ---- */
+
+static inline int kvd_dev_open(void)
+{
+	int fd = open(KVDMABUF_DEVICE_PATH, O_RDWR | O_CLOEXEC);
+
+	return fd < 0 ? -errno : fd;
+}
+
+static inline int kvd_ioctl(int fd, unsigned long cmd, void *arg)
+{
+	return ioctl(fd, cmd, arg) ? -errno : 0;
+}
+
+/* Creates a proxy of @length bytes; returns its fd or -errno. */
+static inline int kvd_create(int dev, uint64_t length, uint64_t *id)
+{
+	struct kvdmabuf_create c = { .size = sizeof(c), .length = length };
+	int ret = kvd_ioctl(dev, KVDMABUF_IOCTL_CREATE, &c);
+
+	if (ret)
+		return ret;
+	if (id)
+		*id = c.id;
+	return (int)c.fd;
+}
+
+static inline int kvd_attach_full(int dev, int proxy, int backing,
+				  uint64_t offset, uint32_t flags,
+				  uint32_t timeout_ms, uint64_t *generation)
+{
+	struct kvdmabuf_attach a = {
+		.size = sizeof(a), .flags = flags, .proxy_fd = (uint32_t)proxy,
+		.backing_fd = (uint32_t)backing, .offset = offset,
+		.timeout_ms = timeout_ms,
+	};
+	int ret = kvd_ioctl(dev, KVDMABUF_IOCTL_ATTACH, &a);
+
+	if (!ret && generation)
+		*generation = a.generation;
+	return ret;
+}
+
+static inline int kvd_attach(int dev, int proxy, int backing, uint64_t offset)
+{
+	return kvd_attach_full(dev, proxy, backing, offset, 0, 0, NULL);
+}
+
+static inline int kvd_replace(int dev, int proxy, int backing, uint64_t offset)
+{
+	return kvd_attach_full(dev, proxy, backing, offset,
+			       KVDMABUF_ATTACH_REPLACE, 2000, NULL);
+}
+
+static inline int kvd_revoke(int dev, int proxy, uint32_t timeout_ms)
+{
+	struct kvdmabuf_revoke r = {
+		.size = sizeof(r), .proxy_fd = (uint32_t)proxy,
+		.timeout_ms = timeout_ms,
+	};
+
+	return kvd_ioctl(dev, KVDMABUF_IOCTL_REVOKE, &r);
+}
+
+static inline int kvd_query(int dev, int proxy, struct kvdmabuf_query *q)
+{
+	memset(q, 0, sizeof(*q));
+	q->size = sizeof(*q);
+	q->proxy_fd = (uint32_t)proxy;
+	return kvd_ioctl(dev, KVDMABUF_IOCTL_QUERY, q);
+}
+
+/* ---- /dev/kvd_importer ---- */
+
+static inline int imp_open(void)
+{
+	int fd = open(KVD_IMPORTER_PATH, O_RDWR | O_CLOEXEC);
+
+	return fd < 0 ? -errno : fd;
+}
+
+/* Imports @dmabuf; returns the handle or -errno. */
+static inline int imp_import(int imp, int dmabuf, uint32_t flags)
+{
+	struct kvd_imp_import i = { .fd = (uint32_t)dmabuf, .flags = flags };
+	int ret = kvd_ioctl(imp, KVD_IMP_IOCTL_IMPORT, &i);
+
+	return ret ? ret : (int)i.handle;
+}
+
+static inline int imp_access(int imp, int h, uint64_t off, void *buf,
+			     uint64_t len, int write)
+{
+	struct kvd_imp_access a = {
+		.handle = (uint32_t)h, .offset = off, .length = len,
+		.buf = (uintptr_t)buf,
+		.flags = write ? KVD_IMP_ACCESS_WRITE : 0,
+	};
+
+	return kvd_ioctl(imp, KVD_IMP_IOCTL_ACCESS, &a);
+}
+
+static inline int imp_read(int imp, int h, uint64_t off, void *buf,
+			   uint64_t len)
+{
+	return imp_access(imp, h, off, buf, len, 0);
+}
+
+static inline int imp_write(int imp, int h, uint64_t off, const void *buf,
+			    uint64_t len)
+{
+	return imp_access(imp, h, off, (void *)buf, len, 1);
+}
+
+static inline int imp_counters(int imp, int h, struct kvd_imp_counters *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->handle = (uint32_t)h;
+	return kvd_ioctl(imp, KVD_IMP_IOCTL_COUNTERS, c);
+}
+
+static inline int imp_release(int imp, int h)
+{
+	struct kvd_imp_release r = { .handle = (uint32_t)h };
+
+	return kvd_ioctl(imp, KVD_IMP_IOCTL_RELEASE, &r);
+}
+
+/* ---- backings ---- */
+
+/* A vgem buffer exported as a dma-buf fd (O_RDWR, O_CLOEXEC), or -errno. */
+static inline int kvd_vgem_dmabuf(int drm, uint64_t size)
+{
+	uint32_t handle = 0;
+	int ret, fd = -1;
+
+	ret = vgem_create(drm, size, &handle);
+	if (ret)
+		return ret;
+	if (drmPrimeHandleToFD(drm, handle, DRM_CLOEXEC | DRM_RDWR, &fd))
+		ret = -errno;
+	vgem_close_handle(drm, handle);
+	return ret ? ret : fd;
+}
+
+/* A vgem dma-buf of @size bytes filled with pattern @seed; fd or -errno. */
+static inline int vgem_pattern_buf(int drm, uint64_t size, uint32_t seed)
+{
+	void *p;
+	int fd = kvd_vgem_dmabuf(drm, size);
+
+	if (fd < 0)
+		return fd;
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		int ret = -errno;
+
+		close(fd);
+		return ret;
+	}
+	pattern_fill(p, size, seed);
+	munmap(p, size);
+	return fd;
+}
+
+/* Compares @len bytes of dma-buf @fd at @off with @expect (1 if equal). */
+static inline int dmabuf_equals(int fd, uint64_t off, const void *expect,
+				size_t len)
+{
+	size_t map_len = off + len;
+	int eq;
+	char *p;
+
+	p = mmap(NULL, map_len, PROT_READ, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	eq = !memcmp(p + off, expect, len);
+	munmap(p, map_len);
+	return eq;
+}
+
+/* ---- debugfs counters and /proc/meminfo ---- */
+
+static inline void kvd_debugfs_mount(void)
+{
+	if (access("/sys/kernel/debug/kvdmabuf", F_OK))
+		mount("debugfs", "/sys/kernel/debug", "debugfs", 0, NULL);
+}
+
+/* Reads one counter of KVD_DEBUGFS/stats, or -errno. */
+static inline long kvd_stat(const char *name)
+{
+	char key[64];
+	long val, ret = -ENOENT;
+	FILE *f;
+
+	kvd_debugfs_mount();
+	f = fopen(KVD_DEBUGFS "/stats", "re");
+	if (!f)
+		return -errno;
+	while (fscanf(f, "%63s %ld", key, &val) == 2)
+		if (!strcmp(key, name))
+			ret = val;
+	fclose(f);
+	return ret;
+}
+
+/* Shmem in /proc/meminfo, in KiB, or -errno. */
+static inline long meminfo_shmem_kb(void)
+{
+	char line[256];
+	long kb = -ENOENT;
+	FILE *f = fopen("/proc/meminfo", "re");
+
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Shmem: %ld kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb;
+}
+
+#endif /* KVDMABUF_TESTS_PROXY_COMMON_H */

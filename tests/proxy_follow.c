@@ -1,0 +1,286 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * proxy_follow: a dynamic importer of a kvdmabuf proxy follows revoke and
+ * re-attach / replace of the backing without being re-imported: it reads
+ * and writes the backing of the current generation, and fails with -ENODEV
+ * while the proxy is revoked. Also: version ioctl, generations, events.
+ */
+#include "harness.h"
+#include "proxy_common.h"
+
+#define SIZE		(64 * KVD_PAGE)
+#define SEED_A		0xa
+#define SEED_B		0xb
+#define SEED_W		0x77
+
+FIXTURE(follow) {
+	int dev, imp, drm;
+	int proxy, a, b, h;
+	char *buf, *expect;
+};
+
+FIXTURE_SETUP(follow)
+{
+	self->dev = self->imp = self->drm = -1;
+	self->proxy = self->a = self->b = self->h = -1;
+	self->dev = kvd_dev_open();
+	if (self->dev < 0)
+		SKIP(return, "%s: %s (kvdmabuf module not loaded)",
+		     KVDMABUF_DEVICE_PATH, strerror(-self->dev));
+	self->imp = imp_open();
+	if (self->imp < 0)
+		SKIP(return, "%s: %s (kvd_importer test module not loaded)",
+		     KVD_IMPORTER_PATH, strerror(-self->imp));
+	self->drm = vgem_open();
+	if (self->drm < 0)
+		SKIP(return, "no vgem device (modprobe vgem)");
+	self->buf = malloc(SIZE);
+	self->expect = malloc(SIZE);
+	ASSERT_NOT_NULL(self->buf);
+	ASSERT_NOT_NULL(self->expect);
+	self->a = vgem_pattern_buf(self->drm, SIZE, SEED_A);
+	ASSERT_GE(self->a, 0);
+	self->b = vgem_pattern_buf(self->drm, SIZE, SEED_B);
+	ASSERT_GE(self->b, 0);
+	self->proxy = kvd_create(self->dev, SIZE, NULL);
+	ASSERT_GE(self->proxy, 0);
+}
+
+FIXTURE_TEARDOWN(follow)
+{
+	if (self->h >= 0)
+		imp_release(self->imp, self->h);
+	if (self->proxy >= 0)
+		close(self->proxy);
+	if (self->a >= 0)
+		close(self->a);
+	if (self->b >= 0)
+		close(self->b);
+	if (self->drm >= 0)
+		close(self->drm);
+	if (self->imp >= 0)
+		close(self->imp);
+	if (self->dev >= 0)
+		close(self->dev);
+	free(self->buf);
+	free(self->expect);
+}
+
+TEST_F(follow, revoke_then_attach_new_backing)
+{
+	struct kvd_imp_counters c;
+	struct kvdmabuf_query q;
+	uint64_t gen;
+
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(KVDMABUF_STATE_UNBACKED, q.state);
+	EXPECT_EQ(0, q.generation);
+	EXPECT_EQ(SIZE, q.length);
+
+	ASSERT_EQ(0, kvd_attach_full(self->dev, self->proxy, self->a, 0, 0, 0,
+				     &gen));
+	EXPECT_EQ(1, gen);
+	self->h = imp_import(self->imp, self->proxy, 0);
+	ASSERT_GE(self->h, 0);
+
+	/* The importer reads pattern A and its write lands in A. */
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_A));
+	pattern_fill(self->expect, KVD_PAGE, SEED_W);
+	ASSERT_EQ(0, imp_write(self->imp, self->h, 3 * KVD_PAGE, self->expect,
+			       KVD_PAGE));
+	EXPECT_EQ(1, dmabuf_equals(self->a, 3 * KVD_PAGE, self->expect,
+				   KVD_PAGE));
+
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(KVDMABUF_STATE_BACKED, q.state);
+	EXPECT_EQ(1, q.dynamic_importers);
+	EXPECT_EQ(0, q.pinned_importers);
+	EXPECT_EQ(0, q.blocking_pins);
+	EXPECT_EQ(1, q.live_mappings);
+	EXPECT_EQ(1, q.backing_attachments);
+
+	/* Revoke: the importer is notified, its access now fails. */
+	ASSERT_EQ(0, kvd_revoke(self->dev, self->proxy, 1000));
+	ASSERT_EQ(0, imp_counters(self->imp, self->h, &c));
+	EXPECT_EQ(1, c.invalidations);
+	EXPECT_EQ(0, c.mapped);
+	EXPECT_EQ(-ENODEV, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	EXPECT_EQ(-ENODEV, imp_write(self->imp, self->h, 0, self->expect,
+				     KVD_PAGE));
+	ASSERT_EQ(0, imp_counters(self->imp, self->h, &c));
+	EXPECT_EQ(2, c.failed);
+
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(KVDMABUF_STATE_REVOKED, q.state);
+	EXPECT_EQ(2, q.generation);
+	EXPECT_EQ(0, q.live_mappings);
+	EXPECT_EQ(0, q.backing_attachments);
+	EXPECT_EQ(0, q.stale_backings);
+	EXPECT_EQ(1, q.notifications);
+
+	/* Attach B: the same importer attachment now sees B. */
+	ASSERT_EQ(0, kvd_attach_full(self->dev, self->proxy, self->b, 0, 0, 0,
+				     &gen));
+	EXPECT_EQ(3, gen);
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_B));
+	ASSERT_EQ(0, imp_write(self->imp, self->h, 5 * KVD_PAGE, self->expect,
+			       KVD_PAGE));
+	EXPECT_EQ(1, dmabuf_equals(self->b, 5 * KVD_PAGE, self->expect,
+				   KVD_PAGE));
+	/* ... and not in A. */
+	pattern_fill(self->buf, SIZE, SEED_A);
+	EXPECT_EQ(1, dmabuf_equals(self->a, 5 * KVD_PAGE,
+				   self->buf + 5 * KVD_PAGE, KVD_PAGE));
+
+	ASSERT_EQ(0, kvd_revoke(self->dev, self->proxy, 1000));
+	ASSERT_EQ(0, imp_counters(self->imp, self->h, &c));
+	EXPECT_EQ(2, c.invalidations);
+	EXPECT_EQ(2, c.maps);
+}
+
+TEST_F(follow, replace_swaps_under_a_mapped_importer)
+{
+	struct kvd_imp_counters c;
+	struct kvdmabuf_query q;
+	uint64_t gen;
+
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, self->a, 0));
+	self->h = imp_import(self->imp, self->proxy, 0);
+	ASSERT_GE(self->h, 0);
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_A));
+
+	/* Without REPLACE a backed proxy refuses a second backing. */
+	EXPECT_EQ(-EEXIST, kvd_attach(self->dev, self->proxy, self->b, 0));
+
+	ASSERT_EQ(0, kvd_attach_full(self->dev, self->proxy, self->b, 0,
+				     KVDMABUF_ATTACH_REPLACE, 1000, &gen));
+	EXPECT_EQ(2, gen);
+	ASSERT_EQ(0, imp_counters(self->imp, self->h, &c));
+	EXPECT_EQ(1, c.invalidations);
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_B));
+
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(KVDMABUF_STATE_BACKED, q.state);
+	EXPECT_EQ(0, q.stale_backings);
+	EXPECT_EQ(1, q.backing_attachments);
+	EXPECT_EQ(1, q.notifications);
+
+	/* REPLACE on a revoked proxy is a plain attach. */
+	ASSERT_EQ(0, kvd_revoke(self->dev, self->proxy, 1000));
+	ASSERT_EQ(0, kvd_replace(self->dev, self->proxy, self->a, 0));
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_A));
+}
+
+TEST_F(follow, offset_into_a_larger_backing)
+{
+	uint32_t *w;
+	int big;
+
+	big = vgem_pattern_buf(self->drm, 2 * SIZE, SEED_A);
+	ASSERT_GE(big, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, big, SIZE));
+	close(big);	/* the proxy holds its own reference */
+	self->h = imp_import(self->imp, self->proxy, 0);
+	ASSERT_GE(self->h, 0);
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	/* The proxy shows the second half of the big buffer. */
+	w = (uint32_t *)self->buf;
+	EXPECT_EQ(SEED_A * 2654435761u + SIZE / 4, w[0]);
+	EXPECT_EQ(SEED_A * 2654435761u + SIZE / 4 + 1, w[1]);
+	EXPECT_EQ(SEED_A * 2654435761u + SIZE / 2 - 1, w[SIZE / 4 - 1]);
+}
+
+TEST_F(follow, importer_attached_before_backing)
+{
+	self->h = imp_import(self->imp, self->proxy, 0);
+	ASSERT_GE(self->h, 0);
+	EXPECT_EQ(-ENODEV, imp_read(self->imp, self->h, 0, self->buf, 64));
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, self->a, 0));
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_A));
+}
+
+TEST_F(follow, two_importers_both_follow)
+{
+	int imp2, h2;
+
+	imp2 = imp_open();
+	ASSERT_GE(imp2, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, self->a, 0));
+	self->h = imp_import(self->imp, self->proxy, 0);
+	h2 = imp_import(imp2, self->proxy, 0);
+	ASSERT_GE(self->h, 0);
+	ASSERT_GE(h2, 0);
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	ASSERT_EQ(0, imp_read(imp2, h2, 0, self->buf, SIZE));
+	ASSERT_EQ(0, kvd_replace(self->dev, self->proxy, self->b, 0));
+	ASSERT_EQ(0, imp_read(imp2, h2, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_B));
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_B));
+	close(imp2);
+}
+
+TEST_F(follow, events_on_the_device_fd)
+{
+	struct kvdmabuf_event ev[8];
+	struct pollfd pfd = { .fd = self->dev, .events = POLLIN };
+	uint64_t id = 0;
+	int proxy, n, fl;
+
+	proxy = kvd_create(self->dev, SIZE, &id);
+	ASSERT_GE(proxy, 0);
+	EXPECT_NE(0, id);
+	EXPECT_EQ(0, poll(&pfd, 1, 0));
+	ASSERT_EQ(0, kvd_attach(self->dev, proxy, self->a, 0));
+	ASSERT_EQ(0, kvd_revoke(self->dev, proxy, 1000));
+	ASSERT_EQ(0, kvd_replace(self->dev, proxy, self->b, 0));
+	ASSERT_EQ(1, poll(&pfd, 1, 1000));
+	close(proxy);
+
+	n = read(self->dev, ev, sizeof(ev));
+	ASSERT_EQ(4 * (int)sizeof(ev[0]), n);
+	EXPECT_EQ(sizeof(ev[0]), ev[0].size);
+	EXPECT_EQ(KVDMABUF_EVENT_STATE, ev[0].type);
+	EXPECT_EQ(id, ev[0].id);
+	EXPECT_EQ(KVDMABUF_STATE_BACKED, ev[0].state);
+	EXPECT_EQ(1, ev[0].generation);
+	EXPECT_EQ(KVDMABUF_STATE_REVOKED, ev[1].state);
+	EXPECT_EQ(2, ev[1].generation);
+	EXPECT_EQ(KVDMABUF_STATE_BACKED, ev[2].state);
+	EXPECT_EQ(3, ev[2].generation);
+	EXPECT_EQ(KVDMABUF_STATE_RELEASED, ev[3].state);
+	EXPECT_EQ(id, ev[3].id);
+
+	/* Empty queue: non-blocking read says so. */
+	fl = fcntl(self->dev, F_GETFL);
+	ASSERT_EQ(0, fcntl(self->dev, F_SETFL, fl | O_NONBLOCK));
+	EXPECT_EQ(-1, read(self->dev, ev, sizeof(ev)));
+	EXPECT_EQ(EAGAIN, errno);
+	/* A buffer smaller than one record. */
+	EXPECT_EQ(-1, read(self->dev, ev, sizeof(ev[0]) - 1));
+	EXPECT_EQ(EINVAL, errno);
+}
+
+TEST(version)
+{
+	struct kvdmabuf_version v = { .size = sizeof(v) };
+	int dev = kvd_dev_open();
+
+	if (dev < 0)
+		SKIP(return, "%s: %s", KVDMABUF_DEVICE_PATH, strerror(-dev));
+	ASSERT_EQ(0, kvd_ioctl(dev, KVDMABUF_IOCTL_VERSION, &v));
+	EXPECT_EQ(KVDMABUF_API_VERSION, v.version);
+	EXPECT_TRUE(v.features & KVDMABUF_FEATURE_REPLACE);
+	EXPECT_TRUE(v.features & KVDMABUF_FEATURE_EVENTS);
+	TH_LOG("api %u.%u features 0x%llx", v.version >> 16,
+	       v.version & 0xffff, (unsigned long long)v.features);
+	close(dev);
+}
+
+TEST_HARNESS_MAIN
