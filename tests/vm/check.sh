@@ -3,7 +3,8 @@
 # The test driver behind make check / check-unit / check-vm.
 #
 #   check.sh unit          host-only tests (tests/unit.list)
-#   check.sh vm LANE       VM suite (tests/vm.list) on one kernel lane: 6.1, 6.12
+#   check.sh vm LANE       VM suite (tests/vm.list) on one kernel lane: 6.1,
+#                          6.12, debug (6.1 with lockdep, KASAN, dma-buf debug)
 #   check.sh all           unit + every lane
 #
 # Each stage prints its time; the last line is the total over every test of
@@ -62,6 +63,7 @@ stage_unit() {
 stage_vm() {
 	local lane=$1 log=$logs/vm-$lane.log t0=$SECONDS rc=0
 	local kver kernel moddir root build guest_build blog=$logs/build-$lane.log
+	local modroot= dk
 	"$here/deps.sh" "$lane" || { account "vm-$lane" 1 /dev/null 0; return; }
 	echo "# === vm $lane"
 	case $lane in
@@ -86,9 +88,19 @@ stage_vm() {
 			exec chroot "$1" make -C /kvdmabuf -j"$2" all KDIR=/lib/modules/"$3"/build' \
 			- "$root" "$jobs" "$kver" >"$blog" 2>&1 || rc=1
 		;;
+	debug)
+		dk=$("$here/debug-kernel.sh") || { account vm-debug 1 /dev/null 0; return; }
+		kver=$(basename "$(newest "$dk"/mods/lib/modules/*)")
+		kernel=$dk/bzImage moddir=$dk/mods/lib/modules/$kver root=/
+		modroot=$dk/mods
+		build=$repo/build/lane-debug guest_build=$build
+		sync_tree "$repo" "$build"
+		make -C "$build" -j"$jobs" all KDIR="$dk/build" >"$blog" 2>&1 || rc=1
+		;;
 	*)
-		echo "unknown lane $lane (6.1 or 6.12)" >&2
-		return 1
+		echo "unknown lane $lane (6.1, 6.12 or debug)" >&2
+		account "vm-$lane" 1 /dev/null 0
+		return
 		;;
 	esac
 	if [ $rc != 0 ]; then
@@ -97,9 +109,12 @@ stage_vm() {
 		tail -30 "$blog"
 	else
 		echo "# built in $((SECONDS - t0))s; booting $kver"
+		# Under KASAN and TCG ACPI's AML loops stall the boot: acpi=off.
+		KVDMABUF_VM_MODROOT=$modroot \
+		KVDMABUF_VM_APPEND=${modroot:+acpi=off} \
 		"$here/run-vm.sh" "$kernel" "$moddir" "$root" "$log" "$vm_timeout" \
 			/bin/bash "$guest_build/tests/vm/guest-run.sh" \
-			"$guest_build" "$guest_build/tests/vm.list" | tr -d '\r' |
+			"$guest_build" "$guest_build/tests/vm.list" $modroot | tr -d '\r' |
 			grep -v -E '^\[ *[0-9]+\.[0-9]+\]' || true
 		rc=${PIPESTATUS[0]}
 	fi

@@ -4,6 +4,7 @@
 # there (a second run does not touch the network). Run as root.
 #
 #   deps.sh host    Debian 12 packages on this machine (also the 6.1 lane)
+#   deps.sh debug   + what building the debug-lane kernel needs
 #   deps.sh 6.12    + a Debian 13 root (kernel 6.12, gcc-14, -dev packages)
 #                   built with debootstrap under $KVDMABUF_CACHE
 #
@@ -18,6 +19,8 @@ HOST_PKGS="make gcc libc6-dev pkg-config linux-image-amd64 linux-headers-amd64
  qemu-system-x86 busybox-static rdma-core ibverbs-utils libibverbs-dev
  libdrm-dev libyaml-dev debootstrap rsync cpio xz-utils zstd iproute2 kmod
  util-linux coreutils"
+
+DEBUG_PKGS="linux-source-6.1 flex bison bc libelf-dev libssl-dev"
 
 # Debian 13 root: built inside it are the 6.12 modules and the lane's tests;
 # the guest runs it as its user space.
@@ -37,7 +40,7 @@ need_root() {
 
 host_deps() {
 	local missing=() p
-	for p in $HOST_PKGS; do
+	for p in $HOST_PKGS "$@"; do
 		dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null |
 			grep -q '^install ok installed$' || missing+=("$p")
 	done
@@ -75,8 +78,11 @@ host | 6.1)
 	host_deps
 	trixie_root
 	;;
+debug)
+	host_deps $DEBUG_PKGS
+	;;
 *)
-	echo "usage: $0 host|6.1|6.12" >&2
+	echo "usage: $0 host|6.1|6.12|debug" >&2
 	exit 2
 	;;
 esac

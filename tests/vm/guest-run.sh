@@ -5,12 +5,16 @@
 # rxe0/rxe1 on a veth pair, the kvdmabuf module and the test importer), runs
 # the test list, unloads the project's modules and prints the kernel log.
 #
-#   guest-run.sh BUILD_DIR LIST
+#   guest-run.sh BUILD_DIR LIST [MODROOT]
 #
-# BUILD_DIR is the lane's build tree as the guest sees it.
+# BUILD_DIR is the lane's build tree as the guest sees it. MODROOT, when
+# given, is the folder holding lib/modules/VERSION for a kernel whose modules
+# are not installed in the root (the debug lane).
 set -u
 build=$1
 list=$2
+modroot=${3:-}
+modprobe() { command modprobe ${modroot:+-d "$modroot"} "$@"; }
 export KVDMABUF_BUILD=$build
 failed=0
 

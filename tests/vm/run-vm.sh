@@ -22,6 +22,9 @@ guest_cmd="$*"
 here=$(cd "$(dirname "$0")" && pwd)
 mem=${KVDMABUF_VM_MEM:-3072}
 extra_append=${KVDMABUF_VM_APPEND:-}
+# A kernel whose modules are not under ROOT's /lib/modules (the debug lane)
+# names the folder that holds lib/modules/VERSION, as ROOT sees it.
+modroot=${KVDMABUF_VM_MODROOT:-}
 
 busybox=/bin/busybox
 [ -x "$busybox" ] || { echo "run-vm: busybox-static missing" >&2; exit 1; }
@@ -83,9 +86,9 @@ touch "$ird/mods/order"
 
 # The kernel runs its module loader in the initramfs, not in the chroot:
 # point it at the real modprobe of ROOT.
-cat >"$ird/kvd-modprobe" <<'EOS'
+cat >"$ird/kvd-modprobe" <<EOS
 #!/bin/busybox sh
-exec /bin/busybox chroot /newroot /sbin/modprobe "$@"
+exec /bin/busybox chroot /newroot /sbin/modprobe ${modroot:+-d $modroot} "\$@"
 EOS
 cat >"$ird/init" <<EOS
 #!/bin/busybox sh
