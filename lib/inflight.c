@@ -23,8 +23,13 @@ int64_t kvd_now_ns(void)
 
 int kvd_io_begin(struct kvd_inflight *io)
 {
-	uint64_t prev = atomic_fetch_add(&io->count, 1);
+	uint64_t prev;
 
+	/* Refuse without touching the count once closed: otherwise threads
+	 * retrying io_begin keep the count above zero and starve the drain. */
+	if (atomic_load_explicit(&io->closed, memory_order_relaxed))
+		return -ESHUTDOWN;
+	prev = atomic_fetch_add(&io->count, 1);
 	if (atomic_load(&io->closed)) {
 		atomic_fetch_sub(&io->count, 1);
 		return -ESHUTDOWN;

@@ -1,0 +1,281 @@
+// SPDX-License-Identifier: MIT
+/*
+ * lib_drain - in-flight accounting and the drain of sleep: sleep stops new
+ * I/O at once, waits for a transfer that a real thread finishes when an
+ * event is set (deregistering only afterwards), honours the engine drain
+ * callback, and on timeout returns -ETIMEDOUT with everything registered
+ * and awake and a message saying how many transfers were in flight and for
+ * how long; concurrent io_begin/io_end never succeed while asleep.
+ * Host-only: fake NICs (tests/lib_fake.h) stand for the RDMA devices.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/eventfd.h>
+
+#include "harness.h"
+#include "lib_fake.h"
+
+#define LEN (16 * 4096)
+
+FIXTURE(dr) {
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r;
+	void *mem;
+};
+
+static int drain_calls, drain_busy_until, drain_rc;
+
+static int engine_drain(void *arg)
+{
+	(void)arg;
+	drain_calls++;
+	if (drain_rc < 0)
+		return drain_rc;
+	return drain_calls > drain_busy_until;
+}
+
+FIXTURE_SETUP(dr)
+{
+	struct kvdmabuf_options o = { 0 };
+	struct kvdmabuf_region_desc d = { 0 };
+	char err[512];
+
+	fake_reset(2);
+	drain_calls = 0;
+	drain_busy_until = 0;
+	drain_rc = 0;
+	o.drain = engine_drain;
+	ASSERT_EQ(0, fake_open("protocol: rdma\ndrain_timeout_s: 0.3\n", &o,
+			       &self->ctx, err, sizeof(err)));
+	self->mem = region_mem(LEN);
+	d.addr = self->mem;
+	d.len = LEN;
+	d.mem = KVDMABUF_MEM_HOST;
+	d.flags = KVDMABUF_REGION_RELEASED_AT_SLEEP;
+	ASSERT_EQ(0, kvdmabuf_region_add(self->ctx, &d, &self->r));
+}
+
+FIXTURE_TEARDOWN(dr)
+{
+	kvdmabuf_close(self->ctx);
+	munmap(self->mem, LEN);
+}
+
+struct worker {
+	struct kvdmabuf_region *r;
+	void *mem;
+	int begun_efd, event_efd;
+	int rc_begin;
+	int mrs_at_end;       /* MRs still there when the transfer ended */
+};
+
+static void *transfer(void *arg)
+{
+	struct worker *w = arg;
+	uint64_t one = 1, v;
+
+	w->rc_begin = kvdmabuf_io_begin(w->r);
+	if (write(w->begun_efd, &one, sizeof(one)) != sizeof(one))
+		return NULL;
+	if (w->rc_begin)
+		return NULL;
+	/* the "NIC" works on the region until the event is set */
+	if (read(w->event_efd, &v, sizeof(v)) != sizeof(v))
+		return NULL;
+	w->mrs_at_end = fake_mrs_at(0, w->mem, LEN) +
+			fake_mrs_at(1, w->mem, LEN);
+	kvdmabuf_io_end(w->r);
+	return NULL;
+}
+
+struct setter {
+	struct kvdmabuf_region *r;
+	int event_efd;
+	int rc_begin_during_drain;
+};
+
+static void *set_event_later(void *arg)
+{
+	struct setter *s = arg;
+	uint64_t one = 1;
+
+	usleep(150 * 1000);
+	/* sleep has begun: new I/O is refused before the drain ends */
+	s->rc_begin_during_drain = kvdmabuf_io_begin(s->r);
+	if (!s->rc_begin_during_drain)
+		kvdmabuf_io_end(s->r);
+	if (write(s->event_efd, &one, sizeof(one)) != sizeof(one))
+		s->rc_begin_during_drain = -999;
+	return NULL;
+}
+
+TEST_F(dr, drain_waits_for_inflight_transfer)
+{
+	struct worker w = { .r = self->r, .mem = self->mem };
+	struct setter s = { .r = self->r };
+	pthread_t tw, ts;
+	uint64_t v;
+	int64_t t0, t1;
+	int rc;
+
+	w.begun_efd = eventfd(0, EFD_CLOEXEC);
+	w.event_efd = eventfd(0, EFD_CLOEXEC);
+	s.event_efd = w.event_efd;
+	ASSERT_EQ(0, pthread_create(&tw, NULL, transfer, &w));
+	ASSERT_EQ((ssize_t)sizeof(v), read(w.begun_efd, &v, sizeof(v)));
+	ASSERT_EQ(0, w.rc_begin);
+	ASSERT_EQ(0, pthread_create(&ts, NULL, set_event_later, &s));
+	t0 = kvd_now_ns();
+	rc = kvdmabuf_sleep(self->ctx, NULL);
+	t1 = kvd_now_ns();
+	pthread_join(ts, NULL);
+	pthread_join(tw, NULL);
+	if (rc)
+		TH_LOG("%s", kvdmabuf_strerror(self->ctx));
+	ASSERT_EQ(0, rc);
+	EXPECT_GE(t1 - t0, 140 * 1000000LL);     /* it waited for the event */
+	EXPECT_EQ(-ESHUTDOWN, s.rc_begin_during_drain);
+	EXPECT_EQ(2, w.mrs_at_end);          /* still registered meanwhile */
+	EXPECT_EQ(0, fake_mrs_at(0, self->mem, LEN));
+	EXPECT_GE(drain_calls, 1);
+	close(w.begun_efd);
+	close(w.event_efd);
+}
+
+TEST_F(dr, drain_timeout_keeps_everything_registered)
+{
+	struct kvdmabuf_region_info in;
+	uint32_t l0, l1;
+	int rc;
+
+	ASSERT_EQ(0, kvdmabuf_region_keys(self->r, 0, &l0, NULL, NULL));
+	/* a transfer path that forgets its io_end */
+	ASSERT_EQ(0, kvdmabuf_io_begin(self->r));
+	usleep(100 * 1000);
+	rc = kvdmabuf_sleep(self->ctx, NULL);
+	TH_LOG("%s", kvdmabuf_strerror(self->ctx));
+	ASSERT_EQ(-ETIMEDOUT, rc);
+	EXPECT_NE(NULL, strstr(kvdmabuf_strerror(self->ctx),
+			       "1 transfer(s) still in flight"));
+	EXPECT_NE(NULL, strstr(kvdmabuf_strerror(self->ctx),
+			       "kvdmabuf_io_end"));
+	/* above zero for longer than the drain itself (since io_begin) */
+	{
+		const char *p = strstr(kvdmabuf_strerror(self->ctx),
+				       "without a break for ");
+		double secs = 0;
+
+		ASSERT_NE(NULL, p);
+		ASSERT_EQ(1, sscanf(p, "without a break for %lf", &secs));
+		EXPECT_GE(secs, 0.39);
+	}
+	ASSERT_EQ(0, kvdmabuf_region_info(self->r, &in));
+	EXPECT_EQ(0, in.asleep);
+	EXPECT_EQ(1u, in.inflight);
+	EXPECT_EQ(1, fake_mrs_at(0, self->mem, LEN));
+	EXPECT_EQ(1, fake_mrs_at(1, self->mem, LEN));
+	ASSERT_EQ(0, kvdmabuf_region_keys(self->r, 0, &l1, NULL, NULL));
+	EXPECT_EQ(l0, l1);
+	/* I/O is allowed again */
+	ASSERT_EQ(0, kvdmabuf_io_begin(self->r));
+	kvdmabuf_io_end(self->r);
+	kvdmabuf_io_end(self->r);
+	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
+}
+
+TEST_F(dr, engine_callback_is_waited_for)
+{
+	drain_busy_until = 5;
+	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
+	EXPECT_EQ(6, drain_calls);
+}
+
+TEST_F(dr, engine_callback_busy_times_out)
+{
+	drain_busy_until = 1 << 30;
+	ASSERT_EQ(-ETIMEDOUT, kvdmabuf_sleep(self->ctx, NULL));
+	EXPECT_NE(NULL, strstr(kvdmabuf_strerror(self->ctx),
+			       "drain callback"));
+	EXPECT_EQ(1, fake_mrs_at(0, self->mem, LEN));
+	ASSERT_EQ(0, kvdmabuf_io_begin(self->r));
+	kvdmabuf_io_end(self->r);
+}
+
+TEST_F(dr, engine_callback_error_aborts)
+{
+	drain_rc = -EINTR;
+	ASSERT_EQ(-EINTR, kvdmabuf_sleep(self->ctx, NULL));
+	EXPECT_EQ(1, fake_mrs_at(0, self->mem, LEN));
+	ASSERT_EQ(0, kvdmabuf_io_begin(self->r));
+	kvdmabuf_io_end(self->r);
+}
+
+TEST_F(dr, unbalanced_io_end_is_counted_not_wrapped)
+{
+	struct kvdmabuf_state st;
+
+	kvdmabuf_io_end(self->r);
+	ASSERT_EQ(0, kvdmabuf_query(self->ctx, &st));
+	EXPECT_EQ(1u, st.unbalanced_io_end);
+	EXPECT_EQ(0u, st.inflight);
+	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
+}
+
+struct hammer {
+	struct kvdmabuf_region *r;
+	atomic_int *asleep, *stop;
+	unsigned long ok, refused, violations;
+};
+
+static void *hammer(void *arg)
+{
+	struct hammer *h = arg;
+
+	while (!atomic_load(h->stop)) {
+		if (kvdmabuf_io_begin(h->r) == 0) {
+			if (atomic_load(h->asleep))
+				h->violations++;
+			h->ok++;
+			kvdmabuf_io_end(h->r);
+		} else {
+			h->refused++;
+		}
+	}
+	return NULL;
+}
+
+TEST_F_TIMEOUT(dr, concurrent_io_never_touches_asleep_region, 60)
+{
+	atomic_int asleep = 0, stop = 0;
+	struct hammer h[3];
+	pthread_t t[3];
+	struct kvdmabuf_state st;
+	int i, cycle;
+
+	for (i = 0; i < 3; i++) {
+		h[i] = (struct hammer){ .r = self->r, .asleep = &asleep,
+					.stop = &stop };
+		ASSERT_EQ(0, pthread_create(&t[i], NULL, hammer, &h[i]));
+	}
+	for (cycle = 0; cycle < 200; cycle++) {
+		ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
+		atomic_store(&asleep, 1);
+		usleep(200);
+		atomic_store(&asleep, 0);
+		ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
+		usleep(200);
+	}
+	atomic_store(&stop, 1);
+	for (i = 0; i < 3; i++) {
+		pthread_join(t[i], NULL);
+		EXPECT_EQ(0ul, h[i].violations);
+		TH_LOG("thread %d: %lu transfers, %lu refused", i, h[i].ok,
+		       h[i].refused);
+	}
+	ASSERT_EQ(0, kvdmabuf_query(self->ctx, &st));
+	EXPECT_EQ(0u, st.inflight);
+	EXPECT_EQ(0u, st.unbalanced_io_end);
+	EXPECT_EQ(200u, st.sleeps);
+}
+
+TEST_HARNESS_MAIN
