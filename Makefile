@@ -46,6 +46,9 @@ TEST_SRCS := $(sort $(wildcard tests/*.c))
 TEST_BINS := $(TEST_SRCS:.c=)
 FAKE_CUDA_SRCS := $(wildcard tests/fake_cuda/*.c)
 FAKE_CUDA := $(if $(FAKE_CUDA_SRCS),tests/fake_cuda/libcuda.so.1)
+DEMO_SRCS := $(sort $(wildcard tests/demo/*.c))
+DEMO := $(if $(DEMO_SRCS),tests/demo/kvdmabuf-demo)
+CYCLES ?= 3
 
 .PHONY: all lib tests modules clean check check-unit check-vm demo bench deps \
 	install
@@ -54,7 +57,7 @@ all: lib tests modules
 
 lib: $(LIB_A) $(LIB_SO)
 
-tests: $(TEST_BINS) $(FAKE_CUDA)
+tests: $(TEST_BINS) $(FAKE_CUDA) $(DEMO)
 
 lib/%.o: lib/%.c $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")
@@ -83,6 +86,10 @@ $(FAKE_CUDA): $(FAKE_CUDA_SRCS) $(wildcard tests/fake_cuda/*.h)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -shared -Wl,-soname,libcuda.so.1 \
 		-o $@ $(FAKE_CUDA_SRCS) -ldrm -lpthread
 
+$(DEMO): $(DEMO_SRCS) $(wildcard tests/demo/*.h tests/*.h) $(LIB_A) $(LIB_HDRS)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(DEMO_SRCS) $(LIB_A) $(LDLIBS)
+
 modules:
 	@test -n "$(KDIR)" -a -d "$(KDIR)" || { \
 		echo "kvdmabuf: no kernel build tree; install linux-headers-\$$(uname -r) or pass KDIR=" >&2; \
@@ -101,14 +108,17 @@ check-vm:
 check:
 	$(Q)tests/vm/check.sh all
 
+# The demonstration runs in a VM of lane KERNEL; DEMO_ARGS=--stress adds
+# concurrent transfers up to each sleep.
 demo:
-	@echo "make demo: not built yet (issue 6)"; exit 1
+	$(Q)tests/vm/check.sh demo $(KERNEL) --cycles $(CYCLES) $(DEMO_ARGS)
 
 bench:
 	@echo "make bench: not built yet (issue 7)"; exit 1
 
 clean:
-	$(Q)rm -f $(LIB_OBJS) $(LIB_A) lib/libkvdmabuf.so* $(TEST_BINS) $(FAKE_CUDA)
+	$(Q)rm -f $(LIB_OBJS) $(LIB_A) lib/libkvdmabuf.so* $(TEST_BINS) $(FAKE_CUDA) \
+		$(DEMO)
 	$(Q)test -z "$(KDIR)" -o ! -d "$(KDIR)" || \
 		$(MAKE) -C $(KDIR) M=$(CURDIR) clean >/dev/null
 	$(Q)rm -rf build

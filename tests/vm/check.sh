@@ -6,6 +6,7 @@
 #   check.sh vm LANE       VM suite (tests/vm.list) on one kernel lane: 6.1,
 #                          6.12, debug (6.1 with lockdep, KASAN, dma-buf debug)
 #   check.sh all           unit + every lane
+#   check.sh demo LANE ARGS  the demonstration (tests/demo) in a VM of LANE
 #
 # Each stage prints its time; the last line is the total over every test of
 # every program and lane: "N passed, N failed, N skipped".
@@ -60,7 +61,7 @@ stage_unit() {
 	account unit $rc "$log" $((SECONDS - t0))
 }
 
-stage_vm() {
+stage_vm() { # lane [-- command to run instead of tests/vm.list]
 	local lane=$1 log=$logs/vm-$lane.log t0=$SECONDS rc=0
 	local kver kernel moddir root build guest_build blog=$logs/build-$lane.log
 	local modroot= dk
@@ -103,6 +104,10 @@ stage_vm() {
 		return
 		;;
 	esac
+	local run=("$guest_build/tests/vm.list")
+	if [ "${2:-}" = -- ]; then
+		run=(-- "$guest_build/${3#./}" "${@:4}")
+	fi
 	if [ $rc != 0 ]; then
 		: >"$log"
 		echo "# build for lane $lane failed:"
@@ -114,7 +119,7 @@ stage_vm() {
 		KVDMABUF_VM_APPEND=${modroot:+acpi=off} \
 		"$here/run-vm.sh" "$kernel" "$moddir" "$root" "$log" "$vm_timeout" \
 			/bin/bash "$guest_build/tests/vm/guest-run.sh" \
-			"$guest_build" "$guest_build/tests/vm.list" $modroot | tr -d '\r' |
+			"$guest_build" "${modroot:--}" "${run[@]}" | tr -d '\r' |
 			grep -v -E '^\[ *[0-9]+\.[0-9]+\]' || true
 		rc=${PIPESTATUS[0]}
 	fi
@@ -125,6 +130,12 @@ t_all=$SECONDS
 case "${1:-all}" in
 unit) stage_unit || stage_failed=1 ;;
 vm) stage_vm "${2:?lane}" || stage_failed=1 ;;
+demo)
+	lane=${2:?lane}
+	shift 2
+	stage_vm "$lane" -- tests/demo/kvdmabuf-demo "$@" || stage_failed=1
+	exit $stage_failed
+	;;
 all)
 	stage_unit || stage_failed=1
 	for lane in 6.1 6.12; do

@@ -5,15 +5,16 @@
 # rxe0/rxe1 on a veth pair, the kvdmabuf module and the test importer), runs
 # the test list, unloads the project's modules and prints the kernel log.
 #
-#   guest-run.sh BUILD_DIR LIST [MODROOT]
+#   guest-run.sh BUILD_DIR MODROOT LIST          run a test list
+#   guest-run.sh BUILD_DIR MODROOT -- CMD ARGS   run one program (make demo)
 #
-# BUILD_DIR is the lane's build tree as the guest sees it. MODROOT, when
-# given, is the folder holding lib/modules/VERSION for a kernel whose modules
-# are not installed in the root (the debug lane).
+# BUILD_DIR is the lane's build tree as the guest sees it. MODROOT is the
+# folder holding lib/modules/VERSION for a kernel whose modules are not
+# installed in the root (the debug lane), or "-".
 set -u
 build=$1
-list=$2
-modroot=${3:-}
+modroot=${2#-}
+shift 2
 modprobe() { command modprobe ${modroot:+-d "$modroot"} "$@"; }
 export KVDMABUF_BUILD=$build
 failed=0
@@ -56,7 +57,12 @@ for ko in module/kvdmabuf.ko tests/kmod/kvd_importer.ko; do
 done
 
 cd /tmp
-"$(dirname "$0")/run-tests.sh" "$list" "$build/tests" || failed=1
+if [ "$1" = -- ]; then
+	shift
+	"$@" || failed=1
+else
+	"$(dirname "$0")/run-tests.sh" "$1" "$build/tests" || failed=1
+fi
 
 # Unloading must work once the tests are done: nothing may be left held.
 for m in kvd_importer kvdmabuf; do
