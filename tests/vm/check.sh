@@ -62,7 +62,8 @@ stage_unit() {
 }
 
 stage_vm() { # lane [-- command to run instead of tests/vm.list]
-	local lane=$1 log=$logs/vm-$lane.log t0=$SECONDS rc=0
+	local lane=$1
+	local log=$logs/vm-$lane.log t0=$SECONDS rc=0
 	local kver kernel moddir root build guest_build blog=$logs/build-$lane.log
 	local modroot= dk
 	"$here/deps.sh" "$lane" || { account "vm-$lane" 1 /dev/null 0; return; }
