@@ -170,6 +170,8 @@ int kvd_open_ops(const struct kvdmabuf_options *opts,
 	if (module != KVDMABUF_MODULE_OFF && ctx->cfg.proto == KVD_PROTO_RDMA) {
 		rc = ops->proxy_open(ctx, &ctx->module_fd);
 		if (rc && module == KVDMABUF_MODULE_REQUIRE) {
+			if (rc == -ENOENT)
+				rc = -ENODEV;
 			kvd_err_prefix(ctx, rc, "module: require");
 			goto fail_nics;
 		}

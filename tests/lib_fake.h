@@ -79,6 +79,7 @@ struct fake_world {
 	struct fake_proxy px[FAKE_MAX_PROXY];
 	uint32_t next_key;
 	unsigned int exports;
+	uint32_t last_drm_handle;
 	/* injector */
 	const struct kvd_ops *inner;
 	unsigned long calls[OP_NR];
@@ -153,6 +154,7 @@ static int fake_export(struct kvdmabuf_ctx *ctx, struct kvdmabuf_region *r,
 		return kvd_err(ctx, -EIO, "ftruncate");
 	}
 	fw.exports++;
+	fw.last_drm_handle = r->drm_handle;
 	*fd = m;
 	*off = 0;
 	return 0;

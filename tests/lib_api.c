@@ -1,0 +1,320 @@
+// SPDX-License-Identifier: MIT
+/*
+ * lib_api - the public API's contracts: kvdmabuf_open() errors (no
+ * config, refused protocol, module required but absent, protocol rdma
+ * without a verbs device, bad options), region description checks, sleep
+ * and wake idempotent and selectable by tag, callbacks cannot re-enter,
+ * region lookup, removal refused while a transfer is in flight, a new DRM
+ * handle only while asleep. Host-only: fake NICs and module
+ * (tests/lib_fake.h) except where the real verbs backend is the subject.
+ */
+#include <infiniband/verbs.h>
+
+#include "harness.h"
+#include "lib_fake.h"
+
+#define LEN (4 * 4096)
+
+static int open_yaml(const char *yaml, struct kvdmabuf_ctx **ctx, char *err,
+		     size_t len)
+{
+	return fake_open(yaml, NULL, ctx, err, len);
+}
+
+TEST(open_without_config_names_the_variable)
+{
+	struct kvdmabuf_options o = { 0 };
+	struct kvdmabuf_ctx *ctx = NULL;
+	char err[512];
+
+	unsetenv(KVDMABUF_CONFIG_ENV);
+	ASSERT_EQ(-ENOENT, kvdmabuf_open(&o, &ctx, err, sizeof(err)));
+	EXPECT_NE(NULL, strstr(err, "KVDMABUF_CONFIG"));
+	setenv(KVDMABUF_CONFIG_ENV, "/nonexistent/k.yaml", 1);
+	ASSERT_EQ(-ENOENT, kvdmabuf_open(&o, &ctx, err, sizeof(err)));
+	EXPECT_NE(NULL, strstr(err, "/nonexistent/k.yaml"));
+	EXPECT_NULL(ctx);
+}
+
+TEST(open_refused_by_gate)
+{
+	struct kvdmabuf_ctx *ctx;
+	char err[512];
+
+	fake_reset(1);
+	ASSERT_EQ(-EPROTONOSUPPORT, open_yaml("protocol: nvlink\n", &ctx, err,
+					      sizeof(err)));
+	EXPECT_NE(NULL, strstr(err, "nvlink"));
+	setenv("MC_FORCE_MNNVL", "0", 1);
+	ASSERT_EQ(-EPROTONOSUPPORT, open_yaml("protocol: rdma\n", &ctx, err,
+					      sizeof(err)));
+	EXPECT_NE(NULL, strstr(err, "MC_FORCE_MNNVL"));
+	unsetenv("MC_FORCE_MNNVL");
+}
+
+TEST(open_module_require_absent)
+{
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_state st;
+	char err[512];
+
+	fake_reset(1);
+	fw.module = 0;
+	ASSERT_EQ(-ENODEV, open_yaml("protocol: rdma\nmodule: require\n", &ctx,
+				     err, sizeof(err)));
+	TH_LOG("%s", err);
+	/* auto goes without it; off does not even look */
+	ASSERT_EQ(0, open_yaml("protocol: rdma\nmodule: auto\n", &ctx, err,
+			       sizeof(err)));
+	ASSERT_EQ(0, kvdmabuf_query(ctx, &st));
+	EXPECT_EQ(0, st.module);
+	kvdmabuf_close(ctx);
+	fw.module = 1;
+	ASSERT_EQ(0, open_yaml("protocol: rdma\nmodule: off\n", &ctx, err,
+			       sizeof(err)));
+	ASSERT_EQ(0, kvdmabuf_query(ctx, &st));
+	EXPECT_EQ(0, st.module);
+	kvdmabuf_close(ctx);
+}
+
+TEST(open_rdma_without_verbs_device)
+{
+	struct kvdmabuf_options o = { 0 };
+	struct kvdmabuf_ctx *ctx;
+	struct ibv_device **l;
+	char err[512];
+	int n = 0;
+
+	l = ibv_get_device_list(&n);
+	if (l)
+		ibv_free_device_list(l);
+	if (n > 0)
+		SKIP(return, "this machine has verbs devices");
+	o.config_path = write_config("protocol: rdma\n");
+	/* the real verbs backend */
+	ASSERT_EQ(-ENODEV, kvdmabuf_open(&o, &ctx, err, sizeof(err)));
+	TH_LOG("%s", err);
+	EXPECT_NE(NULL, strstr(err, "no RDMA device"));
+	/* tcp needs none */
+	o.config_path = write_config("protocol: tcp\n");
+	ASSERT_EQ(0, kvdmabuf_open(&o, &ctx, err, sizeof(err)));
+	kvdmabuf_close(ctx);
+	unlink(o.config_path);
+}
+
+TEST(open_bad_options)
+{
+	struct kvdmabuf_options o = { 0 };
+	struct kvdmabuf_ctx *ctx;
+	char err[256];
+
+	o.reserved[3] = 1;
+	EXPECT_EQ(-EINVAL, kvdmabuf_open(&o, &ctx, err, sizeof(err)));
+	o.reserved[3] = 0;
+	o.module = 7;
+	EXPECT_EQ(-EINVAL, kvdmabuf_open(&o, &ctx, err, sizeof(err)));
+	o.module = 0;
+	o.nr_pds = 1;
+	EXPECT_EQ(-EINVAL, kvdmabuf_open(&o, &ctx, err, sizeof(err)));
+	EXPECT_EQ(-EINVAL, kvdmabuf_open(NULL, &ctx, err, sizeof(err)));
+}
+
+FIXTURE(api) {
+	struct kvdmabuf_ctx *ctx;
+	char *mem;
+	int keys_seen;
+	int reentry_rc;
+};
+
+static struct _test_data_api *cur;
+
+static void on_keys(struct kvdmabuf_region *r, uint64_t gen, void *arg)
+{
+	(void)r;
+	(void)gen;
+	(void)arg;
+	cur->keys_seen++;
+	cur->reentry_rc = kvdmabuf_sleep(r->ctx, NULL);
+}
+
+FIXTURE_SETUP(api)
+{
+	struct kvdmabuf_options o = { 0 };
+	char err[256];
+
+	fake_reset(1);
+	fw.module = 1;
+	cur = self;
+	o.key_change = on_keys;
+	ASSERT_EQ(0, fake_open("protocol: rdma\n", &o, &self->ctx, err,
+			       sizeof(err)));
+	self->mem = region_mem(16 * LEN);
+	ASSERT_NE(NULL, self->mem);
+}
+
+FIXTURE_TEARDOWN(api)
+{
+	kvdmabuf_close(self->ctx);
+	munmap(self->mem, 16 * LEN);
+}
+
+static int add(struct kvdmabuf_ctx *ctx, void *a, size_t len, int mem,
+	       unsigned int flags, const char *tag,
+	       struct kvdmabuf_region **r)
+{
+	struct kvdmabuf_region_desc d = { 0 };
+
+	d.addr = a;
+	d.len = len;
+	d.mem = mem;
+	d.flags = flags;
+	d.tag = tag;
+	return kvdmabuf_region_add(ctx, &d, r);
+}
+
+TEST_F(api, region_description_checks)
+{
+	struct kvdmabuf_region_desc d = { 0 };
+	struct kvdmabuf_region *r;
+	char *m = self->mem;
+
+	EXPECT_EQ(-EINVAL, add(self->ctx, m + 1, LEN, KVDMABUF_MEM_HOST, 0,
+			       NULL, &r));
+	EXPECT_EQ(-EINVAL, add(self->ctx, m, LEN - 1, KVDMABUF_MEM_HOST, 0,
+			       NULL, &r));
+	EXPECT_EQ(-EINVAL, add(self->ctx, m, 0, KVDMABUF_MEM_HOST, 0, NULL,
+			       &r));
+	EXPECT_EQ(-EINVAL, add(self->ctx, m, LEN, 9, 0, NULL, &r));
+	EXPECT_EQ(-EINVAL, add(self->ctx, m, LEN, KVDMABUF_MEM_HOST, 0x10,
+			       NULL, &r));
+	EXPECT_EQ(-EINVAL, add(self->ctx, m, LEN, KVDMABUF_MEM_CUDA,
+			       KVDMABUF_REGION_RELEASED_AT_SLEEP, NULL, &r));
+	d.addr = m;
+	d.len = LEN;
+	d.mem = KVDMABUF_MEM_DRM;
+	d.drm_fd = -1;
+	EXPECT_EQ(-EINVAL, kvdmabuf_region_add(self->ctx, &d, &r));
+	d.mem = KVDMABUF_MEM_HOST;
+	d.reserved[0] = 1;
+	EXPECT_EQ(-EINVAL, kvdmabuf_region_add(self->ctx, &d, &r));
+	/* overlap */
+	ASSERT_EQ(0, add(self->ctx, m + LEN, 2 * LEN, KVDMABUF_MEM_HOST, 0,
+			 NULL, &r));
+	EXPECT_EQ(-EINVAL, add(self->ctx, m, 2 * LEN, KVDMABUF_MEM_HOST, 0,
+			       NULL, &r));
+	EXPECT_NE(NULL, strstr(kvdmabuf_strerror(self->ctx), "overlaps"));
+	EXPECT_EQ(-EINVAL, add(self->ctx, m + 2 * LEN, 4 * LEN,
+			       KVDMABUF_MEM_HOST, 0, NULL, &r));
+	/* adjacent is fine */
+	EXPECT_EQ(0, add(self->ctx, m + 3 * LEN, LEN, KVDMABUF_MEM_HOST, 0,
+			 NULL, &r));
+	EXPECT_EQ(0, fake_mrs_live() - 2);
+}
+
+TEST_F(api, idempotent_and_selective_by_tag)
+{
+	struct kvdmabuf_region *kv, *w, *h;
+	struct kvdmabuf_region_info in;
+	char *m = self->mem;
+
+	ASSERT_EQ(0, add(self->ctx, m, LEN, KVDMABUF_MEM_DRM, 0, "kv_cache",
+			 &kv));
+	ASSERT_EQ(0, add(self->ctx, m + LEN, LEN, KVDMABUF_MEM_HOST,
+			 KVDMABUF_REGION_RELEASED_AT_SLEEP, "weights", &w));
+	ASSERT_EQ(0, add(self->ctx, m + 2 * LEN, LEN, KVDMABUF_MEM_HOST, 0,
+			 "kv_cache", &h));
+
+	/* wake when awake: success, nothing done */
+	inj_arm(OP_EXPORT, 0, 0);
+	ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
+	EXPECT_EQ(0ul, fw.calls[OP_EXPORT] + fw.calls[OP_REG] +
+		       fw.calls[OP_ATTACH]);
+
+	/* sleep of one tag leaves the other awake and registered */
+	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, "kv_cache"));
+	ASSERT_EQ(0, kvdmabuf_region_info(kv, &in));
+	EXPECT_EQ(1, in.asleep);
+	ASSERT_EQ(0, kvdmabuf_region_info(w, &in));
+	EXPECT_EQ(0, in.asleep);
+	EXPECT_EQ(1, fake_mrs_at(0, m + LEN, LEN));
+	EXPECT_EQ(0, kvdmabuf_io_begin(w));
+	kvdmabuf_io_end(w);
+	ASSERT_EQ(0, kvdmabuf_region_info(h, &in));
+	EXPECT_EQ(0, in.asleep);       /* host regions never sleep */
+
+	/* sleep again: success, nothing done */
+	inj_arm(OP_REVOKE, 0, 0);
+	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, "kv_cache"));
+	EXPECT_EQ(0ul, fw.calls[OP_REVOKE] + fw.calls[OP_DEREG]);
+
+	/* everything asleep, then selective wake */
+	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
+	ASSERT_EQ(0, kvdmabuf_region_info(w, &in));
+	EXPECT_EQ(1, in.asleep);
+	ASSERT_EQ(0, kvdmabuf_wake(self->ctx, "weights"));
+	ASSERT_EQ(0, kvdmabuf_region_info(w, &in));
+	EXPECT_EQ(0, in.asleep);
+	ASSERT_EQ(0, kvdmabuf_region_info(kv, &in));
+	EXPECT_EQ(1, in.asleep);
+	EXPECT_EQ(-ESHUTDOWN, kvdmabuf_io_begin(kv));
+	ASSERT_EQ(0, kvdmabuf_wake(self->ctx, "no_such_tag"));
+	ASSERT_EQ(0, kvdmabuf_wake(self->ctx, "kv_cache"));
+	ASSERT_EQ(0, kvdmabuf_region_info(kv, &in));
+	EXPECT_EQ(0, in.asleep);
+	ASSERT_EQ(0, kvdmabuf_io_begin(kv));
+	kvdmabuf_io_end(kv);
+}
+
+TEST_F(api, callbacks_cannot_reenter)
+{
+	struct kvdmabuf_region *w;
+
+	ASSERT_EQ(0, add(self->ctx, self->mem, LEN, KVDMABUF_MEM_HOST,
+			 KVDMABUF_REGION_RELEASED_AT_SLEEP, "weights", &w));
+	EXPECT_EQ(0, self->keys_seen);   /* not for the first registration */
+	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
+	ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
+	EXPECT_EQ(1, self->keys_seen);
+	EXPECT_EQ(-EDEADLK, self->reentry_rc);
+}
+
+TEST_F(api, find_remove_and_drm_handle)
+{
+	struct kvdmabuf_region *a, *b;
+	char *m = self->mem;
+
+	ASSERT_EQ(0, add(self->ctx, m, 2 * LEN, KVDMABUF_MEM_DRM, 0, "kv",
+			 &a));
+	ASSERT_EQ(0, add(self->ctx, m + 4 * LEN, LEN, KVDMABUF_MEM_HOST, 0,
+			 "h", &b));
+	EXPECT_EQ(a, kvdmabuf_region_find(self->ctx, m + LEN, LEN));
+	EXPECT_EQ(a, kvdmabuf_region_find(self->ctx, m, 2 * LEN));
+	EXPECT_NULL(kvdmabuf_region_find(self->ctx, m + LEN, 2 * LEN));
+	EXPECT_NULL(kvdmabuf_region_find(self->ctx, m + 3 * LEN, 1));
+	EXPECT_EQ(b, kvdmabuf_region_find(self->ctx, m + 4 * LEN, 10));
+
+	EXPECT_EQ(-EBUSY, kvdmabuf_region_set_drm_handle(a, 0, 77));
+	EXPECT_EQ(-EINVAL, kvdmabuf_region_set_drm_handle(b, 0, 77));
+	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
+	ASSERT_EQ(0, kvdmabuf_region_set_drm_handle(a, 0, 77));
+	ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
+	EXPECT_EQ(77u, fw.last_drm_handle);
+
+	ASSERT_EQ(0, kvdmabuf_io_begin(a));
+	EXPECT_EQ(-EBUSY, kvdmabuf_region_remove(a));
+	kvdmabuf_io_end(a);
+	EXPECT_EQ(0, kvdmabuf_region_remove(a));
+	EXPECT_NULL(kvdmabuf_region_find(self->ctx, m, LEN));
+}
+
+TEST(mode_names)
+{
+	EXPECT_EQ(0, strcmp("follow", kvdmabuf_mode_name(KVDMABUF_MODE_FOLLOW)));
+	EXPECT_EQ(0, strcmp("reregister",
+			    kvdmabuf_mode_name(KVDMABUF_MODE_REREGISTER)));
+	EXPECT_EQ(0, strcmp("host", kvdmabuf_mode_name(KVDMABUF_MODE_HOST)));
+	EXPECT_EQ(0, strcmp("noreg", kvdmabuf_mode_name(KVDMABUF_MODE_NOREG)));
+	EXPECT_EQ(0, strcmp("?", kvdmabuf_mode_name(0)));
+}
+
+TEST_HARNESS_MAIN
