@@ -1,0 +1,361 @@
+// SPDX-License-Identifier: MIT
+/*
+ * lib_vm_follow - the follow path with real exporters and the real module:
+ * DRM (vgem) regions, and CUDA regions through tests/fake_cuda (which
+ * exports vgem buffers), behind kvdmabuf proxies, with the test importer
+ * (/dev/kvd_importer) as the NIC. A dynamic importer (a NIC that follows
+ * moves, like mlx5) keeps its attachment and key over several cycles and
+ * always reads the current backing's data; a pinning importer (like efa)
+ * makes the region REREGISTER (measured), re-imported at every wake.
+ * The importer NIC plugs in behind the library's ops table; export,
+ * module and sleep/wake are the real code.
+ */
+#include <dlfcn.h>
+#include <libgen.h>
+#include <sys/ioctl.h>
+
+#include "harness.h"
+#include "lib_fake.h"
+#include "vgem.h"
+#include "kmod/kvd_importer.h"
+#include "../uapi/kvdmabuf.h"
+
+#define LEN (256u * 1024)
+#define BLK 4096u
+
+static int imp_fd = -1;
+static int imp_pinned;
+
+static int imp_nics_open(struct kvdmabuf_ctx *ctx,
+			 const struct kvdmabuf_options *o)
+{
+	(void)o;
+	snprintf(ctx->nics[0].name, sizeof(ctx->nics[0].name), "kvd_importer");
+	ctx->nr_nics = 1;
+	return 0;
+}
+
+static void imp_nics_close(struct kvdmabuf_ctx *ctx)
+{
+	ctx->nr_nics = 0;
+}
+
+static int imp_reg_dmabuf(struct kvdmabuf_ctx *ctx, unsigned int nic, int fd,
+			  uint64_t off, size_t len, uint64_t iova,
+			  struct kvd_mr *mr)
+{
+	struct kvd_imp_import im = { .fd = (__u32)fd };
+
+	(void)nic;
+	(void)off;
+	(void)len;
+	(void)iova;
+	im.flags = imp_pinned ? KVD_IMP_IMPORT_PINNED : 0;
+	if (ioctl(imp_fd, KVD_IMP_IOCTL_IMPORT, &im))
+		return kvd_err(ctx, -errno, "kvd_importer import: %s",
+			       strerror(errno));
+	mr->handle = (void *)(uintptr_t)(im.handle + 1);
+	mr->lkey = mr->rkey = im.handle;
+	return 0;
+}
+
+static int imp_reg_addr(struct kvdmabuf_ctx *ctx, unsigned int nic, void *a,
+			size_t len, struct kvd_mr *mr)
+{
+	(void)nic;
+	(void)a;
+	(void)len;
+	(void)mr;
+	return kvd_err(ctx, -EOPNOTSUPP, "kvd_importer: dma-bufs only");
+}
+
+static int imp_dereg(struct kvdmabuf_ctx *ctx, unsigned int nic,
+		     struct kvd_mr *mr)
+{
+	struct kvd_imp_release r = { .handle = mr->lkey };
+
+	(void)nic;
+	if (ioctl(imp_fd, KVD_IMP_IOCTL_RELEASE, &r))
+		return kvd_err(ctx, -errno, "kvd_importer release: %s",
+			       strerror(errno));
+	memset(mr, 0, sizeof(*mr));
+	return 0;
+}
+
+static const struct kvd_ops imp_ops = {
+	.nics_open = imp_nics_open,
+	.nics_close = imp_nics_close,
+	.export_dmabuf = kvd_export_dmabuf,
+	.reg_dmabuf = imp_reg_dmabuf,
+	.reg_addr = imp_reg_addr,
+	.dereg = imp_dereg,
+	.proxy_open = kvd_proxy_dev_open,
+	.proxy_create = kvd_proxy_dev_create,
+	.proxy_attach = kvd_proxy_dev_attach,
+	.proxy_revoke = kvd_proxy_dev_revoke,
+	.proxy_query = kvd_proxy_dev_query,
+};
+
+static int imp_access(uint32_t handle, int write, uint64_t off, void *buf,
+		      size_t len)
+{
+	struct kvd_imp_access a = {
+		.handle = handle, .flags = write ? KVD_IMP_ACCESS_WRITE : 0,
+		.offset = off, .length = len, .buf = (uintptr_t)buf,
+	};
+
+	return ioctl(imp_fd, KVD_IMP_IOCTL_ACCESS, &a) ? -errno : 0;
+}
+
+static int imp_counters(uint32_t handle, struct kvd_imp_counters *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->handle = handle;
+	return ioctl(imp_fd, KVD_IMP_IOCTL_COUNTERS, c) ? -errno : 0;
+}
+
+/* CPU mapping of a vgem buffer, at @at when given (MAP_FIXED). */
+static void *map_dumb(int drm_fd, uint32_t handle, size_t len, void *at)
+{
+	struct drm_mode_map_dumb m = { .handle = handle };
+	void *p;
+
+	if (drmIoctl(drm_fd, DRM_IOCTL_MODE_MAP_DUMB, &m))
+		return NULL;
+	p = mmap(at, len, PROT_READ | PROT_WRITE,
+		 MAP_SHARED | (at ? MAP_FIXED : 0), drm_fd, (off_t)m.offset);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static int proxy_query(struct kvdmabuf_region *r, struct kvdmabuf_query *q)
+{
+	memset(q, 0, sizeof(*q));
+	q->size = sizeof(*q);
+	q->proxy_fd = (__u32)r->proxy_fd;
+	return ioctl(r->ctx->module_fd, KVDMABUF_IOCTL_QUERY, q) ? -errno : 0;
+}
+
+static int open_ctx(struct kvdmabuf_ctx **ctx, const char *cuda)
+{
+	struct kvdmabuf_options o = { 0 };
+	char err[512];
+	const char *path = write_config("protocol: rdma\nmodule: require\n"
+					"drain_timeout_s: 5\n");
+	int rc;
+
+	o.config_path = path;
+	o.cuda_library = cuda;
+	rc = kvd_open_ops(&o, &imp_ops, NULL, ctx, err, sizeof(err));
+	if (rc)
+		printf("# open: %s\n", err);
+	unlink(path);
+	return rc;
+}
+
+FIXTURE(fo) {
+	int drm;
+	struct kvdmabuf_ctx *ctx;
+};
+
+FIXTURE_VARIANT(fo) {
+	int pinned;
+	int mode;
+};
+
+FIXTURE_VARIANT_ADD(fo, dynamic_importer) {
+	.pinned = 0, .mode = KVDMABUF_MODE_FOLLOW,
+};
+FIXTURE_VARIANT_ADD(fo, pinning_importer) {
+	.pinned = 1, .mode = KVDMABUF_MODE_REREGISTER,
+};
+
+FIXTURE_SETUP(fo)
+{
+	self->drm = vgem_open();
+	if (self->drm < 0)
+		SKIP(return, "no vgem device");
+	imp_fd = open(KVD_IMPORTER_PATH, O_RDWR | O_CLOEXEC);
+	if (imp_fd < 0)
+		SKIP(return, "%s absent (test importer not loaded)",
+		     KVD_IMPORTER_PATH);
+	if (access(KVDMABUF_DEVICE_PATH, F_OK))
+		SKIP(return, "%s absent (module not loaded)",
+		     KVDMABUF_DEVICE_PATH);
+	imp_pinned = variant->pinned;
+	ASSERT_EQ(0, open_ctx(&self->ctx, NULL));
+}
+
+FIXTURE_TEARDOWN(fo)
+{
+	if (self->ctx)
+		kvdmabuf_close(self->ctx);
+	if (imp_fd >= 0)
+		close(imp_fd);
+	if (self->drm >= 0)
+		close(self->drm);
+}
+
+TEST_F_TIMEOUT(fo, drm_regions_follow_through_cycles, 120)
+{
+	struct kvdmabuf_region_desc d = { 0 };
+	struct kvdmabuf_region *r;
+	struct kvdmabuf_region_info in;
+	struct kvd_imp_counters c0, c;
+	struct kvdmabuf_query q;
+	uint32_t key, key0, h = 0;
+	uint64_t gen;
+	char *addr, buf[BLK];
+	int cycle, rc;
+
+	ASSERT_EQ(0, vgem_create(self->drm, LEN, &h));
+	addr = map_dumb(self->drm, h, LEN, NULL);
+	ASSERT_NE(NULL, addr);
+	pattern_fill(addr, LEN, 1000);
+	d.addr = addr;
+	d.len = LEN;
+	d.mem = KVDMABUF_MEM_DRM;
+	d.drm_fd = self->drm;
+	d.drm_handle = h;
+	d.tag = "kv_cache";
+	rc = kvdmabuf_region_add(self->ctx, &d, &r);
+	if (rc)
+		TH_LOG("%s", kvdmabuf_strerror(self->ctx));
+	ASSERT_EQ(0, rc);
+	ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
+	EXPECT_EQ(variant->mode, in.mode);
+	EXPECT_EQ(1, in.proxied);
+	ASSERT_EQ(0, kvdmabuf_region_keys(r, 0, &key0, NULL, &gen));
+	key = key0;
+	ASSERT_EQ(0, imp_access(key, 0, 0, buf, BLK));
+	EXPECT_EQ(-1, pattern_check(buf, BLK, 1000));
+	ASSERT_EQ(0, imp_counters(key, &c0));
+
+	for (cycle = 1; cycle <= 3; cycle++) {
+		uint32_t seed = 1000 + (uint32_t)cycle;
+
+		rc = kvdmabuf_sleep(self->ctx, NULL);
+		if (rc)
+			TH_LOG("%s", kvdmabuf_strerror(self->ctx));
+		ASSERT_EQ(0, rc);
+		/* nothing of the module holds the old buffer any more */
+		ASSERT_EQ(0, proxy_query(r, &q));
+		EXPECT_EQ(KVDMABUF_STATE_REVOKED, q.state);
+		EXPECT_EQ(0u, q.backing_attachments);
+		EXPECT_EQ(0u, q.stale_backings);
+		EXPECT_EQ(0u, q.live_mappings);
+		if (variant->mode == KVDMABUF_MODE_FOLLOW) {
+			/* the NIC's access fails, nothing oopses */
+			EXPECT_EQ(-ENODEV, imp_access(key, 0, 0, buf, BLK));
+		} else {
+			EXPECT_EQ(0u, q.pinned_importers);
+		}
+		/* the engine frees the buffer, maps a new one there */
+		munmap(addr, LEN);
+		vgem_close_handle(self->drm, h);
+		ASSERT_EQ(0, vgem_create(self->drm, LEN, &h));
+		ASSERT_EQ(addr, map_dumb(self->drm, h, LEN, addr));
+		pattern_fill(addr, LEN, seed);
+		ASSERT_EQ(0, kvdmabuf_region_set_drm_handle(r, self->drm, h));
+		rc = kvdmabuf_wake(self->ctx, NULL);
+		if (rc)
+			TH_LOG("%s", kvdmabuf_strerror(self->ctx));
+		ASSERT_EQ(0, rc);
+
+		ASSERT_EQ(0, kvdmabuf_region_keys(r, 0, &key, NULL, &gen));
+		if (variant->mode == KVDMABUF_MODE_FOLLOW) {
+			/* same attachment and key, never re-imported */
+			EXPECT_EQ(key0, key);
+			EXPECT_EQ(1u, gen);
+			ASSERT_EQ(0, imp_counters(key, &c));
+			EXPECT_EQ(c0.invalidations + (uint64_t)cycle,
+				  c.invalidations);
+		} else {
+			EXPECT_EQ((uint64_t)cycle + 1, gen);
+		}
+		/* data is always the current backing's */
+		ASSERT_EQ(0, imp_access(key, 0, 0, buf, BLK));
+		EXPECT_EQ(-1, pattern_check(buf, BLK, seed));
+		ASSERT_EQ(0, imp_access(key, 0, LEN - BLK, buf, BLK));
+		EXPECT_EQ(0, memcmp(buf, addr + LEN - BLK, BLK));
+		/* and the NIC's writes land in the new buffer */
+		pattern_fill(buf, BLK, 7 * seed);
+		ASSERT_EQ(0, imp_access(key, 1, BLK, buf, BLK));
+		EXPECT_EQ(-1, pattern_check(addr + BLK, BLK, 7 * seed));
+	}
+	ASSERT_EQ(0, kvdmabuf_region_remove(r));
+	munmap(addr, LEN);
+	vgem_close_handle(self->drm, h);
+}
+
+static const char *fake_cuda_path(void)
+{
+	static char path[PATH_MAX];
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	if (n <= 0)
+		return NULL;
+	exe[n] = '\0';
+	snprintf(path, sizeof(path), "%s/fake_cuda/libcuda.so.1",
+		 dirname(exe));
+	return access(path, R_OK) ? NULL : path;
+}
+
+TEST_F_TIMEOUT(fo, cuda_regions_follow_through_fake_driver, 120)
+{
+	void *(*cu_alloc)(size_t);
+	int (*cu_remap)(void *);
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region_desc d = { 0 };
+	struct kvdmabuf_region *r;
+	struct kvdmabuf_region_info in;
+	const char *lib = fake_cuda_path();
+	uint32_t key, key0;
+	char buf[BLK], *addr;
+	void *dl;
+	int cycle, rc;
+
+	if (!lib)
+		SKIP(return, "tests/fake_cuda/libcuda.so.1 not built");
+	ASSERT_EQ(0, open_ctx(&ctx, lib));
+	dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+	ASSERT_NE(NULL, dl);
+	*(void **)&cu_alloc = dlsym(dl, "fakecu_alloc");
+	*(void **)&cu_remap = dlsym(dl, "fakecu_remap");
+	ASSERT_NE(NULL, (void *)cu_alloc);
+	addr = cu_alloc(LEN);
+	ASSERT_NE(NULL, addr);
+	pattern_fill(addr, LEN, 2000);
+	d.addr = addr;
+	d.len = LEN;
+	d.mem = KVDMABUF_MEM_CUDA;
+	d.tag = "kv_cache";
+	rc = kvdmabuf_region_add(ctx, &d, &r);
+	if (rc)
+		TH_LOG("%s", kvdmabuf_strerror(ctx));
+	ASSERT_EQ(0, rc);
+	ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
+	EXPECT_EQ(variant->mode, in.mode);
+	ASSERT_EQ(0, kvdmabuf_region_keys(r, 0, &key0, NULL, NULL));
+	ASSERT_EQ(0, imp_access(key0, 0, 0, buf, BLK));
+	EXPECT_EQ(-1, pattern_check(buf, BLK, 2000));
+	for (cycle = 1; cycle <= 2; cycle++) {
+		ASSERT_EQ(0, kvdmabuf_sleep(ctx, NULL));
+		/* cuMemUnmap + cuMemRelease, cuMemCreate + cuMemMap */
+		ASSERT_EQ(0, cu_remap(addr));
+		pattern_fill(addr, LEN, 2000 + (uint32_t)cycle);
+		rc = kvdmabuf_wake(ctx, NULL);
+		if (rc)
+			TH_LOG("%s", kvdmabuf_strerror(ctx));
+		ASSERT_EQ(0, rc);
+		ASSERT_EQ(0, kvdmabuf_region_keys(r, 0, &key, NULL, NULL));
+		if (variant->mode == KVDMABUF_MODE_FOLLOW)
+			EXPECT_EQ(key0, key);
+		ASSERT_EQ(0, imp_access(key, 0, 0, buf, BLK));
+		EXPECT_EQ(-1, pattern_check(buf, BLK, 2000 + (uint32_t)cycle));
+	}
+	kvdmabuf_close(ctx);
+	dlclose(dl);
+}
+
+TEST_HARNESS_MAIN
