@@ -1,0 +1,376 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * proxy_abi: every kvdmabuf ioctl rejects bad input with its documented
+ * errno, as a table: bad fds, foreign dma-bufs, a proxy as backing,
+ * offset/size overflow, bad sizes, unknown flags, non-zero reserved and
+ * padding fields, short and long struct sizes, NULL argument, unknown
+ * command, the per-fd proxy limit.
+ */
+#include <stddef.h>
+
+#include "harness.h"
+#include "proxy_common.h"
+
+#define SIZE		(4 * KVD_PAGE)
+
+/* Large enough for any struct plus a tail for the "long struct" cases. */
+union kvd_arg {
+	struct kvdmabuf_version version;
+	struct kvdmabuf_create create;
+	struct kvdmabuf_attach attach;
+	struct kvdmabuf_revoke revoke;
+	struct kvdmabuf_query query;
+	unsigned char raw[256];
+};
+
+FIXTURE(abi) {
+	int dev, drm;
+	int proxy;	/* backed by vgem */
+	int proxy2;	/* unbacked */
+	int vgem;	/* SIZE bytes */
+	int small;	/* SIZE / 2 bytes */
+	int devnull;
+	int closed;	/* a number that is not an open fd */
+};
+
+FIXTURE_VARIANT(abi) {
+	const char *what;
+	unsigned long cmd;
+	/* Fills a valid argument, then breaks it. */
+	void (*fill)(FIXTURE_DATA(abi) *self, union kvd_arg *a);
+	int err;	/* expected errno, 0 for success */
+};
+
+static void fill_version(FIXTURE_DATA(abi) *self, union kvd_arg *a)
+{
+	(void)self;
+	a->version.size = sizeof(a->version);
+}
+
+static void fill_create(FIXTURE_DATA(abi) *self, union kvd_arg *a)
+{
+	(void)self;
+	a->create.size = sizeof(a->create);
+	a->create.length = SIZE;
+}
+
+static void fill_attach(FIXTURE_DATA(abi) *self, union kvd_arg *a)
+{
+	a->attach.size = sizeof(a->attach);
+	a->attach.proxy_fd = self->proxy2;
+	a->attach.backing_fd = self->vgem;
+}
+
+static void fill_revoke(FIXTURE_DATA(abi) *self, union kvd_arg *a)
+{
+	a->revoke.size = sizeof(a->revoke);
+	a->revoke.proxy_fd = self->proxy;
+}
+
+static void fill_query(FIXTURE_DATA(abi) *self, union kvd_arg *a)
+{
+	a->query.size = sizeof(a->query);
+	a->query.proxy_fd = self->proxy;
+}
+
+#define CASE(name, ioctl_cmd, errno_val, base, ...)			\
+	static void fill_##name(FIXTURE_DATA(abi) *self,		\
+				union kvd_arg *a)			\
+	{								\
+		fill_##base(self, a);					\
+		__VA_ARGS__;						\
+	}								\
+	FIXTURE_VARIANT_ADD(abi, name) {				\
+		.what = #name, .cmd = ioctl_cmd,			\
+		.fill = fill_##name, .err = errno_val,			\
+	}
+
+/* Valid calls, as controls. */
+CASE(version_ok, KVDMABUF_IOCTL_VERSION, 0, version, (void)0);
+CASE(create_ok, KVDMABUF_IOCTL_CREATE, 0, create, (void)0);
+CASE(attach_ok, KVDMABUF_IOCTL_ATTACH, 0, attach, (void)0);
+CASE(revoke_ok, KVDMABUF_IOCTL_REVOKE, 0, revoke, (void)0);
+CASE(query_ok, KVDMABUF_IOCTL_QUERY, 0, query, (void)0);
+
+/* Struct sizes. */
+CASE(version_short, KVDMABUF_IOCTL_VERSION, EINVAL, version,
+     a->version.size = KVDMABUF_VERSION_SIZE_VER0 - 8);
+CASE(create_short, KVDMABUF_IOCTL_CREATE, EINVAL, create,
+     a->create.size = 8);
+CASE(attach_size_zero, KVDMABUF_IOCTL_ATTACH, EINVAL, attach,
+     a->attach.size = 0);
+CASE(query_short, KVDMABUF_IOCTL_QUERY, EINVAL, query,
+     a->query.size = KVDMABUF_QUERY_SIZE_VER0 - 4);
+CASE(create_long_zero_tail, KVDMABUF_IOCTL_CREATE, 0, create,
+     a->create.size = sizeof(a->create) + 16);
+CASE(create_long_nonzero_tail, KVDMABUF_IOCTL_CREATE, E2BIG, create,
+     a->create.size = sizeof(a->create) + 16;
+     a->raw[sizeof(a->create) + 3] = 1);
+CASE(query_long_zero_tail, KVDMABUF_IOCTL_QUERY, 0, query,
+     a->query.size = sizeof(a->query) + 64);
+CASE(revoke_long_nonzero_tail, KVDMABUF_IOCTL_REVOKE, E2BIG, revoke,
+     a->revoke.size = sizeof(a->revoke) + 8;
+     a->raw[sizeof(a->revoke)] = 0xff);
+CASE(version_huge, KVDMABUF_IOCTL_VERSION, E2BIG, version,
+     a->version.size = 1 << 20);
+
+/* Flags, padding and reserved fields. */
+CASE(version_flags, KVDMABUF_IOCTL_VERSION, EINVAL, version,
+     a->version.flags = 1);
+CASE(version_reserved, KVDMABUF_IOCTL_VERSION, EINVAL, version,
+     a->version.reserved = 1);
+CASE(create_flags, KVDMABUF_IOCTL_CREATE, EINVAL, create,
+     a->create.flags = 1U << 31);
+CASE(create_pad, KVDMABUF_IOCTL_CREATE, EINVAL, create, a->create.pad = 1);
+CASE(create_reserved, KVDMABUF_IOCTL_CREATE, EINVAL, create,
+     a->create.reserved = 1ULL << 63);
+CASE(attach_flags, KVDMABUF_IOCTL_ATTACH, EINVAL, attach,
+     a->attach.flags = 2);
+CASE(attach_pad, KVDMABUF_IOCTL_ATTACH, EINVAL, attach, a->attach.pad = 1);
+CASE(attach_reserved, KVDMABUF_IOCTL_ATTACH, EINVAL, attach,
+     a->attach.reserved = 1);
+CASE(revoke_flags, KVDMABUF_IOCTL_REVOKE, EINVAL, revoke,
+     a->revoke.flags = 1);
+CASE(revoke_reserved, KVDMABUF_IOCTL_REVOKE, EINVAL, revoke,
+     a->revoke.reserved = 1);
+CASE(query_flags, KVDMABUF_IOCTL_QUERY, EINVAL, query, a->query.flags = 4);
+CASE(query_reserved, KVDMABUF_IOCTL_QUERY, EINVAL, query,
+     a->query.reserved = 1);
+
+/* Sizes. */
+CASE(create_zero_length, KVDMABUF_IOCTL_CREATE, EINVAL, create,
+     a->create.length = 0);
+CASE(create_unaligned_length, KVDMABUF_IOCTL_CREATE, EINVAL, create,
+     a->create.length = SIZE + 1);
+CASE(create_huge_length, KVDMABUF_IOCTL_CREATE, EFBIG, create,
+     a->create.length = ~0ULL & ~(KVD_PAGE - 1));
+
+/* File descriptors. */
+CASE(attach_proxy_not_dmabuf, KVDMABUF_IOCTL_ATTACH, EINVAL, attach,
+     a->attach.proxy_fd = self->devnull);
+CASE(attach_proxy_closed_fd, KVDMABUF_IOCTL_ATTACH, EBADF, attach,
+     a->attach.proxy_fd = self->closed);
+CASE(attach_proxy_negative_fd, KVDMABUF_IOCTL_ATTACH, EBADF, attach,
+     a->attach.proxy_fd = (uint32_t)-1);
+CASE(attach_proxy_foreign_dmabuf, KVDMABUF_IOCTL_ATTACH, EINVAL, attach,
+     a->attach.proxy_fd = self->vgem);
+CASE(attach_backing_not_dmabuf, KVDMABUF_IOCTL_ATTACH, EINVAL, attach,
+     a->attach.backing_fd = self->devnull);
+CASE(attach_backing_closed_fd, KVDMABUF_IOCTL_ATTACH, EBADF, attach,
+     a->attach.backing_fd = self->closed);
+CASE(attach_backing_is_proxy, KVDMABUF_IOCTL_ATTACH, ELOOP, attach,
+     a->attach.backing_fd = self->proxy);
+CASE(attach_backing_is_itself, KVDMABUF_IOCTL_ATTACH, ELOOP, attach,
+     a->attach.backing_fd = self->proxy2);
+CASE(revoke_foreign_dmabuf, KVDMABUF_IOCTL_REVOKE, EINVAL, revoke,
+     a->revoke.proxy_fd = self->vgem);
+CASE(revoke_closed_fd, KVDMABUF_IOCTL_REVOKE, EBADF, revoke,
+     a->revoke.proxy_fd = self->closed);
+CASE(query_foreign_dmabuf, KVDMABUF_IOCTL_QUERY, EINVAL, query,
+     a->query.proxy_fd = self->vgem);
+CASE(query_not_dmabuf, KVDMABUF_IOCTL_QUERY, EINVAL, query,
+     a->query.proxy_fd = self->devnull);
+
+/* Offsets and backing sizes. */
+CASE(attach_offset_unaligned, KVDMABUF_IOCTL_ATTACH, EINVAL, attach,
+     a->attach.offset = 512);
+CASE(attach_offset_overflow, KVDMABUF_IOCTL_ATTACH, EOVERFLOW, attach,
+     a->attach.offset = ~0ULL & ~(KVD_PAGE - 1));
+CASE(attach_offset_past_end, KVDMABUF_IOCTL_ATTACH, ERANGE, attach,
+     a->attach.offset = KVD_PAGE);
+CASE(attach_backing_too_small, KVDMABUF_IOCTL_ATTACH, ERANGE, attach,
+     a->attach.backing_fd = self->small);
+CASE(attach_already_backed, KVDMABUF_IOCTL_ATTACH, EEXIST, attach,
+     a->attach.proxy_fd = self->proxy);
+CASE(attach_replace_backed, KVDMABUF_IOCTL_ATTACH, 0, attach,
+     a->attach.proxy_fd = self->proxy;
+     a->attach.flags = KVDMABUF_ATTACH_REPLACE);
+
+FIXTURE_SETUP(abi)
+{
+	self->dev = self->drm = self->proxy = self->proxy2 = -1;
+	self->vgem = self->small = self->devnull = -1;
+	self->dev = kvd_dev_open();
+	if (self->dev < 0)
+		SKIP(return, "%s: %s (kvdmabuf module not loaded)",
+		     KVDMABUF_DEVICE_PATH, strerror(-self->dev));
+	self->drm = vgem_open();
+	if (self->drm < 0)
+		SKIP(return, "no vgem device (modprobe vgem)");
+	self->vgem = kvd_vgem_dmabuf(self->drm, SIZE);
+	ASSERT_GE(self->vgem, 0);
+	self->small = kvd_vgem_dmabuf(self->drm, SIZE / 2);
+	ASSERT_GE(self->small, 0);
+	self->proxy = kvd_create(self->dev, SIZE, NULL);
+	ASSERT_GE(self->proxy, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, self->vgem, 0));
+	self->proxy2 = kvd_create(self->dev, SIZE, NULL);
+	ASSERT_GE(self->proxy2, 0);
+	self->devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+	ASSERT_GE(self->devnull, 0);
+	self->closed = dup(self->devnull);
+	ASSERT_GE(self->closed, 0);
+	close(self->closed);
+}
+
+FIXTURE_TEARDOWN(abi)
+{
+	int fds[] = { self->proxy, self->proxy2, self->vgem, self->small,
+		      self->devnull, self->drm, self->dev };
+	unsigned int i;
+
+	for (i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}
+
+TEST_F(abi, errno_table)
+{
+	struct kvdmabuf_query q;
+	union kvd_arg a;
+	int ret;
+
+	memset(&a, 0, sizeof(a));
+	variant->fill(self, &a);
+	ret = kvd_ioctl(self->dev, variant->cmd, &a);
+	TH_LOG("%s: %d (%s)", variant->what, ret, strerror(-ret));
+	EXPECT_EQ(-variant->err, ret);
+	if (ret == 0 && variant->cmd == KVDMABUF_IOCTL_CREATE) {
+		EXPECT_NE(0, a.create.id);
+		EXPECT_EQ(FD_CLOEXEC, fcntl(a.create.fd, F_GETFD));
+		close(a.create.fd);
+	}
+	if (!ret) {
+		if (variant->cmd == KVDMABUF_IOCTL_QUERY) {
+			EXPECT_EQ(SIZE, a.query.length);
+			EXPECT_EQ(KVDMABUF_STATE_BACKED, a.query.state);
+		}
+		return;
+	}
+	/* A failed call changed nothing. */
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(KVDMABUF_STATE_BACKED, q.state);
+	EXPECT_EQ(1, q.generation);
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy2, &q));
+	EXPECT_EQ(KVDMABUF_STATE_UNBACKED, q.state);
+	EXPECT_EQ(0, q.generation);
+}
+
+FIXTURE(misc) {
+	int dev;
+};
+
+FIXTURE_SETUP(misc)
+{
+	self->dev = kvd_dev_open();
+	if (self->dev < 0)
+		SKIP(return, "%s: %s (kvdmabuf module not loaded)",
+		     KVDMABUF_DEVICE_PATH, strerror(-self->dev));
+}
+
+FIXTURE_TEARDOWN(misc)
+{
+	if (self->dev >= 0)
+		close(self->dev);
+}
+
+TEST_F(misc, null_argument_and_unknown_command)
+{
+	EXPECT_EQ(-EFAULT, kvd_ioctl(self->dev, KVDMABUF_IOCTL_VERSION, NULL));
+	EXPECT_EQ(-EFAULT, kvd_ioctl(self->dev, KVDMABUF_IOCTL_CREATE, NULL));
+	EXPECT_EQ(-EFAULT, kvd_ioctl(self->dev, KVDMABUF_IOCTL_QUERY,
+				     (void *)16));
+	EXPECT_EQ(-ENOTTY, kvd_ioctl(self->dev,
+				     _IOWR(KVDMABUF_IOCTL_MAGIC, 0x3f, __u64),
+				     NULL));
+	EXPECT_EQ(-ENOTTY, kvd_ioctl(self->dev, _IO('x', 1), NULL));
+}
+
+TEST_F(misc, short_struct_writes_nothing_past_its_size)
+{
+	unsigned char raw[64];
+	struct kvdmabuf_version *v = (void *)raw;
+
+	memset(raw, 0xee, sizeof(raw));
+	memset(v, 0, KVDMABUF_VERSION_SIZE_VER0);
+	v->size = KVDMABUF_VERSION_SIZE_VER0;
+	ASSERT_EQ(0, kvd_ioctl(self->dev, KVDMABUF_IOCTL_VERSION, v));
+	EXPECT_EQ(KVDMABUF_API_VERSION, v->version);
+	EXPECT_EQ(0xee, raw[KVDMABUF_VERSION_SIZE_VER0]);
+}
+
+TEST_F(misc, no_cloexec_flag)
+{
+	struct kvdmabuf_create c = {
+		.size = sizeof(c), .length = KVD_PAGE,
+		.flags = KVDMABUF_CREATE_NO_CLOEXEC,
+	};
+
+	ASSERT_EQ(0, kvd_ioctl(self->dev, KVDMABUF_IOCTL_CREATE, &c));
+	EXPECT_EQ(0, fcntl(c.fd, F_GETFD));
+	close(c.fd);
+}
+
+TEST_F(misc, proxy_limit_per_fd)
+{
+	const char *param = "/sys/module/kvdmabuf/parameters/max_proxies";
+	char old[32] = "";
+	int fds[3], i, ret;
+	FILE *f;
+
+	f = fopen(param, "re");
+	if (!f)
+		SKIP(return, "%s: %s", param, strerror(errno));
+	ASSERT_NOT_NULL(fgets(old, sizeof(old), f));
+	fclose(f);
+	f = fopen(param, "we");
+	if (!f)
+		SKIP(return, "cannot write %s (needs root)", param);
+	fputs("2\n", f);
+	fclose(f);
+
+	for (i = 0; i < 2; i++) {
+		fds[i] = kvd_create(self->dev, KVD_PAGE, NULL);
+		EXPECT_GE(fds[i], 0);
+	}
+	ret = kvd_create(self->dev, KVD_PAGE, NULL);
+	EXPECT_EQ(-ENOSPC, ret);
+	if (ret >= 0)
+		close(ret);
+	/* Freed proxies give their slot back. */
+	close(fds[0]);
+	fds[0] = kvd_create(self->dev, KVD_PAGE, NULL);
+	EXPECT_GE(fds[0], 0);
+	/* The limit is per device fd. */
+	{
+		int dev2 = kvd_dev_open();
+
+		ASSERT_GE(dev2, 0);
+		fds[2] = kvd_create(dev2, KVD_PAGE, NULL);
+		EXPECT_GE(fds[2], 0);
+		close(dev2);
+	}
+	for (i = 0; i < 3; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+
+	f = fopen(param, "we");
+	ASSERT_NOT_NULL(f);
+	fputs(old, f);
+	fclose(f);
+}
+
+TEST_F(misc, proxy_cannot_be_mmapped)
+{
+	int fd = kvd_create(self->dev, KVD_PAGE, NULL);
+	void *p;
+
+	ASSERT_GE(fd, 0);
+	p = mmap(NULL, KVD_PAGE, PROT_READ, MAP_SHARED, fd, 0);
+	EXPECT_EQ(MAP_FAILED, p);
+	if (p != MAP_FAILED)
+		munmap(p, KVD_PAGE);
+	close(fd);
+}
+
+TEST_HARNESS_MAIN

@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * proxy_races: for a few seconds, one thread revokes, attaches and
+ * replaces the backing of a proxy, one queries it, two importer threads
+ * read and one writes through their own imports of the proxy. Every read
+ * either fails with -ENODEV or returns bytes of exactly one backing (never a
+ * wrong or mixed byte); writes land only in the region they target.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "harness.h"
+#include "proxy_common.h"
+
+#define PAGES		32
+#define SIZE		(PAGES * KVD_PAGE)
+#define WPAGE		(PAGES - 1)	/* the page the writer targets */
+#define CHUNK		(4 * KVD_PAGE)
+#define NBACK		3
+#define SEED(i)		(0x100u + (i))
+#define SEED_W		0x99u
+#define SECONDS		3
+
+struct race {
+	int dev, drm, proxy;
+	int backing[NBACK];
+	atomic_int stop;
+	atomic_long reads_ok, reads_revoked, writes_ok, bad_bytes, bad_errors;
+	atomic_long ops, queries;
+	char last_error[256];
+};
+
+static void note_error(struct race *r, const char *what, int ret)
+{
+	atomic_fetch_add(&r->bad_errors, 1);
+	snprintf(r->last_error, sizeof(r->last_error), "%s: %d (%s)", what,
+		 ret, strerror(-ret));
+}
+
+static long check_at(const char *buf, size_t len, uint32_t seed, uint64_t off)
+{
+	const uint32_t *p = (const void *)buf;
+	size_t i;
+
+	for (i = 0; i < len / 4; i++)
+		if (p[i] != seed * 2654435761u + (uint32_t)(off / 4 + i))
+			return (long)i;
+	return -1;
+}
+
+static void *reader(void *arg)
+{
+	struct race *r = arg;
+	unsigned int seed = (unsigned int)(uintptr_t)&seed;
+	char *buf = malloc(CHUNK);
+	int imp = imp_open(), h, ret, i, match;
+
+	h = imp < 0 ? imp : imp_import(imp, r->proxy, 0);
+	if (!buf || h < 0) {
+		note_error(r, "reader setup", h < 0 ? h : -ENOMEM);
+		return NULL;
+	}
+	while (!atomic_load(&r->stop)) {
+		uint64_t off = (rand_r(&seed) % (WPAGE - CHUNK / KVD_PAGE + 1)) *
+			       KVD_PAGE;
+
+		ret = imp_read(imp, h, off, buf, CHUNK);
+		if (ret == -ENODEV) {
+			atomic_fetch_add(&r->reads_revoked, 1);
+			continue;
+		}
+		if (ret) {
+			note_error(r, "read", ret);
+			continue;
+		}
+		match = 0;
+		for (i = 0; i < NBACK; i++)
+			if (check_at(buf, CHUNK, SEED(i), off) < 0)
+				match = 1;
+		if (!match)
+			atomic_fetch_add(&r->bad_bytes, 1);
+		atomic_fetch_add(&r->reads_ok, 1);
+	}
+	imp_release(imp, h);
+	close(imp);
+	free(buf);
+	return NULL;
+}
+
+static void *writer(void *arg)
+{
+	struct race *r = arg;
+	char buf[KVD_PAGE];
+	int imp = imp_open(), h, ret;
+
+	pattern_fill(buf, sizeof(buf), SEED_W);
+	h = imp < 0 ? imp : imp_import(imp, r->proxy, 0);
+	if (h < 0) {
+		note_error(r, "writer setup", h);
+		return NULL;
+	}
+	while (!atomic_load(&r->stop)) {
+		ret = imp_write(imp, h, WPAGE * KVD_PAGE, buf, sizeof(buf));
+		if (!ret)
+			atomic_fetch_add(&r->writes_ok, 1);
+		else if (ret != -ENODEV)
+			note_error(r, "write", ret);
+	}
+	imp_release(imp, h);
+	close(imp);
+	return NULL;
+}
+
+static void *controller(void *arg)
+{
+	struct race *r = arg;
+	unsigned int seed = 42;
+	int ret, b;
+
+	while (!atomic_load(&r->stop)) {
+		b = r->backing[rand_r(&seed) % NBACK];
+		switch (rand_r(&seed) % 3) {
+		case 0:
+			ret = kvd_revoke(r->dev, r->proxy, 2000);
+			if (ret)
+				note_error(r, "revoke", ret);
+			break;
+		case 1:
+			ret = kvd_attach(r->dev, r->proxy, b, 0);
+			if (ret && ret != -EEXIST)
+				note_error(r, "attach", ret);
+			break;
+		default:
+			ret = kvd_replace(r->dev, r->proxy, b, 0);
+			if (ret)
+				note_error(r, "replace", ret);
+			break;
+		}
+		atomic_fetch_add(&r->ops, 1);
+	}
+	return NULL;
+}
+
+static void *querier(void *arg)
+{
+	struct race *r = arg;
+	struct kvdmabuf_query q;
+	int ret;
+
+	while (!atomic_load(&r->stop)) {
+		ret = kvd_query(r->dev, r->proxy, &q);
+		if (ret)
+			note_error(r, "query", ret);
+		else if (q.state != KVDMABUF_STATE_BACKED &&
+			 q.state != KVDMABUF_STATE_REVOKED)
+			note_error(r, "query state", -(int)q.state);
+		else if (q.blocking_pins || q.live_mappings > 3)
+			note_error(r, "query counts", -(int)q.live_mappings);
+		atomic_fetch_add(&r->queries, 1);
+		usleep(1000);
+	}
+	return NULL;
+}
+
+TEST_TIMEOUT(churn_while_importers_access, 120)
+{
+	static struct race r;
+	pthread_t th[5];
+	struct kvdmabuf_query q;
+	char *expect;
+	int i, n = 0;
+
+	r.dev = kvd_dev_open();
+	if (r.dev < 0)
+		SKIP(return, "%s: %s (kvdmabuf module not loaded)",
+		     KVDMABUF_DEVICE_PATH, strerror(-r.dev));
+	i = imp_open();
+	if (i < 0)
+		SKIP(return, "%s: %s (kvd_importer test module not loaded)",
+		     KVD_IMPORTER_PATH, strerror(-i));
+	close(i);
+	r.drm = vgem_open();
+	if (r.drm < 0)
+		SKIP(return, "no vgem device (modprobe vgem)");
+	for (i = 0; i < NBACK; i++) {
+		r.backing[i] = vgem_pattern_buf(r.drm, SIZE, SEED(i));
+		ASSERT_GE(r.backing[i], 0);
+	}
+	r.proxy = kvd_create(r.dev, SIZE, NULL);
+	ASSERT_GE(r.proxy, 0);
+	ASSERT_EQ(0, kvd_attach(r.dev, r.proxy, r.backing[0], 0));
+
+	ASSERT_EQ(0, pthread_create(&th[n++], NULL, reader, &r));
+	ASSERT_EQ(0, pthread_create(&th[n++], NULL, reader, &r));
+	ASSERT_EQ(0, pthread_create(&th[n++], NULL, writer, &r));
+	ASSERT_EQ(0, pthread_create(&th[n++], NULL, controller, &r));
+	ASSERT_EQ(0, pthread_create(&th[n++], NULL, querier, &r));
+	sleep(SECONDS);
+	atomic_store(&r.stop, 1);
+	for (i = 0; i < n; i++)
+		pthread_join(th[i], NULL);
+
+	TH_LOG("reads ok %ld revoked %ld, writes %ld, control ops %ld, queries %ld",
+	       atomic_load(&r.reads_ok), atomic_load(&r.reads_revoked),
+	       atomic_load(&r.writes_ok), atomic_load(&r.ops),
+	       atomic_load(&r.queries));
+	if (atomic_load(&r.bad_errors))
+		TH_LOG("last unexpected error: %s", r.last_error);
+	EXPECT_EQ(0, atomic_load(&r.bad_bytes));
+	EXPECT_EQ(0, atomic_load(&r.bad_errors));
+	EXPECT_GT(atomic_load(&r.reads_ok), 0);
+	EXPECT_GT(atomic_load(&r.ops), 10);
+
+	/* Writes never strayed outside their page, in any backing. */
+	expect = malloc(SIZE);
+	ASSERT_NOT_NULL(expect);
+	for (i = 0; i < NBACK; i++) {
+		pattern_fill(expect, SIZE, SEED(i));
+		EXPECT_EQ(1, dmabuf_equals(r.backing[i], 0, expect,
+					   WPAGE * KVD_PAGE));
+	}
+	free(expect);
+
+	/* Every importer went away with its mapping; revoke leaves nothing. */
+	ASSERT_EQ(0, kvd_revoke(r.dev, r.proxy, 1000));
+	ASSERT_EQ(0, kvd_query(r.dev, r.proxy, &q));
+	EXPECT_EQ(0, q.live_mappings);
+	EXPECT_EQ(0, q.backing_attachments);
+	EXPECT_EQ(0, q.stale_backings);
+	EXPECT_EQ(0, q.dynamic_importers + q.pinned_importers);
+	close(r.proxy);
+	for (i = 0; i < NBACK; i++)
+		close(r.backing[i]);
+	close(r.drm);
+	close(r.dev);
+}
+
+TEST_HARNESS_MAIN
