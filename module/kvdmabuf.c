@@ -832,12 +832,16 @@ static long kvd_ioctl_attach(void __user *uarg)
 	if (old)
 		list_add_tail(&old->node, &proxy->stale);
 	ret = kvd_drain(proxy, old ? arg.timeout_ms : 0);
+	mutex_unlock(&proxy->lock);
+	kvd_proxy_put(proxy);
+	/* User memory is touched without proxy->lock held. */
 	if (ret != -EINTR) {
 		int err = kvd_copy_out(uarg, &arg, sizeof(arg), usize);
 
 		if (err)
 			ret = err;
 	}
+	return ret;
 
 out_unlock:
 	mutex_unlock(&proxy->lock);
@@ -896,12 +900,16 @@ static long kvd_ioctl_revoke(void __user *uarg)
 		list_add_tail(&old->node, &proxy->stale);
 	}
 	ret = kvd_drain(proxy, arg.timeout_ms);
+	mutex_unlock(&proxy->lock);
+	kvd_proxy_put(proxy);
+	/* User memory is touched without proxy->lock held. */
 	if (ret != -EINTR) {
 		int err = kvd_copy_out(uarg, &arg, sizeof(arg), usize);
 
 		if (err)
 			ret = err;
 	}
+	return ret;
 
 out_unlock:
 	mutex_unlock(&proxy->lock);
