@@ -1,0 +1,225 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * demo.h - shared declarations of kvdmabuf-demo (make demo).
+ *
+ * Processes (all forked by main.c, one set per pass):
+ *   store  - a KV store's memory server: host segments registered on rxe0
+ *   A, B   - two serving engines on rxe1, each with a KV cache region;
+ *            A sleeps and wakes like an engine, B never sleeps
+ * The parent orchestrates them over SOCK_SEQPACKET socketpairs with
+ * struct demo_msg requests and replies (ipc.c), and keeps the metadata (which
+ * prompt is in which store slot) as a KV store's master does.
+ *
+ * Files: main.c (arguments, passes, verdict), ipc.c (processes, messages),
+ * rdma.c (verbs QPs across processes), store.c (store process), engine.c
+ * (engine process: regions, sleep/wake, transfers, stress threads), mem.c
+ * (memory figures), follow.c (follow path with vgem + test importer),
+ * report.c (table).
+ */
+#ifndef KVDMABUF_DEMO_H
+#define KVDMABUF_DEMO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define DEMO_BLOCK		(128u * 1024)	/* one KV block, bytes */
+#define DEMO_PROMPTS		8		/* prompts per phase */
+#define DEMO_KV_LEN		(64ul << 20)	/* KV cache region of A and B */
+#define DEMO_W_LEN		(16ul << 20)	/* weights region of A */
+#define DEMO_SEGMENTS		2		/* store segments */
+#define DEMO_SLOTS		256		/* store slots (blocks), all segments */
+#define DEMO_SLOTS_KV		192		/* slots 0..191: KV blocks */
+#define DEMO_SLOT_W		192		/* slots 192..199: published weights */
+#define DEMO_SLOT_STRESS	200		/* slots 200..: stress threads */
+#define DEMO_STRESS_THREADS	4
+#define DEMO_MAX_QPS		(1 + DEMO_STRESS_THREADS)
+#define DEMO_W_SEED		0x77000000u	/* seed of weights shard i: + i */
+#define DEMO_STRESS_BLOCK0	384		/* first KV block of stress threads */
+
+/* Region indices of an engine. */
+enum { DEMO_R_KV = 0, DEMO_R_W = 1, DEMO_NR_REGIONS = 2 };
+/* Tag selectors of sleep/wake requests. */
+enum { DEMO_TAG_ALL = 0, DEMO_TAG_WEIGHTS = 1, DEMO_TAG_KV = 2 };
+/* Engine modes. */
+enum { DEMO_KVDMABUF = 1, DEMO_BASELINE = 2 };
+
+enum demo_op {
+	OP_INIT = 1,	/* store: a[0] = client count; engine: see engine.c */
+	OP_CONNECT,	/* peer QPs (+ store segments) -> RTS */
+	OP_REGIONS,	/* engine: map and register its regions */
+	OP_PUT,		/* engine: a[0] slot0, a[1] n, a[2] seed0, a[3] block0 */
+	OP_GET,		/* engine: same, a[4] region; reply a[0] ok a[1] correct
+			 * a[2] refused a[3] errors */
+	OP_SLEEP,	/* engine: a[0] tag */
+	OP_WAKE,	/* engine: a[0] tag */
+	OP_MEM,		/* engine: reply a[0] VmPin kB, a[1] kv resident bytes,
+			 * a[2] weights resident bytes */
+	OP_KEYS,	/* store: a[0] client, a[1] region, a[2] key gen,
+			 * a[3] rkey (republished keys) */
+	OP_STRESS,	/* engine: a[0] threads, start transfer threads */
+	OP_QUIT,
+};
+
+struct demo_qp_info {
+	uint32_t qpn;
+	uint32_t pad;
+	uint8_t gid[16];
+};
+
+struct demo_seg {
+	uint64_t addr;
+	uint32_t rkey;
+	uint32_t pad;
+};
+
+struct demo_msg {
+	uint32_t op;
+	int32_t rc;		/* reply: 0 or -errno (text says why) */
+	uint32_t n;		/* QP infos in qp[] */
+	uint32_t client;	/* CONNECT to the store: client index */
+	uint64_t a[12];
+	struct demo_qp_info qp[DEMO_MAX_QPS];
+	struct demo_seg seg[DEMO_SEGMENTS];
+	char text[400];
+};
+
+/* ---- ipc.c ---- */
+struct demo_child {
+	const char *name;
+	pid_t pid;
+	int fd;
+};
+typedef int (*demo_handler)(struct demo_msg *m, void *arg);
+/* Fork a child that serves requests with @fn until OP_QUIT. */
+int demo_spawn(struct demo_child *c, const char *name, demo_handler fn,
+	       void *arg);
+/* Send @m to @c and wait for the reply (into @m). Returns the reply's rc,
+ * or -errno of the channel (child died, timeout); messages go to stderr. */
+int demo_call(struct demo_child *c, struct demo_msg *m);
+/* Ask @c to quit and reap it (kill it if it does not). Returns its exit
+ * status (0 clean). */
+int demo_stop(struct demo_child *c);
+/* printf into m->text and return @rc. */
+int demo_fail(struct demo_msg *m, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* ---- rdma.c ---- */
+struct ibv_context;
+struct ibv_pd;
+struct ibv_cq;
+struct ibv_qp;
+
+struct demo_nic {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	uint8_t gid[16];
+};
+struct demo_qp {
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+};
+int demo_nic_open(struct demo_nic *n, const char *name, char *err,
+		  size_t errlen);
+void demo_nic_close(struct demo_nic *n);
+int demo_qp_create(struct demo_nic *n, struct demo_qp *q);
+void demo_qp_destroy(struct demo_qp *q);
+int demo_qp_connect(struct demo_qp *q, const struct demo_qp_info *peer);
+/* One signalled RDMA write (@write) or read, waited for (10 s). Returns 0,
+ * -EIO (completion error, *status set) or -errno. */
+int demo_rdma(struct demo_qp *q, int write, void *local, uint32_t len,
+	      uint32_t lkey, uint64_t raddr, uint32_t rkey, int *status);
+const char *demo_wc_status(int status);
+
+/* ---- store.c / engine.c ---- */
+int demo_store_serve(struct demo_msg *m, void *arg);
+struct demo_engine;
+struct demo_engine *demo_engine_new(const char *name, int mode,
+				    const char *config_path);
+int demo_engine_serve(struct demo_msg *m, void *arg);
+
+/* ---- mem.c ---- */
+long demo_vmpin_kb(pid_t pid);           /* /proc/PID/status VmPin, -errno */
+long demo_resident(const void *addr, size_t len); /* bytes (mincore) */
+long demo_meminfo_kb(const char *key);   /* /proc/meminfo field, -errno */
+long demo_free_kb(void);  /* MemFree + per-CPU free lists, kB, -errno */
+
+/* ---- results (report.c) ---- */
+#define DEMO_MAX_ROWS 16
+struct demo_count {
+	unsigned int ok, total;
+};
+struct demo_row {
+	const char *group;	/* printed once per group */
+	const char *phase;
+	struct demo_count c[2];	/* [0] kvdmabuf, [1] baseline */
+	bool used[2];
+	bool expect_bug;	/* baseline must show errors here */
+	bool no_baseline;	/* row only meaningful with kvdmabuf */
+};
+
+struct demo_mem {		/* memory of A at one point */
+	bool valid;
+	long pin_kb;		/* VmPin */
+	long res_kb;		/* resident pages of A's regions */
+	long held_kb;		/* MemFree drop since before A's regions */
+};
+/* memory points: awake, asleep, after wake */
+enum { DEMO_M_AWAKE, DEMO_M_ASLEEP, DEMO_M_WOKE, DEMO_NR_M };
+#define DEMO_MAX_MEMROWS 6
+struct demo_memrow {
+	const char *label;
+	struct demo_mem m[2][DEMO_NR_M];	/* [pass][point] */
+	long expect_asleep_pin_kb;		/* regions that stay awake */
+	long expect_asleep_res_kb;
+};
+
+struct demo_stress {
+	bool ran;
+	uint64_t begun, completed, failed, wrong, refused, inflight_at_sleep;
+	uint64_t sleeps;
+	long pin_first_kb, pin_last_kb, res_first_kb, res_last_kb;
+	long held_first_kb, held_last_kb;
+};
+
+struct demo_follow {
+	bool ran;
+	char skip[200];
+	unsigned int cycles;
+	unsigned int correct, total;		/* importer reads correct */
+	unsigned int refused_asleep;		/* importer access refused */
+	bool same_handle, same_proxy;
+	uint64_t maps, invalidations, failed_maps;
+	long backings_awake, backings_asleep;	/* module debugfs */
+	long shmem_awake_kb, shmem_asleep_kb, shmem_woke_kb;
+	long min_drop_kb;			/* smallest Shmem drop at sleep */
+	size_t len;
+	char err[300];
+};
+
+struct demo_results {
+	struct demo_row rows[DEMO_MAX_ROWS];
+	unsigned int nr_rows;
+	struct demo_memrow mem[DEMO_MAX_MEMROWS];
+	unsigned int nr_mem;
+	uint64_t key_gen_first, key_gen_last, republished;
+	uint64_t xfer_errors[2];
+	struct demo_stress stress;
+	struct demo_follow follow;
+	bool pass_done[2];
+	char pass_err[2][400];
+	unsigned int plain_cycles;
+	double secs[2];
+};
+
+struct demo_row *demo_row(struct demo_results *r, const char *group,
+			  const char *phase);
+struct demo_memrow *demo_memrow(struct demo_results *r, const char *label);
+/* Prints the table; returns true when the verdict is PASS. */
+bool demo_report(struct demo_results *r, bool stress);
+
+/* ---- follow.c ---- */
+void demo_follow_run(struct demo_follow *f, unsigned int cycles);
+
+#endif /* KVDMABUF_DEMO_H */

@@ -1,0 +1,658 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * engine.c - a serving engine's process (instance A or B) on rxe1.
+ *
+ * Its KV cache (and, for A, its weights) is anonymous host memory standing
+ * in for GPU memory: at sleep the engine releases the physical memory
+ * (the range is replaced by an inaccessible reservation, as cuMemUnmap +
+ * cuMemRelease keep the virtual address range) and at wake it maps fresh
+ * memory at the same address (cuMemCreate + cuMemMap).
+ *
+ * Two modes:
+ *  - kvdmabuf: regions registered through libkvdmabuf with
+ *    KVDMABUF_REGION_RELEASED_AT_SLEEP (soft-RoCE has no dma-buf MRs, so
+ *    they take the REREGISTER path); every transfer between
+ *    kvdmabuf_io_begin() and kvdmabuf_io_end(); kvdmabuf_sleep() before the
+ *    release, kvdmabuf_wake() after the new mapping; new keys are
+ *    republished through the key-change callback.
+ *  - baseline: ibv_reg_mr() once at start, never refreshed, as transfer
+ *    engines do today.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+#include <infiniband/verbs.h>
+
+#include "demo.h"
+#include "../../lib/kvdmabuf.h"
+#include "vgem.h"
+#include "verbs_pair.h"
+
+struct region {
+	const char *tag;
+	size_t len;
+	char *addr;
+	bool mapped;            /* fresh memory mapped (else released) */
+	struct kvdmabuf_region *kr;     /* kvdmabuf mode */
+	struct ibv_mr *mr;              /* baseline mode */
+};
+
+struct stress_thread {
+	struct demo_engine *e;
+	pthread_t th;
+	unsigned int idx;
+	bool started;
+	_Atomic uint64_t begun, completed, failed, wrong, refused;
+	char err[160];
+};
+
+struct demo_engine {
+	const char *name;
+	int mode;
+	const char *config;
+	struct demo_nic nic;
+	struct demo_qp qp[DEMO_MAX_QPS];
+	unsigned int nqp;
+	struct demo_seg seg[DEMO_SEGMENTS];
+	struct kvdmabuf_ctx *ctx;
+	struct region reg[DEMO_NR_REGIONS];
+	unsigned int nreg;
+	uint64_t key_gen[DEMO_NR_REGIONS];
+	uint32_t rkey[DEMO_NR_REGIONS];
+	uint64_t key_changes;
+	struct stress_thread st[DEMO_STRESS_THREADS];
+	unsigned int nst;
+	_Atomic int stop;
+};
+
+struct demo_engine *demo_engine_new(const char *name, int mode,
+				    const char *config_path)
+{
+	struct demo_engine *e = calloc(1, sizeof(*e));
+
+	if (!e)
+		return NULL;
+	e->name = name;
+	e->mode = mode;
+	e->config = config_path;
+	e->reg[DEMO_R_KV].tag = "kv_cache";
+	e->reg[DEMO_R_KV].len = DEMO_KV_LEN;
+	e->reg[DEMO_R_W].tag = "weights";
+	e->reg[DEMO_R_W].len = DEMO_W_LEN;
+	return e;
+}
+
+static const char *tag_name(uint64_t sel)
+{
+	return sel == DEMO_TAG_WEIGHTS ? "weights" :
+	       sel == DEMO_TAG_KV ? "kv_cache" : NULL;
+}
+
+static bool tag_has(uint64_t sel, unsigned int r)
+{
+	return sel == DEMO_TAG_ALL || (sel == DEMO_TAG_KV && r == DEMO_R_KV) ||
+	       (sel == DEMO_TAG_WEIGHTS && r == DEMO_R_W);
+}
+
+/* ---- memory: map fresh, release ---- */
+
+static int region_map(struct demo_engine *e, struct region *r,
+		      struct demo_msg *m)
+{
+	/* populated: new physical memory, as cuMemCreate allocates it */
+	int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE |
+		    (r->addr ? MAP_FIXED : 0);
+	void *p = mmap(r->addr, r->len, PROT_READ | PROT_WRITE, flags, -1, 0);
+
+	if (p == MAP_FAILED)
+		return demo_fail(m, -ENOMEM, "%s: mmap %s (%zu bytes) at %p: %s",
+				 e->name, r->tag, r->len, (void *)r->addr,
+				 strerror(errno));
+	if (r->addr && p != r->addr) {
+		munmap(p, r->len);
+		return demo_fail(m, -EFAULT, "%s: %s mapped at %p, not %p",
+				 e->name, r->tag, p, (void *)r->addr);
+	}
+	r->addr = p;
+	r->mapped = true;
+	/* the engine loads its weights into the new memory */
+	if (r == &e->reg[DEMO_R_W])
+		pattern_fill(r->addr, r->len, DEMO_W_SEED ^ 0xffu);
+	return 0;
+}
+
+/* Frees the pages (unless something pins them) and keeps the range. */
+static int region_release(struct demo_engine *e, struct region *r,
+			  struct demo_msg *m)
+{
+	void *p = mmap(r->addr, r->len, PROT_NONE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
+		       -1, 0);
+
+	if (p == MAP_FAILED)
+		return demo_fail(m, -ENOMEM, "%s: release %s: %s", e->name,
+				 r->tag, strerror(errno));
+	r->mapped = false;
+	return 0;
+}
+
+/* ---- keys ---- */
+
+static void on_keys(struct kvdmabuf_region *kr, uint64_t gen, void *arg)
+{
+	struct demo_engine *e = arg;
+	unsigned int i;
+	uint32_t rkey;
+
+	for (i = 0; i < e->nreg; i++) {
+		if (e->reg[i].kr != kr)
+			continue;
+		e->key_gen[i] = gen;
+		if (!kvdmabuf_region_keys(kr, 0, NULL, &rkey, NULL))
+			e->rkey[i] = rkey;
+		e->key_changes++;
+	}
+}
+
+static void keys_reply(struct demo_engine *e, struct demo_msg *m)
+{
+	unsigned int i;
+
+	for (i = 0; i < e->nreg; i++) {
+		m->a[2 * i] = e->key_gen[i];
+		m->a[2 * i + 1] = e->rkey[i];
+	}
+	m->a[4] = e->key_changes;
+}
+
+/* ---- transfers ---- */
+
+static int xfer_begin(struct demo_engine *e, struct region *r)
+{
+	return e->mode == DEMO_KVDMABUF ? kvdmabuf_io_begin(r->kr) : 0;
+}
+
+static void xfer_end(struct demo_engine *e, struct region *r)
+{
+	if (e->mode == DEMO_KVDMABUF)
+		kvdmabuf_io_end(r->kr);
+}
+
+/* One block between @block of @r and store slot @slot, on QP @q. */
+static int xfer(struct demo_engine *e, unsigned int q, struct region *r,
+		unsigned int block, int write, unsigned int slot,
+		char *err, size_t errlen)
+{
+	const struct demo_seg *s = &e->seg[slot % DEMO_SEGMENTS];
+	uint64_t raddr = s->addr + (uint64_t)(slot / DEMO_SEGMENTS) *
+			 DEMO_BLOCK;
+	uint32_t lkey;
+	int rc, status;
+
+	if (e->mode == DEMO_KVDMABUF) {
+		/* after io_begin the region is registered: current keys */
+		rc = kvdmabuf_region_keys(r->kr, 0, &lkey, NULL, NULL);
+		if (rc) {
+			snprintf(err, errlen, "%s: region keys: %s", e->name,
+				 strerror(-rc));
+			return rc;
+		}
+	} else {
+		lkey = r->mr->lkey;
+	}
+	rc = demo_rdma(&e->qp[q], write, r->addr + (size_t)block * DEMO_BLOCK,
+		       DEMO_BLOCK, lkey, raddr, s->rkey, &status);
+	if (rc)
+		snprintf(err, errlen, "%s: RDMA %s of slot %u: %s%s%s",
+			 e->name, write ? "write" : "read", slot,
+			 strerror(-rc), rc == -EIO ? ", completion: " : "",
+			 rc == -EIO ? demo_wc_status(status) : "");
+	return rc;
+}
+
+/* PUT / GET of m->a[1] blocks; see enum demo_op. */
+static int put_get(struct demo_engine *e, struct demo_msg *m, int write)
+{
+	unsigned int slot0 = (unsigned int)m->a[0], n = (unsigned int)m->a[1];
+	uint32_t seed0 = (uint32_t)m->a[2];
+	unsigned int block0 = (unsigned int)m->a[3];
+	unsigned int ri = (unsigned int)m->a[4];
+	bool no_cpu = m->a[5];
+	unsigned int i, ok = 0, correct = 0, refused = 0, errors = 0;
+	struct region *r;
+	char err[200] = "", scratch[200];
+	int rc;
+
+	if (ri >= e->nreg || n > 64 ||
+	    (block0 + n) * (size_t)DEMO_BLOCK > e->reg[ri].len)
+		return demo_fail(m, -EINVAL, "%s: bad transfer request",
+				 e->name);
+	r = &e->reg[ri];
+	for (i = 0; i < n; i++) {
+		char *local = r->addr + (size_t)(block0 + i) * DEMO_BLOCK;
+
+		rc = xfer_begin(e, r);
+		if (rc == -ESHUTDOWN) {
+			refused++;
+			continue;
+		}
+		if (rc) {
+			errors++;
+			continue;
+		}
+		if (!no_cpu) {
+			if (write)
+				pattern_fill(local, DEMO_BLOCK, seed0 + i);
+			else
+				memset(local, 0xa5, DEMO_BLOCK);
+		}
+		/* keep the first error's message */
+		rc = xfer(e, 0, r, block0 + i, write, slot0 + i,
+			  err[0] ? scratch : err, sizeof(err));
+		if (rc) {
+			errors++;
+		} else {
+			ok++;
+			if (!write && !no_cpu &&
+			    pattern_check(local, DEMO_BLOCK, seed0 + i) < 0)
+				correct++;
+		}
+		xfer_end(e, r);
+	}
+	m->a[0] = ok;
+	m->a[1] = write ? ok : correct;
+	m->a[2] = refused;
+	m->a[3] = errors;
+	snprintf(m->text, sizeof(m->text), "%s", err);
+	return 0;
+}
+
+/* ---- stress: transfers in flight up to the sleep ---- */
+
+static void *stress_main(void *arg)
+{
+	struct stress_thread *t = arg;
+	struct demo_engine *e = t->e;
+	struct region *r = &e->reg[DEMO_R_KV];
+	unsigned int j, blk, slot, q = 1 + t->idx;
+	uint32_t seed;
+	char *local;
+	int rc;
+
+	for (j = 0; !atomic_load(&e->stop); j++) {
+		blk = DEMO_STRESS_BLOCK0 + t->idx * 16 + j % 8;
+		slot = DEMO_SLOT_STRESS + t->idx * 8 + j % 8;
+		seed = 0x50000000u + (t->idx << 20) + j;
+		/* put */
+		rc = xfer_begin(e, r);
+		if (rc) {
+			t->refused += rc == -ESHUTDOWN;
+			t->failed += rc != -ESHUTDOWN;
+			break;
+		}
+		t->begun++;
+		local = r->addr + (size_t)blk * DEMO_BLOCK;
+		pattern_fill(local, DEMO_BLOCK, seed);
+		rc = xfer(e, q, r, blk, 1, slot, t->err, sizeof(t->err));
+		if (rc)
+			t->failed++;
+		else
+			t->completed++;
+		xfer_end(e, r);
+		if (rc)
+			break;
+		/* get it back into another block and check it */
+		rc = xfer_begin(e, r);
+		if (rc) {
+			t->refused += rc == -ESHUTDOWN;
+			t->failed += rc != -ESHUTDOWN;
+			break;
+		}
+		t->begun++;
+		local = r->addr + (size_t)(blk + 8) * DEMO_BLOCK;
+		memset(local, 0xa5, DEMO_BLOCK);
+		rc = xfer(e, q, r, blk + 8, 0, slot, t->err, sizeof(t->err));
+		if (rc)
+			t->failed++;
+		else if (pattern_check(local, DEMO_BLOCK, seed) >= 0)
+			t->wrong++;
+		else
+			t->completed++;
+		xfer_end(e, r);
+		if (rc)
+			break;
+	}
+	return NULL;
+}
+
+static int stress_start(struct demo_engine *e, struct demo_msg *m)
+{
+	unsigned int n = (unsigned int)m->a[0], i;
+	int rc;
+
+	if (n > DEMO_STRESS_THREADS || n + 1 > e->nqp || e->nst)
+		return demo_fail(m, -EINVAL, "%s: bad stress request",
+				 e->name);
+	atomic_store(&e->stop, 0);
+	for (i = 0; i < n; i++) {
+		struct stress_thread *t = &e->st[i];
+
+		memset(t, 0, sizeof(*t));
+		t->e = e;
+		t->idx = i;
+		rc = pthread_create(&t->th, NULL, stress_main, t);
+		if (rc) {
+			atomic_store(&e->stop, 1);
+			return demo_fail(m, -rc, "%s: pthread_create: %s",
+					 e->name, strerror(rc));
+		}
+		t->started = true;
+		e->nst++;
+	}
+	return 0;
+}
+
+/* Joins the stress threads; adds their counts to m->a[5..10]. */
+static void stress_join(struct demo_engine *e, struct demo_msg *m)
+{
+	unsigned int i;
+
+	atomic_store(&e->stop, 1);
+	for (i = 0; i < e->nst; i++) {
+		struct stress_thread *t = &e->st[i];
+
+		if (!t->started)
+			continue;
+		pthread_join(t->th, NULL);
+		t->started = false;
+		m->a[5] += t->begun;
+		m->a[6] += t->completed;
+		m->a[7] += t->failed;
+		m->a[8] += t->wrong;
+		m->a[9] += t->refused;
+		if (t->err[0] && !m->text[0])
+			snprintf(m->text, sizeof(m->text), "%s", t->err);
+	}
+	e->nst = 0;
+}
+
+static uint64_t stress_begun(struct demo_engine *e)
+{
+	uint64_t n = 0;
+	unsigned int i;
+
+	for (i = 0; i < e->nst; i++)
+		n += e->st[i].begun;
+	return n;
+}
+
+/* ---- requests ---- */
+
+static int engine_init(struct demo_engine *e, struct demo_msg *m)
+{
+	struct kvdmabuf_options o;
+	unsigned int i;
+	int rc;
+
+	e->nqp = (unsigned int)m->a[0];
+	e->nreg = (unsigned int)m->a[1];
+	if (!e->nqp || e->nqp > DEMO_MAX_QPS || !e->nreg ||
+	    e->nreg > DEMO_NR_REGIONS)
+		return demo_fail(m, -EINVAL, "%s: bad init request", e->name);
+	rc = demo_nic_open(&e->nic, vp_dev_name(1), m->text, sizeof(m->text));
+	if (rc)
+		return rc;
+	for (i = 0; i < e->nqp; i++) {
+		rc = demo_qp_create(&e->nic, &e->qp[i]);
+		if (rc) {
+			e->nqp = i;
+			return demo_fail(m, rc, "%s: create QP: %s", e->name,
+					 strerror(-rc));
+		}
+		m->qp[i].qpn = e->qp[i].qp->qp_num;
+		memcpy(m->qp[i].gid, e->nic.gid, sizeof(e->nic.gid));
+	}
+	m->n = e->nqp;
+	if (e->mode != DEMO_KVDMABUF)
+		return 0;
+	/* the transfer engine's own PD, so its QPs can use the lkeys */
+	memset(&o, 0, sizeof(o));
+	o.config_path = e->config;
+	o.pds = &e->nic.pd;
+	o.nr_pds = 1;
+	o.key_change = on_keys;
+	o.key_change_arg = e;
+	rc = kvdmabuf_open(&o, &e->ctx, m->text, sizeof(m->text));
+	if (rc)
+		e->ctx = NULL;
+	return rc;
+}
+
+static int engine_connect(struct demo_engine *e, struct demo_msg *m)
+{
+	unsigned int i;
+	int rc;
+
+	if (m->n != e->nqp)
+		return demo_fail(m, -EINVAL, "%s: %u peer QPs for %u QPs",
+				 e->name, m->n, e->nqp);
+	for (i = 0; i < e->nqp; i++) {
+		rc = demo_qp_connect(&e->qp[i], &m->qp[i]);
+		if (rc)
+			return demo_fail(m, rc, "%s: connect QP: %s", e->name,
+					 strerror(-rc));
+	}
+	memcpy(e->seg, m->seg, sizeof(e->seg));
+	return 0;
+}
+
+static int engine_regions(struct demo_engine *e, struct demo_msg *m)
+{
+	struct kvdmabuf_region_desc d;
+	unsigned int i;
+	uint32_t rkey;
+	int rc;
+
+	for (i = 0; i < e->nreg; i++) {
+		struct region *r = &e->reg[i];
+
+		rc = region_map(e, r, m);
+		if (rc)
+			return rc;
+		if (e->mode == DEMO_BASELINE) {
+			r->mr = ibv_reg_mr(e->nic.pd, r->addr, r->len,
+					   IBV_ACCESS_LOCAL_WRITE |
+					   IBV_ACCESS_REMOTE_WRITE |
+					   IBV_ACCESS_REMOTE_READ);
+			if (!r->mr)
+				return demo_fail(m, errno ? -errno : -EIO,
+						 "%s: ibv_reg_mr %s: %s",
+						 e->name, r->tag,
+						 strerror(errno));
+			e->key_gen[i] = 1;
+			e->rkey[i] = r->mr->rkey;
+			continue;
+		}
+		memset(&d, 0, sizeof(d));
+		d.addr = r->addr;
+		d.len = r->len;
+		d.mem = KVDMABUF_MEM_HOST;
+		d.flags = KVDMABUF_REGION_RELEASED_AT_SLEEP;
+		d.tag = r->tag;
+		rc = kvdmabuf_region_add(e->ctx, &d, &r->kr);
+		if (rc) {
+			r->kr = NULL;
+			return demo_fail(m, rc, "%s: kvdmabuf_region_add %s: "
+					 "%s", e->name, r->tag,
+					 kvdmabuf_strerror(e->ctx));
+		}
+		rc = kvdmabuf_region_keys(r->kr, 0, NULL, &rkey,
+					  &e->key_gen[i]);
+		if (rc)
+			return demo_fail(m, rc, "%s: region keys: %s", e->name,
+					 strerror(-rc));
+		e->rkey[i] = rkey;
+	}
+	keys_reply(e, m);
+	return 0;
+}
+
+static int engine_sleep(struct demo_engine *e, struct demo_msg *m)
+{
+	uint64_t sel = m->a[0];
+	struct kvdmabuf_region_info info;
+	struct timespec ts = { 0, 2000000 };
+	unsigned int i, waited;
+	int rc;
+
+	memset(m->a, 0, sizeof(m->a));
+	if (e->nst) {
+		/* let the stress threads get going, then sleep under them */
+		for (waited = 0; waited < 1500 &&
+		     stress_begun(e) < 8 * (uint64_t)e->nst; waited++)
+			nanosleep(&ts, NULL);
+		if (e->mode == DEMO_KVDMABUF &&
+		    !kvdmabuf_region_info(e->reg[DEMO_R_KV].kr, &info))
+			m->a[10] = info.inflight;
+	}
+	if (e->mode == DEMO_KVDMABUF) {
+		rc = kvdmabuf_sleep(e->ctx, tag_name(sel));
+		if (rc) {
+			stress_join(e, m);
+			return demo_fail(m, rc, "%s: kvdmabuf_sleep(%s): %s",
+					 e->name, tag_name(sel) ?
+					 tag_name(sel) : "all",
+					 kvdmabuf_strerror(e->ctx));
+		}
+	}
+	/* the drain let every running transfer finish: threads see refusal */
+	stress_join(e, m);
+	for (i = 0; i < e->nreg; i++)
+		if (tag_has(sel, i) && e->reg[i].mapped) {
+			rc = region_release(e, &e->reg[i], m);
+			if (rc)
+				return rc;
+		}
+	return 0;
+}
+
+static int engine_wake(struct demo_engine *e, struct demo_msg *m)
+{
+	uint64_t sel = m->a[0];
+	unsigned int i;
+	int rc;
+
+	for (i = 0; i < e->nreg; i++)
+		if (tag_has(sel, i) && !e->reg[i].mapped) {
+			rc = region_map(e, &e->reg[i], m);
+			if (rc)
+				return rc;
+		}
+	if (e->mode == DEMO_KVDMABUF) {
+		rc = kvdmabuf_wake(e->ctx, tag_name(sel));
+		if (rc)
+			return demo_fail(m, rc, "%s: kvdmabuf_wake(%s): %s",
+					 e->name, tag_name(sel) ?
+					 tag_name(sel) : "all",
+					 kvdmabuf_strerror(e->ctx));
+	}
+	memset(m->a, 0, sizeof(m->a));
+	keys_reply(e, m);
+	return 0;
+}
+
+static int engine_mem(struct demo_engine *e, struct demo_msg *m)
+{
+	long pin = demo_vmpin_kb(0);
+	unsigned int i;
+
+	if (pin < 0)
+		return demo_fail(m, (int)pin, "%s: VmPin: %s", e->name,
+				 strerror((int)-pin));
+	memset(m->a, 0, sizeof(m->a));
+	m->a[0] = (uint64_t)pin;
+	for (i = 0; i < e->nreg; i++) {
+		long res = demo_resident(e->reg[i].addr, e->reg[i].len);
+
+		if (res < 0)
+			return demo_fail(m, (int)res, "%s: mincore %s: %s",
+					 e->name, e->reg[i].tag,
+					 strerror((int)-res));
+		m->a[1 + i] = (uint64_t)res;
+	}
+	return 0;
+}
+
+static int engine_quit(struct demo_engine *e, struct demo_msg *m)
+{
+	unsigned int i;
+	int rc, ret = 0;
+
+	stress_join(e, m);
+	for (i = 0; i < e->nreg; i++) {
+		struct region *r = &e->reg[i];
+
+		if (r->kr) {
+			rc = kvdmabuf_region_remove(r->kr);
+			if (rc && !ret)
+				ret = demo_fail(m, rc, "%s: region_remove %s: "
+						"%s", e->name, r->tag,
+						kvdmabuf_strerror(e->ctx));
+			r->kr = NULL;
+		}
+		if (r->mr) {
+			rc = ibv_dereg_mr(r->mr);
+			if (rc && !ret)
+				ret = demo_fail(m, -rc, "%s: ibv_dereg_mr %s: "
+						"%s", e->name, r->tag,
+						strerror(rc));
+			r->mr = NULL;
+		}
+		if (r->addr)
+			munmap(r->addr, r->len);
+		r->addr = NULL;
+	}
+	kvdmabuf_close(e->ctx);
+	e->ctx = NULL;
+	for (i = 0; i < e->nqp; i++)
+		demo_qp_destroy(&e->qp[i]);
+	demo_nic_close(&e->nic);
+	return ret;
+}
+
+int demo_engine_serve(struct demo_msg *m, void *arg)
+{
+	struct demo_engine *e = arg;
+
+	switch (m->op) {
+	case OP_INIT:
+		return engine_init(e, m);
+	case OP_CONNECT:
+		return engine_connect(e, m);
+	case OP_REGIONS:
+		return engine_regions(e, m);
+	case OP_PUT:
+		return put_get(e, m, 1);
+	case OP_GET:
+		return put_get(e, m, 0);
+	case OP_SLEEP:
+		return engine_sleep(e, m);
+	case OP_WAKE:
+		return engine_wake(e, m);
+	case OP_MEM:
+		return engine_mem(e, m);
+	case OP_STRESS:
+		return stress_start(e, m);
+	case OP_QUIT:
+		return engine_quit(e, m);
+	default:
+		return demo_fail(m, -EINVAL, "%s: unknown request %u", e->name,
+				 m->op);
+	}
+}

@@ -1,0 +1,193 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * follow.c - the follow path, on the module's uapi: a vgem buffer (DRM,
+ * standing in for GPU memory) behind a kvdmabuf proxy, imported once by
+ * the test importer (/dev/kvd_importer, dynamic: a NIC that handles
+ * dma-buf move notification, as mlx5 MRs do). Sleep = revoke the proxy and
+ * drop the buffer; wake = a new vgem buffer attached behind the same proxy.
+ * The importer keeps its attachment and handle (its "keys") and reads the
+ * new buffer at its next access.
+ *
+ * The library is not used here: its DRM regions register on the NIC with
+ * ibv_reg_dmabuf_mr(), which soft-RoCE does not have (EOPNOTSUPP), so in
+ * this VM the importer takes the NIC's place directly on the proxy.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "demo.h"
+#include "proxy_common.h"
+
+#define FOLLOW_LEN	(16ul << 20)
+#define FOLLOW_SEED	0x66000000u
+
+/* Reads the whole buffer through the importer; 1 if it has @seed. */
+static int read_check(int imp, int h, char *buf, uint32_t seed,
+		      struct demo_follow *f)
+{
+	size_t off;
+	int rc;
+
+	memset(buf, 0, FOLLOW_LEN);
+	for (off = 0; off < FOLLOW_LEN; off += KVD_IMP_MAX_ACCESS) {
+		rc = imp_read(imp, h, off, buf + off, KVD_IMP_MAX_ACCESS);
+		if (rc) {
+			snprintf(f->err, sizeof(f->err), "importer read at "
+				 "%zu: %s", off, strerror(-rc));
+			return rc;
+		}
+	}
+	return pattern_check(buf, FOLLOW_LEN, seed) < 0;
+}
+
+void demo_follow_run(struct demo_follow *f, unsigned int cycles)
+{
+	int dev = -1, imp = -1, drm = -1, proxy = -1, backing = -1, h = -1;
+	struct kvd_imp_counters ic;
+	struct kvdmabuf_query q;
+	uint64_t id0 = 0;
+	long shmem, drop;
+	char *buf = NULL;
+	unsigned int c;
+	int rc;
+
+	memset(f, 0, sizeof(f[0]));
+	f->len = FOLLOW_LEN;
+	f->min_drop_kb = -1;
+	f->same_handle = f->same_proxy = true;
+	dev = kvd_dev_open();
+	if (dev < 0) {
+		snprintf(f->skip, sizeof(f->skip), "%s: %s (kvdmabuf module "
+			 "not loaded)", KVDMABUF_DEVICE_PATH, strerror(-dev));
+		goto out;
+	}
+	imp = imp_open();
+	if (imp < 0) {
+		snprintf(f->skip, sizeof(f->skip), "%s: %s (kvd_importer "
+			 "module not loaded)", KVD_IMPORTER_PATH,
+			 strerror(-imp));
+		goto out;
+	}
+	drm = vgem_open();
+	if (drm < 0) {
+		snprintf(f->skip, sizeof(f->skip), "no vgem device (modprobe "
+			 "vgem)");
+		goto out;
+	}
+	buf = malloc(FOLLOW_LEN);
+	if (!buf) {
+		snprintf(f->skip, sizeof(f->skip), "out of memory");
+		goto out;
+	}
+	f->ran = true;
+
+	/* awake: buffer 0 behind the proxy, imported once */
+	proxy = kvd_create(dev, FOLLOW_LEN, &id0);
+	if (proxy < 0) {
+		snprintf(f->err, sizeof(f->err), "create proxy: %s",
+			 strerror(-proxy));
+		goto out;
+	}
+	backing = vgem_pattern_buf(drm, FOLLOW_LEN, FOLLOW_SEED);
+	if (backing < 0) {
+		snprintf(f->err, sizeof(f->err), "vgem buffer: %s",
+			 strerror(-backing));
+		goto out;
+	}
+	rc = kvd_attach(dev, proxy, backing, 0);
+	/* the module holds its own reference: the buffer lives as long as
+	 * the proxy is backed by it */
+	close(backing);
+	backing = -1;
+	if (rc) {
+		snprintf(f->err, sizeof(f->err), "attach: %s", strerror(-rc));
+		goto out;
+	}
+	h = imp_import(imp, proxy, 0);
+	if (h < 0) {
+		snprintf(f->err, sizeof(f->err), "import: %s", strerror(-h));
+		goto out;
+	}
+	rc = read_check(imp, h, buf, FOLLOW_SEED, f);
+	if (rc < 0)
+		goto out;
+	f->correct += rc;
+	f->total++;
+
+	for (c = 1; c <= cycles; c++) {
+		f->backings_awake = kvd_stat("backings");
+		f->shmem_awake_kb = meminfo_shmem_kb();
+		/* sleep: revoke (the importer is told and unmaps), drop */
+		rc = kvd_revoke(dev, proxy, 2000);
+		if (rc) {
+			snprintf(f->err, sizeof(f->err), "revoke: %s",
+				 strerror(-rc));
+			goto out;
+		}
+		shmem = meminfo_shmem_kb();
+		f->shmem_asleep_kb = shmem;
+		f->backings_asleep = kvd_stat("backings");
+		drop = f->shmem_awake_kb - shmem;
+		if (f->min_drop_kb < 0 || drop < f->min_drop_kb)
+			f->min_drop_kb = drop;
+		/* the NIC touching the memory now must fail, not read garbage */
+		rc = imp_read(imp, h, 0, buf, 4096);
+		if (rc == -ENODEV)
+			f->refused_asleep++;
+		/* wake: new memory, same proxy, same importer handle */
+		backing = vgem_pattern_buf(drm, FOLLOW_LEN, FOLLOW_SEED + c);
+		if (backing < 0) {
+			snprintf(f->err, sizeof(f->err), "vgem buffer: %s",
+				 strerror(-backing));
+			goto out;
+		}
+		rc = kvd_attach(dev, proxy, backing, 0);
+		close(backing);
+		backing = -1;
+		if (rc) {
+			snprintf(f->err, sizeof(f->err), "attach at wake: %s",
+				 strerror(-rc));
+			goto out;
+		}
+		f->shmem_woke_kb = meminfo_shmem_kb();
+		rc = read_check(imp, h, buf, FOLLOW_SEED + c, f);
+		if (rc < 0)
+			goto out;
+		f->correct += rc;
+		f->total++;
+		rc = kvd_query(dev, proxy, &q);
+		if (rc || q.id != id0 || q.dynamic_importers != 1)
+			f->same_proxy = false;
+	}
+	f->cycles = cycles;
+	rc = imp_counters(imp, h, &ic);
+	if (rc) {
+		f->same_handle = false;
+		snprintf(f->err, sizeof(f->err), "importer counters: %s",
+			 strerror(-rc));
+		goto out;
+	}
+	f->maps = ic.maps;
+	f->invalidations = ic.invalidations;
+	f->failed_maps = ic.failed;
+out:
+	if (h >= 0) {
+		rc = imp_release(imp, h);
+		if (rc && !f->err[0])
+			snprintf(f->err, sizeof(f->err), "importer release: "
+				 "%s", strerror(-rc));
+	}
+	if (backing >= 0)
+		close(backing);
+	if (proxy >= 0)
+		close(proxy);
+	if (drm >= 0)
+		close(drm);
+	if (imp >= 0)
+		close(imp);
+	if (dev >= 0)
+		close(dev);
+	free(buf);
+}

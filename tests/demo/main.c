@@ -1,0 +1,527 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * main.c - kvdmabuf-demo: two serving engines share a KV store over
+ * soft-RoCE while one of them sleeps and wakes; first with libkvdmabuf,
+ * then (same invocation) with registrations made once and never refreshed,
+ * as transfer engines do today. Then the follow path (vgem buffers behind
+ * kvdmabuf proxies, the test importer as a move-capable NIC).
+ *
+ *   kvdmabuf-demo [--cycles N] [--stress]
+ *
+ * Runs as root in the VM of `make demo` (rxe0/rxe1, vgem, kvdmabuf.ko,
+ * kvd_importer.ko). Exit 0 only when every block is correct with
+ * kvdmabuf, the baseline shows the bug, no memory is held while asleep and
+ * (with --stress) no transfer is lost and memory does not drift.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "demo.h"
+
+enum { CYC_PLAIN, CYC_SELECTIVE, CYC_KVONLY };
+
+struct pass {
+	int mode;
+	unsigned int idx;               /* 0 kvdmabuf, 1 baseline */
+	struct demo_results *res;
+	const char *config;
+	bool stress;
+	struct demo_child store, a, b;
+	unsigned int next_slot;
+	uint32_t next_seed;
+	long memfree_ref;
+	uint64_t gen_seen[DEMO_NR_REGIONS];
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void msg_init(struct demo_msg *m, uint32_t op)
+{
+	memset(m, 0, sizeof(*m));
+	m->op = op;
+}
+
+static unsigned int take_slots(struct pass *p)
+{
+	unsigned int s = p->next_slot;
+
+	p->next_slot = (p->next_slot + DEMO_PROMPTS) % DEMO_SLOTS_KV;
+	return s;
+}
+
+static uint32_t take_seeds(struct pass *p)
+{
+	uint32_t s = p->next_seed;
+
+	p->next_seed += 0x100;
+	return s;
+}
+
+/* put or get DEMO_PROMPTS blocks; *c counts correct blocks (puts: done) */
+static int xfer(struct pass *p, struct demo_child *c, int op, unsigned int slot,
+		uint32_t seed, unsigned int block, unsigned int region,
+		bool no_cpu, struct demo_count *cnt, unsigned int *refused)
+{
+	struct demo_msg m;
+	int rc;
+
+	msg_init(&m, (uint32_t)op);
+	m.a[0] = slot;
+	m.a[1] = DEMO_PROMPTS;
+	m.a[2] = seed;
+	m.a[3] = block;
+	m.a[4] = region;
+	m.a[5] = no_cpu;
+	rc = demo_call(c, &m);
+	if (rc)
+		return rc;
+	if (m.a[3]) {
+		p->res->xfer_errors[p->idx] += m.a[3];
+		if (p->mode == DEMO_KVDMABUF || !no_cpu)
+			fprintf(stderr, "demo: %s pass: %s: %llu transfer "
+				"error(s): %s\n", p->idx ? "baseline" :
+				"kvdmabuf", c->name,
+				(unsigned long long)m.a[3], m.text);
+	}
+	if (cnt) {
+		cnt->ok += (unsigned int)m.a[1];
+		cnt->total += DEMO_PROMPTS;
+	}
+	if (refused)
+		*refused = (unsigned int)m.a[2];
+	return 0;
+}
+
+static struct demo_count *row(struct pass *p, const char *group,
+			      const char *phase, bool expect_bug)
+{
+	struct demo_row *r = demo_row(p->res, group, phase);
+
+	if (!r)
+		return NULL;
+	r->used[p->idx] = true;
+	r->expect_bug |= expect_bug;
+	return &r->c[p->idx];
+}
+
+static int measure(struct pass *p, struct demo_mem *out)
+{
+	struct demo_msg m;
+	long free_kb;
+	int rc;
+
+	msg_init(&m, OP_MEM);
+	rc = demo_call(&p->a, &m);
+	if (rc)
+		return rc;
+	free_kb = demo_free_kb();
+	if (free_kb < 0) {
+		fprintf(stderr, "demo: free memory (/proc/meminfo): %s\n",
+			strerror((int)-free_kb));
+		return (int)free_kb;
+	}
+	out->valid = true;
+	out->pin_kb = (long)m.a[0];
+	out->res_kb = (long)((m.a[1] + m.a[2]) / 1024);
+	out->held_kb = p->memfree_ref - free_kb;
+	return 0;
+}
+
+/* A republishes keys that changed to the store (REREGISTER: every wake). */
+static int republish(struct pass *p, const struct demo_msg *w)
+{
+	struct demo_msg m;
+	unsigned int i;
+	int rc;
+
+	for (i = 0; i < DEMO_NR_REGIONS; i++) {
+		if (w->a[2 * i] == p->gen_seen[i])
+			continue;
+		p->gen_seen[i] = w->a[2 * i];
+		msg_init(&m, OP_KEYS);
+		m.a[0] = 0;
+		m.a[1] = i;
+		m.a[2] = w->a[2 * i];
+		m.a[3] = w->a[2 * i + 1];
+		rc = demo_call(&p->store, &m);
+		if (rc)
+			return rc;
+		if (p->mode == DEMO_KVDMABUF)
+			p->res->republished = m.a[0];
+	}
+	if (p->mode == DEMO_KVDMABUF)
+		p->res->key_gen_last = w->a[0];
+	return 0;
+}
+
+static int sleep_wake(struct pass *p, int op, uint64_t tag)
+{
+	struct demo_stress *s = &p->res->stress;
+	struct demo_msg m;
+	int rc;
+
+	msg_init(&m, (uint32_t)op);
+	m.a[0] = tag;
+	rc = demo_call(&p->a, &m);
+	if (rc)
+		return rc;
+	if (op == OP_WAKE)
+		return republish(p, &m);
+	if (p->stress && p->mode == DEMO_KVDMABUF) {
+		s->ran = true;
+		s->sleeps++;
+		s->begun += m.a[5];
+		s->completed += m.a[6];
+		s->failed += m.a[7];
+		s->wrong += m.a[8];
+		s->refused += m.a[9];
+		if (m.a[10] > s->inflight_at_sleep)
+			s->inflight_at_sleep = m.a[10];
+		if (m.a[7] || m.a[8])
+			fprintf(stderr, "demo: stress: %s\n", m.text);
+	}
+	return 0;
+}
+
+static int control_phase(struct pass *p)
+{
+	const char *g = "awake, before any sleep";
+	unsigned int s1 = take_slots(p), s2 = take_slots(p);
+	uint32_t k1 = take_seeds(p), k2 = take_seeds(p);
+	int rc;
+
+	rc = xfer(p, &p->a, OP_PUT, s1, k1, 8, DEMO_R_KV, false, NULL, NULL);
+	rc = rc ? rc : xfer(p, &p->b, OP_PUT, s2, k2, 8, DEMO_R_KV, false,
+			    NULL, NULL);
+	rc = rc ? rc : xfer(p, &p->a, OP_GET, s2, k2, 0, DEMO_R_KV, false,
+			    row(p, g, "A gets KV that B put", false), NULL);
+	rc = rc ? rc : xfer(p, &p->b, OP_GET, s1, k1, 0, DEMO_R_KV, false,
+			    row(p, g, "B gets KV that A put", false), NULL);
+	rc = rc ? rc : xfer(p, &p->a, OP_GET, s1, k1, 16, DEMO_R_KV, false,
+			    row(p, g, "A gets its own KV back", false), NULL);
+	return rc;
+}
+
+static int cycle(struct pass *p, int kind, unsigned int n, unsigned int of)
+{
+	static const char *const groups[] = {
+		[CYC_PLAIN] = "sleep/wake cycles",
+		[CYC_SELECTIVE] = "selective wake: weights, then kv_cache",
+		[CYC_KVONLY] = "KV-only release and restore",
+	};
+	const char *g = groups[kind];
+	uint64_t tag = kind == CYC_KVONLY ? DEMO_TAG_KV : DEMO_TAG_ALL;
+	struct demo_memrow *mr = NULL;
+	struct demo_mem scratch[DEMO_NR_M], *mm;
+	struct demo_stress *s = &p->res->stress;
+	unsigned int sb = take_slots(p), sa = take_slots(p), refused = 0;
+	uint32_t kb = take_seeds(p), ka = take_seeds(p);
+	struct demo_count *c, dummy = { 0, 0 };
+	struct demo_msg m;
+	int rc;
+
+	if (kind == CYC_PLAIN && (n == 1 || n == of)) {
+		mr = demo_memrow(p->res, n == 1 ? "sleep/wake cycle 1" :
+				 "sleep/wake, last cycle");
+	} else if (kind == CYC_SELECTIVE) {
+		mr = demo_memrow(p->res, "selective wake cycle");
+	} else if (kind == CYC_KVONLY) {
+		mr = demo_memrow(p->res, "KV-only release");
+		if (mr) {
+			mr->expect_asleep_pin_kb = DEMO_W_LEN / 1024;
+			mr->expect_asleep_res_kb = DEMO_W_LEN / 1024;
+		}
+	}
+	memset(scratch, 0, sizeof(scratch));
+	mm = mr ? mr->m[p->idx] : scratch;
+
+	rc = measure(p, &mm[DEMO_M_AWAKE]);
+	if (rc)
+		return rc;
+	if (p->stress && p->mode == DEMO_KVDMABUF) {
+		msg_init(&m, OP_STRESS);
+		m.a[0] = DEMO_STRESS_THREADS;
+		rc = demo_call(&p->a, &m);
+		if (rc)
+			return rc;
+	}
+	rc = sleep_wake(p, OP_SLEEP, tag);
+	rc = rc ? rc : measure(p, &mm[DEMO_M_ASLEEP]);
+	/* B keeps serving while A sleeps */
+	rc = rc ? rc : xfer(p, &p->b, OP_PUT, sb, kb, 0, DEMO_R_KV, false,
+			    NULL, NULL);
+	if (rc)
+		return rc;
+	if (kind == CYC_SELECTIVE) {
+		rc = sleep_wake(p, OP_WAKE, DEMO_TAG_WEIGHTS);
+		rc = rc ? rc : xfer(p, &p->a, OP_GET, DEMO_SLOT_W, DEMO_W_SEED,
+				    0, DEMO_R_W, false,
+				    row(p, g, "A loads new weights (kv asleep)",
+					true), NULL);
+		/* a KV transfer now must be refused, not land anywhere */
+		rc = rc ? rc : xfer(p, &p->a, OP_GET, sb, kb, 0, DEMO_R_KV,
+				    true, NULL, &refused);
+		if (rc)
+			return rc;
+		c = row(p, g, "KV transfers refused while asleep", true);
+		if (c) {
+			c->ok += refused;
+			c->total += DEMO_PROMPTS;
+		}
+		rc = sleep_wake(p, OP_WAKE, DEMO_TAG_KV);
+	} else {
+		rc = sleep_wake(p, OP_WAKE, tag);
+	}
+	rc = rc ? rc : measure(p, &mm[DEMO_M_WOKE]);
+	if (rc)
+		return rc;
+	if (p->stress && p->mode == DEMO_KVDMABUF) {
+		if (s->sleeps == 1) {
+			s->pin_first_kb = mm[DEMO_M_WOKE].pin_kb;
+			s->res_first_kb = mm[DEMO_M_WOKE].res_kb;
+			s->held_first_kb = mm[DEMO_M_WOKE].held_kb;
+		}
+		s->pin_last_kb = mm[DEMO_M_WOKE].pin_kb;
+		s->res_last_kb = mm[DEMO_M_WOKE].res_kb;
+		s->held_last_kb = mm[DEMO_M_WOKE].held_kb;
+	}
+	c = row(p, g, "A gets KV that B put while A slept", true);
+	rc = xfer(p, &p->a, OP_GET, sb, kb, 0, DEMO_R_KV, false,
+		  c ? c : &dummy, NULL);
+	rc = rc ? rc : xfer(p, &p->a, OP_PUT, sa, ka, 8, DEMO_R_KV, false,
+			    NULL, NULL);
+	c = row(p, g, "B gets KV that A put after its wake", true);
+	rc = rc ? rc : xfer(p, &p->b, OP_GET, sa, ka, 8, DEMO_R_KV, false,
+			    c ? c : &dummy, NULL);
+	c = row(p, g, "A gets its own post-wake KV back", true);
+	rc = rc ? rc : xfer(p, &p->a, OP_GET, sa, ka, 16, DEMO_R_KV, false,
+			    c ? c : &dummy, NULL);
+	return rc;
+}
+
+static int connect_engine(struct pass *p, struct demo_child *e,
+			  unsigned int client, unsigned int nqp,
+			  unsigned int nreg)
+{
+	struct demo_msg m;
+	int rc;
+
+	msg_init(&m, OP_INIT);
+	m.a[0] = nqp;
+	m.a[1] = nreg;
+	rc = demo_call(e, &m);
+	if (rc)
+		return rc;
+	m.op = OP_CONNECT;
+	m.client = client;
+	rc = demo_call(&p->store, &m);
+	if (rc)
+		return rc;
+	m.op = OP_CONNECT;
+	return demo_call(e, &m);
+}
+
+static int run_pass(struct pass *p, unsigned int cycles)
+{
+	struct demo_engine *ea, *eb;
+	struct demo_msg m;
+	unsigned int i;
+	long ref;
+	int rc, st;
+
+	ea = demo_engine_new("A", p->mode, p->config);
+	eb = demo_engine_new("B", p->mode, p->config);
+	if (!ea || !eb) {
+		free(ea);
+		free(eb);
+		return -ENOMEM;
+	}
+	p->next_seed = 0x1000;
+	rc = demo_spawn(&p->store, "store", demo_store_serve, NULL);
+	rc = rc ? rc : demo_spawn(&p->a, "A", demo_engine_serve, ea);
+	rc = rc ? rc : demo_spawn(&p->b, "B", demo_engine_serve, eb);
+	if (rc)
+		goto out;
+	msg_init(&m, OP_INIT);
+	rc = demo_call(&p->store, &m);
+	rc = rc ? rc : connect_engine(p, &p->a, 0,
+				      p->stress ? DEMO_MAX_QPS : 1,
+				      DEMO_NR_REGIONS);
+	rc = rc ? rc : connect_engine(p, &p->b, 1, 1, 1);
+	if (rc)
+		goto out;
+	msg_init(&m, OP_REGIONS);
+	rc = demo_call(&p->b, &m);
+	if (rc)
+		goto out;
+	ref = demo_free_kb();
+	if (ref < 0) {
+		rc = (int)ref;
+		goto out;
+	}
+	p->memfree_ref = ref;
+	msg_init(&m, OP_REGIONS);
+	rc = demo_call(&p->a, &m);
+	if (rc)
+		goto out;
+	p->gen_seen[DEMO_R_KV] = m.a[0];
+	p->gen_seen[DEMO_R_W] = m.a[2];
+	if (p->mode == DEMO_KVDMABUF)
+		p->res->key_gen_first = p->res->key_gen_last = m.a[0];
+
+	rc = control_phase(p);
+	for (i = 1; !rc && i <= cycles; i++)
+		rc = cycle(p, CYC_PLAIN, i, cycles);
+	rc = rc ? rc : cycle(p, CYC_SELECTIVE, 0, 0);
+	rc = rc ? rc : cycle(p, CYC_KVONLY, 0, 0);
+out:
+	st = demo_stop(&p->a);
+	if (st && !rc) {
+		fprintf(stderr, "demo: engine A exited with status %d\n", st);
+		rc = -EIO;
+	}
+	st = demo_stop(&p->b);
+	if (st && !rc) {
+		fprintf(stderr, "demo: engine B exited with status %d\n", st);
+		rc = -EIO;
+	}
+	st = demo_stop(&p->store);
+	if (st && !rc) {
+		fprintf(stderr, "demo: store exited with status %d\n", st);
+		rc = -EIO;
+	}
+	free(ea);
+	free(eb);
+	return rc;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: kvdmabuf-demo [--cycles N] [--stress]\n"
+		"  --cycles N  plain sleep/wake cycles of engine A (default 3),\n"
+		"              followed by one selective-wake cycle and one\n"
+		"              KV-only release\n"
+		"  --stress    transfers in flight on 4 threads up to every sleep\n"
+		"Needs root, soft-RoCE rxe0 and rxe1 on a veth pair, vgem, and\n"
+		"the kvdmabuf and kvd_importer modules: run it with `make demo`.\n");
+}
+
+static int write_config(char *path, size_t len)
+{
+	FILE *f;
+
+	snprintf(path, len, "/tmp/kvdmabuf-demo-%d.yaml", (int)getpid());
+	f = fopen(path, "we");
+	if (!f) {
+		fprintf(stderr, "demo: cannot write %s: %s\n", path,
+			strerror(errno));
+		return -errno;
+	}
+	fprintf(f, "# written by kvdmabuf-demo for engines A and B\n"
+		"protocol: rdma\n"
+		"nics: [%s]\n"
+		"drain_timeout_s: 60\n"
+		"module: auto\n", getenv("KVDMABUF_IBDEV_B") ?
+		getenv("KVDMABUF_IBDEV_B") : "rxe1");
+	if (fclose(f)) {
+		fprintf(stderr, "demo: cannot write %s: %s\n", path,
+			strerror(errno));
+		unlink(path);
+		return -EIO;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static struct demo_results res;
+	unsigned int cycles = 3, i;
+	char config[128];
+	struct utsname u;
+	bool stress = false, ok;
+	double t0;
+	int rc;
+
+	for (i = 1; i < (unsigned int)argc; i++) {
+		if (!strcmp(argv[i], "--cycles") && i + 1 < (unsigned int)argc) {
+			char *end;
+			long v = strtol(argv[++i], &end, 10);
+
+			if (*end || v < 1 || v > 1000) {
+				fprintf(stderr, "kvdmabuf-demo: --cycles needs "
+					"a number from 1 to 1000\n");
+				return 2;
+			}
+			cycles = (unsigned int)v;
+		} else if (!strcmp(argv[i], "--stress")) {
+			stress = true;
+		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			usage(stdout);
+			return 0;
+		} else {
+			fprintf(stderr, "kvdmabuf-demo: unknown argument '%s'\n",
+				argv[i]);
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (uname(&u))
+		memset(&u, 0, sizeof(u));
+	res.plain_cycles = cycles;
+	printf("kvdmabuf demo: engines A and B share a KV store over soft-RoCE "
+	       "(kernel %s)\n", u.release);
+	printf("  store: %d host segments on rxe0; A, B: KV cache %lu MiB on "
+	       "rxe1, A also weights %lu MiB\n", DEMO_SEGMENTS,
+	       DEMO_KV_LEN >> 20, DEMO_W_LEN >> 20);
+	printf("  A sleeps and wakes (memory really freed, new memory at the "
+	       "same address); B never sleeps\n");
+	printf("  %u prompts per phase, KV block %u KiB; %u sleep/wake cycles, "
+	       "1 selective wake, 1 KV-only release%s\n", DEMO_PROMPTS,
+	       DEMO_BLOCK / 1024, cycles, stress ?
+	       "; stress: 4 transfer threads up to every sleep" : "");
+	fflush(stdout);
+
+	rc = write_config(config, sizeof(config));
+	if (rc)
+		return 1;
+	for (i = 0; i < 2; i++) {
+		struct pass p;
+
+		memset(&p, 0, sizeof(p));
+		p.mode = i ? DEMO_BASELINE : DEMO_KVDMABUF;
+		p.idx = i;
+		p.res = &res;
+		p.config = config;
+		p.stress = stress && !i;
+		printf("  running the %s pass ...\n", i ?
+		       "baseline (registered once, never refreshed)" :
+		       "kvdmabuf");
+		fflush(stdout);
+		t0 = now_s();
+		rc = run_pass(&p, cycles);
+		res.secs[i] = now_s() - t0;
+		if (rc)
+			snprintf(res.pass_err[i], sizeof(res.pass_err[i]),
+				 "%s pass stopped: %s (messages above)",
+				 i ? "baseline" : "kvdmabuf", strerror(-rc));
+		else
+			res.pass_done[i] = true;
+	}
+	unlink(config);
+	printf("  running the follow path (vgem + test importer) ...\n");
+	fflush(stdout);
+	demo_follow_run(&res.follow, cycles);
+	ok = demo_report(&res, stress);
+	return ok ? 0 : 1;
+}
