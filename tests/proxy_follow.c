@@ -267,6 +267,116 @@ TEST_F(follow, events_on_the_device_fd)
 	EXPECT_EQ(EINVAL, errno);
 }
 
+/* Polls the query until no stale backing is left; returns the last query. */
+static int wait_no_stale(int dev, int proxy, struct kvdmabuf_query *q)
+{
+	int i, ret = 0;
+
+	for (i = 0; i < 200; i++) {
+		ret = kvd_query(dev, proxy, q);
+		if (ret || !q->stale_backings)
+			break;
+		usleep(5000);
+	}
+	return ret;
+}
+
+TEST_F(follow, revoke_times_out_on_a_slow_importer)
+{
+	struct kvd_imp_counters c;
+	struct kvdmabuf_query q;
+
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, self->a, 0));
+	self->h = imp_import(self->imp, self->proxy, KVD_IMP_IMPORT_LAZY);
+	ASSERT_GE(self->h, 0);
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+
+	/* The importer is notified but keeps its mapping for now. */
+	EXPECT_EQ(-ETIMEDOUT, kvd_revoke(self->dev, self->proxy, 50));
+	ASSERT_EQ(0, imp_counters(self->imp, self->h, &c));
+	EXPECT_EQ(1, c.invalidations);
+	EXPECT_EQ(1, c.mapped);
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(KVDMABUF_STATE_REVOKED, q.state);
+	EXPECT_EQ(2, q.generation);
+	EXPECT_EQ(1, q.stale_backings);
+	EXPECT_EQ(1, q.live_mappings);
+	EXPECT_EQ(1, q.backing_attachments);
+	/* Revoking again waits again, and changes nothing else. */
+	EXPECT_EQ(-ETIMEDOUT, kvd_revoke(self->dev, self->proxy, 0));
+
+	/* Its next access drops the old mapping and fails to map. */
+	EXPECT_EQ(-ENODEV, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	ASSERT_EQ(0, wait_no_stale(self->dev, self->proxy, &q));
+	EXPECT_EQ(0, q.stale_backings);
+	EXPECT_EQ(0, q.live_mappings);
+	EXPECT_EQ(0, q.backing_attachments);
+	EXPECT_EQ(2, q.generation);
+	EXPECT_EQ(0, kvd_revoke(self->dev, self->proxy, 0));
+
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, self->b, 0));
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_B));
+}
+
+TEST_F(follow, replace_times_out_then_completes)
+{
+	struct kvdmabuf_query q;
+	uint64_t gen = 0;
+
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, self->a, 0));
+	self->h = imp_import(self->imp, self->proxy, KVD_IMP_IMPORT_LAZY);
+	ASSERT_GE(self->h, 0);
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+
+	/* The swap is made; the old backing waits for the importer. */
+	EXPECT_EQ(-ETIMEDOUT, kvd_attach_full(self->dev, self->proxy, self->b,
+					      0, KVDMABUF_ATTACH_REPLACE, 50,
+					      &gen));
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(KVDMABUF_STATE_BACKED, q.state);
+	EXPECT_EQ(2, q.generation);
+	EXPECT_EQ(1, q.stale_backings);
+	EXPECT_EQ(2, q.backing_attachments);
+
+	/* The next access unmaps A, maps B; A is then dropped. */
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_B));
+	ASSERT_EQ(0, wait_no_stale(self->dev, self->proxy, &q));
+	EXPECT_EQ(0, q.stale_backings);
+	EXPECT_EQ(1, q.backing_attachments);
+	EXPECT_EQ(1, q.live_mappings);
+}
+
+TEST_F(follow, event_queue_overflow_is_flagged)
+{
+	struct kvdmabuf_event ev[128];
+	int i, n, dev2, proxy;
+
+	/* A fresh device fd, so that its queue holds only these events. */
+	dev2 = kvd_dev_open();
+	ASSERT_GE(dev2, 0);
+	proxy = kvd_create(dev2, SIZE, NULL);
+	ASSERT_GE(proxy, 0);
+	for (i = 0; i < 50; i++) {
+		ASSERT_EQ(0, kvd_attach(self->dev, proxy, self->a, 0));
+		ASSERT_EQ(0, kvd_revoke(self->dev, proxy, 100));
+	}
+	n = read(dev2, ev, sizeof(ev));
+	ASSERT_GT(n, 0);
+	n /= sizeof(ev[0]);
+	TH_LOG("%d records after 100 transitions", n);
+	EXPECT_LT(n, 100);
+	EXPECT_TRUE(ev[0].flags & KVDMABUF_EVENT_FLAG_LOST);
+	for (i = 1; i < n; i++)
+		EXPECT_EQ(0, ev[i].flags);
+	/* The newest one is the last revoke. */
+	EXPECT_EQ(100, ev[n - 1].generation);
+	EXPECT_EQ(KVDMABUF_STATE_REVOKED, ev[n - 1].state);
+	close(proxy);
+	close(dev2);
+}
+
 TEST(version)
 {
 	struct kvdmabuf_version v = { .size = sizeof(v) };

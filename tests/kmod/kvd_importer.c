@@ -4,7 +4,9 @@
  * move-capable NIC (dynamic mode) or a pinning NIC (pinned mode).
  *
  * Dynamic: attaches with peer2peer and a move_notify that unmaps at once;
- * the next access maps again, as a NIC page fault would. Pinned:
+ * the next access maps again, as a NIC page fault would. Lazy: dynamic,
+ * but move_notify only marks the mapping stale and the next access unmaps
+ * it first (an importer that defers its unmap). Pinned:
  * dma_buf_pin() and one map at import, kept until release; move_notify only
  * counts. Accesses copy through the DMA addresses of the current mapping,
  * taken as CPU physical addresses (true in a VM without IOMMU).
@@ -38,6 +40,8 @@ struct kvd_imp {
 	struct dma_buf_attachment *attach;
 	struct sg_table *sgt;		/* current mapping; resv */
 	bool pinned;
+	bool lazy;
+	bool stale;			/* lazy: notified, not yet unmapped; resv */
 	u64 maps;			/* resv, as all counters */
 	u64 invalidations;
 	u64 failed;
@@ -61,6 +65,10 @@ static void kvd_imp_move_notify(struct dma_buf_attachment *attach)
 		pr_err("move notification on a pinned import\n");
 		return;
 	}
+	if (imp->lazy) {
+		imp->stale = !!imp->sgt;
+		return;
+	}
 	if (imp->sgt) {
 		dma_buf_unmap_attachment(attach, imp->sgt, DMA_BIDIRECTIONAL);
 		imp->sgt = NULL;
@@ -77,6 +85,12 @@ static int kvd_imp_map(struct kvd_imp *imp)
 {
 	struct sg_table *sgt;
 
+	if (imp->stale) {
+		dma_buf_unmap_attachment(imp->attach, imp->sgt,
+					 DMA_BIDIRECTIONAL);
+		imp->sgt = NULL;
+		imp->stale = false;
+	}
 	if (imp->sgt)
 		return 0;
 	sgt = dma_buf_map_attachment(imp->attach, DMA_BIDIRECTIONAL);
@@ -110,7 +124,11 @@ static long kvd_imp_import(struct kvd_imp_file *f, void __user *uarg)
 
 	if (copy_from_user(&arg, uarg, sizeof(arg)))
 		return -EFAULT;
-	if (arg.flags & ~KVD_IMP_IMPORT_PINNED || arg.pad)
+	if (arg.flags & ~(KVD_IMP_IMPORT_PINNED | KVD_IMP_IMPORT_LAZY) ||
+	    arg.pad)
+		return -EINVAL;
+	if ((arg.flags & KVD_IMP_IMPORT_PINNED) &&
+	    (arg.flags & KVD_IMP_IMPORT_LAZY))
 		return -EINVAL;
 
 	for (slot = 0; slot < KVD_IMP_MAX_IMPORTS; slot++)
@@ -123,6 +141,7 @@ static long kvd_imp_import(struct kvd_imp_file *f, void __user *uarg)
 	if (!imp)
 		return -ENOMEM;
 	imp->pinned = arg.flags & KVD_IMP_IMPORT_PINNED;
+	imp->lazy = arg.flags & KVD_IMP_IMPORT_LAZY;
 	imp->dmabuf = dma_buf_get(arg.fd);
 	if (IS_ERR(imp->dmabuf)) {
 		ret = PTR_ERR(imp->dmabuf);

@@ -18,15 +18,18 @@
 #define KVD_IMPORTER_PATH		"/dev/kvd_importer"
 
 #define KVD_IMP_IMPORT_PINNED		(1U << 0)
+/* Dynamic, but move_notify only marks the mapping stale; the next access
+ * unmaps it and maps again (an importer that defers its unmap). */
+#define KVD_IMP_IMPORT_LAZY		(1U << 1)
 
 /**
  * struct kvd_imp_import - KVD_IMP_IOCTL_IMPORT argument
  * @fd: in: dma-buf fd
- * @flags: in: KVD_IMP_IMPORT_PINNED or 0 (dynamic)
+ * @flags: in: KVD_IMP_IMPORT_PINNED, KVD_IMP_IMPORT_LAZY or 0 (dynamic)
  * @handle: out: import handle for the other ioctls
  * @pad: must be 0
  *
- * Errors: -EINVAL (flags, pad, not a dma-buf), -EBADF, -ENOSPC (too many
+ * Errors: -EINVAL (flags, both flags, pad, not a dma-buf), -EBADF, -ENOSPC (too many
  * imports on this fd), errors of dma_buf_dynamic_attach(), dma_buf_pin()
  * and, pinned, of the map.
  */
@@ -48,7 +51,8 @@ struct kvd_imp_import {
  * @length: in: bytes, at most KVD_IMP_MAX_ACCESS
  * @buf: in: user buffer address
  *
- * Maps the dma-buf first if it has no current mapping (counts a map).
+ * Maps the dma-buf first if it has no current mapping (counts a map); a
+ * lazy import first unmaps a mapping that a move notification made stale.
  * Errors: -EINVAL (flags, range), -ENOENT (handle), -EFAULT, the error of
  * the map (-ENODEV for a revoked kvdmabuf proxy; counted as failed),
  * -EIO (a DMA address without struct page).
