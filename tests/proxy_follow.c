@@ -377,6 +377,54 @@ TEST_F(follow, event_queue_overflow_is_flagged)
 	close(dev2);
 }
 
+/* Finds the debugfs line of proxy @id; returns 1 and fills @state. */
+static int debugfs_proxy_state(uint64_t id, char *state, size_t len)
+{
+	char line[256], st[32];
+	unsigned long long pid, plen, gen;
+	int found = 0;
+	FILE *f;
+
+	kvd_debugfs_mount();
+	f = fopen(KVD_DEBUGFS "/proxies", "re");
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%llu %llu %31s %llu", &pid, &plen, st,
+			   &gen) == 4 && pid == id) {
+			snprintf(state, len, "%s/%llu", st, gen);
+			found = 1;
+		}
+	fclose(f);
+	return found;
+}
+
+TEST_F(follow, debugfs_shows_each_proxy)
+{
+	char state[64] = "";
+	uint64_t id = 0;
+	int proxy;
+
+	proxy = kvd_create(self->dev, SIZE, &id);
+	ASSERT_GE(proxy, 0);
+	if (debugfs_proxy_state(id, state, sizeof(state)) < 0)
+		SKIP(goto out, "no %s/proxies (debugfs not mounted, not root?)",
+		     KVD_DEBUGFS);
+	EXPECT_EQ(1, debugfs_proxy_state(id, state, sizeof(state)));
+	EXPECT_EQ(0, strcmp(state, "unbacked/0"));
+	ASSERT_EQ(0, kvd_attach(self->dev, proxy, self->a, 0));
+	EXPECT_EQ(1, debugfs_proxy_state(id, state, sizeof(state)));
+	EXPECT_EQ(0, strcmp(state, "backed/1"));
+	ASSERT_EQ(0, kvd_revoke(self->dev, proxy, 100));
+	EXPECT_EQ(1, debugfs_proxy_state(id, state, sizeof(state)));
+	EXPECT_EQ(0, strcmp(state, "revoked/2"));
+	close(proxy);
+	EXPECT_EQ(0, debugfs_proxy_state(id, state, sizeof(state)));
+	return;
+out:
+	close(proxy);
+}
+
 TEST(version)
 {
 	struct kvdmabuf_version v = { .size = sizeof(v) };
