@@ -18,8 +18,10 @@
 #define KVD_IMPORTER_PATH		"/dev/kvd_importer"
 
 #define KVD_IMP_IMPORT_PINNED		(1U << 0)
-/* Dynamic, but move_notify only marks the mapping stale; the next access
- * unmaps it and maps again (an importer that defers its unmap). */
+/*
+ * Dynamic, but move_notify only marks the mapping stale; the next access
+ * unmaps it and maps again (an importer that defers its unmap).
+ */
 #define KVD_IMP_IMPORT_LAZY		(1U << 1)
 
 /**
