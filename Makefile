@@ -50,7 +50,7 @@ DEMO_SRCS := $(sort $(wildcard tests/demo/*.c))
 DEMO := $(if $(DEMO_SRCS),tests/demo/kvdmabuf-demo)
 CYCLES ?= 3
 
-.PHONY: all lib tests modules clean check check-unit check-vm demo bench deps \
+.PHONY: all lib tests modules clean check check-unit check-vm demo bench deps fuzz \
 	install
 
 all: lib tests modules
@@ -111,7 +111,16 @@ check:
 # The demonstration runs in a VM of lane KERNEL; DEMO_ARGS=--stress adds
 # concurrent transfers up to each sleep.
 demo:
-	$(Q)tests/vm/check.sh demo $(KERNEL) --cycles $(CYCLES) $(DEMO_ARGS)
+	$(Q)tests/vm/check.sh run $(KERNEL) tests/demo/kvdmabuf-demo \
+		--cycles $(CYCLES) $(DEMO_ARGS)
+
+# The ioctl fuzzer alone, on the debug kernel (FUZZ_KERNEL=6.1|6.12 for
+# another lane), for SECONDS with SEED (default: from the clock, printed).
+SECONDS ?= 600
+FUZZ_KERNEL ?= debug
+fuzz:
+	$(Q)tests/vm/check.sh run $(FUZZ_KERNEL) \
+		tests/proxy_fuzz --seconds $(SECONDS) $(if $(SEED),--seed $(SEED))
 
 bench:
 	@echo "make bench: not built yet (issue 7)"; exit 1

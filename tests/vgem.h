@@ -67,7 +67,7 @@ static inline int vgem_close_handle(int drm_fd, uint32_t handle)
 /* A vgem buffer exported as a dma-buf fd (the GEM handle is dropped). */
 static inline int vgem_dmabuf(int drm_fd, uint64_t size)
 {
-	uint32_t handle;
+	uint32_t handle = 0;
 	int ret, fd;
 
 	ret = vgem_create(drm_fd, size, &handle);

@@ -6,7 +6,8 @@
 #   check.sh vm LANE       VM suite (tests/vm.list) on one kernel lane: 6.1,
 #                          6.12, debug (6.1 with lockdep, KASAN, dma-buf debug)
 #   check.sh all           unit + every lane
-#   check.sh demo LANE ARGS  the demonstration (tests/demo) in a VM of LANE
+#   check.sh run LANE PROG ARGS  one program of the build tree in a VM of LANE
+#                          (make demo, make fuzz); its status is the exit status
 #
 # Each stage prints its time; the last line is the total over every test of
 # every program and lane: "N passed, N failed, N skipped".
@@ -68,6 +69,10 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 	local modroot= dk
 	"$here/deps.sh" "$lane" || { account "vm-$lane" 1 /dev/null 0; return; }
 	echo "# === vm $lane"
+	# One lane run at a time on this machine, build included: another
+	# run of the same tree must not rebuild binaries a guest is running.
+	exec 8>/tmp/kvdmabuf-vm.lock
+	flock 8
 	case $lane in
 	6.1)
 		kver=$(newest /lib/modules/6.1.*-amd64/build)
@@ -75,7 +80,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		kernel=/boot/vmlinuz-$kver moddir=/lib/modules/$kver root=/
 		build=$repo/build/lane-6.1 guest_build=$build
 		sync_tree "$repo" "$build"
-		make -C "$build" -j"$jobs" all KDIR="$moddir/build" >"$blog" 2>&1 || rc=1
+		make -C "$build" -j"$jobs" all KDIR="$moddir/build" ${KVDMABUF_MAKE_ARGS:-} >"$blog" 2>&1 || rc=1
 		;;
 	6.12)
 		root=$cache/trixie-root
@@ -87,8 +92,8 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		# inside that root; the mounts vanish with the namespace.
 		unshare -m --propagation private sh -c '
 			mount --rbind /dev "$1/dev" && mount -t proc proc "$1/proc" &&
-			exec chroot "$1" make -C /kvdmabuf -j"$2" all KDIR=/lib/modules/"$3"/build' \
-			- "$root" "$jobs" "$kver" >"$blog" 2>&1 || rc=1
+			exec chroot "$1" make -C /kvdmabuf -j"$2" all KDIR=/lib/modules/"$3"/build $4' \
+			- "$root" "$jobs" "$kver" "${KVDMABUF_MAKE_ARGS:-}" >"$blog" 2>&1 || rc=1
 		;;
 	debug)
 		dk=$("$here/debug-kernel.sh") || { account vm-debug 1 /dev/null 0; return; }
@@ -97,7 +102,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		modroot=$dk/mods
 		build=$repo/build/lane-debug guest_build=$build
 		sync_tree "$repo" "$build"
-		make -C "$build" -j"$jobs" all KDIR="$dk/build" >"$blog" 2>&1 || rc=1
+		make -C "$build" -j"$jobs" all KDIR="$dk/build" ${KVDMABUF_MAKE_ARGS:-} >"$blog" 2>&1 || rc=1
 		;;
 	*)
 		echo "unknown lane $lane (6.1, 6.12 or debug)" >&2
@@ -105,6 +110,9 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		return
 		;;
 	esac
+	# Our own copy of the console: runs of other trees may share $logs.
+	local plog
+	plog=$(mktemp /tmp/kvd-console.XXXXXX)
 	local run=("$guest_build/tests/vm.list")
 	if [ "${2:-}" = -- ]; then
 		run=(-- "$guest_build/${3#./}" "${@:4}")
@@ -116,25 +124,28 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 	else
 		echo "# built in $((SECONDS - t0))s; booting $kver"
 		# Under KASAN and TCG ACPI's AML loops stall the boot: acpi=off.
-		KVDMABUF_VM_MODROOT=$modroot \
+		KVDMABUF_VM_LOCKED=1 KVDMABUF_VM_MODROOT=$modroot \
 		KVDMABUF_VM_APPEND=${modroot:+acpi=off} \
-		"$here/run-vm.sh" "$kernel" "$moddir" "$root" "$log" "$vm_timeout" \
+		"$here/run-vm.sh" "$kernel" "$moddir" "$root" "$plog" "$vm_timeout" \
 			/bin/bash "$guest_build/tests/vm/guest-run.sh" \
 			"$guest_build" "${modroot:--}" "${run[@]}" | tr -d '\r' |
 			grep -v -E '^\[ *[0-9]+\.[0-9]+\]' || true
 		rc=${PIPESTATUS[0]}
+		cp "$plog" "$log"
 	fi
-	account "vm-$lane" $rc "$log" $((SECONDS - t0))
+	exec 8>&-
+	account "vm-$lane" $rc "$plog" $((SECONDS - t0))
+	rm -f "$plog"
 }
 
 t_all=$SECONDS
 case "${1:-all}" in
 unit) stage_unit || stage_failed=1 ;;
 vm) stage_vm "${2:?lane}" || stage_failed=1 ;;
-demo)
+run)
 	lane=${2:?lane}
 	shift 2
-	stage_vm "$lane" -- tests/demo/kvdmabuf-demo "$@" || stage_failed=1
+	stage_vm "$lane" -- "$@" || stage_failed=1
 	exit $stage_failed
 	;;
 all)

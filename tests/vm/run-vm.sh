@@ -119,8 +119,10 @@ chmod +x "$ird/init" "$ird/kvd-modprobe"
 (cd "$ird" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/initrd.gz"
 
 # --- boot ------------------------------------------------------------------
-exec 9>/tmp/kvdmabuf-vm.lock
-flock 9
+if [ -z "${KVDMABUF_VM_LOCKED:-}" ]; then
+	exec 9>/tmp/kvdmabuf-vm.lock
+	flock 9
+fi
 
 : >"$log"
 append="console=ttyS0 panic=-1 oops=panic rdinit=/init loglevel=4 tsc=reliable $extra_append"
@@ -133,7 +135,6 @@ timeout -k 10 "$timeout_s" qemu-system-x86_64 \
 	-pidfile "$work/qemu.pid" </dev/null 2>&1 | tee -a "$log" &
 # Waiting in the background lets a signal reach the trap (which kills qemu).
 wait $! || true
-exec 9>&-
 
 # --- verdict -----------------------------------------------------------------
 status=0
