@@ -137,26 +137,4 @@ timeout -k 10 "$timeout_s" qemu-system-x86_64 \
 wait $! || true
 
 # --- verdict -----------------------------------------------------------------
-status=0
-clean=$(tr -d '\r' <"$log")
-if ! grep -q '^KVD-VM-DONE rc=' <<<"$clean"; then
-	echo "run-vm: the guest did not finish (timeout ${timeout_s}s or crash)" >&2
-	status=1
-elif ! grep -q '^KVD-VM-DONE rc=0$' <<<"$clean"; then
-	echo "run-vm: the guest command failed" >&2
-	status=1
-fi
-if grep -q '^KVD-VM-FATAL' <<<"$clean"; then
-	grep '^KVD-VM-FATAL' <<<"$clean" >&2
-	status=1
-fi
-bad='WARNING:|BUG:|Oops|general protection fault|kernel BUG|possible circular locking|possible recursive locking|inconsistent lock state|lockdep|KASAN|UBSAN|list_add corruption|list_del corruption|refcount_t:|sleeping function called from invalid context|blocked for more than|Kernel panic|Call Trace:'
-# The whole console counts: a report printed before the guest's own dmesg
-# dump (a panic) must fail the run too.
-if grep -E -n "$bad" <<<"$clean" >"$work/bad"; then
-	echo "run-vm: the guest kernel log has reports:" >&2
-	first=$(head -1 "$work/bad" | cut -d: -f1)
-	sed -n "$((first > 5 ? first - 5 : 1)),$((first + 40))p" <<<"$clean" >&2
-	status=1
-fi
-exit $status
+exec "$here/verdict.sh" "$log"

@@ -1,0 +1,32 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
+# Judges a guest console log (run-vm.sh): fails when the guest did not
+# finish, its command failed, its init hit a fatal step, or the kernel
+# printed a warning, BUG, Oops, lockdep, KASAN or list-corruption report
+# anywhere (a report before the guest's own dmesg dump, such as a panic,
+# counts too). Prints the reason and the log around the first report.
+#
+#   verdict.sh LOG
+set -u
+log=$1
+status=0
+clean=$(tr -d '\r' <"$log")
+if ! grep -q '^KVD-VM-DONE rc=' <<<"$clean"; then
+	echo "run-vm: the guest did not finish (time-out or crash)" >&2
+	status=1
+elif ! grep -q '^KVD-VM-DONE rc=0$' <<<"$clean"; then
+	echo "run-vm: the guest command failed" >&2
+	status=1
+fi
+if grep -q '^KVD-VM-FATAL' <<<"$clean"; then
+	grep '^KVD-VM-FATAL' <<<"$clean" >&2
+	status=1
+fi
+bad='WARNING:|BUG:|Oops|general protection fault|kernel BUG|possible circular locking|possible recursive locking|inconsistent lock state|lockdep|KASAN|UBSAN|list_add corruption|list_del corruption|refcount_t:|sleeping function called from invalid context|blocked for more than|Kernel panic|Call Trace:'
+first=$(grep -E -n "$bad" <<<"$clean" | head -1 | cut -d: -f1)
+if [ -n "$first" ]; then
+	echo "run-vm: the guest kernel log has reports:" >&2
+	sed -n "$((first > 5 ? first - 5 : 1)),$((first + 40))p" <<<"$clean" >&2
+	status=1
+fi
+exit $status

@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * vm_verdict: the VM lane's judge (tests/vm/verdict.sh) fails a run for
+ * each reason it must, and passes a clean one. Without this, a lane that
+ * silently ignored a kernel WARNING would look green.
+ */
+#include <libgen.h>
+#include <limits.h>
+
+#include "harness.h"
+
+static const char clean_tail[] =
+	"ok 1 something # 0.1s\r\n"
+	"KVD-DMESG-BEGIN\r\n"
+	"[    1.000000] kvdmabuf: loading out-of-tree module taints kernel.\r\n"
+	"KVD-DMESG-END\r\n"
+	"KVD-VM-DONE rc=0\r\n";
+
+/* Writes @text to a file and runs verdict.sh on it; returns its status. */
+static int judge(const char *text)
+{
+	char exe[PATH_MAX], cmd[PATH_MAX + 128], path[] = "/tmp/kvd-verdict.XXXXXX";
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	int fd, st;
+
+	if (n < 0)
+		return -1;
+	exe[n] = 0;
+	fd = mkstemp(path);
+	if (fd < 0)
+		return -1;
+	if (write(fd, text, strlen(text)) != (ssize_t)strlen(text)) {
+		close(fd);
+		return -1;
+	}
+	close(fd);
+	snprintf(cmd, sizeof(cmd), "%s/vm/verdict.sh %s 2>/dev/null",
+		 dirname(exe), path);
+	st = system(cmd);
+	unlink(path);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+TEST(clean_run_passes)
+{
+	EXPECT_EQ(0, judge(clean_tail));
+}
+
+TEST(guest_that_never_finished_fails)
+{
+	EXPECT_EQ(1, judge("ok 1 something\r\n"));
+}
+
+TEST(failed_guest_command_fails)
+{
+	EXPECT_EQ(1, judge("not ok 1 x\r\nKVD-VM-DONE rc=1\r\n"));
+}
+
+TEST(fatal_init_step_fails)
+{
+	char log[1024];
+
+	snprintf(log, sizeof(log), "KVD-VM-FATAL: cannot mount the 9p root\n%s",
+		 clean_tail);
+	EXPECT_EQ(1, judge(log));
+}
+
+FIXTURE(report) {
+	int unused;
+};
+
+FIXTURE_VARIANT(report) {
+	const char *line;
+};
+
+FIXTURE_VARIANT_ADD(report, warning) {
+	.line = "[   12.3] WARNING: CPU: 1 PID: 77 at module/kvdmabuf.c:300 kvd_detach+0x1",
+};
+FIXTURE_VARIANT_ADD(report, bug) {
+	.line = "[   12.3] BUG: unable to handle page fault for address: 0000",
+};
+FIXTURE_VARIANT_ADD(report, lockdep) {
+	.line = "[   12.3] WARNING: possible circular locking dependency detected",
+};
+FIXTURE_VARIANT_ADD(report, kasan) {
+	.line = "[   12.3] BUG: KASAN: slab-use-after-free in kvd_release+0x2",
+};
+FIXTURE_VARIANT_ADD(report, list) {
+	.line = "[   12.3] list_del corruption. prev->next should be ffff",
+};
+FIXTURE_VARIANT_ADD(report, atomic_sleep) {
+	.line = "[   12.3] BUG: sleeping function called from invalid context at x.c:1",
+};
+FIXTURE_VARIANT_ADD(report, refcount) {
+	.line = "[   12.3] refcount_t: underflow; use-after-free.",
+};
+
+FIXTURE_SETUP(report)
+{
+}
+
+FIXTURE_TEARDOWN(report)
+{
+}
+
+/* A report anywhere in the console fails a run that otherwise passed. */
+TEST_F(report, fails_the_run)
+{
+	char log[2048];
+
+	snprintf(log, sizeof(log), "KVD-DMESG-BEGIN\r\n%s\r\n%s", variant->line,
+		 clean_tail);
+	EXPECT_EQ(1, judge(log));
+}
+
+TEST_HARNESS_MAIN
