@@ -196,6 +196,7 @@ struct demo_follow {
 	long min_drop_kb;			/* smallest Shmem drop at sleep */
 	size_t len;
 	char err[300];
+	char lib[300];		/* what the library says of a DRM region */
 };
 
 struct demo_results {
@@ -211,6 +212,7 @@ struct demo_results {
 	char pass_err[2][400];
 	unsigned int plain_cycles;
 	double secs[2];
+	char mode[32];		/* mode libkvdmabuf chose for A's KV region */
 };
 
 struct demo_row *demo_row(struct demo_results *r, const char *group,
@@ -220,6 +222,7 @@ struct demo_memrow *demo_memrow(struct demo_results *r, const char *label);
 bool demo_report(struct demo_results *r, bool stress);
 
 /* ---- follow.c ---- */
-void demo_follow_run(struct demo_follow *f, unsigned int cycles);
+void demo_follow_run(struct demo_follow *f, unsigned int cycles,
+		     const char *config);
 
 #endif /* KVDMABUF_DEMO_H */

@@ -40,6 +40,12 @@ struct region {
 	char *addr;
 	bool mapped;            /* fresh memory mapped (else released) */
 	struct kvdmabuf_region *kr;     /* kvdmabuf mode */
+	/* kvdmabuf mode: lkey of the current registration, set at add and
+	 * by the key-change callback. Transfers read it, never the getter:
+	 * kvdmabuf_region_keys() takes the context lock, which
+	 * kvdmabuf_sleep() holds while it drains, so calling it between
+	 * io_begin and io_end would block the drain it waits for. */
+	_Atomic uint32_t lkey;
 	struct ibv_mr *mr;              /* baseline mode */
 };
 
@@ -148,14 +154,16 @@ static void on_keys(struct kvdmabuf_region *kr, uint64_t gen, void *arg)
 {
 	struct demo_engine *e = arg;
 	unsigned int i;
-	uint32_t rkey;
+	uint32_t lkey, rkey;
 
 	for (i = 0; i < e->nreg; i++) {
 		if (e->reg[i].kr != kr)
 			continue;
 		e->key_gen[i] = gen;
-		if (!kvdmabuf_region_keys(kr, 0, NULL, &rkey, NULL))
+		if (!kvdmabuf_region_keys(kr, 0, &lkey, &rkey, NULL)) {
+			atomic_store(&e->reg[i].lkey, lkey);
 			e->rkey[i] = rkey;
+		}
 		e->key_changes++;
 	}
 }
@@ -195,17 +203,10 @@ static int xfer(struct demo_engine *e, unsigned int q, struct region *r,
 	uint32_t lkey;
 	int rc, status;
 
-	if (e->mode == DEMO_KVDMABUF) {
-		/* after io_begin the region is registered: current keys */
-		rc = kvdmabuf_region_keys(r->kr, 0, &lkey, NULL, NULL);
-		if (rc) {
-			snprintf(err, errlen, "%s: region keys: %s", e->name,
-				 strerror(-rc));
-			return rc;
-		}
-	} else {
+	if (e->mode == DEMO_KVDMABUF)
+		lkey = atomic_load(&r->lkey);
+	else
 		lkey = r->mr->lkey;
-	}
 	rc = demo_rdma(&e->qp[q], write, r->addr + (size_t)block * DEMO_BLOCK,
 		       DEMO_BLOCK, lkey, raddr, s->rkey, &status);
 	if (rc)
@@ -456,7 +457,7 @@ static int engine_regions(struct demo_engine *e, struct demo_msg *m)
 {
 	struct kvdmabuf_region_desc d;
 	unsigned int i;
-	uint32_t rkey;
+	uint32_t lkey, rkey;
 	int rc;
 
 	for (i = 0; i < e->nreg; i++) {
@@ -492,14 +493,26 @@ static int engine_regions(struct demo_engine *e, struct demo_msg *m)
 					 "%s", e->name, r->tag,
 					 kvdmabuf_strerror(e->ctx));
 		}
-		rc = kvdmabuf_region_keys(r->kr, 0, NULL, &rkey,
+		rc = kvdmabuf_region_keys(r->kr, 0, &lkey, &rkey,
 					  &e->key_gen[i]);
 		if (rc)
 			return demo_fail(m, rc, "%s: region keys: %s", e->name,
 					 strerror(-rc));
+		atomic_store(&r->lkey, lkey);
 		e->rkey[i] = rkey;
 	}
 	keys_reply(e, m);
+	/* the mode the library chose for the KV region (measured) */
+	if (e->mode == DEMO_KVDMABUF) {
+		struct kvdmabuf_region_info info;
+
+		rc = kvdmabuf_region_info(e->reg[DEMO_R_KV].kr, &info);
+		if (rc)
+			return demo_fail(m, rc, "%s: region info: %s", e->name,
+					 strerror(-rc));
+		snprintf(m->text, sizeof(m->text), "%s",
+			 kvdmabuf_mode_name(info.mode));
+	}
 	return 0;
 }
 
@@ -515,7 +528,7 @@ static int engine_sleep(struct demo_engine *e, struct demo_msg *m)
 	if (e->nst) {
 		/* let the stress threads get going, then sleep under them */
 		for (waited = 0; waited < 1500 &&
-		     stress_begun(e) < 8 * (uint64_t)e->nst; waited++)
+		     stress_begun(e) < 16 * (uint64_t)e->nst; waited++)
 			nanosleep(&ts, NULL);
 		if (e->mode == DEMO_KVDMABUF &&
 		    !kvdmabuf_region_info(e->reg[DEMO_R_KV].kr, &info))

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../lib/kvdmabuf.h"
 #include "demo.h"
 #include "proxy_common.h"
 
@@ -42,7 +43,63 @@ static int read_check(int imp, int h, char *buf, uint32_t seed,
 	return pattern_check(buf, FOLLOW_LEN, seed) < 0;
 }
 
-void demo_follow_run(struct demo_follow *f, unsigned int cycles)
+/*
+ * Asks the library for a DRM region on the configured verbs NIC and records
+ * its answer: on soft-RoCE it must refuse (no dma-buf MRs), which is why
+ * the importer stands in for the NIC below.
+ */
+static void library_drm_region(struct demo_follow *f, int drm,
+			       const char *config)
+{
+	struct kvdmabuf_options o;
+	struct kvdmabuf_region_desc d;
+	struct kvdmabuf_region *r = NULL;
+	struct kvdmabuf_region_info info;
+	struct kvdmabuf_ctx *ctx = NULL;
+	char err[256] = "";
+	uint32_t handle = 0;
+	int rc;
+
+	memset(&o, 0, sizeof(o));
+	o.config_path = config;
+	rc = kvdmabuf_open(&o, &ctx, err, sizeof(err));
+	if (rc) {
+		snprintf(f->lib, sizeof(f->lib), "kvdmabuf_open: %s", err);
+		return;
+	}
+	rc = vgem_create(drm, 1 << 20, &handle);
+	if (rc) {
+		snprintf(f->lib, sizeof(f->lib), "vgem buffer: %s",
+			 strerror(-rc));
+		kvdmabuf_close(ctx);
+		return;
+	}
+	memset(&d, 0, sizeof(d));
+	d.addr = (void *)(uintptr_t)0x100000000ull;     /* device address */
+	d.len = 1 << 20;
+	d.mem = KVDMABUF_MEM_DRM;
+	d.drm_fd = drm;
+	d.drm_handle = handle;
+	d.tag = "kv_cache";
+	rc = kvdmabuf_region_add(ctx, &d, &r);
+	if (rc) {
+		snprintf(f->lib, sizeof(f->lib), "refused (%s): %.200s",
+			 strerror(-rc), kvdmabuf_strerror(ctx));
+	} else {
+		rc = kvdmabuf_region_info(r, &info);
+		snprintf(f->lib, sizeof(f->lib), "accepted, mode %s",
+			 rc ? "?" : kvdmabuf_mode_name(info.mode));
+		rc = kvdmabuf_region_remove(r);
+		if (rc)
+			snprintf(f->err, sizeof(f->err), "region_remove: %s",
+				 strerror(-rc));
+	}
+	kvdmabuf_close(ctx);
+	vgem_close_handle(drm, handle);
+}
+
+void demo_follow_run(struct demo_follow *f, unsigned int cycles,
+		     const char *config)
 {
 	int dev = -1, imp = -1, drm = -1, proxy = -1, backing = -1, h = -1;
 	struct kvd_imp_counters ic;
@@ -76,6 +133,7 @@ void demo_follow_run(struct demo_follow *f, unsigned int cycles)
 			 "vgem)");
 		goto out;
 	}
+	library_drm_region(f, drm, config);
 	buf = malloc(FOLLOW_LEN);
 	if (!buf) {
 		snprintf(f->skip, sizeof(f->skip), "out of memory");

@@ -375,6 +375,8 @@ static int run_pass(struct pass *p, unsigned int cycles)
 	rc = demo_call(&p->a, &m);
 	if (rc)
 		goto out;
+	if (p->mode == DEMO_KVDMABUF)
+		snprintf(p->res->mode, sizeof(p->res->mode), "%.31s", m.text);
 	p->gen_seen[DEMO_R_KV] = m.a[0];
 	p->gen_seen[DEMO_R_W] = m.a[2];
 	if (p->mode == DEMO_KVDMABUF)
@@ -518,10 +520,10 @@ int main(int argc, char **argv)
 		else
 			res.pass_done[i] = true;
 	}
-	unlink(config);
 	printf("  running the follow path (vgem + test importer) ...\n");
 	fflush(stdout);
-	demo_follow_run(&res.follow, cycles);
+	demo_follow_run(&res.follow, cycles, config);
+	unlink(config);
 	ok = demo_report(&res, stress);
 	return ok ? 0 : 1;
 }

@@ -133,8 +133,9 @@ static void print_rows(struct demo_results *r, struct verdict *v,
 		if (w->expect_bug && w->phase[0] == 'B')
 			bug_b += w->c[1].total - w->c[1].ok;
 	}
-	printf("  %-44s %5u/%-6u %5u/%-6u\n", "all blocks", tot[0].ok,
-	       tot[0].total, tot[1].ok, tot[1].total);
+	snprintf(c0, sizeof(c0), "%u/%u", tot[0].ok, tot[0].total);
+	snprintf(c1, sizeof(c1), "%u/%u", tot[1].ok, tot[1].total);
+	printf("%-46s %12s %12s\n", "all blocks", c0, c1);
 	if (r->pass_done[1] && !bug_a)
 		fail(v, "baseline did not reproduce wrong blocks on A after "
 		     "a wake");
@@ -202,7 +203,7 @@ static void print_mem(struct demo_results *r, struct verdict *v,
 			if (extra <= 0)
 				fail(v, "baseline: %s: nothing pinned while "
 				     "asleep (bug not reproduced)", m->label);
-			if (*asleep_base < 0 || extra < *asleep_base)
+			if (extra > *asleep_base)
 				*asleep_base = extra;
 		}
 	}
@@ -255,6 +256,9 @@ static void print_follow(struct demo_results *r, struct verdict *v)
 		fail(v, "follow path not run: %s", f->skip);
 		return;
 	}
+	if (f->lib[0])
+		printf("  libkvdmabuf, DRM region on the verbs NIC: %s\n",
+		       f->lib);
 	printf("  %u sleep/wake cycles of a %zu MiB buffer; importer handle "
 	       "and proxy %s across cycles\n", f->cycles, f->len >> 20,
 	       f->same_handle && f->same_proxy ? "unchanged" : "CHANGED");
@@ -296,7 +300,7 @@ bool demo_report(struct demo_results *r, bool stress)
 {
 	struct verdict v = { .ok = true };
 	struct demo_count tot[2] = { { 0, 0 }, { 0, 0 } };
-	long asleep_kvd = 0, asleep_base = -1;
+	long asleep_kvd = 0, asleep_base = 0;
 	unsigned int p;
 
 	for (p = 0; p < 2; p++)
@@ -304,9 +308,10 @@ bool demo_report(struct demo_results *r, bool stress)
 			fail(&v, "%s", r->pass_err[p]);
 	print_rows(r, &v, tot);
 	print_mem(r, &v, &asleep_kvd, &asleep_base);
-	printf("\nkeys of A's kv_cache: generation %llu -> %llu (new keys at "
-	       "every wake: soft-RoCE has no dma-buf MRs, so the REREGISTER "
-	       "path), republished to the store %llu times\n",
+	printf("\nA's regions: mode '%s' (chosen by libkvdmabuf: soft-RoCE has "
+	       "no dma-buf MRs); keys of its kv_cache: generation %llu -> "
+	       "%llu, new keys republished to the store %llu times\n",
+	       r->mode[0] ? r->mode : "?",
 	       (unsigned long long)r->key_gen_first,
 	       (unsigned long long)r->key_gen_last,
 	       (unsigned long long)r->republished);
