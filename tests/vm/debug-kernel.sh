@@ -3,26 +3,31 @@
 # Builds (once) the debug-lane kernel from Debian's linux-source-6.1 with
 # tests/vm/debug.config merged onto tinyconfig, and prints the folder that
 # holds it: bzImage, build/ (the tree modules are built against) and
-# mods/lib/modules/VERSION. The cache key is the fragment, this script and
-# the source package version, so a machine builds it once (about 11 min on
-# 2 cores).
+# mods/lib/modules/VERSION. The cache key is the fragment and the source
+# package version, so a machine builds it once (11-20 min on 2 cores).
+# Concurrent callers wait for the one build (a lock), and a build only
+# becomes visible, by a rename, once it is complete.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${KVDMABUF_CACHE:-/var/cache/kvdmabuf}
 tarball=/usr/src/linux-source-6.1.tar.xz
 srcver=$(dpkg-query -W -f='${Version}' linux-source-6.1)
-key=$(cat "$here/debug.config" "$0" <(echo "$srcver") | sha256sum | cut -c1-16)
+key=$(cat "$here/debug.config" <(echo "$srcver") | sha256sum | cut -c1-16)
 dir=$cache/debug-kernel/$key
+mkdir -p "$cache/debug-kernel"
+exec 7>"$cache/debug-kernel/.lock"
+flock 7
 if [ -f "$dir/.done" ]; then
 	echo "$dir"
 	exit 0
 fi
-rm -rf "$dir"
-mkdir -p "$dir"
-echo "debug-kernel: building 6.1 ($srcver) debug kernel in $dir" >&2
-tar -xJf "$tarball" -C "$dir"
-mv "$dir"/linux-source-6.1 "$dir/build"
-cd "$dir/build"
+tmp=$dir.tmp
+rm -rf "$tmp"
+mkdir -p "$tmp"
+echo "debug-kernel: building 6.1 ($srcver) debug kernel in $dir (once)" >&2
+tar -xJf "$tarball" -C "$tmp"
+mv "$tmp"/linux-source-6.1 "$tmp/build"
+cd "$tmp/build"
 {
 	make tinyconfig
 	scripts/kconfig/merge_config.sh -m .config "$here/debug.config"
@@ -36,12 +41,15 @@ cd "$dir/build"
 	done <"$here/debug.config"
 	[ $missing = 0 ]
 	make -j"$(nproc)" bzImage modules
-	make modules_install INSTALL_MOD_PATH="$dir/mods"
-} >"$dir/build.log" 2>&1 || {
-	tail -30 "$dir/build.log" >&2
-	echo "debug-kernel: build failed, log in $dir/build.log" >&2
+	make modules_install INSTALL_MOD_PATH="$tmp/mods"
+} >"$tmp/build.log" 2>&1 || {
+	tail -30 "$tmp/build.log" >&2
+	echo "debug-kernel: build failed, log in $tmp/build.log" >&2
 	exit 1
 }
-cp arch/x86/boot/bzImage "$dir/bzImage"
-touch "$dir/.done"
+cp arch/x86/boot/bzImage "$tmp/bzImage"
+touch "$tmp/.done"
+cd /
+rm -rf "$dir"
+mv "$tmp" "$dir"
 echo "$dir"
