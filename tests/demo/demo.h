@@ -156,14 +156,13 @@ struct demo_row {
 	struct demo_count c[2];	/* [0] kvdmabuf, [1] baseline */
 	bool used[2];
 	bool expect_bug;	/* baseline must show errors here */
-	bool no_baseline;	/* row only meaningful with kvdmabuf */
 };
 
 struct demo_mem {		/* memory of A at one point */
 	bool valid;
 	long pin_kb;		/* VmPin */
 	long res_kb;		/* resident pages of A's regions */
-	long held_kb;		/* MemFree drop since before A's regions */
+	long held_kb;		/* free memory drop since before A's regions */
 };
 /* memory points: awake, asleep, after wake */
 enum { DEMO_M_AWAKE, DEMO_M_ASLEEP, DEMO_M_WOKE, DEMO_NR_M };
@@ -211,7 +210,6 @@ struct demo_results {
 	bool pass_done[2];
 	char pass_err[2][400];
 	unsigned int plain_cycles;
-	double secs[2];
 	char mode[32];		/* mode libkvdmabuf chose for A's KV region */
 };
 

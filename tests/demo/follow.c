@@ -83,8 +83,18 @@ static void library_drm_region(struct demo_follow *f, int drm,
 	d.tag = "kv_cache";
 	rc = kvdmabuf_region_add(ctx, &d, &r);
 	if (rc) {
-		snprintf(f->lib, sizeof(f->lib), "refused (%s): %.200s",
-			 strerror(-rc), kvdmabuf_strerror(ctx));
+		/* the library's reason, without the region and verbs prefix */
+		const char *why = kvdmabuf_strerror(ctx);
+		const char *nic = strstr(why, "NIC ");
+		const char *end = nic ? strstr(nic, ": ") : NULL;
+
+		if (nic)
+			snprintf(f->lib, sizeof(f->lib), "refused (%s): %.*s",
+				 strerror(-rc), end ? (int)(end - nic) : 120,
+				 nic);
+		else
+			snprintf(f->lib, sizeof(f->lib), "refused (%s): %.160s",
+				 strerror(-rc), why);
 	} else {
 		rc = kvdmabuf_region_info(r, &info);
 		snprintf(f->lib, sizeof(f->lib), "accepted, mode %s",
