@@ -51,7 +51,7 @@ DEMO := $(if $(DEMO_SRCS),tests/demo/kvdmabuf-demo)
 CYCLES ?= 3
 
 .PHONY: all lib tests modules clean check check-unit check-vm demo bench deps fuzz \
-	install
+	install modules_install
 
 all: lib tests modules
 
@@ -124,6 +124,33 @@ fuzz:
 
 bench:
 	@echo "make bench: not built yet (issue 7)"; exit 1
+
+# Installation: the library, its header and pkg-config file, the uapi
+# header; modules_install puts the helper module (not the test importer)
+# under /lib/modules/KERNELRELEASE/extra.
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+install: lib
+	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/linux
+	install -m 0755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/
+	ln -sf $(notdir $(LIB_SO)) $(DESTDIR)$(LIBDIR)/$(LIB_SONAME)
+	ln -sf $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/libkvdmabuf.so
+	install -m 0644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
+	install -m 0644 lib/kvdmabuf.h $(DESTDIR)$(INCLUDEDIR)/kvdmabuf.h
+	install -m 0644 uapi/kvdmabuf.h $(DESTDIR)$(INCLUDEDIR)/linux/kvdmabuf.h
+	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|' \
+	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|; s|@VERSION@|$(VERSION)|' \
+	    lib/kvdmabuf.pc.in >$(DESTDIR)$(LIBDIR)/pkgconfig/kvdmabuf.pc
+
+# The release the modules are for: /lib/modules/RELEASE/build names it
+# (Debian's header trees report a shorter kernel.release of their own).
+KERNELRELEASE_OF_KDIR = $(if $(filter /lib/modules/%/build,$(KDIR)),$(patsubst \
+	/lib/modules/%/build,%,$(KDIR)),$(shell cat $(KDIR)/include/config/kernel.release))
+modules_install: modules
+	install -D -m 0644 module/kvdmabuf.ko \
+		$(DESTDIR)/lib/modules/$(KERNELRELEASE_OF_KDIR)/extra/kvdmabuf.ko
+	test -n "$(DESTDIR)" || depmod -a $(KERNELRELEASE_OF_KDIR)
 
 clean:
 	$(Q)rm -f $(LIB_OBJS) $(LIB_A) lib/libkvdmabuf.so* $(TEST_BINS) $(FAKE_CUDA) \
