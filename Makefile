@@ -48,6 +48,8 @@ FAKE_CUDA_SRCS := $(wildcard tests/fake_cuda/*.c)
 FAKE_CUDA := $(if $(FAKE_CUDA_SRCS),tests/fake_cuda/libcuda.so.1)
 DEMO_SRCS := $(sort $(wildcard tests/demo/*.c))
 DEMO := $(if $(DEMO_SRCS),tests/demo/kvdmabuf-demo)
+BENCH_SRCS := $(sort $(wildcard tests/bench/*.c))
+BENCH := $(if $(BENCH_SRCS),tests/bench/kvdmabuf-bench)
 CYCLES ?= 3
 
 .PHONY: all lib tests modules clean check check-unit check-vm demo bench deps fuzz \
@@ -57,7 +59,7 @@ all: lib tests modules
 
 lib: $(LIB_A) $(LIB_SO)
 
-tests: $(TEST_BINS) $(FAKE_CUDA) $(DEMO)
+tests: $(TEST_BINS) $(FAKE_CUDA) $(DEMO) $(BENCH)
 
 lib/%.o: lib/%.c $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")
@@ -89,6 +91,10 @@ $(FAKE_CUDA): $(FAKE_CUDA_SRCS) $(wildcard tests/fake_cuda/*.h)
 $(DEMO): $(DEMO_SRCS) $(wildcard tests/demo/*.h tests/*.h) $(LIB_A) $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(DEMO_SRCS) $(LIB_A) $(LDLIBS)
+
+$(BENCH): $(BENCH_SRCS) $(wildcard tests/bench/*.h tests/*.h) $(LIB_A) $(LIB_HDRS)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(BENCH_SRCS) $(LIB_A) $(LDLIBS)
 
 modules:
 	@test -n "$(KDIR)" -a -d "$(KDIR)" || { \
@@ -122,8 +128,11 @@ fuzz:
 	$(Q)tests/vm/check.sh run $(FUZZ_KERNEL) \
 		tests/proxy_fuzz --seconds $(SECONDS) $(if $(SEED),--seed $(SEED))
 
-bench:
-	@echo "make bench: not built yet (issue 7)"; exit 1
+# Benchmarks: the pure user-space figures on this machine, then the rest in
+# a VM of lane KERNEL (a kernel with the module and the test importer).
+bench: $(BENCH)
+	$(Q)$(BENCH) --host-only
+	$(Q)tests/vm/check.sh run $(KERNEL) tests/bench/kvdmabuf-bench
 
 # Installation: the library, its header and pkg-config file, the uapi
 # header; modules_install puts the helper module (not the test importer)
@@ -154,7 +163,7 @@ modules_install: modules
 
 clean:
 	$(Q)rm -f $(LIB_OBJS) $(LIB_A) lib/libkvdmabuf.so* $(TEST_BINS) $(FAKE_CUDA) \
-		$(DEMO)
+		$(DEMO) $(BENCH)
 	$(Q)test -z "$(KDIR)" -o ! -d "$(KDIR)" || \
 		$(MAKE) -C $(KDIR) M=$(CURDIR) clean >/dev/null
 	$(Q)rm -rf build
