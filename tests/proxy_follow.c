@@ -5,6 +5,9 @@
  * and writes the backing of the current generation, and fails with -ENODEV
  * while the proxy is revoked. Also: version ioctl, generations, events.
  */
+#include <pthread.h>
+#include <signal.h>
+
 #include "harness.h"
 #include "proxy_common.h"
 
@@ -346,6 +349,43 @@ TEST_F(follow, replace_times_out_then_completes)
 	EXPECT_EQ(0, q.stale_backings);
 	EXPECT_EQ(1, q.backing_attachments);
 	EXPECT_EQ(1, q.live_mappings);
+}
+
+static void on_signal(int sig)
+{
+	(void)sig;
+}
+
+static void *poke_later(void *arg)
+{
+	usleep(200000);
+	pthread_kill(*(pthread_t *)arg, SIGUSR1);
+	return NULL;
+}
+
+TEST_F(follow, revoke_wait_is_interruptible)
+{
+	struct sigaction sa = { .sa_handler = on_signal };	/* no SA_RESTART */
+	struct kvdmabuf_query q;
+	pthread_t self_th = pthread_self(), th;
+
+	ASSERT_EQ(0, sigaction(SIGUSR1, &sa, NULL));
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, self->a, 0));
+	self->h = imp_import(self->imp, self->proxy, KVD_IMP_IMPORT_LAZY);
+	ASSERT_GE(self->h, 0);
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, KVD_PAGE));
+
+	ASSERT_EQ(0, pthread_create(&th, NULL, poke_later, &self_th));
+	EXPECT_EQ(-EINTR, kvd_revoke(self->dev, self->proxy, 20000));
+	pthread_join(th, NULL);
+	/* Revoked all the same; the old backing waits for the importer. */
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(KVDMABUF_STATE_REVOKED, q.state);
+	EXPECT_EQ(1, q.stale_backings);
+	EXPECT_EQ(-ENODEV, imp_read(self->imp, self->h, 0, self->buf, KVD_PAGE));
+	EXPECT_EQ(0, kvd_revoke(self->dev, self->proxy, 1000));
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(0, q.stale_backings);
 }
 
 TEST_F(follow, event_queue_overflow_is_flagged)
