@@ -307,6 +307,37 @@ TEST_F(api, find_remove_and_drm_handle)
 	EXPECT_NULL(kvdmabuf_region_find(self->ctx, m, LEN));
 }
 
+/* A NIC without dma-buf MRs (rxe-like): device memory is refused, never
+ * registered by address; host memory is registered by address. */
+TEST(nic_without_dmabuf_mrs)
+{
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r;
+	char err[256];
+	char *m = region_mem(2 * LEN);
+	int module;
+
+	for (module = 0; module <= 1; module++) {
+		fake_reset(2);
+		fw.nic_dmabuf[1] = 0;
+		fw.module = module;
+		ASSERT_EQ(0, open_yaml("protocol: rdma\n", &ctx, err,
+				       sizeof(err)));
+		EXPECT_EQ(-EOPNOTSUPP, add(ctx, m, LEN, KVDMABUF_MEM_DRM, 0,
+					   NULL, &r));
+		TH_LOG("%s", kvdmabuf_strerror(ctx));
+		EXPECT_NE(NULL, strstr(kvdmabuf_strerror(ctx), "fake1"));
+		EXPECT_EQ(0, fake_mrs_live());
+		EXPECT_EQ(0, add(ctx, m + LEN, LEN, KVDMABUF_MEM_HOST,
+				 KVDMABUF_REGION_RELEASED_AT_SLEEP, NULL, &r));
+		EXPECT_EQ(2, fake_mrs_live());
+		kvdmabuf_close(ctx);
+		fake_proxy_gc();
+		EXPECT_EQ(0, fds_named("fake-"));
+	}
+	munmap(m, 2 * LEN);
+}
+
 TEST(mode_names)
 {
 	EXPECT_EQ(0, strcmp("follow", kvdmabuf_mode_name(KVDMABUF_MODE_FOLLOW)));
