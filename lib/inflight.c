@@ -2,11 +2,15 @@
 /*
  * inflight.c - per-region in-flight transfer accounting.
  *
- * Fast path: one atomic add and one atomic load (both sequentially
- * consistent). kvd_io_close() stores closed = 1 before the drain reads the
- * count, and kvd_io_begin() adds to the count before it reads closed, so
- * either the drain sees the transfer or the transfer sees the close (the
- * store-load pattern that needs seq_cst on both sides).
+ * The count and the closed flag share one atomic word, so that the order
+ * between a transfer's io_begin and a sleep's close is the order of two
+ * read-modify-writes on that word: either io_begin's add comes first and
+ * the drain, which reads the word after the close, sees the transfer; or
+ * the close comes first and io_begin sees KVD_IO_CLOSED in the value it
+ * added to, and backs out. The fast path is one relaxed load and one
+ * fetch_add; a closed region is refused without touching the word, so
+ * threads retrying io_begin cannot keep the count above zero and starve
+ * the drain.
  */
 #include <errno.h>
 #include <time.h>
@@ -23,18 +27,17 @@ int64_t kvd_now_ns(void)
 
 int kvd_io_begin(struct kvd_inflight *io)
 {
-	uint64_t prev;
+	uint64_t old;
 
-	/* Refuse without touching the count once closed: otherwise threads
-	 * retrying io_begin keep the count above zero and starve the drain. */
-	if (atomic_load_explicit(&io->closed, memory_order_relaxed))
+	if (atomic_load_explicit(&io->word, memory_order_relaxed) &
+	    KVD_IO_CLOSED)
 		return -ESHUTDOWN;
-	prev = atomic_fetch_add(&io->count, 1);
-	if (atomic_load(&io->closed)) {
-		atomic_fetch_sub(&io->count, 1);
+	old = atomic_fetch_add(&io->word, 1);
+	if (old & KVD_IO_CLOSED) {
+		atomic_fetch_sub(&io->word, 1);
 		return -ESHUTDOWN;
 	}
-	if (prev == 0)
+	if (old == 0)
 		atomic_store_explicit(&io->busy_since_ns, kvd_now_ns(),
 				      memory_order_relaxed);
 	return 0;
@@ -42,31 +45,31 @@ int kvd_io_begin(struct kvd_inflight *io)
 
 void kvd_io_end(struct kvd_inflight *io)
 {
-	uint64_t cur = atomic_load_explicit(&io->count, memory_order_relaxed);
+	uint64_t cur = atomic_load_explicit(&io->word, memory_order_relaxed);
 
 	/* Never let an unbalanced io_end wrap the count (and hide a real
 	 * transfer from the drain): count it and ignore it. */
 	do {
-		if (cur == 0) {
+		if (!(cur & ~KVD_IO_CLOSED)) {
 			atomic_fetch_add(&io->unbalanced, 1);
 			return;
 		}
-	} while (!atomic_compare_exchange_weak(&io->count, &cur, cur - 1));
+	} while (!atomic_compare_exchange_weak(&io->word, &cur, cur - 1));
 }
 
 void kvd_io_close(struct kvd_inflight *io)
 {
-	atomic_store(&io->closed, 1);
+	atomic_fetch_or(&io->word, KVD_IO_CLOSED);
 }
 
 void kvd_io_open(struct kvd_inflight *io)
 {
-	atomic_store(&io->closed, 0);
+	atomic_fetch_and(&io->word, ~KVD_IO_CLOSED);
 }
 
 uint64_t kvd_io_count(struct kvd_inflight *io)
 {
-	return atomic_load(&io->count);
+	return atomic_load(&io->word) & ~KVD_IO_CLOSED;
 }
 
 int kvdmabuf_io_begin(struct kvdmabuf_region *region)

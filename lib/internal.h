@@ -44,10 +44,11 @@ int kvd_config_parse(const char *text, size_t len, const char *name,
 int kvd_gate_check(const struct kvd_config *cfg, char *reason, size_t len);
 
 /* ---- in-flight accounting (inflight.c) ---- */
+/* One word: transfers in flight, and KVD_IO_CLOSED once sleep began. */
+#define KVD_IO_CLOSED (1ull << 63)
 struct kvd_inflight {
-	_Atomic uint64_t count;
-	_Atomic int closed;
-	_Atomic int64_t busy_since_ns;  /* when count last left zero */
+	_Atomic uint64_t word;
+	_Atomic int64_t busy_since_ns;  /* when the count last left zero */
 	_Atomic uint64_t unbalanced;
 };
 int kvd_io_begin(struct kvd_inflight *io);
