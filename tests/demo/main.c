@@ -445,11 +445,12 @@ int main(int argc, char **argv)
 	int rc;
 
 	for (i = 1; i < (unsigned int)argc; i++) {
-		if (!strcmp(argv[i], "--cycles") && i + 1 < (unsigned int)argc) {
-			char *end;
-			long v = strtol(argv[++i], &end, 10);
+		if (!strcmp(argv[i], "--cycles")) {
+			char *end = NULL;
+			long v = i + 1 < (unsigned int)argc ?
+				 strtol(argv[++i], &end, 10) : 0;
 
-			if (*end || v < 1 || v > 1000) {
+			if (!end || *end || v < 1 || v > 1000) {
 				fprintf(stderr, "kvdmabuf-demo: --cycles needs "
 					"a number from 1 to 1000\n");
 				return 2;
