@@ -478,9 +478,10 @@ int main(int argc, char **argv)
 	       DEMO_KV_LEN >> 20, DEMO_W_LEN >> 20);
 	printf("  A sleeps and wakes (memory really freed, new memory at the "
 	       "same address); B never sleeps\n");
-	printf("  %u prompts per phase, KV block %u KiB; %u sleep/wake cycles, "
-	       "1 selective wake, 1 KV-only release%s\n", DEMO_PROMPTS,
-	       DEMO_BLOCK / 1024, cycles, stress ?
+	printf("  %u prompts per phase, KV block %u KiB; %u sleep/wake "
+	       "cycle%s, 1 selective wake, 1 KV-only release%s\n",
+	       DEMO_PROMPTS, DEMO_BLOCK / 1024, cycles, cycles == 1 ? "" : "s",
+	       stress ?
 	       "; stress: 4 transfer threads up to every sleep" : "");
 	fflush(stdout);
 

@@ -268,8 +268,9 @@ static void print_follow(struct demo_results *r, struct verdict *v)
 		printf("  libkvdmabuf, DRM region on rxe1: %s\n  so the "
 		       "test importer takes the NIC's place on the proxy\n",
 		       f->lib);
-	printf("  %u sleep/wake cycles of a %zu MiB buffer; importer handle "
-	       "and proxy %s across cycles\n", f->cycles, f->len >> 20,
+	printf("  %u sleep/wake cycle%s of a %zu MiB buffer; importer handle "
+	       "and proxy %s across cycles\n", f->cycles,
+	       f->cycles == 1 ? "" : "s", f->len >> 20,
 	       f->same_handle && f->same_proxy ? "unchanged" : "CHANGED");
 	printf("  reads through the importer after each wake: %u/%u correct; "
 	       "accesses while asleep refused: %u/%u\n", f->correct, f->total,
