@@ -191,8 +191,10 @@ struct kvdmabuf_region_desc {
 /**
  * kvdmabuf_region_add() - export and register a region on every NIC.
  *
- * Chooses the mode: protocol tcp -> NOREG; host memory -> HOST (or
- * REREGISTER with KVDMABUF_REGION_RELEASED_AT_SLEEP); device memory ->
+ * Chooses the mode: host memory the engine keeps -> HOST (registered
+ * for protocol rdma, untouched by sleep); any other region with protocol
+ * tcp -> NOREG; host memory with KVDMABUF_REGION_RELEASED_AT_SLEEP ->
+ * REREGISTER (ibv_reg_mr); device memory ->
  * exported as a dma-buf, placed behind a proxy when the module is in use
  * and registered with ibv_reg_dmabuf_mr(); FOLLOW only when the module
  * reports that no importer of the proxy pins it, else REREGISTER.

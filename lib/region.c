@@ -194,6 +194,16 @@ static int region_setup(struct kvdmabuf_region *r)
 	struct kvd_proxy_info pi;
 	int rc;
 
+	if (r->mem == KVDMABUF_MEM_HOST &&
+	    !(r->flags & KVDMABUF_REGION_RELEASED_AT_SLEEP)) {
+		/* the engine keeps it: untouched by sleep, whatever the
+		 * protocol (registered only for rdma) */
+		r->mode = KVDMABUF_MODE_HOST;
+		if (ctx->cfg.proto == KVD_PROTO_RDMA)
+			return kvd_region_reg_all(r);
+		r->key_gen = 1;
+		return 0;
+	}
 	if (ctx->cfg.proto != KVD_PROTO_RDMA) {
 		r->mode = KVDMABUF_MODE_NOREG;
 		r->key_gen = 1;

@@ -228,11 +228,11 @@ TEST_F(rt, remove_releases_everything)
 TEST(tcp_regions_are_noreg)
 {
 	struct kvdmabuf_ctx *ctx;
-	struct kvdmabuf_region *r;
+	struct kvdmabuf_region *r, *h;
 	struct kvdmabuf_region_desc d = { 0 };
 	struct kvdmabuf_region_info info;
 	char err[256];
-	void *m = region_mem(LEN);
+	void *m = region_mem(2 * LEN);
 
 	fake_reset(1);
 	fw.module = 1;
@@ -247,13 +247,22 @@ TEST(tcp_regions_are_noreg)
 	EXPECT_EQ(0, fake_mrs_live());
 	EXPECT_EQ(0u, fw.exports);
 	EXPECT_EQ(-ENOENT, kvdmabuf_region_keys(r, 0, NULL, NULL, NULL));
+	/* host memory the engine keeps: untouched by sleep under tcp too */
+	d.addr = (char *)m + LEN;
+	d.len = LEN;
+	d.mem = KVDMABUF_MEM_HOST;
+	ASSERT_EQ(0, kvdmabuf_region_add(ctx, &d, &h));
+	ASSERT_EQ(0, kvdmabuf_region_info(h, &info));
+	EXPECT_EQ(KVDMABUF_MODE_HOST, info.mode);
 	ASSERT_EQ(0, kvdmabuf_sleep(ctx, NULL));
 	EXPECT_EQ(-ESHUTDOWN, kvdmabuf_io_begin(r));
+	EXPECT_EQ(0, kvdmabuf_io_begin(h));
+	kvdmabuf_io_end(h);
 	ASSERT_EQ(0, kvdmabuf_wake(ctx, NULL));
 	EXPECT_EQ(0, kvdmabuf_io_begin(r));
 	kvdmabuf_io_end(r);
 	kvdmabuf_close(ctx);
-	munmap(m, LEN);
+	munmap(m, 2 * LEN);
 }
 
 TEST_HARNESS_MAIN
