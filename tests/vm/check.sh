@@ -67,6 +67,8 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 	local log=$logs/vm-$lane.log t0=$SECONDS rc=0
 	local kver kernel moddir root build guest_build blog=$logs/build-$lane.log
 	local modroot= dk
+	# Environment of the guest's tests (NAME=VALUE words for env).
+	local guest_env=(KVDMABUF_FUZZ_SECONDS=10)
 	"$here/deps.sh" "$lane" || { account "vm-$lane" 1 /dev/null 0; return; }
 	echo "# === vm $lane"
 	# One lane run at a time on this machine, build included: another
@@ -100,6 +102,9 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		kver=$(basename "$(newest "$dk"/mods/lib/modules/*)")
 		kernel=$dk/bzImage moddir=$dk/mods/lib/modules/$kver root=/
 		modroot=$dk/mods
+		# KASAN and lockdep under TCG: slower, and the fuzzer's full run.
+		guest_env=(KVDMABUF_TIMEOUT_SCALE=4 KVDMABUF_PROGRAM_TIMEOUT=3600
+			KVDMABUF_FUZZ_SECONDS=60)
 		build=$repo/build/lane-debug guest_build=$build
 		sync_tree "$repo" "$build"
 		make -C "$build" -j"$jobs" all KDIR="$dk/build" ${KVDMABUF_MAKE_ARGS:-} >"$blog" 2>&1 || rc=1
@@ -127,7 +132,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		KVDMABUF_VM_LOCKED=1 KVDMABUF_VM_MODROOT=$modroot \
 		KVDMABUF_VM_APPEND=${modroot:+acpi=off} \
 		"$here/run-vm.sh" "$kernel" "$moddir" "$root" "$plog" "$vm_timeout" \
-			/bin/bash "$guest_build/tests/vm/guest-run.sh" \
+			"${guest_env[@]}" /bin/bash "$guest_build/tests/vm/guest-run.sh" \
 			"$guest_build" "${modroot:--}" "${run[@]}" | tr -d '\r' |
 			grep -v -E '^\[ *[0-9]+\.[0-9]+\]' || true
 		rc=${PIPESTATUS[0]}
