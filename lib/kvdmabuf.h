@@ -61,7 +61,10 @@ enum kvdmabuf_module_use {
 /** Memory kind of a region. */
 enum kvdmabuf_mem {
 	KVDMABUF_MEM_HOST = 1, /**< host memory, by address */
-	KVDMABUF_MEM_CUDA = 2, /**< CUDA device memory, by device address */
+	/** CUDA device memory, by device address: region add and wake call
+	 *  the driver API from the calling thread, which must have the
+	 *  memory's CUDA context current (as the engine's own calls do). */
+	KVDMABUF_MEM_CUDA = 2,
 	KVDMABUF_MEM_DRM = 3,  /**< DRM buffer: DRM device fd + GEM handle */
 };
 
