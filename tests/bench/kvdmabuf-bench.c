@@ -861,6 +861,8 @@ static int run_host_noreg(uint64_t size, int reps)
 		d.addr = mem;
 		d.len = size;
 		d.mem = KVDMABUF_MEM_HOST;
+		/* tcp: memory the engine releases at sleep is NOREG */
+		d.flags = k ? KVDMABUF_REGION_RELEASED_AT_SLEEP : 0;
 		d.tag = "kv_cache";
 		if (!mem || pin0 < 0 || kvdmabuf_region_add(ctx, &d, &r) ||
 		    kvdmabuf_region_info(r, &info) ||
@@ -1095,6 +1097,7 @@ static int tcp_region(struct kvdmabuf_ctx **ctx, struct kvdmabuf_region **r,
 	d.addr = *mem;
 	d.len = 1 << 20;
 	d.mem = KVDMABUF_MEM_HOST;
+	d.flags = KVDMABUF_REGION_RELEASED_AT_SLEEP;   /* NOREG, drained */
 	d.tag = "kv_cache";
 	if (!*mem || kvdmabuf_region_add(*ctx, &d, r)) {
 		ERR("tcp region: %s", kvdmabuf_strerror(*ctx));
@@ -1206,6 +1209,7 @@ static int run_io(void)
 
 struct drain_probe {
 	atomic_int started;
+	atomic_int abandon;
 	_Atomic int64_t last_call;
 };
 
@@ -1231,7 +1235,10 @@ static void *drain_xfer(void *arg)
 	int64_t t0;
 
 	while (!atomic_load(&x->p->started))
-		sched_yield();
+		if (atomic_load(&x->p->abandon))
+			return NULL;   /* sleep did not drain: main reports it */
+		else
+			sched_yield();
 	t0 = now_ns();
 	while (now_ns() - t0 < x->hold_ns)
 		;       /* the transfer runs */
@@ -1243,7 +1250,7 @@ static void *drain_xfer(void *arg)
 static int run_drain(void)
 {
 	static const int64_t holds[] = { 0, 200000, 2000000, 20000000 };
-	struct drain_probe probe;
+	struct drain_probe probe = { 0 };
 	struct kvdmabuf_ctx *ctx;
 	struct kvdmabuf_region *r;
 	double worst_med = 0, lat[15];
@@ -1273,7 +1280,13 @@ static int run_drain(void)
 				break;
 			if (kvdmabuf_sleep(ctx, NULL))
 				rc = ERR("sleep: %s", kvdmabuf_strerror(ctx));
+			else if (!atomic_load(&probe.started))
+				rc = ERR("sleep returned without draining");
+			if (rc)
+				atomic_store(&probe.abandon, 1);
 			pthread_join(th, NULL);
+			if (rc && !x.end)
+				kvdmabuf_io_end(r);
 			if (!rc && kvdmabuf_wake(ctx, NULL))
 				rc = ERR("wake: %s", kvdmabuf_strerror(ctx));
 			lat[i] = (double)(atomic_load(&probe.last_call) - x.end);
