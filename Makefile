@@ -31,7 +31,9 @@ KERNEL ?= 6.1
 
 CFLAGS ?= -O2 -g
 override CFLAGS += -std=c11 -Wall -Wextra -Werror -fPIC
-override CPPFLAGS += -D_GNU_SOURCE -Iuapi -Ilib -Itests -I/usr/include/libdrm
+# -Ilib first: <kvdmabuf.h> is the library's public header, as installed;
+# the uapi header is included by path (installed as <linux/kvdmabuf.h>).
+override CPPFLAGS += -D_GNU_SOURCE -Ilib -Iuapi -Itests -I/usr/include/libdrm
 LDLIBS := -libverbs -ldrm -lyaml -lpthread -ldl
 
 LIB_SRCS := $(sort $(wildcard lib/*.c))

@@ -33,6 +33,8 @@
 #define THREADS		2
 #define SLOTS		8
 #define LOG_LEN		256
+/* run_op()'s answer when the device fd was not open during the call. */
+#define DEV_CLOSED	1
 #define MAX_REPLAY	LOG_LEN
 
 enum op_kind {
@@ -253,7 +255,7 @@ static int op_allowed(const struct op *op, int ret)
 {
 	int i;
 
-	if (!is_checked(op->kind))
+	if (!is_checked(op->kind) || ret == DEV_CLOSED)
 		return 1;
 	if (op->kind == OP_BADCMD || op->kind == OP_BADPTR)
 		return ret == -allowed[op->kind][0];
@@ -297,6 +299,7 @@ static int run_op(struct world *w, const struct op *op, uint64_t *rng)
 		struct kvdmabuf_query q;
 		char raw[4096];
 	} u;
+	int dev = w->dev;	/* one read: a racing reopen may swap it */
 	int ret = 0, fd, old;
 
 	memset(&u, 0, sizeof(u));
@@ -305,14 +308,14 @@ static int run_op(struct world *w, const struct op *op, uint64_t *rng)
 		u.v.flags = pick_junk(op->flags, 0) ? pick_flags(op->y) : 0;
 		u.v.reserved = pick_junk(op->flags, 4) ? op->x : 0;
 		u.v.size = pick_size(op->a, sizeof(u.v), &u);
-		ret = ioctl(w->dev, KVDMABUF_IOCTL_VERSION, &u);
+		ret = ioctl(dev, KVDMABUF_IOCTL_VERSION, &u);
 		break;
 	case OP_CREATE:
 		u.c.length = pick_length(op->x);
 		u.c.flags = pick_valid_flags(op->y);
 		u.c.pad = pick_junk(op->flags, 8);
 		u.c.size = pick_size(op->a, sizeof(u.c), &u);
-		ret = ioctl(w->dev, KVDMABUF_IOCTL_CREATE, &u);
+		ret = ioctl(dev, KVDMABUF_IOCTL_CREATE, &u);
 		if (!ret) {
 			old = __atomic_exchange_n(&w->proxies[op->b % SLOTS],
 						  (int)u.c.fd, __ATOMIC_RELAXED);
@@ -328,24 +331,24 @@ static int run_op(struct world *w, const struct op *op, uint64_t *rng)
 		u.a.timeout_ms = op->flags % 20;
 		u.a.reserved = pick_junk(op->flags, 12);
 		u.a.size = pick_size(op->a, sizeof(u.a), &u);
-		ret = ioctl(w->dev, KVDMABUF_IOCTL_ATTACH, &u);
+		ret = ioctl(dev, KVDMABUF_IOCTL_ATTACH, &u);
 		break;
 	case OP_REVOKE:
 		u.r.proxy_fd = pick_proxy(w, op->b);
 		u.r.timeout_ms = op->flags % 20;
 		u.r.flags = op->y % 8 ? 0 : pick_flags(op->y >> 3);
 		u.r.size = pick_size(op->a, sizeof(u.r), &u);
-		ret = ioctl(w->dev, KVDMABUF_IOCTL_REVOKE, &u);
+		ret = ioctl(dev, KVDMABUF_IOCTL_REVOKE, &u);
 		break;
 	case OP_QUERY:
 		u.q.proxy_fd = pick_proxy(w, op->b);
 		u.q.flags = op->y % 8 ? 0 : pick_flags(op->y >> 3);
 		u.q.size = pick_size(op->a, sizeof(u.q), &u);
-		ret = ioctl(w->dev, KVDMABUF_IOCTL_QUERY, &u);
+		ret = ioctl(dev, KVDMABUF_IOCTL_QUERY, &u);
 		break;
 	case OP_BADCMD:
 		/* Unknown numbers of the module's magic, any direction/size. */
-		ret = ioctl(w->dev, _IOC(op->x % 4, KVDMABUF_IOCTL_MAGIC,
+		ret = ioctl(dev, _IOC(op->x % 4, KVDMABUF_IOCTL_MAGIC,
 					 5 + op->y % 250, op->flags % 512),
 			    &u);
 		break;
@@ -356,7 +359,7 @@ static int run_op(struct world *w, const struct op *op, uint64_t *rng)
 			KVDMABUF_IOCTL_QUERY,
 		};
 
-		ret = ioctl(w->dev, cmds[op->x % 5], op->y % 2 ? NULL :
+		ret = ioctl(dev, cmds[op->x % 5], op->y % 2 ? NULL :
 			    (void *)(uintptr_t)(0xffff800000000000ull));
 		break;
 	}
@@ -433,7 +436,6 @@ static int run_op(struct world *w, const struct op *op, uint64_t *rng)
 		break;
 	}
 	case OP_READEV: {
-		int dev = w->dev;
 		struct pollfd p = { .fd = dev, .events = POLLIN };
 		ssize_t n;
 
@@ -498,8 +500,14 @@ static int run_op(struct world *w, const struct op *op, uint64_t *rng)
 		return 0;
 	}
 	}
-	if (ret < 0 && op->kind <= OP_BADPTR)
+	if (ret < 0 && op->kind <= OP_BADPTR) {
 		ret = -errno;
+		/* The VFS's answer when the device fd itself is not open (an
+		 * inconsistent fd snapshot in a forked child): not the
+		 * module's; a module EBADF with the fd open still fails. */
+		if (ret == -EBADF && fcntl(dev, F_GETFD) < 0)
+			return DEV_CLOSED;
+	}
 	return ret;
 }
 
