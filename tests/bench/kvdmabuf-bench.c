@@ -44,7 +44,10 @@
 #define MIB ((uint64_t)1 << 20)
 #define GIB ((uint64_t)1 << 30)
 #define BLK 4096u
-#define MAX_REPS 32
+#define MAX_REPS 24
+/* sleep/wake cycles per new buffer (the first one on the new buffer) */
+#define INNER 5
+#define MAX_SAMPLES (MAX_REPS * INNER)
 #define MAX_SIZES 8
 /* Guest memory headroom beyond one region for page tables, sg tables. */
 #define MEM_SLACK (384 * MIB)
@@ -84,7 +87,7 @@ static int cmp_dbl(const void *a, const void *b)
 
 static double median(const double *v, int n)
 {
-	double s[MAX_REPS * 4];
+	double s[MAX_SAMPLES];
 	int i;
 
 	if (n <= 0)
@@ -425,19 +428,19 @@ struct sz_res {
 	uint64_t size;
 	int measured;             /* 0: skipped */
 	char skip[200];
-	int n;
+	int n, ne;
 	/* FOLLOW, dynamic test importer */
-	double f_wake[MAX_REPS], f_first[MAX_REPS], f_sleep[MAX_REPS];
-	double floor_ns[MAX_REPS], floor_noexp[MAX_REPS], f_ratio[MAX_REPS];
-	double f_export[MAX_REPS], p_export[MAX_REPS];   /* cold, first */
+	double f_wake[MAX_SAMPLES], f_first[MAX_SAMPLES], f_sleep[MAX_SAMPLES];
+	double floor_ns[MAX_SAMPLES], floor_noexp[MAX_SAMPLES], f_ratio[MAX_SAMPLES];
+	double f_export[MAX_SAMPLES], p_export[MAX_SAMPLES];   /* cold, first */
 	uint64_t f_held;
 	/* REREGISTER, pinned test importer on a proxy */
 	int np;
-	double p_wake[MAX_REPS], p_first[MAX_REPS], p_sleep[MAX_REPS];
+	double p_wake[MAX_SAMPLES], p_first[MAX_SAMPLES], p_sleep[MAX_SAMPLES];
 	uint64_t p_held;
 	/* REREGISTER, rxe, host memory */
 	int nr;
-	double r_wake[MAX_REPS], r_sleep[MAX_REPS];
+	double r_wake[MAX_SAMPLES], r_sleep[MAX_SAMPLES];
 	uint64_t r_held;
 	char r_skip[120];
 };
@@ -529,7 +532,7 @@ static int run_proxy(struct sz_res *s, int pinned, int reps)
 	uint64_t held_max = 0, maps0, maps1;
 	uint32_t key;
 	long shm0, shm;
-	int rep, rc = -1, n = 0, efd;
+	int rep, rc = -1, n = 0, ne = 0, efd;
 
 	if (lib_open_imp(&in, &ctx))
 		return -1;
@@ -563,7 +566,11 @@ static int run_proxy(struct sz_res *s, int pinned, int reps)
 		goto out;
 	}
 
-	for (rep = -1; rep < reps; rep++) {     /* rep -1: warm-up */
+	/* cycle -1: warm-up; a new buffer every INNER cycles, the cycles in
+	 * between sleep and wake the same memory (same kernel work: the
+	 * backing is dropped at sleep, attached and mapped again at wake) */
+	for (rep = -1; rep < reps * INNER; rep++) {
+		bool newbuf = rep < 0 || rep % INNER == 0;
 		int64_t t0, t1, t2, t3;
 
 		t0 = now_ns();
@@ -584,6 +591,10 @@ static int run_proxy(struct sz_res *s, int pinned, int reps)
 			    q.live_mappings);
 			goto out;
 		}
+		if (rep >= 0)
+			(pinned ? s->p_sleep : s->f_sleep)[n] = (double)(t1 - t0);
+		if (!newbuf)
+			goto floor_before;
 		/* the engine releases the old memory: cuMemUnmap/Release */
 		dbuf_free(&b);
 		shm = meminfo_kb("Shmem");
@@ -597,7 +608,6 @@ static int run_proxy(struct sz_res *s, int pinned, int reps)
 
 			if (held > held_max)
 				held_max = held;
-			(pinned ? s->p_sleep : s->f_sleep)[n] = (double)(t1 - t0);
 		}
 		/* cuMemCreate + cuMemMap at the same address, touched */
 		if (dbuf_new(&b, g_drm, s->size, d.addr))
@@ -615,7 +625,8 @@ static int run_proxy(struct sz_res *s, int pinned, int reps)
 		t1 = now_ns();
 		close(efd);
 		if (rep >= 0)
-			(pinned ? s->p_export : s->f_export)[n] = (double)(t1 - t0);
+			(pinned ? s->p_export : s->f_export)[ne++] = (double)(t1 - t0);
+floor_before:
 		/* the floor, before the wake on even cycles, after on odd */
 		if (!pinned && !(rep & 1) &&
 		    floor_import(&b, rep >= 0 ? &s->floor_ns[n] : NULL,
@@ -687,6 +698,7 @@ static int run_proxy(struct sz_res *s, int pinned, int reps)
 		s->p_held = held_max;
 	} else {
 		s->n = n;
+		s->ne = ne;
 		s->f_held = held_max;
 	}
 	rc = 0;
@@ -777,7 +789,8 @@ static int run_rxe(struct sz_res *s, int reps)
 		ERR("rxe region not in mode reregister");
 		goto out;
 	}
-	for (rep = -1; rep < reps; rep++) {
+	for (rep = -1; rep < reps * INNER; rep++) {
+		bool newbuf = rep < 0 || rep % INNER == 0;
 		int64_t t0, t1, t2, t3;
 
 		t0 = now_ns();
@@ -792,7 +805,7 @@ static int run_rxe(struct sz_res *s, int reps)
 			goto out;
 		}
 		/* the engine frees the memory and maps new memory there */
-		if (anon_map(mem, s->size) != mem) {
+		if (newbuf && anon_map(mem, s->size) != mem) {
 			ERR("remap host memory: %s", strerror(errno));
 			goto out;
 		}
@@ -839,7 +852,7 @@ static int run_host_noreg(uint64_t size, int reps)
 		struct kvdmabuf_region *r = NULL;
 		struct kvdmabuf_region_desc d = { 0 };
 		struct kvdmabuf_region_info info;
-		double sl[MAX_REPS];
+		double sl[MAX_SAMPLES];
 		long pin0, pin = 0;
 		char *mem = NULL;
 		int rep, n = 0, rc;
@@ -1353,7 +1366,7 @@ static void report_size(struct sz_res *s)
 			s->r_skip);
 	row_add("1", "first (cold) export of the new buffer", sz,
 		"%.2f ms = %.2f ms/GiB (not in wake nor floor: DRM caches it)",
-		MS(median(s->f_export, s->n)));
+		MS(median(s->f_export, s->ne)));
 	row_add("1c", "floor: direct export+import+map+access", sz,
 		"%.2f ms = %.2f ms/GiB (without export %.2f ms)", MS(fl),
 		flne / 1e6);
@@ -1385,8 +1398,8 @@ static void report_size(struct sz_res *s)
 		   "ns_per_gib=%.0f ns_without_export=%.0f", s->size, fl,
 		   fl / gib, flne);
 	bench_line("name=cold_export size=%" PRIu64 " ns=%.0f ns_per_gib=%.0f",
-		   s->size, median(s->f_export, s->n),
-		   median(s->f_export, s->n) / gib);
+		   s->size, median(s->f_export, s->ne),
+		   median(s->f_export, s->ne) / gib);
 	bench_line("name=follow_vs_floor size=%" PRIu64 " ratio=%.4f",
 		   s->size, fr);
 	bench_line("name=rereg_imp_wake size=%" PRIu64 " ns=%.0f "
@@ -1598,8 +1611,10 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	total_kb = meminfo_kb("MemTotal");
-	printf("# guest: %ld MiB memory; reps %d (%d at >= 1 GiB) after one "
-	       "warm-up cycle\n", total_kb / 1024, reps_small, reps_big);
+	printf("# guest: %ld MiB memory; per size %d new buffers (%d at >= "
+	       "1 GiB) x %d sleep/wake cycles each (the first on the new "
+	       "buffer), after one warm-up cycle\n", total_kb / 1024,
+	       reps_small, reps_big, INNER);
 	printf("# fig 1 floor = prime export + direct dynamic import by the "
 	       "test importer (attach + map) + first 4 KiB access; FOLLOW = "
 	       "library wake + first 4 KiB access (the re-map); the new "
