@@ -22,6 +22,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 
 #include "../uapi/kvdmabuf.h"
@@ -267,6 +268,15 @@ static int op_allowed(const struct op *op, int ret)
 	return 0;
 }
 
+/* Whether @fd is an open /dev/kvdmabuf. */
+static int is_device(int fd)
+{
+	struct stat a, b;
+
+	return !fstat(fd, &a) && !stat(KVDMABUF_DEVICE_PATH, &b) &&
+	       S_ISCHR(a.st_mode) && a.st_rdev == b.st_rdev;
+}
+
 /* Where forked children log (set in each worker before its threads run). */
 static struct shared *fork_log;
 static int fork_worker;
@@ -469,6 +479,12 @@ static int run_op(struct world *w, const struct op *op, uint64_t *rng)
 			struct op cop;
 			int i;
 
+			/* A device fd of its own; the inherited proxies,
+			 * backings and imports are the other process's. */
+			fd = open(KVDMABUF_DEVICE_PATH, O_RDWR | O_CLOEXEC);
+			if (fd >= 0)
+				w->dev = fd;
+
 			for (i = 0; i < 40; i++) {
 				uint64_t r = rng_next(&seed);
 
@@ -502,10 +518,11 @@ static int run_op(struct world *w, const struct op *op, uint64_t *rng)
 	}
 	if (ret < 0 && op->kind <= OP_BADPTR) {
 		ret = -errno;
-		/* The VFS's answer when the device fd itself is not open (an
-		 * inconsistent fd snapshot in a forked child): not the
-		 * module's; a module EBADF with the fd open still fails. */
-		if (ret == -EBADF && fcntl(dev, F_GETFD) < 0)
+		/* EBADF/ENOTTY when the fd no longer is the device (closed,
+		 * or its number reused, in a forked child's snapshot of a
+		 * racing parent) are the VFS's answers, not the module's; with
+		 * the device really there they still fail. */
+		if ((ret == -EBADF || ret == -ENOTTY) && !is_device(dev))
 			return DEV_CLOSED;
 	}
 	return ret;

@@ -12,6 +12,8 @@
 static const char clean_tail[] =
 	"ok 1 something # 0.1s\r\n"
 	"KVD-DMESG-BEGIN\r\n"
+	"[    0.950682] rcu: \tRCU lockdep checking is enabled.\r\n"
+	"[    0.951575] ... MAX_LOCKDEP_SUBCLASSES:  8\r\n"
 	"[    1.000000] kvdmabuf: loading out-of-tree module taints kernel.\r\n"
 	"KVD-DMESG-END\r\n"
 	"KVD-VM-DONE rc=0\r\n";
@@ -81,6 +83,12 @@ FIXTURE_VARIANT_ADD(report, bug) {
 };
 FIXTURE_VARIANT_ADD(report, lockdep) {
 	.line = "[   12.3] WARNING: possible circular locking dependency detected",
+};
+FIXTURE_VARIANT_ADD(report, lockdep_off) {
+	.line = "[   12.3] INFO: lockdep is turned off.",
+};
+FIXTURE_VARIANT_ADD(report, rcu) {
+	.line = "[   12.3] WARNING: suspicious RCU usage",
 };
 FIXTURE_VARIANT_ADD(report, kasan) {
 	.line = "[   12.3] BUG: KASAN: slab-use-after-free in kvd_release+0x2",

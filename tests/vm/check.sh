@@ -136,7 +136,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 			"$guest_build" "${modroot:--}" "${run[@]}" | tr -d '\r' |
 			grep -v -E '^\[ *[0-9]+\.[0-9]+\]' || true
 		rc=${PIPESTATUS[0]}
-		cp "$plog" "$log"
+		cat "$plog" >"$log"
 	fi
 	exec 8>&-
 	account "vm-$lane" $rc "$plog" $((SECONDS - t0))
