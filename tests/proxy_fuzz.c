@@ -454,6 +454,8 @@ static int run_op(struct world *w, const struct op *op, uint64_t *rng)
 		n = read(dev, u.raw, op->x % 3 ? 4 * sizeof(struct kvdmabuf_event) :
 			 op->x % sizeof(struct kvdmabuf_event));
 		ret = n < 0 ? -errno : 0;
+		if (ret == -EBADF && !is_device(dev))
+			return DEV_CLOSED;
 		return ret;
 	}
 	case OP_REOPEN: {
@@ -479,8 +481,19 @@ static int run_op(struct world *w, const struct op *op, uint64_t *rng)
 			struct op cop;
 			int i;
 
-			/* A device fd of its own; the inherited proxies,
-			 * backings and imports are the other process's. */
+			/* The snapshot of a racing parent may name fds that
+			 * were closed at the instant of the fork: forget those
+			 * first, so that no fd opened here can be taken for an
+			 * inherited one. Then a device fd of its own; the
+			 * inherited proxies and backings stay the parent's. */
+			for (i = 0; i < SLOTS; i++) {
+				if (w->proxies[i] >= 0 &&
+				    fcntl(w->proxies[i], F_GETFD) < 0)
+					w->proxies[i] = -1;
+				if (w->backings[i] >= 0 &&
+				    fcntl(w->backings[i], F_GETFD) < 0)
+					w->backings[i] = -1;
+			}
 			fd = open(KVDMABUF_DEVICE_PATH, O_RDWR | O_CLOEXEC);
 			if (fd >= 0)
 				w->dev = fd;
