@@ -52,7 +52,8 @@ enum demo_op {
 	OP_PUT,		/* engine: a[0] slot0, a[1] n, a[2] seed0, a[3] block0 */
 	OP_GET,		/* engine: same, a[4] region; reply a[0] ok a[1] correct
 			 * a[2] refused a[3] errors */
-	OP_SLEEP,	/* engine: a[0] tag */
+	OP_SLEEP,	/* engine: a[0] tag; reply a[5..9] stress counts,
+			 * a[10] in flight at sleep, a[11] QPs in error */
 	OP_WAKE,	/* engine: a[0] tag */
 	OP_MEM,		/* engine: reply a[0] VmPin kB, a[1] kv resident bytes,
 			 * a[2] weights resident bytes */
@@ -126,11 +127,16 @@ void demo_nic_close(struct demo_nic *n);
 int demo_qp_create(struct demo_nic *n, struct demo_qp *q);
 void demo_qp_destroy(struct demo_qp *q);
 int demo_qp_connect(struct demo_qp *q, const struct demo_qp_info *peer);
-/* One signalled RDMA write (@write) or read, waited for (10 s). Returns 0,
- * -EIO (completion error, *status set) or -errno. */
+/* One signalled RDMA write (@write) or read, waited for (30 s). Returns 0,
+ * -EIO (completion error, *status set), -ETIMEDOUT (no completion: the QP
+ * was moved to the error state and the transfer flushed, so it has ended),
+ * -ENOTRECOVERABLE (not even flushed: the transfer never ended, the buffer
+ * must stay in use) or -errno of the post. */
 int demo_rdma(struct demo_qp *q, int write, void *local, uint32_t len,
 	      uint32_t lkey, uint64_t raddr, uint32_t rkey, int *status);
 const char *demo_wc_status(int status);
+/* 1 if the QP is in the error state, 0 if not, or -errno. */
+int demo_qp_in_error(struct demo_qp *q);
 
 /* ---- store.c / engine.c ---- */
 int demo_store_serve(struct demo_msg *m, void *arg);
@@ -178,6 +184,7 @@ struct demo_stress {
 	bool ran;
 	uint64_t begun, completed, failed, wrong, refused, inflight_at_sleep;
 	uint64_t sleeps;
+	uint64_t qp_errors;	/* stress QPs found in error after a sleep */
 	long pin_first_kb, pin_last_kb, res_first_kb, res_last_kb;
 	long held_first_kb, held_last_kb;
 };

@@ -264,7 +264,11 @@ static int put_get(struct demo_engine *e, struct demo_msg *m, int write)
 			    pattern_check(local, DEMO_BLOCK, seed0 + i) < 0)
 				correct++;
 		}
-		xfer_end(e, r);
+		/* a transfer that never ended keeps the region busy, so
+		 * that a sleep fails (drain timeout) instead of freeing
+		 * memory the NIC may still write */
+		if (rc != -ENOTRECOVERABLE)
+			xfer_end(e, r);
 	}
 	m->a[0] = ok;
 	m->a[1] = write ? ok : correct;
@@ -305,7 +309,8 @@ static void *stress_main(void *arg)
 			t->failed++;
 		else
 			t->completed++;
-		xfer_end(e, r);
+		if (rc != -ENOTRECOVERABLE)
+			xfer_end(e, r);
 		if (rc)
 			break;
 		/* get it back into another block and check it */
@@ -325,7 +330,8 @@ static void *stress_main(void *arg)
 			t->wrong++;
 		else
 			t->completed++;
-		xfer_end(e, r);
+		if (rc != -ENOTRECOVERABLE)
+			xfer_end(e, r);
 		if (rc)
 			break;
 	}
@@ -521,7 +527,7 @@ static int engine_sleep(struct demo_engine *e, struct demo_msg *m)
 	uint64_t sel = m->a[0];
 	struct kvdmabuf_region_info info;
 	struct timespec ts = { 0, 2000000 };
-	unsigned int i, waited;
+	unsigned int i, waited, nst;
 	int rc;
 
 	memset(m->a, 0, sizeof(m->a));
@@ -545,7 +551,13 @@ static int engine_sleep(struct demo_engine *e, struct demo_msg *m)
 		}
 	}
 	/* the drain let every running transfer finish: threads see refusal */
+	nst = e->nst;
 	stress_join(e, m);
+	/* a QP that broke after its last completion would fail the next
+	 * round at once: say so here, where it happened */
+	for (i = 1; i <= nst && i < e->nqp; i++)
+		if (demo_qp_in_error(&e->qp[i]) == 1)
+			m->a[11]++;
 	for (i = 0; i < e->nreg; i++)
 		if (tag_has(sel, i) && e->reg[i].mapped) {
 			rc = region_release(e, &e->reg[i], m);

@@ -177,6 +177,7 @@ static int sleep_wake(struct pass *p, int op, uint64_t tag)
 		s->failed += m.a[7];
 		s->wrong += m.a[8];
 		s->refused += m.a[9];
+		s->qp_errors += m.a[11];
 		if (m.a[10] > s->inflight_at_sleep)
 			s->inflight_at_sleep = m.a[10];
 		if (m.a[7] || m.a[8])

@@ -129,7 +129,9 @@ int demo_qp_connect(struct demo_qp *q, const struct demo_qp_info *peer)
 		return rc > 0 ? -rc : -EIO;
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
+	/* ~1 s local ACK timeout: no spurious retransmits on slow kernels
+	 * (soft-RoCE under KASAN and TCG), 7 retries */
+	a.timeout = 18;
 	a.retry_cnt = 7;
 	a.rnr_retry = 7;
 	a.max_rd_atomic = 4;
@@ -144,6 +146,36 @@ const char *demo_wc_status(int status)
 	return ibv_wc_status_str((enum ibv_wc_status)status);
 }
 
+/*
+ * Waits for the one completion of @q's CQ, at most @limit_s seconds.
+ * Returns 1 with *wc filled, 0 on timeout, -EIO if polling fails.
+ */
+static int wait_cqe(struct demo_qp *q, struct ibv_wc *wc, long limit_s)
+{
+	struct timespec t0, t, nap = { 0, 0 };
+	unsigned int idle = 0;
+	int n;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		n = ibv_poll_cq(q->cq, 1, wc);
+		if (n)
+			return n < 0 ? -EIO : 1;
+		/* soft-RoCE works in kernel threads: leave them the CPU,
+		 * more and more (up to 1 ms naps) on a slow kernel */
+		if (++idle <= 64) {
+			sched_yield();
+		} else {
+			if (nap.tv_nsec < 1000000)
+				nap.tv_nsec += 10000;
+			nanosleep(&nap, NULL);
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (t.tv_sec - t0.tv_sec >= limit_s)
+			return 0;
+	}
+}
+
 int demo_rdma(struct demo_qp *q, int write, void *local, uint32_t len,
 	      uint32_t lkey, uint64_t raddr, uint32_t rkey, int *status)
 {
@@ -155,32 +187,39 @@ int demo_rdma(struct demo_qp *q, int write, void *local, uint32_t len,
 		.send_flags = IBV_SEND_SIGNALED,
 		.wr.rdma = { .remote_addr = raddr, .rkey = rkey },
 	}, *bad = NULL;
-	struct timespec t0, t;
-	struct timespec nap = { 0, 20000 };
-	unsigned int idle = 0;
+	struct ibv_qp_attr err = { .qp_state = IBV_QPS_ERR };
 	struct ibv_wc wc;
-	int n, rc;
+	int rc;
 
 	*status = IBV_WC_SUCCESS;
 	rc = ibv_post_send(q->qp, &wr, &bad);
 	if (rc)
 		return rc > 0 ? -rc : -EIO;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (;;) {
-		n = ibv_poll_cq(q->cq, 1, &wc);
-		if (n < 0)
-			return -EIO;
-		if (n == 1) {
-			*status = wc.status;
-			return wc.status == IBV_WC_SUCCESS ? 0 : -EIO;
-		}
-		/* soft-RoCE works in kernel threads: leave them the CPU */
-		if (++idle > 64)
-			nanosleep(&nap, NULL);
-		else
-			sched_yield();
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		if (t.tv_sec - t0.tv_sec >= 10)
-			return -ETIMEDOUT;
+	rc = wait_cqe(q, &wc, 30);
+	if (rc == 1) {
+		*status = wc.status;
+		return wc.status == IBV_WC_SUCCESS ? 0 : -EIO;
 	}
+	/*
+	 * No completion: the transfer has not ended and the NIC may still
+	 * touch the buffer. Only a flush ends it: move the QP to the error
+	 * state and wait for the flushed completion (the QP stays broken and
+	 * every later transfer on it fails, which the demo counts).
+	 */
+	if (rc == 0 && !ibv_modify_qp(q->qp, &err, IBV_QP_STATE) &&
+	    wait_cqe(q, &wc, 30) == 1)
+		return -ETIMEDOUT;
+	return -ENOTRECOVERABLE;        /* still in flight: never ended */
+}
+
+int demo_qp_in_error(struct demo_qp *q)
+{
+	struct ibv_qp_init_attr init;
+	struct ibv_qp_attr a;
+	int rc;
+
+	rc = ibv_query_qp(q->qp, &a, IBV_QP_STATE, &init);
+	if (rc)
+		return rc > 0 ? -rc : -EIO;
+	return a.qp_state == IBV_QPS_ERR;
 }

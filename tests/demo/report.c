@@ -233,6 +233,10 @@ static void print_stress(struct demo_results *r, struct verdict *v)
 	       (unsigned long long)(s->begun - s->completed),
 	       (unsigned long long)s->inflight_at_sleep,
 	       (unsigned long long)s->refused);
+	if (s->qp_errors)
+		printf("  stress QPs found in the error state right after a "
+		       "sleep (their transfers had all completed): %llu\n",
+		       (unsigned long long)s->qp_errors);
 	printf("  memory after the first / last wake: pinned %ld / %ld MiB, "
 	       "resident %ld / %ld MiB, held %ld / %ld MiB\n",
 	       mib(s->pin_first_kb), mib(s->pin_last_kb), mib(s->res_first_kb),
@@ -244,6 +248,9 @@ static void print_stress(struct demo_results *r, struct verdict *v)
 		     (unsigned long long)s->begun);
 	if (!s->begun)
 		fail(v, "stress: no transfer ran");
+	if (s->qp_errors)
+		fail(v, "stress: %llu QPs broke at a sleep",
+		     (unsigned long long)s->qp_errors);
 	if (s->pin_first_kb != s->pin_last_kb ||
 	    s->res_first_kb != s->res_last_kb ||
 	    labs(s->held_last_kb - s->held_first_kb) > HELD_SLACK_KB)
