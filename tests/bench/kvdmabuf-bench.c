@@ -1217,7 +1217,7 @@ static int run_io(void)
 	struct kvdmabuf_region *r;
 	pthread_barrier_t bar;
 	double one[9], two[9], busy[9], clk[9];
-	static volatile int64_t sink;
+	static volatile uint64_t sink;
 	char *mem;
 	int i, k, rc = 0;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -1251,7 +1251,7 @@ static int run_io(void)
 		long j;
 
 		for (j = 0; j < 5000000; j++)
-			sink += now_ns();
+			sink += (uint64_t)now_ns();
 		clk[i] = (double)(now_ns() - t0) / 5000000;
 	}
 	if (!rc && pthread_barrier_init(&bar, NULL, 2))
