@@ -5,7 +5,7 @@
 #   check.sh unit          host-only tests (tests/unit.list)
 #   check.sh vm LANE       VM suite (tests/vm.list) on one kernel lane: 6.1,
 #                          6.12, debug (6.1 with lockdep, KASAN, dma-buf debug)
-#   check.sh all           unit + every lane
+#   check.sh all           unit + every lane (6.1, 6.12, debug)
 #   check.sh run LANE PROG ARGS  one program of the build tree in a VM of LANE
 #                          (make demo, make fuzz); its status is the exit status
 #
@@ -155,7 +155,7 @@ run)
 	;;
 all)
 	stage_unit || stage_failed=1
-	for lane in 6.1 6.12; do
+	for lane in 6.1 6.12 debug; do
 		stage_vm $lane || stage_failed=1
 	done
 	;;
