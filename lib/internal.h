@@ -50,12 +50,17 @@ struct kvd_inflight {
 	_Atomic uint64_t word;
 	_Atomic int64_t busy_since_ns;  /* when the count last left zero */
 	_Atomic uint64_t unbalanced;
+	/* Futex the drain sleeps on: bumped when the last transfer of a
+	 * closed region ends, so the drain proceeds at once. */
+	_Atomic uint32_t ended;
 };
 int kvd_io_begin(struct kvd_inflight *io);
 void kvd_io_end(struct kvd_inflight *io);
 void kvd_io_close(struct kvd_inflight *io);
 void kvd_io_open(struct kvd_inflight *io);
 uint64_t kvd_io_count(struct kvd_inflight *io);
+/* Sleeps until @io's 'ended' moves from @seen, at most @ns nanoseconds. */
+void kvd_io_wait_ended(struct kvd_inflight *io, uint32_t seen, int64_t ns);
 int64_t kvd_now_ns(void);
 
 /* ---- backends ---- */

@@ -49,12 +49,16 @@ static void note_rollback(struct kvdmabuf_ctx *ctx, const char *saved,
 
 /* ---- drain ---- */
 
+/* Longest wait between two looks at the counts and the engine callback. */
+#define DRAIN_POLL_NS 1000000
+
 static int drain(struct kvdmabuf_ctx *ctx, struct kvdmabuf_region **t,
 		 unsigned int n)
 {
 	int64_t start = kvd_now_ns();
 	int64_t deadline = start + (int64_t)ctx->drain_timeout_ms * 1000000;
-	struct timespec ts = { 0, 100000 };
+	struct kvd_inflight *wait_io;
+	uint32_t wait_seen = 0;
 	uint64_t total;
 	unsigned int i, busy_regions;
 	int64_t now, oldest;
@@ -64,9 +68,17 @@ static int drain(struct kvdmabuf_ctx *ctx, struct kvdmabuf_region **t,
 		total = 0;
 		busy_regions = 0;
 		oldest = 0;
+		wait_io = NULL;
 		for (i = 0; i < n; i++) {
+			/* 'ended' before the count: a wake-up in between
+			 * makes the wait below return at once. */
+			uint32_t seen = atomic_load(&t[i]->io.ended);
 			uint64_t c = kvd_io_count(&t[i]->io);
 
+			if (c && !wait_io) {
+				wait_io = &t[i]->io;
+				wait_seen = seen;
+			}
 			if (c) {
 				int64_t s = atomic_load(&t[i]->io.busy_since_ns);
 
@@ -91,9 +103,17 @@ static int drain(struct kvdmabuf_ctx *ctx, struct kvdmabuf_region **t,
 		now = kvd_now_ns();
 		if (now >= deadline)
 			break;
-		nanosleep(&ts, NULL);
-		if (ts.tv_nsec < 10000000)
-			ts.tv_nsec *= 2;
+		/* Woken by the last io_end of a busy region; the engine's
+		 * callback, if any, is asked again every millisecond. */
+		if (wait_io) {
+			kvd_io_wait_ended(wait_io, wait_seen,
+					  deadline - now < DRAIN_POLL_NS ?
+					  deadline - now : DRAIN_POLL_NS);
+		} else {
+			struct timespec ts = { 0, DRAIN_POLL_NS };
+
+			nanosleep(&ts, NULL);
+		}
 	}
 	if (total)
 		return kvd_err(ctx, -ETIMEDOUT, "sleep: drain timed out after "

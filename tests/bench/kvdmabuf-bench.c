@@ -1409,8 +1409,8 @@ static int run_drain(void)
 	if (!rc)
 		target(worst_med < 1e6 ? T_PASS : T_FAIL, "drain_latency<1ms",
 		       "worst median %.3f ms (transfer in flight for %.1f ms "
-		       "when sleep began; the drain polls with a back-off "
-		       "from 0.1 ms)", worst_med / 1e6, worst_hold / 1e6);
+		       "when sleep began; the last io_end wakes the "
+		       "drain)", worst_med / 1e6, worst_hold / 1e6);
 	if (kvdmabuf_region_remove(r) && !rc)
 		rc = ERR("remove");
 	munmap(mem, 1 << 20);
