@@ -190,16 +190,11 @@ FIXTURE_SETUP(abi)
 {
 	self->dev = self->drm = self->proxy = self->proxy2 = -1;
 	self->vgem = self->small = self->devnull = -1;
-	self->dev = kvd_dev_open();
-	if (self->dev < 0)
-		SKIP(return, "%s: %s (kvdmabuf module not loaded)",
-		     KVDMABUF_DEVICE_PATH, strerror(-self->dev));
-	self->drm = vgem_open();
-	if (self->drm < 0)
-		SKIP(return, "no vgem device (modprobe vgem)");
-	self->vgem = kvd_vgem_dmabuf(self->drm, SIZE);
+	KVD_OPEN_DEV(self->dev);
+	KVD_OPEN_VGEM(self->drm);
+	self->vgem = vgem_dmabuf(self->drm, SIZE);
 	ASSERT_GE(self->vgem, 0);
-	self->small = kvd_vgem_dmabuf(self->drm, SIZE / 2);
+	self->small = vgem_dmabuf(self->drm, SIZE / 2);
 	ASSERT_GE(self->small, 0);
 	self->proxy = kvd_create(self->dev, SIZE, NULL);
 	ASSERT_GE(self->proxy, 0);
@@ -262,10 +257,7 @@ FIXTURE(misc) {
 
 FIXTURE_SETUP(misc)
 {
-	self->dev = kvd_dev_open();
-	if (self->dev < 0)
-		SKIP(return, "%s: %s (kvdmabuf module not loaded)",
-		     KVDMABUF_DEVICE_PATH, strerror(-self->dev));
+	KVD_OPEN_DEV(self->dev);
 }
 
 FIXTURE_TEARDOWN(misc)

@@ -156,28 +156,40 @@ static inline int imp_release(int imp, int h)
 	return kvd_ioctl(imp, KVD_IMP_IOCTL_RELEASE, &r);
 }
 
+/*
+ * Fixture set-up steps: open the module's device, the test importer or
+ * vgem into @fd, or skip the test with the reason (what the machine lacks).
+ */
+#define KVD_OPEN_DEV(fd)						\
+	do {								\
+		fd = kvd_dev_open();					\
+		if (fd < 0)						\
+			SKIP(return, "%s: %s (kvdmabuf module not loaded)", \
+			     KVDMABUF_DEVICE_PATH, strerror(-fd));	\
+	} while (0)
+
+#define KVD_OPEN_IMP(fd)						\
+	do {								\
+		fd = imp_open();					\
+		if (fd < 0)						\
+			SKIP(return, "%s: %s (kvd_importer test module not loaded)", \
+			     KVD_IMPORTER_PATH, strerror(-fd));		\
+	} while (0)
+
+#define KVD_OPEN_VGEM(fd)						\
+	do {								\
+		fd = vgem_open();					\
+		if (fd < 0)						\
+			SKIP(return, "no vgem device (modprobe vgem)");	\
+	} while (0)
+
 /* ---- backings ---- */
-
-/* A vgem buffer exported as a dma-buf fd (O_RDWR, O_CLOEXEC), or -errno. */
-static inline int kvd_vgem_dmabuf(int drm, uint64_t size)
-{
-	uint32_t handle = 0;
-	int ret, fd = -1;
-
-	ret = vgem_create(drm, size, &handle);
-	if (ret)
-		return ret;
-	if (drmPrimeHandleToFD(drm, handle, DRM_CLOEXEC | DRM_RDWR, &fd))
-		ret = -errno;
-	vgem_close_handle(drm, handle);
-	return ret ? ret : fd;
-}
 
 /* A vgem dma-buf of @size bytes filled with pattern @seed; fd or -errno. */
 static inline int vgem_pattern_buf(int drm, uint64_t size, uint32_t seed)
 {
 	void *p;
-	int fd = kvd_vgem_dmabuf(drm, size);
+	int fd = vgem_dmabuf(drm, size);
 
 	if (fd < 0)
 		return fd;

@@ -54,17 +54,9 @@ FIXTURE(life) {
 FIXTURE_SETUP(life)
 {
 	self->dev = self->imp = self->drm = -1;
-	self->dev = kvd_dev_open();
-	if (self->dev < 0)
-		SKIP(return, "%s: %s (kvdmabuf module not loaded)",
-		     KVDMABUF_DEVICE_PATH, strerror(-self->dev));
-	self->imp = imp_open();
-	if (self->imp < 0)
-		SKIP(return, "%s: %s (kvd_importer test module not loaded)",
-		     KVD_IMPORTER_PATH, strerror(-self->imp));
-	self->drm = vgem_open();
-	if (self->drm < 0)
-		SKIP(return, "no vgem device (modprobe vgem)");
+	KVD_OPEN_DEV(self->dev);
+	KVD_OPEN_IMP(self->imp);
+	KVD_OPEN_VGEM(self->drm);
 	if (read_baseline(&self->base))
 		SKIP(return, "no %s/stats (debugfs not mounted, not root?)",
 		     KVD_DEBUGFS);

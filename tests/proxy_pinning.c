@@ -23,17 +23,9 @@ FIXTURE_SETUP(pin)
 {
 	self->dev = self->imp = self->drm = -1;
 	self->proxy = self->a = self->b = -1;
-	self->dev = kvd_dev_open();
-	if (self->dev < 0)
-		SKIP(return, "%s: %s (kvdmabuf module not loaded)",
-		     KVDMABUF_DEVICE_PATH, strerror(-self->dev));
-	self->imp = imp_open();
-	if (self->imp < 0)
-		SKIP(return, "%s: %s (kvd_importer test module not loaded)",
-		     KVD_IMPORTER_PATH, strerror(-self->imp));
-	self->drm = vgem_open();
-	if (self->drm < 0)
-		SKIP(return, "no vgem device (modprobe vgem)");
+	KVD_OPEN_DEV(self->dev);
+	KVD_OPEN_IMP(self->imp);
+	KVD_OPEN_VGEM(self->drm);
 	self->a = vgem_pattern_buf(self->drm, SIZE, SEED_A);
 	ASSERT_GE(self->a, 0);
 	self->b = vgem_pattern_buf(self->drm, SIZE, SEED_B);

@@ -41,17 +41,9 @@ FIXTURE_SETUP(udmabuf)
 	if (self->udev < 0)
 		SKIP(return, "/dev/udmabuf: %s (CONFIG_UDMABUF not set, as in Debian 6.1)",
 		     strerror(errno));
-	self->dev = kvd_dev_open();
-	if (self->dev < 0)
-		SKIP(return, "%s: %s (kvdmabuf module not loaded)",
-		     KVDMABUF_DEVICE_PATH, strerror(-self->dev));
-	self->imp = imp_open();
-	if (self->imp < 0)
-		SKIP(return, "%s: %s (kvd_importer test module not loaded)",
-		     KVD_IMPORTER_PATH, strerror(-self->imp));
-	self->drm = vgem_open();
-	if (self->drm < 0)
-		SKIP(return, "no vgem device (modprobe vgem)");
+	KVD_OPEN_DEV(self->dev);
+	KVD_OPEN_IMP(self->imp);
+	KVD_OPEN_VGEM(self->drm);
 
 	self->memfd = memfd_create("kvd-udmabuf", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	ASSERT_GE(self->memfd, 0);

@@ -1041,7 +1041,7 @@ static int run_datapath(uint64_t size)
 	dev = kvd_dev_open();
 	if (dev < 0)
 		return ERR("open %s: %s", KVDMABUF_DEVICE_PATH, strerror(-dev));
-	bfd = kvd_vgem_dmabuf(g_drm, size);
+	bfd = vgem_dmabuf(g_drm, size);
 	if (bfd < 0) {
 		ERR("vgem dma-buf: %s", strerror(-bfd));
 		goto out;
