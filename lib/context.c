@@ -52,6 +52,15 @@ static void join(char *dst, size_t n, const char *a, const char *b)
 	dst[la + lb] = '\0';
 }
 
+int kvd_may_change(struct kvdmabuf_ctx *ctx, const char *what)
+{
+	if (ctx->in_callback)
+		return kvd_err(ctx, -EDEADLK, "%s from a callback", what);
+	if (ctx->draining)
+		return kvd_err(ctx, -EBUSY, "%s while a sleep is draining", what);
+	return 0;
+}
+
 int kvd_err_prefix(struct kvdmabuf_ctx *ctx, int rc, const char *fmt, ...)
 {
 	char old[KVD_ERRMAX], pre[KVD_ERRMAX];

@@ -185,6 +185,9 @@ struct kvdmabuf_region {
 struct kvdmabuf_ctx {
 	pthread_mutex_t lock;            /* recursive */
 	int in_callback;
+	/* A sleep is draining with the lock released (so that transfer
+	 * paths can still read keys and state): changes wait for it. */
+	bool draining;
 	char err[KVD_ERRMAX];
 
 	const struct kvd_ops *ops;
@@ -210,6 +213,12 @@ struct kvdmabuf_ctx {
 	uint64_t sleeps, wakes;
 	uint64_t unbalanced_removed;     /* from removed regions */
 };
+
+/*
+ * With ctx->lock held: 0 when @what (sleep, wake, region changes) may run
+ * now; -EDEADLK from a key-change callback, -EBUSY while a sleep drains.
+ */
+int kvd_may_change(struct kvdmabuf_ctx *ctx, const char *what);
 
 /* Open with a given backend table (tests); kvdmabuf_open() uses defaults. */
 int kvd_open_ops(const struct kvdmabuf_options *opts,

@@ -12,7 +12,11 @@
  *  - a context and its regions may be used from several threads: sleep,
  *    wake, region add/remove, query and the getters serialise on a
  *    per-context lock; kvdmabuf_io_begin()/kvdmabuf_io_end() are lock-free
- *    and callable from any thread at any time while the region exists.
+ *    and callable from any thread at any time while the region exists;
+ *  - sleep drains without that lock, so a transfer path may read keys and
+ *    state between io_begin and io_end; sleep, wake and region changes
+ *    made meanwhile from other threads fail with -EBUSY;
+ *  - at wake, the key-change callback runs before I/O resumes.
  *
  * Typical use (engine side):
  *

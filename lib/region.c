@@ -255,10 +255,9 @@ int kvdmabuf_region_add(struct kvdmabuf_ctx *ctx,
 	if (!ctx || !desc || !regionp)
 		return -EINVAL;
 	pthread_mutex_lock(&ctx->lock);
-	if (ctx->in_callback) {
-		rc = kvd_err(ctx, -EDEADLK, "region_add from a callback");
+	rc = kvd_may_change(ctx, "region_add");
+	if (rc)
 		goto out;
-	}
 	rc = desc_check(ctx, desc);
 	if (rc)
 		goto out;
@@ -313,8 +312,9 @@ int kvdmabuf_region_remove(struct kvdmabuf_region *r)
 		return -EINVAL;
 	ctx = r->ctx;
 	pthread_mutex_lock(&ctx->lock);
-	if (ctx->in_callback)
-		rc = kvd_err(ctx, -EDEADLK, "region_remove from a callback");
+	rc = kvd_may_change(ctx, "region_remove");
+	if (rc)
+		;
 	else if (kvd_io_count(&r->io))
 		rc = kvd_err(ctx, -EBUSY, "region %p+%zu: %llu transfers in "
 			     "flight", r->addr, r->len,
@@ -335,7 +335,10 @@ int kvdmabuf_region_set_drm_handle(struct kvdmabuf_region *r, int drm_fd,
 		return -EINVAL;
 	ctx = r->ctx;
 	pthread_mutex_lock(&ctx->lock);
-	if (r->mem != KVDMABUF_MEM_DRM) {
+	rc = kvd_may_change(ctx, "region_set_drm_handle");
+	if (rc) {
+		;
+	} else if (r->mem != KVDMABUF_MEM_DRM) {
 		rc = kvd_err(ctx, -EINVAL, "not a DRM region");
 	} else if (!r->asleep) {
 		rc = kvd_err(ctx, -EBUSY, "DRM handle can only change while "

@@ -9,6 +9,7 @@
  * (cannot fail), after which nothing of ours holds the old memory.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,11 +50,25 @@ static void note_rollback(struct kvdmabuf_ctx *ctx, const char *saved,
 
 /* ---- drain ---- */
 
+static int drain_err(char *msg, size_t len, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int drain_err(char *msg, size_t len, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, len, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
 /* Longest wait between two looks at the counts and the engine callback. */
 #define DRAIN_POLL_NS 1000000
 
+/* Runs without ctx->lock: reports through @msg, not the context message. */
 static int drain(struct kvdmabuf_ctx *ctx, struct kvdmabuf_region **t,
-		 unsigned int n)
+		 unsigned int n, char *msg, size_t msglen)
 {
 	int64_t start = kvd_now_ns();
 	int64_t deadline = start + (int64_t)ctx->drain_timeout_ms * 1000000;
@@ -92,7 +107,7 @@ static int drain(struct kvdmabuf_ctx *ctx, struct kvdmabuf_region **t,
 		if (ctx->drain) {
 			rc = ctx->drain(ctx->drain_arg);
 			if (rc < 0)
-				return kvd_err(ctx, rc, "sleep: engine drain "
+				return drain_err(msg, msglen, rc, "sleep: engine drain "
 					       "callback failed: %s; everything "
 					       "stays registered and awake",
 					       strerror(-rc));
@@ -116,7 +131,7 @@ static int drain(struct kvdmabuf_ctx *ctx, struct kvdmabuf_region **t,
 		}
 	}
 	if (total)
-		return kvd_err(ctx, -ETIMEDOUT, "sleep: drain timed out after "
+		return drain_err(msg, msglen, -ETIMEDOUT, "sleep: drain timed out after "
 			       "%.3f s: %llu transfer(s) still in flight on %u "
 			       "region(s), the count above zero without a "
 			       "break for %.3f s (a transfer path that misses "
@@ -126,7 +141,7 @@ static int drain(struct kvdmabuf_ctx *ctx, struct kvdmabuf_region **t,
 			       busy_regions, (now - oldest) / 1e9,
 			       idle ? "" : "; the engine drain callback also "
 			       "still reports busy queues");
-	return kvd_err(ctx, -ETIMEDOUT, "sleep: drain timed out after %.3f s: "
+	return drain_err(msg, msglen, -ETIMEDOUT, "sleep: drain timed out after %.3f s: "
 		       "no transfer in flight here, but the engine drain "
 		       "callback still reports busy queues; everything stays "
 		       "registered and awake", (now - start) / 1e9);
@@ -284,19 +299,26 @@ int kvdmabuf_sleep(struct kvdmabuf_ctx *ctx, const char *tag)
 	if (!ctx)
 		return -EINVAL;
 	pthread_mutex_lock(&ctx->lock);
-	if (ctx->in_callback) {
-		rc = kvd_err(ctx, -EDEADLK, "sleep from a callback");
+	rc = kvd_may_change(ctx, "sleep");
+	if (rc)
 		goto unlock;
-	}
 	rc = targets(ctx, tag, false, &t, &idx, &n);
 	if (rc || !n)
 		goto unlock;    /* nothing awake to put to sleep: done */
 
 	for (k = 0; k < n; k++)
 		kvd_io_close(&t[k]->io);
-	rc = drain(ctx, t, n);
-	if (rc)
+	/* Drain with the lock released: a transfer path may read its keys
+	 * (or the state) before its io_end; changes wait (-EBUSY). */
+	ctx->draining = true;
+	pthread_mutex_unlock(&ctx->lock);
+	rc = drain(ctx, t, n, saved, sizeof(saved));
+	pthread_mutex_lock(&ctx->lock);
+	ctx->draining = false;
+	if (rc) {
+		kvd_err(ctx, rc, "%s", saved);
 		goto reopen;
+	}
 
 	for (k = 0; k < n; k++) {
 		rc = sleep_one(t[k]);
@@ -346,10 +368,9 @@ int kvdmabuf_wake(struct kvdmabuf_ctx *ctx, const char *tag)
 	if (!ctx)
 		return -EINVAL;
 	pthread_mutex_lock(&ctx->lock);
-	if (ctx->in_callback) {
-		rc = kvd_err(ctx, -EDEADLK, "wake from a callback");
+	rc = kvd_may_change(ctx, "wake");
+	if (rc)
 		goto unlock;
-	}
 	rc = targets(ctx, tag, true, &t, &idx, &n);
 	if (rc || !n)
 		goto unlock;    /* nothing asleep: done */
@@ -372,13 +393,17 @@ int kvdmabuf_wake(struct kvdmabuf_ctx *ctx, const char *tag)
 		memcpy(ctx->err, saved, sizeof(saved));
 		goto done;      /* still asleep, I/O still stopped */
 	}
-	for (k = 0; k < n; k++) {
+	for (k = 0; k < n; k++)
 		t[k]->asleep = false;
-		kvd_io_open(&t[k]->io);
-	}
 	ctx->wakes++;
+	/* New keys reach the engine before any transfer may begin. */
+	kvd_fire_key_callbacks(ctx);
+	for (k = 0; k < n; k++)
+		kvd_io_open(&t[k]->io);
+	goto out;
 done:
 	kvd_fire_key_callbacks(ctx);
+out:
 	free(t);
 	free(idx);
 unlock:
