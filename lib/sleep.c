@@ -289,12 +289,47 @@ static int targets(struct kvdmabuf_ctx *ctx, const char *tag, bool asleep,
 	return 0;
 }
 
+/*
+ * Runs @step on every target; when region k fails, undoes regions k-1..0
+ * (newest first) and returns its error, the context message naming the
+ * failed region and any undo that failed as well.
+ */
+static int all_or_nothing(struct kvdmabuf_ctx *ctx, const char *what,
+			  struct kvdmabuf_region **t, const unsigned int *idx,
+			  unsigned int n, int (*step)(struct kvdmabuf_region *),
+			  int (*undo)(struct kvdmabuf_region *))
+{
+	char name[160], saved[KVD_ERRMAX];
+	unsigned int k, j;
+	int rc, rc2;
+
+	for (k = 0; k < n; k++) {
+		rc = step(t[k]);
+		if (!rc)
+			continue;
+		region_name(t[k], idx[k], name, sizeof(name));
+		kvd_err_prefix(ctx, rc, "%s: %s", what, name);
+		memcpy(saved, ctx->err, sizeof(saved));
+		for (j = k; j-- > 0;) {
+			rc2 = undo(t[j]);
+			if (rc2) {
+				region_name(t[j], idx[j], name, sizeof(name));
+				note_rollback(ctx, saved, name, rc2);
+				memcpy(saved, ctx->err, sizeof(saved));
+			}
+		}
+		memcpy(ctx->err, saved, sizeof(saved));
+		return rc;
+	}
+	return 0;
+}
+
 int kvdmabuf_sleep(struct kvdmabuf_ctx *ctx, const char *tag)
 {
 	struct kvdmabuf_region **t;
-	unsigned int *idx, n, k, j;
-	char name[160], saved[KVD_ERRMAX];
-	int rc, rc2;
+	unsigned int *idx, n, k;
+	char saved[KVD_ERRMAX];
+	int rc;
 
 	if (!ctx)
 		return -EINVAL;
@@ -320,24 +355,9 @@ int kvdmabuf_sleep(struct kvdmabuf_ctx *ctx, const char *tag)
 		goto reopen;
 	}
 
-	for (k = 0; k < n; k++) {
-		rc = sleep_one(t[k]);
-		if (!rc)
-			continue;
-		region_name(t[k], idx[k], name, sizeof(name));
-		kvd_err_prefix(ctx, rc, "sleep: %s", name);
-		memcpy(saved, ctx->err, sizeof(saved));
-		for (j = k; j-- > 0;) {
-			rc2 = undo_sleep_one(t[j]);
-			if (rc2) {
-				region_name(t[j], idx[j], name, sizeof(name));
-				note_rollback(ctx, saved, name, rc2);
-				memcpy(saved, ctx->err, sizeof(saved));
-			}
-		}
-		memcpy(ctx->err, saved, sizeof(saved));
+	rc = all_or_nothing(ctx, "sleep", t, idx, n, sleep_one, undo_sleep_one);
+	if (rc)
 		goto reopen;
-	}
 	/* phase 2: drop the old memory; cannot fail */
 	for (k = 0; k < n; k++) {
 		fd_close(&t[k]->backing_fd);
@@ -361,9 +381,8 @@ unlock:
 int kvdmabuf_wake(struct kvdmabuf_ctx *ctx, const char *tag)
 {
 	struct kvdmabuf_region **t;
-	unsigned int *idx, n, k, j;
-	char name[160], saved[KVD_ERRMAX];
-	int rc, rc2;
+	unsigned int *idx, n, k;
+	int rc;
 
 	if (!ctx)
 		return -EINVAL;
@@ -375,24 +394,9 @@ int kvdmabuf_wake(struct kvdmabuf_ctx *ctx, const char *tag)
 	if (rc || !n)
 		goto unlock;    /* nothing asleep: done */
 
-	for (k = 0; k < n; k++) {
-		rc = wake_one(t[k]);
-		if (!rc)
-			continue;
-		region_name(t[k], idx[k], name, sizeof(name));
-		kvd_err_prefix(ctx, rc, "wake: %s", name);
-		memcpy(saved, ctx->err, sizeof(saved));
-		for (j = k; j-- > 0;) {
-			rc2 = undo_wake_one(t[j]);
-			if (rc2) {
-				region_name(t[j], idx[j], name, sizeof(name));
-				note_rollback(ctx, saved, name, rc2);
-				memcpy(saved, ctx->err, sizeof(saved));
-			}
-		}
-		memcpy(ctx->err, saved, sizeof(saved));
+	rc = all_or_nothing(ctx, "wake", t, idx, n, wake_one, undo_wake_one);
+	if (rc)
 		goto done;      /* still asleep, I/O still stopped */
-	}
 	for (k = 0; k < n; k++)
 		t[k]->asleep = false;
 	ctx->wakes++;
