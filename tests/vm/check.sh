@@ -19,7 +19,7 @@ vm_timeout=${KVDMABUF_VM_TIMEOUT:-1500}
 jobs=${KVDMABUF_JOBS:-$(nproc)}
 logs=$repo/build/logs
 mkdir -p "$logs"
-total_pass=0 total_fail=0 total_skip=0 stage_failed=0
+total_pass=0 total_fail=0 total_skip=0 stage_failed=0 run_mode=
 
 newest() { ls -d "$@" 2>/dev/null | sort -V | tail -1; }
 
@@ -41,6 +41,10 @@ account() { # name rc log seconds
 	total_pass=$((total_pass + p))
 	total_fail=$((total_fail + f))
 	total_skip=$((total_skip + s))
+	if [ -n "$run_mode" ]; then
+		printf '# %s: %ds in all, exit status %d\n' "$name" "$secs" "$rc"
+		return
+	fi
 	printf '# stage %-8s %4ds  %d passed, %d failed, %d skipped\n' \
 		"$name" "$secs" "$p" "$f" "$s"
 }
@@ -148,6 +152,7 @@ case "${1:-all}" in
 unit) stage_unit || stage_failed=1 ;;
 vm) stage_vm "${2:?lane}" || stage_failed=1 ;;
 run)
+	run_mode=1
 	lane=${2:?lane}
 	shift 2
 	stage_vm "$lane" -- "$@" || stage_failed=1
