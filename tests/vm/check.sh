@@ -19,6 +19,10 @@ vm_timeout=${KVDMABUF_VM_TIMEOUT:-1500}
 jobs=${KVDMABUF_JOBS:-$(nproc)}
 logs=$repo/build/logs
 mkdir -p "$logs"
+# Build trees of the lanes whose guest runs this machine's root: not under
+# the checkout, which may lie in /tmp or /run (the guest mounts tmpfs
+# there), but in the cache, one folder per checkout.
+lanes=$cache/lanes/$(printf '%s' "$repo" | sha1sum | cut -c1-12)
 total_pass=0 total_fail=0 total_skip=0 stage_failed=0 run_mode=
 
 newest() { ls -d "$@" 2>/dev/null | sort -V | tail -1; }
@@ -84,7 +88,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		kver=$(newest /lib/modules/6.1.*-amd64/build)
 		kver=$(basename "$(dirname "$kver")")
 		kernel=/boot/vmlinuz-$kver moddir=/lib/modules/$kver root=/
-		build=$repo/build/lane-6.1 guest_build=$build
+		build=$lanes/lane-6.1 guest_build=$build
 		sync_tree "$repo" "$build"
 		make -C "$build" -j"$jobs" all KDIR="$moddir/build" ${KVDMABUF_MAKE_ARGS:-} >"$blog" 2>&1 || rc=1
 		;;
@@ -109,7 +113,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		# KASAN and lockdep under TCG: slower, and the fuzzer's full run.
 		guest_env=(KVDMABUF_TIMEOUT_SCALE=4 KVDMABUF_PROGRAM_TIMEOUT=3600
 			KVDMABUF_FUZZ_SECONDS=60)
-		build=$repo/build/lane-debug guest_build=$build
+		build=$lanes/lane-debug guest_build=$build
 		sync_tree "$repo" "$build"
 		make -C "$build" -j"$jobs" all KDIR="$dk/build" ${KVDMABUF_MAKE_ARGS:-} >"$blog" 2>&1 || rc=1
 		;;
@@ -122,14 +126,21 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 	# Our own copy of the console: runs of other trees may share $logs.
 	local plog
 	plog=$(mktemp /tmp/kvd-console.XXXXXX)
+	case "$lanes" in
+	/tmp/* | /run/* | /dev/* | /proc/* | /sys/*)
+		echo "check.sh: KVDMABUF_CACHE ($cache) must not be under a folder the guest mounts over" >&2
+		exec 8>&-
+		account "vm-$lane" 1 /dev/null 0
+		return
+		;;
+	esac
 	local run=("$guest_build/tests/vm.list")
 	if [ "${2:-}" = -- ]; then
 		run=(-- "$guest_build/${3#./}" "${@:4}")
 	fi
 	if [ $rc != 0 ]; then
-		: >"$log"
-		echo "# build for lane $lane failed:"
-		tail -30 "$blog"
+		echo "# build for lane $lane failed:" | tee "$log"
+		tail -30 "$blog" | tee -a "$log"
 	else
 		echo "# built in $((SECONDS - t0))s; booting $kver"
 		# Under KASAN and TCG ACPI's AML loops stall the boot: acpi=off.
@@ -142,9 +153,10 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		rc=${PIPESTATUS[0]}
 		cat "$plog" >"$log"
 	fi
-	exec 8>&-
-	account "vm-$lane" $rc "$plog" $((SECONDS - t0))
 	rm -f "$plog"
+	# Still under the lock: no other run of this tree rewrites $log.
+	account "vm-$lane" $rc "$log" $((SECONDS - t0))
+	exec 8>&-
 }
 
 t_all=$SECONDS
