@@ -16,6 +16,7 @@
 
 #include "harness.h"
 #include "lib_fake.h"
+#include "lib_imp_nic.h"
 #include "vgem.h"
 #include "kmod/kvd_importer.h"
 #include "../uapi/kvdmabuf.h"
@@ -23,78 +24,8 @@
 #define LEN (256u * 1024)
 #define BLK 4096u
 
-static int imp_fd = -1;
-static int imp_pinned;
-
-static int imp_nics_open(struct kvdmabuf_ctx *ctx,
-			 const struct kvdmabuf_options *o)
-{
-	(void)o;
-	snprintf(ctx->nics[0].name, sizeof(ctx->nics[0].name), "kvd_importer");
-	ctx->nr_nics = 1;
-	return 0;
-}
-
-static void imp_nics_close(struct kvdmabuf_ctx *ctx)
-{
-	ctx->nr_nics = 0;
-}
-
-static int imp_reg_dmabuf(struct kvdmabuf_ctx *ctx, unsigned int nic, int fd,
-			  uint64_t off, size_t len, uint64_t iova,
-			  struct kvd_mr *mr)
-{
-	struct kvd_imp_import im = { .fd = (__u32)fd };
-
-	(void)nic;
-	(void)off;
-	(void)len;
-	(void)iova;
-	im.flags = imp_pinned ? KVD_IMP_IMPORT_PINNED : 0;
-	if (ioctl(imp_fd, KVD_IMP_IOCTL_IMPORT, &im))
-		return kvd_err(ctx, -errno, "kvd_importer import: %s",
-			       strerror(errno));
-	mr->handle = (void *)(uintptr_t)(im.handle + 1);
-	mr->lkey = mr->rkey = im.handle;
-	return 0;
-}
-
-static int imp_reg_addr(struct kvdmabuf_ctx *ctx, unsigned int nic, void *a,
-			size_t len, struct kvd_mr *mr)
-{
-	(void)nic;
-	(void)a;
-	(void)len;
-	(void)mr;
-	return kvd_err(ctx, -EOPNOTSUPP, "kvd_importer: dma-bufs only");
-}
-
-static int imp_dereg(struct kvdmabuf_ctx *ctx, unsigned int nic,
-		     struct kvd_mr *mr)
-{
-	struct kvd_imp_release r = { .handle = mr->lkey };
-
-	(void)nic;
-	if (ioctl(imp_fd, KVD_IMP_IOCTL_RELEASE, &r))
-		return kvd_err(ctx, -errno, "kvd_importer release: %s",
-			       strerror(errno));
-	memset(mr, 0, sizeof(*mr));
-	return 0;
-}
-
-static const struct kvd_ops imp_ops = {
-	.nics_open = imp_nics_open,
-	.nics_close = imp_nics_close,
-	.export_dmabuf = kvd_export_dmabuf,
-	.reg_dmabuf = imp_reg_dmabuf,
-	.reg_addr = imp_reg_addr,
-	.dereg = imp_dereg,
-	.proxy_open = kvd_proxy_dev_open,
-	.proxy_create = kvd_proxy_dev_create,
-	.proxy_attach = kvd_proxy_dev_attach,
-	.proxy_revoke = kvd_proxy_dev_revoke,
-	.proxy_query = kvd_proxy_dev_query,
-};
+/* The test importer as the library's NIC (lib_imp_nic.h). */
+static struct imp_nic imp = { .fd = -1 };
 
 static int imp_access(uint32_t handle, int write, uint64_t off, void *buf,
 		      size_t len)
@@ -104,14 +35,14 @@ static int imp_access(uint32_t handle, int write, uint64_t off, void *buf,
 		.offset = off, .length = len, .buf = (uintptr_t)buf,
 	};
 
-	return ioctl(imp_fd, KVD_IMP_IOCTL_ACCESS, &a) ? -errno : 0;
+	return ioctl(imp.fd, KVD_IMP_IOCTL_ACCESS, &a) ? -errno : 0;
 }
 
 static int imp_counters(uint32_t handle, struct kvd_imp_counters *c)
 {
 	memset(c, 0, sizeof(*c));
 	c->handle = handle;
-	return ioctl(imp_fd, KVD_IMP_IOCTL_COUNTERS, c) ? -errno : 0;
+	return ioctl(imp.fd, KVD_IMP_IOCTL_COUNTERS, c) ? -errno : 0;
 }
 
 /* CPU mapping of a vgem buffer, at @at when given (MAP_FIXED). */
@@ -145,7 +76,7 @@ static int open_ctx(struct kvdmabuf_ctx **ctx, const char *cuda)
 
 	o.config_path = path;
 	o.cuda_library = cuda;
-	rc = kvd_open_ops(&o, &imp_ops, NULL, ctx, err, sizeof(err));
+	rc = kvd_open_ops(&o, &imp_nic_ops, &imp, ctx, err, sizeof(err));
 	if (rc)
 		printf("# open: %s\n", err);
 	unlink(path);
@@ -174,14 +105,14 @@ FIXTURE_SETUP(fo)
 	self->drm = vgem_open();
 	if (self->drm < 0)
 		SKIP(return, "no vgem device");
-	imp_fd = open(KVD_IMPORTER_PATH, O_RDWR | O_CLOEXEC);
-	if (imp_fd < 0)
+	imp.fd = open(KVD_IMPORTER_PATH, O_RDWR | O_CLOEXEC);
+	if (imp.fd < 0)
 		SKIP(return, "%s absent (test importer not loaded)",
 		     KVD_IMPORTER_PATH);
 	if (access(KVDMABUF_DEVICE_PATH, F_OK))
 		SKIP(return, "%s absent (module not loaded)",
 		     KVDMABUF_DEVICE_PATH);
-	imp_pinned = variant->pinned;
+	imp.pinned = variant->pinned;
 	ASSERT_EQ(0, open_ctx(&self->ctx, NULL));
 }
 
@@ -189,8 +120,8 @@ FIXTURE_TEARDOWN(fo)
 {
 	if (self->ctx)
 		kvdmabuf_close(self->ctx);
-	if (imp_fd >= 0)
-		close(imp_fd);
+	if (imp.fd >= 0)
+		close(imp.fd);
 	if (self->drm >= 0)
 		close(self->drm);
 }

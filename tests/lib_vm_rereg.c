@@ -12,25 +12,11 @@
 #include "harness.h"
 #include "lib_fake.h"
 #include "verbs_pair.h"
+#include "procfs.h"
 #include "vgem.h"
 
 #define LEN (1u << 20)
 #define BLK 4096u
-
-static long vmpin_kb(void)
-{
-	char line[256];
-	FILE *f = fopen("/proc/self/status", "re");
-	long kb = -1;
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmPin: %ld kB", &kb) == 1)
-			break;
-	fclose(f);
-	return kb;
-}
 
 FIXTURE(vr) {
 	struct vp_end a, b;         /* a: our side (rxe0), b: the peer */

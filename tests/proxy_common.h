@@ -23,6 +23,7 @@
 #include "../uapi/kvdmabuf.h"
 
 #include "kmod/kvd_importer.h"
+#include "procfs.h"
 #include "vgem.h"
 
 #define KVD_PAGE	4096UL
@@ -245,22 +246,6 @@ static inline long kvd_stat(const char *name)
 			ret = val;
 	fclose(f);
 	return ret;
-}
-
-/* Shmem in /proc/meminfo, in KiB, or -errno. */
-static inline long meminfo_shmem_kb(void)
-{
-	char line[256];
-	long kb = -ENOENT;
-	FILE *f = fopen("/proc/meminfo", "re");
-
-	if (!f)
-		return -errno;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "Shmem: %ld kB", &kb) == 1)
-			break;
-	fclose(f);
-	return kb;
 }
 
 #endif /* KVDMABUF_TESTS_PROXY_COMMON_H */

@@ -23,7 +23,7 @@ FIXTURE_SETUP(mem)
 	KVD_OPEN_DEV(self->dev);
 	KVD_OPEN_IMP(self->imp);
 	KVD_OPEN_VGEM(self->drm);
-	self->base_kb = meminfo_shmem_kb();
+	self->base_kb = meminfo_kb("Shmem");
 	ASSERT_GE(self->base_kb, 0);
 	self->proxy = kvd_create(self->dev, BIG, NULL);
 	ASSERT_GE(self->proxy, 0);
@@ -46,12 +46,12 @@ FIXTURE_TEARDOWN(mem)
 /* Polls Shmem until it is at most @limit_kb; returns the last value. */
 static long shmem_wait_below(long limit_kb, int ms)
 {
-	long kb = meminfo_shmem_kb();
+	long kb = meminfo_kb("Shmem");
 
 	while (kb > limit_kb && ms > 0) {
 		usleep(10000);
 		ms -= 10;
-		kb = meminfo_shmem_kb();
+		kb = meminfo_kb("Shmem");
 	}
 	return kb;
 }
@@ -64,7 +64,7 @@ static void back_and_map(struct __test_metadata *_metadata,
 	int a = vgem_pattern_buf(self->drm, BIG, 0x5);
 
 	ASSERT_GE(a, 0);
-	EXPECT_GE(meminfo_shmem_kb(), self->base_kb + BIG_KB * 9 / 10);
+	EXPECT_GE(meminfo_kb("Shmem"), self->base_kb + BIG_KB * 9 / 10);
 	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, a, 0));
 	self->h = imp_import(self->imp, self->proxy, 0);
 	ASSERT_GE(self->h, 0);
@@ -81,7 +81,7 @@ TEST_F(mem, revoke_gives_the_memory_back)
 	back_and_map(_metadata, self);
 	/* The user's fd is closed, the proxy still holds the backing. */
 	usleep(100000);
-	EXPECT_GE(meminfo_shmem_kb(), self->base_kb + BIG_KB * 9 / 10);
+	EXPECT_GE(meminfo_kb("Shmem"), self->base_kb + BIG_KB * 9 / 10);
 
 	ASSERT_EQ(0, kvd_revoke(self->dev, self->proxy, 1000));
 	kb = shmem_wait_below(self->base_kb + BIG_KB / 10, 3000);
@@ -102,7 +102,7 @@ TEST_F(mem, without_revoke_the_memory_stays)
 
 	back_and_map(_metadata, self);
 	usleep(300000);
-	kb = meminfo_shmem_kb();
+	kb = meminfo_kb("Shmem");
 	TH_LOG("Shmem: base %ld kB, fd closed, no revoke: %ld kB",
 	       self->base_kb, kb);
 	EXPECT_GE(kb, self->base_kb + BIG_KB * 9 / 10);
@@ -124,7 +124,7 @@ TEST_F(mem, replace_gives_the_old_memory_back)
 	back_and_map(_metadata, self);
 	b = vgem_pattern_buf(self->drm, BIG, 0x6);
 	ASSERT_GE(b, 0);
-	EXPECT_GE(meminfo_shmem_kb(), self->base_kb + 2 * BIG_KB * 9 / 10);
+	EXPECT_GE(meminfo_kb("Shmem"), self->base_kb + 2 * BIG_KB * 9 / 10);
 	ASSERT_EQ(0, kvd_replace(self->dev, self->proxy, b, 0));
 	close(b);
 	kb = shmem_wait_below(self->base_kb + BIG_KB * 11 / 10, 3000);

@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "../lib/internal.h"
+#include "lib_imp_nic.h"
 #include "proxy_common.h"
 #include "verbs_pair.h"
 
@@ -238,39 +239,6 @@ static void print_report(const char *where)
 
 /* ---- system figures ---- */
 
-static long meminfo_kb(const char *key)
-{
-	char line[256], k[64];
-	long kb, ret = -ENOENT;
-	FILE *f = fopen("/proc/meminfo", "re");
-
-	if (!f)
-		return -errno;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "%63[^:]: %ld kB", k, &kb) == 2 &&
-		    !strcmp(k, key)) {
-			ret = kb;
-			break;
-		}
-	fclose(f);
-	return ret;
-}
-
-static long vmpin_kb(void)
-{
-	char line[256];
-	long kb = -ENOENT;
-	FILE *f = fopen("/proc/self/status", "re");
-
-	if (!f)
-		return -errno;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmPin: %ld kB", &kb) == 1)
-			break;
-	fclose(f);
-	return kb;
-}
-
 static const char *write_cfg(const char *text)
 {
 	static char path[64];
@@ -292,86 +260,6 @@ static const char *write_cfg(const char *text)
 	}
 	return path;
 }
-
-/* ---- the test importer as the library's NIC ---- */
-
-struct imp_nic {
-	int fd;
-	int pinned;
-};
-
-static int inic_open(struct kvdmabuf_ctx *ctx, const struct kvdmabuf_options *o)
-{
-	(void)o;
-	snprintf(ctx->nics[0].name, sizeof(ctx->nics[0].name), "kvd_importer");
-	ctx->nr_nics = 1;
-	return 0;
-}
-
-static void inic_close(struct kvdmabuf_ctx *ctx)
-{
-	ctx->nr_nics = 0;
-}
-
-static int inic_reg_dmabuf(struct kvdmabuf_ctx *ctx, unsigned int nic, int fd,
-			   uint64_t off, size_t len, uint64_t iova,
-			   struct kvd_mr *mr)
-{
-	struct imp_nic *in = ctx->ops_arg;
-	struct kvd_imp_import im = {
-		.fd = (__u32)fd,
-		.flags = in->pinned ? KVD_IMP_IMPORT_PINNED : 0,
-	};
-
-	(void)nic;
-	(void)off;
-	(void)len;
-	(void)iova;
-	if (ioctl(in->fd, KVD_IMP_IOCTL_IMPORT, &im))
-		return kvd_err(ctx, -errno, "kvd_importer import: %s",
-			       strerror(errno));
-	mr->handle = (void *)(uintptr_t)(im.handle + 1);
-	mr->lkey = mr->rkey = im.handle;
-	return 0;
-}
-
-static int inic_reg_addr(struct kvdmabuf_ctx *ctx, unsigned int nic, void *a,
-			 size_t len, struct kvd_mr *mr)
-{
-	(void)nic;
-	(void)a;
-	(void)len;
-	(void)mr;
-	return kvd_err(ctx, -EOPNOTSUPP, "kvd_importer: dma-bufs only");
-}
-
-static int inic_dereg(struct kvdmabuf_ctx *ctx, unsigned int nic,
-		      struct kvd_mr *mr)
-{
-	struct imp_nic *in = ctx->ops_arg;
-	struct kvd_imp_release r = { .handle = mr->lkey };
-
-	(void)nic;
-	if (ioctl(in->fd, KVD_IMP_IOCTL_RELEASE, &r))
-		return kvd_err(ctx, -errno, "kvd_importer release: %s",
-			       strerror(errno));
-	memset(mr, 0, sizeof(*mr));
-	return 0;
-}
-
-static const struct kvd_ops inic_ops = {
-	.nics_open = inic_open,
-	.nics_close = inic_close,
-	.export_dmabuf = kvd_export_dmabuf,
-	.reg_dmabuf = inic_reg_dmabuf,
-	.reg_addr = inic_reg_addr,
-	.dereg = inic_dereg,
-	.proxy_open = kvd_proxy_dev_open,
-	.proxy_create = kvd_proxy_dev_create,
-	.proxy_attach = kvd_proxy_dev_attach,
-	.proxy_revoke = kvd_proxy_dev_revoke,
-	.proxy_query = kvd_proxy_dev_query,
-};
 
 /* ---- vgem buffers standing in for the engine's device memory ---- */
 
@@ -464,7 +352,7 @@ static int lib_open_imp(struct imp_nic *in, struct kvdmabuf_ctx **ctx)
 	if (!path)
 		return ERR("cannot write a config in /tmp");
 	o.config_path = path;
-	rc = kvd_open_ops(&o, &inic_ops, in, ctx, err, sizeof(err));
+	rc = kvd_open_ops(&o, &imp_nic_ops, in, ctx, err, sizeof(err));
 	unlink(path);
 	if (rc)
 		return ERR("kvdmabuf open (test importer NIC): %s", err);

@@ -146,9 +146,7 @@ struct demo_engine *demo_engine_new(const char *name, int mode,
 int demo_engine_serve(struct demo_msg *m, void *arg);
 
 /* ---- mem.c ---- */
-long demo_vmpin_kb(pid_t pid);           /* /proc/PID/status VmPin, -errno */
 long demo_resident(const void *addr, size_t len); /* bytes (mincore) */
-long demo_meminfo_kb(const char *key);   /* /proc/meminfo field, -errno */
 long demo_free_kb(void);  /* MemFree + per-CPU free lists, kB, -errno */
 
 /* ---- results (report.c) ---- */

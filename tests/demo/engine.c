@@ -30,6 +30,7 @@
 #include <infiniband/verbs.h>
 
 #include "demo.h"
+#include "procfs.h"
 #include "../../lib/kvdmabuf.h"
 #include "vgem.h"
 #include "verbs_pair.h"
@@ -594,7 +595,7 @@ static int engine_wake(struct demo_engine *e, struct demo_msg *m)
 
 static int engine_mem(struct demo_engine *e, struct demo_msg *m)
 {
-	long pin = demo_vmpin_kb(0);
+	long pin = vmpin_kb();
 	unsigned int i;
 
 	if (pin < 0)

@@ -186,7 +186,7 @@ void demo_follow_run(struct demo_follow *f, unsigned int cycles,
 
 	for (c = 1; c <= cycles; c++) {
 		f->backings_awake = kvd_stat("backings");
-		f->shmem_awake_kb = meminfo_shmem_kb();
+		f->shmem_awake_kb = meminfo_kb("Shmem");
 		/* sleep: revoke (the importer is told and unmaps), drop */
 		rc = kvd_revoke(dev, proxy, 2000);
 		if (rc) {
@@ -194,7 +194,7 @@ void demo_follow_run(struct demo_follow *f, unsigned int cycles,
 				 strerror(-rc));
 			goto out;
 		}
-		shmem = meminfo_shmem_kb();
+		shmem = meminfo_kb("Shmem");
 		f->shmem_asleep_kb = shmem;
 		f->backings_asleep = kvd_stat("backings");
 		drop = f->shmem_awake_kb - shmem;
@@ -219,7 +219,7 @@ void demo_follow_run(struct demo_follow *f, unsigned int cycles,
 				 strerror(-rc));
 			goto out;
 		}
-		f->shmem_woke_kb = meminfo_shmem_kb();
+		f->shmem_woke_kb = meminfo_kb("Shmem");
 		rc = read_check(imp, h, buf, FOLLOW_SEED + c, f);
 		if (rc < 0)
 			goto out;

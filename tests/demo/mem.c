@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * mem.c - memory figures: pinned pages of a process (VmPin), resident pages
- * of an address range (mincore), /proc/meminfo fields.
+ * mem.c - memory figures: resident pages of an address range (mincore),
+ * memory held system-wide (procfs.h reads VmPin and /proc/meminfo).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -11,26 +11,7 @@
 #include <unistd.h>
 
 #include "demo.h"
-
-long demo_vmpin_kb(pid_t pid)
-{
-	char path[64], line[256];
-	long kb = -ENOENT;
-	FILE *f;
-
-	if (pid)
-		snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	else
-		snprintf(path, sizeof(path), "/proc/self/status");
-	f = fopen(path, "re");
-	if (!f)
-		return -errno;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmPin: %ld kB", &kb) == 1)
-			break;
-	fclose(f);
-	return kb;
-}
+#include "procfs.h"
 
 long demo_resident(const void *addr, size_t len)
 {
@@ -56,27 +37,9 @@ long demo_resident(const void *addr, size_t len)
 	return res;
 }
 
-long demo_meminfo_kb(const char *key)
-{
-	char line[256], name[64];
-	long kb = -ENOENT, v;
-	FILE *f = fopen("/proc/meminfo", "re");
-
-	if (!f)
-		return -errno;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "%63[^:]: %ld", name, &v) == 2 &&
-		    !strcmp(name, key)) {
-			kb = v;
-			break;
-		}
-	fclose(f);
-	return kb;
-}
-
 long demo_free_kb(void)
 {
-	long free_kb = demo_meminfo_kb("MemFree"), pcp = 0, v;
+	long free_kb = meminfo_kb("MemFree"), pcp = 0, v;
 	char line[256];
 	FILE *f;
 
