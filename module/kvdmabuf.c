@@ -829,9 +829,18 @@ static long kvd_ioctl_attach(void __user *uarg)
 		 b->dmabuf, b->offset);
 	kvd_event(proxy, KVDMABUF_STATE_BACKED);
 
-	if (old)
+	/*
+	 * A plain attach has nothing of its own to wait for: a stale backing
+	 * left by an earlier timed-out revoke is only reaped if it is idle,
+	 * never waited for, so success is never reported as a failure.
+	 */
+	if (old) {
 		list_add_tail(&old->node, &proxy->stale);
-	ret = kvd_drain(proxy, old ? arg.timeout_ms : 0);
+		ret = kvd_drain(proxy, arg.timeout_ms);
+	} else {
+		kvd_reap(proxy);
+		ret = 0;
+	}
 	mutex_unlock(&proxy->lock);
 	kvd_proxy_put(proxy);
 	/* User memory is touched without proxy->lock held. */

@@ -343,6 +343,42 @@ TEST_F(follow, replace_times_out_then_completes)
 	EXPECT_EQ(1, q.live_mappings);
 }
 
+/*
+ * A plain attach (no old backing to drop) never reports a failure after it
+ * succeeded, even while a stale backing of an earlier timed-out revoke is
+ * still mapped: it does not wait for that one.
+ */
+TEST_F(follow, plain_attach_ignores_a_stale_backing)
+{
+	struct kvdmabuf_query q;
+	uint64_t gen = 0;
+
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, self->a, 0));
+	self->h = imp_import(self->imp, self->proxy, KVD_IMP_IMPORT_LAZY);
+	ASSERT_GE(self->h, 0);
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	EXPECT_EQ(-ETIMEDOUT, kvd_revoke(self->dev, self->proxy, 20));
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	ASSERT_EQ(1, q.stale_backings);
+	ASSERT_EQ(1, q.live_mappings);
+
+	EXPECT_EQ(0, kvd_attach_full(self->dev, self->proxy, self->b, 0, 0,
+				     0, &gen));
+	EXPECT_EQ(3, gen);
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(KVDMABUF_STATE_BACKED, q.state);
+	EXPECT_EQ(3, q.generation);
+	EXPECT_EQ(1, q.stale_backings);
+	/* A retry sees it backed. */
+	EXPECT_EQ(-EEXIST, kvd_attach(self->dev, self->proxy, self->b, 0));
+
+	/* The importer's next access drops A and reads B. */
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_B));
+	ASSERT_EQ(0, wait_no_stale(self->dev, self->proxy, &q));
+	EXPECT_EQ(0, q.stale_backings);
+}
+
 static void on_signal(int sig)
 {
 	(void)sig;
