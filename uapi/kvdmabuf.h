@@ -151,8 +151,12 @@ struct kvdmabuf_create {
  * kvdmabuf proxy); -EOVERFLOW (@offset + length overflows); -ERANGE
  * (backing smaller than @offset + length); -EEXIST (already backed, no
  * REPLACE); -EBUSY (REPLACE while an importer holds a blocking pin: nothing
- * changed); -EINTR (signal while waiting: the swap was made, the old backing
- * is dropped when its last mapping goes); -ETIMEDOUT (same, on timeout);
+ * changed); -EINTR (REPLACE of a backed proxy only; signal while waiting:
+ * the swap was made, the old backing is dropped when its last mapping
+ * goes); -ETIMEDOUT (same, on timeout). A plain attach (nothing to
+ * replace) never waits and never fails after the swap: stale backings of
+ * an earlier timed-out revoke are dropped if idle, else left to the revoke
+ * that timed out;
  * -ENOMEM; any error of the backing exporter's attach or map (for example
  * -EOPNOTSUPP, -ENODEV, -EIO): nothing changed.
  */
