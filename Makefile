@@ -54,7 +54,7 @@ BENCH_SRCS := $(sort $(wildcard tests/bench/*.c))
 BENCH := $(if $(BENCH_SRCS),tests/bench/kvdmabuf-bench)
 CYCLES ?= 3
 
-.PHONY: all lib tests modules clean check check-unit check-vm demo bench deps fuzz \
+.PHONY: all lib tests asan modules clean check check-unit check-vm demo bench deps fuzz \
 	install modules_install
 
 all: lib tests modules
@@ -85,6 +85,18 @@ tests/%: tests/%.c tests/harness.h $(LIB_A) $(LIB_HDRS) $(wildcard tests/*.h)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LIB_A) $(LDLIBS)
 
+# Host tests again with the library compiled in under AddressSanitizer and
+# UBSan (make check-unit runs them): use-after-free, leaks, overflows.
+ASAN_TESTS := $(addprefix tests/asan/,lib_api lib_drain lib_rollback)
+ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all \
+	-fno-omit-frame-pointer
+asan: $(ASAN_TESTS)
+
+tests/asan/%: tests/%.c $(LIB_SRCS) $(LIB_HDRS) $(wildcard tests/*.h)
+	@$(if $(Q),echo "  CC      $@ (asan)")
+	$(Q)mkdir -p tests/asan
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(ASAN_FLAGS) -o $@ $< $(LIB_SRCS) $(LDLIBS)
+
 $(FAKE_CUDA): $(FAKE_CUDA_SRCS) $(wildcard tests/fake_cuda/*.h)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -shared -Wl,-soname,libcuda.so.1 \
@@ -107,7 +119,7 @@ modules:
 deps:
 	$(Q)tests/vm/deps.sh host
 
-check-unit: lib tests
+check-unit: lib tests asan
 	$(Q)tests/vm/check.sh unit
 
 check-vm:
@@ -168,6 +180,7 @@ modules_install: modules
 clean:
 	$(Q)rm -f $(LIB_OBJS) $(LIB_A) lib/libkvdmabuf.so* $(TEST_BINS) $(FAKE_CUDA) \
 		$(DEMO) $(BENCH)
+	$(Q)rm -rf tests/asan
 	$(Q)test -z "$(KDIR)" -o ! -d "$(KDIR)" || \
 		$(MAKE) -C $(KDIR) M=$(CURDIR) clean >/dev/null
 	$(Q)rm -rf build

@@ -27,29 +27,33 @@ const struct kvd_ops kvd_default_ops = {
 	.proxy_query = kvd_proxy_dev_query,
 };
 
+/*
+ * The message of the calling thread's last failure, and the context it is
+ * about. Per thread, not per context: threads share a context, and one
+ * thread's failure must not overwrite the message another is reading.
+ */
+static _Thread_local struct {
+	const struct kvdmabuf_ctx *ctx;
+	char text[KVD_ERRMAX];
+} last_error;
+
+char *kvd_msg(const struct kvdmabuf_ctx *ctx)
+{
+	if (last_error.ctx != ctx) {
+		last_error.ctx = ctx;
+		last_error.text[0] = '\0';
+	}
+	return last_error.text;
+}
+
 int kvd_err(struct kvdmabuf_ctx *ctx, int rc, const char *fmt, ...)
 {
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(ctx->err, sizeof(ctx->err), fmt, ap);
+	vsnprintf(kvd_msg(ctx), KVD_ERRMAX, fmt, ap);
 	va_end(ap);
 	return rc;
-}
-
-/* "a: b", truncated to the buffer */
-static void join(char *dst, size_t n, const char *a, const char *b)
-{
-	size_t la = strnlen(a, n - 1), lb;
-
-	memmove(dst, a, la);
-	if (la + 2 < n) {
-		dst[la++] = ':';
-		dst[la++] = ' ';
-	}
-	lb = strnlen(b, n - 1 - la);
-	memmove(dst + la, b, lb);
-	dst[la + lb] = '\0';
 }
 
 int kvd_may_change(struct kvdmabuf_ctx *ctx, const char *what)
@@ -64,20 +68,23 @@ int kvd_may_change(struct kvdmabuf_ctx *ctx, const char *what)
 int kvd_err_prefix(struct kvdmabuf_ctx *ctx, int rc, const char *fmt, ...)
 {
 	char old[KVD_ERRMAX], pre[KVD_ERRMAX];
+	char *msg = kvd_msg(ctx);
 	va_list ap;
 
-	memcpy(old, ctx->err, sizeof(old));
+	memcpy(old, msg, sizeof(old));
 	va_start(ap, fmt);
 	vsnprintf(pre, sizeof(pre), fmt, ap);
 	va_end(ap);
-	join(ctx->err, sizeof(ctx->err), pre,
-	     old[0] ? old : strerror(rc < 0 ? -rc : rc));
+	/* truncation is fine: the message is for people */
+	if (snprintf(msg, KVD_ERRMAX, "%s: %s", pre,
+		     old[0] ? old : strerror(rc < 0 ? -rc : rc)) < 0)
+		msg[0] = '\0';
 	return rc;
 }
 
-const char *kvdmabuf_strerror(const struct kvdmabuf_ctx *ctx)
+const char *kvdmabuf_last_error(const struct kvdmabuf_ctx *ctx)
 {
-	return ctx ? ctx->err : "no context";
+	return ctx && last_error.ctx == ctx ? last_error.text : "";
 }
 
 const char *kvdmabuf_mode_name(int mode)
@@ -140,8 +147,8 @@ int kvd_open_ops(const struct kvdmabuf_options *opts,
 	pthread_mutex_init(&ctx->lock, &ma);
 	pthread_mutexattr_destroy(&ma);
 
-	rc = kvd_config_load(opts->config_path, &ctx->cfg, ctx->err,
-			     sizeof(ctx->err));
+	rc = kvd_config_load(opts->config_path, &ctx->cfg, kvd_msg(ctx),
+			     KVD_ERRMAX);
 	if (rc)
 		goto fail;
 	if (kvd_gate_check(&ctx->cfg, reason, sizeof(reason)) != 1) {
@@ -187,7 +194,6 @@ int kvd_open_ops(const struct kvdmabuf_options *opts,
 		if (rc)
 			ctx->module_fd = -1;   /* auto: go without it */
 	}
-	ctx->err[0] = '\0';
 	*ctxp = ctx;
 	return 0;
 
@@ -195,7 +201,8 @@ fail_nics:
 	if (ctx->nr_nics)
 		ops->nics_close(ctx);
 fail:
-	set_err(err, errlen, ctx->err);
+	set_err(err, errlen, kvd_msg(ctx));
+	kvd_msg(NULL);          /* forget the freed context */
 	pthread_mutex_destroy(&ctx->lock);
 	free(ctx);
 	return rc;
@@ -207,11 +214,27 @@ int kvdmabuf_open(const struct kvdmabuf_options *opts,
 	return kvd_open_ops(opts, &kvd_default_ops, NULL, ctxp, err, errlen);
 }
 
-void kvdmabuf_close(struct kvdmabuf_ctx *ctx)
+int kvdmabuf_close(struct kvdmabuf_ctx *ctx)
 {
+	unsigned int i;
+	int rc;
+
 	if (!ctx)
-		return;
+		return -EINVAL;
 	pthread_mutex_lock(&ctx->lock);
+	rc = kvd_may_change(ctx, "close");
+	/* All or nothing: a region with a transfer in flight keeps the
+	 * whole context open (and every region as it was). */
+	for (i = 0; !rc && i < ctx->nr_regions; i++) {
+		rc = kvd_region_retire(ctx->regions[i]);
+		if (rc)
+			while (i--)
+				kvd_region_unretire(ctx->regions[i]);
+	}
+	if (rc) {
+		pthread_mutex_unlock(&ctx->lock);
+		return rc;
+	}
 	while (ctx->nr_regions)
 		kvd_region_destroy(ctx->regions[ctx->nr_regions - 1]);
 	free(ctx->regions);
@@ -220,9 +243,11 @@ void kvdmabuf_close(struct kvdmabuf_ctx *ctx)
 	if (ctx->nr_nics)
 		ctx->ops->nics_close(ctx);
 	kvd_cuda_unload(ctx);
+	kvd_msg(NULL);          /* no message names a freed context */
 	pthread_mutex_unlock(&ctx->lock);
 	pthread_mutex_destroy(&ctx->lock);
 	free(ctx);
+	return 0;
 }
 
 int kvdmabuf_query(struct kvdmabuf_ctx *ctx, struct kvdmabuf_state *st)

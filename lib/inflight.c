@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,23 +62,45 @@ int kvd_io_begin(struct kvd_inflight *io)
 void kvd_io_end(struct kvd_inflight *io)
 {
 	uint64_t cur = atomic_load_explicit(&io->word, memory_order_relaxed);
+	bool waker = false;
 
-	/* Never let an unbalanced io_end wrap the count (and hide a real
-	 * transfer from the drain): count it and ignore it. */
-	do {
+	for (;;) {
+		/* Never let an unbalanced io_end wrap the count (and hide a
+		 * real transfer from the drain): count it and ignore it. */
 		if (!(cur & ~KVD_IO_CLOSED)) {
 			atomic_fetch_add(&io->unbalanced, 1);
-			return;
+			break;
 		}
-	} while (!atomic_compare_exchange_weak(&io->word, &cur, cur - 1));
-
-	/* The last transfer of a region being put to sleep: wake the drain.
-	 * Only then is there a system call; the awake path stays a CAS. */
-	if ((cur & KVD_IO_CLOSED) && (cur & ~KVD_IO_CLOSED) == 1) {
-		atomic_fetch_add(&io->ended, 1);
-		syscall(SYS_futex, &io->ended, FUTEX_WAKE_PRIVATE, INT_MAX,
-			NULL, NULL, 0);
+		/* On a closed region the last io_end wakes the drain after
+		 * its decrement, when sleep and remove may already proceed:
+		 * say so first, and the region is not freed under us. */
+		if ((cur & KVD_IO_CLOSED) && !waker) {
+			atomic_fetch_add(&io->wakers, 1);
+			waker = true;
+			cur = atomic_load(&io->word);
+			continue;
+		}
+		if (atomic_compare_exchange_weak(&io->word, &cur, cur - 1)) {
+			/* Only then is there a system call; the awake path
+			 * stays one CAS. */
+			if ((cur & KVD_IO_CLOSED) &&
+			    (cur & ~KVD_IO_CLOSED) == 1) {
+				atomic_fetch_add(&io->ended, 1);
+				syscall(SYS_futex, &io->ended,
+					FUTEX_WAKE_PRIVATE, INT_MAX, NULL,
+					NULL, 0);
+			}
+			break;
+		}
 	}
+	if (waker)
+		atomic_fetch_sub(&io->wakers, 1);       /* last touch of *io */
+}
+
+void kvd_io_quiesce(struct kvd_inflight *io)
+{
+	while (atomic_load(&io->wakers))
+		sched_yield();
 }
 
 void kvd_io_wait_ended(struct kvd_inflight *io, uint32_t seen, int64_t ns)
@@ -88,9 +111,9 @@ void kvd_io_wait_ended(struct kvd_inflight *io, uint32_t seen, int64_t ns)
 	syscall(SYS_futex, &io->ended, FUTEX_WAIT_PRIVATE, seen, &to, NULL, 0);
 }
 
-void kvd_io_close(struct kvd_inflight *io)
+bool kvd_io_close(struct kvd_inflight *io)
 {
-	atomic_fetch_or(&io->word, KVD_IO_CLOSED);
+	return atomic_fetch_or(&io->word, KVD_IO_CLOSED) & KVD_IO_CLOSED;
 }
 
 void kvd_io_open(struct kvd_inflight *io)

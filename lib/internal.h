@@ -53,12 +53,18 @@ struct kvd_inflight {
 	/* Futex the drain sleeps on: bumped when the last transfer of a
 	 * closed region ends, so the drain proceeds at once. */
 	_Atomic uint32_t ended;
+	/* io_end calls on a closed region that may still touch this struct
+	 * after their decrement (the drain's wake-up): freeing waits for 0. */
+	_Atomic uint32_t wakers;
 };
 int kvd_io_begin(struct kvd_inflight *io);
 void kvd_io_end(struct kvd_inflight *io);
-void kvd_io_close(struct kvd_inflight *io);
+/* Returns whether @io was closed already. */
+bool kvd_io_close(struct kvd_inflight *io);
 void kvd_io_open(struct kvd_inflight *io);
 uint64_t kvd_io_count(struct kvd_inflight *io);
+/* Waits until no io_end still touches @io (before it is freed). */
+void kvd_io_quiesce(struct kvd_inflight *io);
 /* Sleeps until @io's 'ended' moves from @seen, at most @ns nanoseconds. */
 void kvd_io_wait_ended(struct kvd_inflight *io, uint32_t seen, int64_t ns);
 int64_t kvd_now_ns(void);
@@ -175,11 +181,18 @@ struct kvdmabuf_region {
 	uint64_t backing_off;
 	int proxy_fd;                    /* -1 when no proxy */
 	uint64_t proxy_id;
-	bool registered;                 /* mr[] valid */
-	struct kvd_mr mr[KVDMABUF_MAX_NICS];
+	bool registered;                 /* mr[] valid on every NIC */
+	struct kvd_mr mr[KVDMABUF_MAX_NICS]; /* handle NULL: not registered */
 	struct kvd_mr last[KVDMABUF_MAX_NICS]; /* keys of the last registration */
 	uint64_t key_gen;
 	bool keys_changed;               /* callback pending */
+	/* Keys as the engine knows them when a wake began: a wake that is
+	 * rolled back restores them (its keys were never published). */
+	uint64_t wake_key_gen;
+	struct kvd_mr wake_last[KVDMABUF_MAX_NICS];
+	/* A rollback failed and left the region in no known state: 0, or
+	 * the negative errno. I/O stays stopped, sleep and wake skip it. */
+	int broken;
 };
 
 struct kvdmabuf_ctx {
@@ -188,7 +201,6 @@ struct kvdmabuf_ctx {
 	/* A sleep is draining with the lock released (so that transfer
 	 * paths can still read keys and state): changes wait for it. */
 	bool draining;
-	char err[KVD_ERRMAX];
 
 	const struct kvd_ops *ops;
 	void *ops_arg;                   /* for test backends */
@@ -225,7 +237,13 @@ int kvd_open_ops(const struct kvdmabuf_options *opts,
 		 const struct kvd_ops *ops, void *ops_arg,
 		 struct kvdmabuf_ctx **ctxp, char *err, size_t errlen);
 
-/* Set the context message; returns @rc (negative errno) for tail calls. */
+/*
+ * Messages are per thread (several threads share a context): the buffer of
+ * the calling thread, now holding a message about @ctx.
+ */
+char *kvd_msg(const struct kvdmabuf_ctx *ctx);
+
+/* Set the message; returns @rc (negative errno) for tail calls. */
 int kvd_err(struct kvdmabuf_ctx *ctx, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 /* Prefix the current message: "<prefix>: <old message>". Returns @rc. */
@@ -235,6 +253,12 @@ int kvd_err_prefix(struct kvdmabuf_ctx *ctx, int rc, const char *fmt, ...)
 /* region.c */
 int kvd_region_reg_all(struct kvdmabuf_region *r);
 int kvd_region_dereg_all(struct kvdmabuf_region *r);
+/* Record that @r is broken (see struct kvdmabuf_region.broken). */
+void kvd_region_break(struct kvdmabuf_region *r, int rc);
+/* Stop @r's I/O before it is freed: -EBUSY (and as before) while a
+ * transfer is in flight; unretire undoes a retire that was not followed. */
+int kvd_region_retire(struct kvdmabuf_region *r);
+void kvd_region_unretire(struct kvdmabuf_region *r);
 void kvd_region_destroy(struct kvdmabuf_region *r);
 void kvd_fire_key_callbacks(struct kvdmabuf_ctx *ctx);
 

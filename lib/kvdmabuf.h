@@ -7,8 +7,8 @@
  * Conventions:
  *  - every int-returning call returns >= 0 on success or a negative errno;
  *    nothing depends on the global errno;
- *  - a human-readable message for the last failure of a context is
- *    available from kvdmabuf_strerror();
+ *  - a human-readable message for the last failure of a call on a context
+ *    is available, per thread, from kvdmabuf_last_error();
  *  - a context and its regions may be used from several threads: sleep,
  *    wake, region add/remove, query and the getters serialise on a
  *    per-context lock; kvdmabuf_io_begin()/kvdmabuf_io_end() are lock-free
@@ -152,15 +152,21 @@ int kvdmabuf_open(const struct kvdmabuf_options *opts,
 
 /**
  * kvdmabuf_close() - remove every region (deregister, close every fd) and
- * free the context. Regions must have no transfer in flight.
+ * free the context. All or nothing: while a transfer is in flight on any
+ * region nothing is removed. No other thread may use the context or its
+ * regions once it returns 0.
+ *
+ * Return: 0; -EBUSY a transfer is in flight, or a sleep is draining;
+ * -EDEADLK from a callback; -EINVAL @ctx is NULL.
  */
-void kvdmabuf_close(struct kvdmabuf_ctx *ctx);
+int kvdmabuf_close(struct kvdmabuf_ctx *ctx);
 
 /**
- * kvdmabuf_strerror() - message of the last failure on @ctx ("" if none).
- * The string stays valid until the next failing call on @ctx.
+ * kvdmabuf_last_error() - message of the calling thread's last failed call
+ * on @ctx ("" if none). Per thread: a failure in another thread does not
+ * change it. The string stays valid until this thread's next failing call.
  */
-const char *kvdmabuf_strerror(const struct kvdmabuf_ctx *ctx);
+const char *kvdmabuf_last_error(const struct kvdmabuf_ctx *ctx);
 
 /**
  * kvdmabuf_gate() - is sleep supported with this configuration?
@@ -219,7 +225,9 @@ int kvdmabuf_region_add(struct kvdmabuf_ctx *ctx,
 
 /**
  * kvdmabuf_region_remove() - deregister, drop every fd and free @region.
- * Return: 0; -EBUSY a transfer is in flight; -EDEADLK from a callback.
+ * New I/O is refused first; no thread may use @region once it returns 0.
+ * Return: 0; -EBUSY a transfer is in flight (the region is left as it
+ * was), or a sleep is draining; -EDEADLK from a callback.
  */
 int kvdmabuf_region_remove(struct kvdmabuf_region *region);
 
@@ -242,8 +250,8 @@ struct kvdmabuf_region *kvdmabuf_region_find(struct kvdmabuf_ctx *ctx,
  * kvdmabuf_region_keys() - keys of @region on NIC @nic.
  * @key_gen: optional; the key generation, which changes exactly when keys
  * change (starts at 1).
- * Return: 0; -ENOENT not registered (NOREG, or asleep in REREGISTER);
- * -EINVAL bad NIC index.
+ * Return: 0; -ENOENT not registered (NOREG, or asleep in REREGISTER, or
+ * broken); -EINVAL bad NIC index.
  */
 int kvdmabuf_region_keys(struct kvdmabuf_region *region, unsigned int nic,
 			 uint32_t *lkey, uint32_t *rkey, uint64_t *key_gen);
@@ -260,6 +268,13 @@ struct kvdmabuf_region_info {
 	uint64_t key_gen;
 	uint64_t inflight;   /**< transfers between io_begin and io_end */
 	uint64_t proxy_id;   /**< module's proxy id, 0 if none */
+	/**
+	 * 0, or the negative errno of a rollback that failed and left the
+	 * region in no known state (named in that call's message): its I/O
+	 * stays stopped, it has no keys, sleep and wake skip it. Remove it
+	 * and add it again.
+	 */
+	int broken;
 };
 int kvdmabuf_region_info(struct kvdmabuf_region *region,
 			 struct kvdmabuf_region_info *info);
@@ -305,8 +320,10 @@ void kvdmabuf_io_end(struct kvdmabuf_region *region);
  * finally closes the old backing fds so nothing holds the old memory.
  * HOST regions are untouched; NOREG regions only stop I/O.
  * All or nothing: on failure every region is awake and registered again,
- * with the old memory. Regions already asleep are skipped: sleeping twice
- * succeeds and does nothing.
+ * with the old memory (new keys, if a rollback had to register again, reach
+ * the key-change callback before I/O resumes), or broken (see struct
+ * kvdmabuf_region_info) when a rollback failed too. Regions already asleep
+ * are skipped: sleeping twice succeeds and does nothing.
  *
  * Return: 0; -ETIMEDOUT drain bound reached (message says how many
  * transfers were in flight and for how long); error of the drain callback;
@@ -321,8 +338,9 @@ int kvdmabuf_sleep(struct kvdmabuf_ctx *ctx, const char *tag);
  * unchanged) or register again (REREGISTER: new keys, key generation + 1,
  * key-change callback), then allow I/O again.
  * All or nothing: on failure every region of the call is asleep again (no
- * fd, MR or mapping of the new memory kept) so a retry starts clean.
- * Regions already awake are skipped.
+ * fd or MR of the new memory kept; keys and key generation as before the
+ * call, no key-change callback) so a retry starts clean, or broken when a
+ * rollback failed too. Regions already awake are skipped.
  *
  * Return: 0; negative errno of the failed step.
  */

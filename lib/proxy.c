@@ -12,14 +12,18 @@
 #include "../uapi/kvdmabuf.h"
 #include "internal.h"
 
+/*
+ * EINTR is retried except for ATTACH, which may have swapped the backing
+ * when it is interrupted. REVOKE is retried: it revoked before it waited,
+ * and a second revoke only waits again for the old backing to go.
+ */
 static int xioctl(int fd, unsigned long cmd, void *arg)
 {
 	int rc;
 
 	do {
 		rc = ioctl(fd, cmd, arg);
-	} while (rc < 0 && errno == EINTR && cmd != KVDMABUF_IOCTL_REVOKE &&
-		 cmd != KVDMABUF_IOCTL_ATTACH);
+	} while (rc < 0 && errno == EINTR && cmd != KVDMABUF_IOCTL_ATTACH);
 	return rc < 0 ? -errno : 0;
 }
 
@@ -108,6 +112,10 @@ int kvd_proxy_dev_revoke(struct kvdmabuf_ctx *ctx, int proxy_fd,
 	if (rc == -EBUSY)
 		return kvd_err(ctx, rc, "kvdmabuf revoke (proxy fd %d): an "
 			       "importer holds a blocking pin", proxy_fd);
+	if (rc == -ETIMEDOUT)
+		return kvd_err(ctx, rc, "kvdmabuf revoke (proxy fd %d): revoked, "
+			       "but importers still map the old backing after "
+			       "%u ms", proxy_fd, timeout_ms);
 	if (rc)
 		return kvd_err(ctx, rc, "kvdmabuf revoke (proxy fd %d, %u ms) "
 			       "failed: %s", proxy_fd, timeout_ms,

@@ -39,9 +39,17 @@ static int reg_one(struct kvdmabuf_region *r, unsigned int i)
 	return ops->reg_addr(ctx, i, r->addr, r->len, mr);
 }
 
+/* An MR with no handle was never made or is gone already. */
 static int dereg_one(struct kvdmabuf_region *r, unsigned int i)
 {
-	return r->ctx->ops->dereg(r->ctx, i, &r->mr[i]);
+	int rc;
+
+	if (!r->mr[i].handle)
+		return 0;
+	rc = r->ctx->ops->dereg(r->ctx, i, &r->mr[i]);
+	if (!rc)
+		memset(&r->mr[i], 0, sizeof(r->mr[i]));
+	return rc;
 }
 
 /* Keys changed against @old (or first registration): new generation. */
@@ -72,7 +80,8 @@ int kvd_region_reg_all(struct kvdmabuf_region *r)
 		rc = reg_one(r, i);
 		if (rc) {
 			while (i--)
-				dereg_one(r, i);
+				if (dereg_one(r, i))    /* an MR we cannot drop */
+					kvd_region_break(r, rc);
 			return rc;
 		}
 	}
@@ -82,12 +91,16 @@ int kvd_region_reg_all(struct kvdmabuf_region *r)
 	return 0;
 }
 
-/* All NICs or none: a failed deregistration registers the others again. */
+/*
+ * All NICs or none: a failed deregistration registers the others again;
+ * when that fails too, the region is broken (its remaining MRs are
+ * released at remove).
+ */
 int kvd_region_dereg_all(struct kvdmabuf_region *r)
 {
 	struct kvd_mr old[KVDMABUF_MAX_NICS];
 	unsigned int i, j;
-	int rc;
+	int rc, rc2;
 
 	if (!r->registered)
 		return 0;
@@ -96,20 +109,31 @@ int kvd_region_dereg_all(struct kvdmabuf_region *r)
 		if (!rc)
 			continue;
 		memcpy(old, r->last, sizeof(old));
-		for (j = 0; j < i; j++)
-			if (reg_one(r, j)) {
-				kvd_err_prefix(r->ctx, rc, "re-registering "
-					       "after a failed deregistration "
-					       "also failed (region left "
-					       "partly registered)");
-				break;
+		for (j = 0; j < i; j++) {
+			rc2 = reg_one(r, j);
+			if (rc2) {
+				kvd_err_prefix(r->ctx, rc, "registering "
+					       "NIC %s again after a failed "
+					       "deregistration also failed "
+					       "(region broken)",
+					       r->ctx->nics[j].name);
+				kvd_region_break(r, rc);
+				return rc;
 			}
+		}
 		keys_update(r, old);
 		memcpy(r->last, r->mr, sizeof(r->last));
 		return rc;
 	}
 	r->registered = false;
 	return 0;
+}
+
+void kvd_region_break(struct kvdmabuf_region *r, int rc)
+{
+	r->broken = rc < 0 ? rc : -EIO;
+	r->keys_changed = false;
+	kvd_io_close(&r->io);
 }
 
 static void fd_close(int *fd)
@@ -125,11 +149,10 @@ void kvd_region_destroy(struct kvdmabuf_region *r)
 	struct kvdmabuf_ctx *ctx = r->ctx;
 	unsigned int i;
 
-	if (r->registered) {
-		for (i = 0; i < ctx->nr_nics; i++)
-			dereg_one(r, i);
-		r->registered = false;
-	}
+	for (i = 0; i < ctx->nr_nics; i++)
+		dereg_one(r, i);
+	r->registered = false;
+	kvd_io_quiesce(&r->io);
 	fd_close(&r->proxy_fd);
 	fd_close(&r->backing_fd);
 	for (i = 0; i < ctx->nr_regions; i++)
@@ -313,16 +336,33 @@ int kvdmabuf_region_remove(struct kvdmabuf_region *r)
 	ctx = r->ctx;
 	pthread_mutex_lock(&ctx->lock);
 	rc = kvd_may_change(ctx, "region_remove");
-	if (rc)
-		;
-	else if (kvd_io_count(&r->io))
-		rc = kvd_err(ctx, -EBUSY, "region %p+%zu: %llu transfers in "
-			     "flight", r->addr, r->len,
-			     (unsigned long long)kvd_io_count(&r->io));
-	else
+	if (!rc)
+		rc = kvd_region_retire(r);
+	if (!rc)
 		kvd_region_destroy(r);
 	pthread_mutex_unlock(&ctx->lock);
 	return rc;
+}
+
+/* I/O stopped first, so that no io_begin succeeds on a region being freed. */
+int kvd_region_retire(struct kvdmabuf_region *r)
+{
+	uint64_t n;
+
+	kvd_io_close(&r->io);
+	n = kvd_io_count(&r->io);
+	if (!n)
+		return 0;
+	kvd_region_unretire(r);
+	return kvd_err(r->ctx, -EBUSY, "region %p+%zu: %llu transfer(s) in "
+		       "flight", r->addr, r->len, (unsigned long long)n);
+}
+
+/* Under the context lock, I/O is open exactly on awake, sound regions. */
+void kvd_region_unretire(struct kvdmabuf_region *r)
+{
+	if (!r->asleep && !r->broken)
+		kvd_io_open(&r->io);
 }
 
 int kvdmabuf_region_set_drm_handle(struct kvdmabuf_region *r, int drm_fd,
@@ -384,7 +424,7 @@ int kvdmabuf_region_keys(struct kvdmabuf_region *r, unsigned int nic,
 		return -EINVAL;
 	ctx = r->ctx;
 	pthread_mutex_lock(&ctx->lock);
-	if (!r->registered) {
+	if (!r->registered || r->broken) {
 		rc = -ENOENT;
 	} else if (nic >= ctx->nr_nics) {
 		rc = -EINVAL;
@@ -420,14 +460,19 @@ int kvdmabuf_region_info(struct kvdmabuf_region *r,
 	info->key_gen = r->key_gen;
 	info->inflight = kvd_io_count(&r->io);
 	info->proxy_id = r->proxy_id;
+	info->broken = r->broken;
 	pthread_mutex_unlock(&ctx->lock);
 	return 0;
 }
 
 void kvd_fire_key_callbacks(struct kvdmabuf_ctx *ctx)
 {
+	char saved[KVD_ERRMAX];
 	unsigned int i;
 
+	/* What a callback's own calls report must not replace the message
+	 * of the sleep or wake that called it. */
+	memcpy(saved, kvd_msg(ctx), sizeof(saved));
 	for (i = 0; i < ctx->nr_regions; i++) {
 		struct kvdmabuf_region *r = ctx->regions[i];
 
@@ -440,4 +485,5 @@ void kvd_fire_key_callbacks(struct kvdmabuf_ctx *ctx)
 		ctx->key_change(r, r->key_gen, ctx->key_change_arg);
 		ctx->in_callback--;
 	}
+	memcpy(kvd_msg(ctx), saved, sizeof(saved));
 }

@@ -41,11 +41,19 @@ static void region_name(const struct kvdmabuf_region *r, unsigned int idx,
 static void note_rollback(struct kvdmabuf_ctx *ctx, const char *saved,
 			  const char *what, int rc)
 {
-	char msg[KVD_ERRMAX];
+	if (snprintf(kvd_msg(ctx), KVD_ERRMAX, "%s; rollback also failed: "
+		     "%s (%s)", saved, what, strerror(-rc)) < 0)
+		kvd_msg(ctx)[0] = '\0';
+}
 
-	snprintf(msg, sizeof(msg), "%s; rollback also failed: %s (%s)", saved,
-		 what, strerror(-rc));
-	memcpy(ctx->err, msg, sizeof(ctx->err));
+static void msg_save(struct kvdmabuf_ctx *ctx, char *saved)
+{
+	memcpy(saved, kvd_msg(ctx), KVD_ERRMAX);
+}
+
+static void msg_restore(struct kvdmabuf_ctx *ctx, const char *saved)
+{
+	memcpy(kvd_msg(ctx), saved, KVD_ERRMAX);
 }
 
 /* ---- drain ---- */
@@ -149,6 +157,49 @@ static int drain(struct kvdmabuf_ctx *ctx, struct kvdmabuf_region **t,
 
 /* ---- one region ---- */
 
+/*
+ * Revoke at sleep. The module can fail a revoke after making it
+ * (-ETIMEDOUT: importers kept mappings of the old backing past the bound;
+ * -EINTR is retried by proxy.c): the proxy is then revoked although the
+ * step failed, so this region undoes its own step at once by putting the
+ * old backing, still open, back behind the proxy (-EEXIST: it never left).
+ */
+static int revoke_or_restore(struct kvdmabuf_region *r)
+{
+	struct kvdmabuf_ctx *ctx = r->ctx;
+	char saved[KVD_ERRMAX];
+	int rc, rc2;
+
+	rc = ctx->ops->proxy_revoke(ctx, r->proxy_fd, ctx->revoke_timeout_ms);
+	if (!rc)
+		return 0;
+	msg_save(ctx, saved);
+	rc2 = ctx->ops->proxy_attach(ctx, r->proxy_fd, r->backing_fd,
+				     r->backing_off, 0);
+	if (rc2 && rc2 != -EEXIST) {
+		note_rollback(ctx, saved, "attach the old backing again", rc2);
+		kvd_region_break(r, rc);
+	} else {
+		msg_restore(ctx, saved);
+	}
+	return rc;
+}
+
+/*
+ * Revoke when undoing a wake: -ETIMEDOUT counts as done (the proxy is
+ * revoked; the module drops the new backing when its last mapping goes).
+ */
+static int revoke_for_undo(struct kvdmabuf_region *r)
+{
+	struct kvdmabuf_ctx *ctx = r->ctx;
+	int rc;
+
+	if (r->proxy_fd < 0)
+		return 0;
+	rc = ctx->ops->proxy_revoke(ctx, r->proxy_fd, ctx->revoke_timeout_ms);
+	return rc == -ETIMEDOUT ? 0 : rc;
+}
+
 static int sleep_one(struct kvdmabuf_region *r)
 {
 	struct kvdmabuf_ctx *ctx = r->ctx;
@@ -157,22 +208,22 @@ static int sleep_one(struct kvdmabuf_region *r)
 
 	switch (r->mode) {
 	case KVDMABUF_MODE_FOLLOW:
-		return ctx->ops->proxy_revoke(ctx, r->proxy_fd,
-					      ctx->revoke_timeout_ms);
+		return revoke_or_restore(r);
 	case KVDMABUF_MODE_REREGISTER:
 		rc = kvd_region_dereg_all(r);
 		if (rc || r->proxy_fd < 0)
 			return rc;
-		rc = ctx->ops->proxy_revoke(ctx, r->proxy_fd,
-					    ctx->revoke_timeout_ms);
-		if (!rc)
-			return 0;
-		memcpy(saved, ctx->err, sizeof(saved));
+		rc = revoke_or_restore(r);
+		if (!rc || r->broken)
+			return rc;
+		msg_save(ctx, saved);
 		rc2 = kvd_region_reg_all(r);
-		if (rc2)
+		if (rc2) {
 			note_rollback(ctx, saved, "register again", rc2);
-		else
-			memcpy(ctx->err, saved, sizeof(saved));
+			kvd_region_break(r, rc2);
+		} else {
+			msg_restore(ctx, saved);
+		}
 		return rc;
 	default:
 		return 0;
@@ -203,15 +254,19 @@ static int undo_sleep_one(struct kvdmabuf_region *r)
 	}
 }
 
+/* A failed wake undoes its own steps: the region stays asleep. */
 static int wake_one(struct kvdmabuf_region *r)
 {
 	struct kvdmabuf_ctx *ctx = r->ctx;
 	const struct kvd_ops *ops = ctx->ops;
-	int fd = -1, rc;
+	char saved[KVD_ERRMAX];
+	int fd = -1, rc, rc2;
 	uint64_t off = 0;
 
 	if (r->mode == KVDMABUF_MODE_NOREG)
 		return 0;
+	r->wake_key_gen = r->key_gen;
+	memcpy(r->wake_last, r->last, sizeof(r->wake_last));
 	if (r->mem != KVDMABUF_MEM_HOST) {
 		rc = ops->export_dmabuf(ctx, r, &fd, &off);
 		if (rc)
@@ -229,36 +284,46 @@ static int wake_one(struct kvdmabuf_region *r)
 	if (r->mode == KVDMABUF_MODE_FOLLOW)
 		return 0;       /* the NIC follows: keys unchanged */
 	rc = kvd_region_reg_all(r);
-	if (rc) {
-		char saved[KVD_ERRMAX];
-
-		memcpy(saved, ctx->err, sizeof(saved));
-		if (r->proxy_fd >= 0 &&
-		    ops->proxy_revoke(ctx, r->proxy_fd, ctx->revoke_timeout_ms))
-			note_rollback(ctx, saved, "revoke", -EIO);
-		else
-			memcpy(ctx->err, saved, sizeof(saved));
-		fd_close(&r->backing_fd);
+	if (!rc)
+		return 0;
+	msg_save(ctx, saved);
+	rc2 = revoke_for_undo(r);
+	if (rc2) {
+		note_rollback(ctx, saved, "revoke", rc2);
+		kvd_region_break(r, rc2);
+	} else {
+		msg_restore(ctx, saved);
 	}
+	fd_close(&r->backing_fd);
 	return rc;
 }
 
-/* Back to asleep: nothing of the new memory kept. */
+/*
+ * Back to asleep: nothing of the new memory kept, and the keys the engine
+ * knows are the ones it had (the new ones were never published). A region
+ * that cannot get there is broken: awake on memory the engine is about to
+ * release is the one state we must not leave it in silently.
+ */
 static int undo_wake_one(struct kvdmabuf_region *r)
 {
-	struct kvdmabuf_ctx *ctx = r->ctx;
 	int rc = 0;
 
 	if (r->mode == KVDMABUF_MODE_NOREG)
 		return 0;
 	if (r->mode == KVDMABUF_MODE_REREGISTER)
 		rc = kvd_region_dereg_all(r);
-	if (!rc && r->proxy_fd >= 0)
-		rc = ctx->ops->proxy_revoke(ctx, r->proxy_fd,
-					    ctx->revoke_timeout_ms);
 	if (!rc)
-		fd_close(&r->backing_fd);
-	return rc;
+		rc = revoke_for_undo(r);
+	/* Ours is one reference among the module's: never keep it. */
+	fd_close(&r->backing_fd);
+	if (rc) {
+		kvd_region_break(r, rc);
+		return rc;
+	}
+	r->key_gen = r->wake_key_gen;
+	memcpy(r->last, r->wake_last, sizeof(r->last));
+	r->keys_changed = false;
+	return 0;
 }
 
 /* ---- targets ---- */
@@ -280,7 +345,7 @@ static int targets(struct kvdmabuf_ctx *ctx, const char *tag, bool asleep,
 		struct kvdmabuf_region *r = ctx->regions[i];
 
 		if (r->mode == KVDMABUF_MODE_HOST || r->asleep != asleep ||
-		    !tag_match(r, tag))
+		    r->broken || !tag_match(r, tag))
 			continue;
 		(*idxp)[n] = i;
 		(*tp)[n++] = r;
@@ -290,9 +355,10 @@ static int targets(struct kvdmabuf_ctx *ctx, const char *tag, bool asleep,
 }
 
 /*
- * Runs @step on every target; when region k fails, undoes regions k-1..0
- * (newest first) and returns its error, the context message naming the
- * failed region and any undo that failed as well.
+ * Runs @step on every target; when region k fails (a failing step leaves
+ * its own region as it was, or broken), undoes regions k-1..0 (newest
+ * first) and returns its error, the message naming the failed region and
+ * any undo that failed as well (that region is then broken).
  */
 static int all_or_nothing(struct kvdmabuf_ctx *ctx, const char *what,
 			  struct kvdmabuf_region **t, const unsigned int *idx,
@@ -308,17 +374,22 @@ static int all_or_nothing(struct kvdmabuf_ctx *ctx, const char *what,
 		if (!rc)
 			continue;
 		region_name(t[k], idx[k], name, sizeof(name));
-		kvd_err_prefix(ctx, rc, "%s: %s", what, name);
-		memcpy(saved, ctx->err, sizeof(saved));
+		kvd_err_prefix(ctx, rc, "%s: %s%s", what, name,
+			       t[k]->broken ? " (now broken)" : "");
+		msg_save(ctx, saved);
 		for (j = k; j-- > 0;) {
 			rc2 = undo(t[j]);
 			if (rc2) {
+				if (!t[j]->broken)
+					kvd_region_break(t[j], rc2);
 				region_name(t[j], idx[j], name, sizeof(name));
+				strncat(name, " (now broken)",
+					sizeof(name) - strlen(name) - 1);
 				note_rollback(ctx, saved, name, rc2);
-				memcpy(saved, ctx->err, sizeof(saved));
+				msg_save(ctx, saved);
 			}
 		}
-		memcpy(ctx->err, saved, sizeof(saved));
+		msg_restore(ctx, saved);
 		return rc;
 	}
 	return 0;
@@ -367,10 +438,15 @@ int kvdmabuf_sleep(struct kvdmabuf_ctx *ctx, const char *tag)
 	goto done;
 
 reopen:
+	/* A rollback may have made new keys: they reach the engine before
+	 * any transfer may begin, as at wake. */
+	kvd_fire_key_callbacks(ctx);
 	for (k = 0; k < n; k++)
-		kvd_io_open(&t[k]->io);
+		kvd_region_unretire(t[k]);
+	goto out;
 done:
 	kvd_fire_key_callbacks(ctx);
+out:
 	free(t);
 	free(idx);
 unlock:

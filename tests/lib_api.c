@@ -9,6 +9,7 @@
  * (tests/lib_fake.h) except where the real verbs backend is the subject.
  */
 #include <infiniband/verbs.h>
+#include <pthread.h>
 
 #include "harness.h"
 #include "lib_fake.h"
@@ -124,6 +125,7 @@ FIXTURE(api) {
 	char *mem;
 	int keys_seen;
 	int reentry_rc;
+	int close_rc;
 };
 
 static struct _test_data_api *cur;
@@ -135,6 +137,7 @@ static void on_keys(struct kvdmabuf_region *r, uint64_t gen, void *arg)
 	(void)arg;
 	cur->keys_seen++;
 	cur->reentry_rc = kvdmabuf_sleep(r->ctx, NULL);
+	cur->close_rc = kvdmabuf_close(r->ctx);
 }
 
 FIXTURE_SETUP(api)
@@ -202,7 +205,7 @@ TEST_F(api, region_description_checks)
 			 NULL, &r));
 	EXPECT_EQ(-EINVAL, add(self->ctx, m, 2 * LEN, KVDMABUF_MEM_HOST, 0,
 			       NULL, &r));
-	EXPECT_NE(NULL, strstr(kvdmabuf_strerror(self->ctx), "overlaps"));
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx), "overlaps"));
 	EXPECT_EQ(-EINVAL, add(self->ctx, m + 2 * LEN, 4 * LEN,
 			       KVDMABUF_MEM_HOST, 0, NULL, &r));
 	/* adjacent is fine */
@@ -276,6 +279,60 @@ TEST_F(api, callbacks_cannot_reenter)
 	ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
 	EXPECT_EQ(1, self->keys_seen);
 	EXPECT_EQ(-EDEADLK, self->reentry_rc);
+	EXPECT_EQ(-EDEADLK, self->close_rc);
+}
+
+/* close is all or nothing: a transfer in flight on one region keeps every
+ * region as it was (awake ones open to I/O, asleep ones closed). */
+TEST_F(api, close_refused_while_a_transfer_is_in_flight)
+{
+	struct kvdmabuf_region *a, *b;
+
+	ASSERT_EQ(0, add(self->ctx, self->mem, LEN, KVDMABUF_MEM_DRM, 0,
+			 "kv", &a));
+	ASSERT_EQ(0, add(self->ctx, self->mem + LEN, LEN, KVDMABUF_MEM_DRM,
+			 0, "busy", &b));
+	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, "kv"));
+	ASSERT_EQ(0, kvdmabuf_io_begin(b));
+	EXPECT_EQ(-EBUSY, kvdmabuf_close(self->ctx));
+	TH_LOG("%s", kvdmabuf_last_error(self->ctx));
+	EXPECT_EQ(-ESHUTDOWN, kvdmabuf_io_begin(a));
+	kvdmabuf_io_end(b);
+	ASSERT_EQ(0, kvdmabuf_io_begin(b));
+	kvdmabuf_io_end(b);
+}
+
+static void *fail_in_thread(void *arg)
+{
+	struct kvdmabuf_region *r = arg;
+	static char seen[512];
+
+	if (kvdmabuf_region_set_drm_handle(r, 0, 1) != -EINVAL)
+		return NULL;
+	snprintf(seen, sizeof(seen), "%s", kvdmabuf_last_error(cur->ctx));
+	return seen;
+}
+
+/* Each thread reads the message of its own failure. */
+TEST_F(api, messages_are_per_thread)
+{
+	struct kvdmabuf_region *h, *bad;
+	pthread_t t;
+	char *other;
+
+	ASSERT_EQ(0, add(self->ctx, self->mem, LEN, KVDMABUF_MEM_HOST, 0,
+			 "h", &h));
+	ASSERT_EQ(-EINVAL, add(self->ctx, self->mem + LEN, LEN,
+			       KVDMABUF_MEM_HOST, 0x80, "x", &bad));
+	ASSERT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx),
+			       "unknown flags"));
+	ASSERT_EQ(0, pthread_create(&t, NULL, fail_in_thread, h));
+	ASSERT_EQ(0, pthread_join(t, (void **)&other));
+	ASSERT_NE(NULL, other);
+	EXPECT_NE(NULL, strstr(other, "not a DRM region"));
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx),
+			       "unknown flags"));
+	EXPECT_EQ(0, strcmp("", kvdmabuf_last_error(NULL)));
 }
 
 TEST_F(api, find_remove_and_drm_handle)
@@ -325,8 +382,8 @@ TEST(nic_without_dmabuf_mrs)
 				       sizeof(err)));
 		EXPECT_EQ(-EOPNOTSUPP, add(ctx, m, LEN, KVDMABUF_MEM_DRM, 0,
 					   NULL, &r));
-		TH_LOG("%s", kvdmabuf_strerror(ctx));
-		EXPECT_NE(NULL, strstr(kvdmabuf_strerror(ctx), "fake1"));
+		TH_LOG("%s", kvdmabuf_last_error(ctx));
+		EXPECT_NE(NULL, strstr(kvdmabuf_last_error(ctx), "fake1"));
 		EXPECT_EQ(0, fake_mrs_live());
 		EXPECT_EQ(0, add(ctx, m + LEN, LEN, KVDMABUF_MEM_HOST,
 				 KVDMABUF_REGION_RELEASED_AT_SLEEP, NULL, &r));

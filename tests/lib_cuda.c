@@ -62,8 +62,8 @@ TEST(cuda_absent_is_a_clear_error)
 	fds = fds_open();
 	ASSERT_EQ(0, open_ctx("/nonexistent/libcuda.so.1", &ctx));
 	ASSERT_EQ(-ELIBACC, add(ctx, m, LEN, KVDMABUF_MEM_CUDA, &r));
-	TH_LOG("%s", kvdmabuf_strerror(ctx));
-	EXPECT_NE(NULL, strstr(kvdmabuf_strerror(ctx),
+	TH_LOG("%s", kvdmabuf_last_error(ctx));
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(ctx),
 			       "/nonexistent/libcuda.so.1"));
 	EXPECT_EQ(0, fake_mrs_live());
 	/* the library still works for other memory */
@@ -90,7 +90,7 @@ TEST(default_cuda_library_absent_here)
 	fw.real_export = 1;
 	ASSERT_EQ(0, open_ctx(NULL, &ctx));
 	ASSERT_EQ(-ELIBACC, add(ctx, m, LEN, KVDMABUF_MEM_CUDA, &r));
-	EXPECT_NE(NULL, strstr(kvdmabuf_strerror(ctx), "libcuda.so.1"));
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(ctx), "libcuda.so.1"));
 	kvdmabuf_close(ctx);
 	munmap(m, LEN);
 }
@@ -150,8 +150,8 @@ TEST_F(cu, failure_is_named_and_rolled_back)
 	setenv("FAKE_CUDA_MODE", variant->mode, 1);
 	ASSERT_EQ(variant->rc, add(self->ctx, self->mem, LEN,
 				   KVDMABUF_MEM_CUDA, &r));
-	TH_LOG("%s", kvdmabuf_strerror(self->ctx));
-	EXPECT_NE(NULL, strstr(kvdmabuf_strerror(self->ctx), variant->msg));
+	TH_LOG("%s", kvdmabuf_last_error(self->ctx));
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx), variant->msg));
 	EXPECT_EQ(0, fake_mrs_live());
 	fake_proxy_gc();
 	EXPECT_EQ(fds, fds_open());
@@ -171,7 +171,7 @@ TEST_F(cu, wake_failure_keeps_asleep_then_retry)
 		return;
 	}
 	ASSERT_EQ(variant->rc, kvdmabuf_wake(self->ctx, NULL));
-	EXPECT_NE(NULL, strstr(kvdmabuf_strerror(self->ctx), variant->msg));
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx), variant->msg));
 	ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
 	EXPECT_EQ(1, in.asleep);
 	EXPECT_EQ(-ESHUTDOWN, kvdmabuf_io_begin(r));

@@ -5,7 +5,9 @@
  * event is set (deregistering only afterwards), honours the engine drain
  * callback, and on timeout returns -ETIMEDOUT with everything registered
  * and awake and a message saying how many transfers were in flight and for
- * how long; concurrent io_begin/io_end never succeed while asleep.
+ * how long; concurrent io_begin/io_end never succeed while asleep; remove
+ * right after a sleep never frees a region that the last io_end (which
+ * woke the drain) still touches.
  * Host-only: fake NICs (tests/lib_fake.h) stand for the RDMA devices.
  */
 #include <pthread.h>
@@ -131,7 +133,7 @@ TEST_F(dr, drain_waits_for_inflight_transfer)
 	pthread_join(ts, NULL);
 	pthread_join(tw, NULL);
 	if (rc)
-		TH_LOG("%s", kvdmabuf_strerror(self->ctx));
+		TH_LOG("%s", kvdmabuf_last_error(self->ctx));
 	ASSERT_EQ(0, rc);
 	EXPECT_GE(t1 - t0, 140 * 1000000LL);     /* it waited for the event */
 	EXPECT_EQ(-ESHUTDOWN, s.rc_begin_during_drain);
@@ -153,15 +155,15 @@ TEST_F(dr, drain_timeout_keeps_everything_registered)
 	ASSERT_EQ(0, kvdmabuf_io_begin(self->r));
 	usleep(100 * 1000);
 	rc = kvdmabuf_sleep(self->ctx, NULL);
-	TH_LOG("%s", kvdmabuf_strerror(self->ctx));
+	TH_LOG("%s", kvdmabuf_last_error(self->ctx));
 	ASSERT_EQ(-ETIMEDOUT, rc);
-	EXPECT_NE(NULL, strstr(kvdmabuf_strerror(self->ctx),
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx),
 			       "1 transfer(s) still in flight"));
-	EXPECT_NE(NULL, strstr(kvdmabuf_strerror(self->ctx),
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx),
 			       "kvdmabuf_io_end"));
 	/* above zero for longer than the drain itself (since io_begin) */
 	{
-		const char *p = strstr(kvdmabuf_strerror(self->ctx),
+		const char *p = strstr(kvdmabuf_last_error(self->ctx),
 				       "without a break for ");
 		double secs = 0;
 
@@ -194,7 +196,7 @@ TEST_F(dr, engine_callback_busy_times_out)
 {
 	drain_busy_until = 1 << 30;
 	ASSERT_EQ(-ETIMEDOUT, kvdmabuf_sleep(self->ctx, NULL));
-	EXPECT_NE(NULL, strstr(kvdmabuf_strerror(self->ctx),
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx),
 			       "drain callback"));
 	EXPECT_EQ(1, fake_mrs_at(0, self->mem, LEN));
 	ASSERT_EQ(0, kvdmabuf_io_begin(self->r));
@@ -400,6 +402,85 @@ TEST(new_keys_reach_the_engine_before_io_resumes)
 	kvdmabuf_io_end(r);
 	kvdmabuf_close(ctx);
 	munmap(mem, LEN);
+}
+
+static void *remove_thread(void *arg)
+{
+	static int rc;
+
+	rc = kvdmabuf_region_remove(arg);
+	return &rc;
+}
+
+/*
+ * White-box: an io_end that released the drain may still be waking it
+ * (io.wakers); remove waits for it before freeing.
+ */
+TEST(remove_waits_for_an_io_end_still_touching_the_region)
+{
+	struct kvdmabuf_options o = { 0 };
+	struct kvdmabuf_region_desc d = { 0 };
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r;
+	struct timespec ts = { 0, 100 * 1000000 };
+	pthread_t t;
+	char err[512];
+	void *mem = region_mem(LEN), *ret;
+
+	fake_reset(1);
+	ASSERT_EQ(0, fake_open("protocol: rdma\n", &o, &ctx, err, sizeof(err)));
+	d.addr = mem;
+	d.len = LEN;
+	d.mem = KVDMABUF_MEM_HOST;
+	d.flags = KVDMABUF_REGION_RELEASED_AT_SLEEP;
+	ASSERT_EQ(0, kvdmabuf_region_add(ctx, &d, &r));
+	ASSERT_EQ(0, kvdmabuf_sleep(ctx, NULL));
+	atomic_store(&r->io.wakers, 1);
+	ASSERT_EQ(0, pthread_create(&t, NULL, remove_thread, r));
+	nanosleep(&ts, NULL);
+	EXPECT_EQ(EBUSY, pthread_tryjoin_np(t, &ret));
+	atomic_store(&r->io.wakers, 0);
+	ASSERT_EQ(0, pthread_join(t, &ret));
+	EXPECT_EQ(0, *(int *)ret);
+	EXPECT_EQ(0, kvdmabuf_close(ctx));
+	munmap(mem, LEN);
+}
+
+static void *end_soon(void *arg)
+{
+	struct timespec ts = { 0, 20000 };
+
+	nanosleep(&ts, NULL);
+	kvdmabuf_io_end(arg);
+	return NULL;
+}
+
+/*
+ * Behaviour: sleep, then remove at once, while the region's last transfer
+ * ends in another thread. Run under AddressSanitizer (tests/asan/) this
+ * catches an io_end that touches the region after it was freed.
+ */
+TEST_F_TIMEOUT(dr, remove_right_after_sleep_races_the_last_io_end, 120)
+{
+	struct kvdmabuf_region_desc d = { 0 };
+	struct kvdmabuf_region *r;
+	pthread_t t;
+	int i;
+
+	d.addr = (char *)self->mem;
+	d.len = LEN;
+	d.mem = KVDMABUF_MEM_HOST;
+	d.flags = KVDMABUF_REGION_RELEASED_AT_SLEEP;
+	ASSERT_EQ(0, kvdmabuf_region_remove(self->r));
+	self->r = NULL;
+	for (i = 0; i < 2000; i++) {
+		ASSERT_EQ(0, kvdmabuf_region_add(self->ctx, &d, &r));
+		ASSERT_EQ(0, kvdmabuf_io_begin(r));
+		ASSERT_EQ(0, pthread_create(&t, NULL, end_soon, r));
+		ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
+		ASSERT_EQ(0, kvdmabuf_region_remove(r));
+		ASSERT_EQ(0, pthread_join(t, NULL));
+	}
 }
 
 TEST_HARNESS_MAIN

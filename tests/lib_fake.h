@@ -16,7 +16,10 @@
  *    fails with -EBUSY while a pinning importer is registered, registering
  *    on a revoked proxy fails with -ENODEV (mlx5 maps at registration).
  *  - injector: wraps any ops table (fakes here, the real verbs in the VM)
- *    and fails the n-th call of one operation with a chosen errno.
+ *    and fails the n-th call of one operation with a chosen errno. With
+ *    revoke_late, an injected revoke fails *after* revoking, as the
+ *    module's REVOKE does when importers keep their mappings past the
+ *    bound (-ETIMEDOUT) or a signal ends the wait (-EINTR).
  *
  * Open "fake-backing" fds in /proc/self/fd = references that keep some
  * old physical memory alive: while asleep there must be none.
@@ -85,6 +88,7 @@ struct fake_world {
 	unsigned long calls[OP_NR];
 	unsigned long fail_at[OP_NR];        /* 0: never; n: the n-th call */
 	int fail_rc;
+	int revoke_late;                     /* revoke first, then fail */
 	unsigned long injected;
 };
 
@@ -424,7 +428,12 @@ static int inj_attach(struct kvdmabuf_ctx *c, int p, int b, uint64_t off,
 
 static int inj_revoke(struct kvdmabuf_ctx *c, int p, unsigned int t)
 {
-	return inj(c, OP_REVOKE) ?: fw.inner->proxy_revoke(c, p, t);
+	int rc;
+
+	if (!fw.revoke_late)
+		return inj(c, OP_REVOKE) ?: fw.inner->proxy_revoke(c, p, t);
+	rc = fw.inner->proxy_revoke(c, p, t);
+	return inj(c, OP_REVOKE) ?: rc;
 }
 
 static int inj_query(struct kvdmabuf_ctx *c, int p, struct kvd_proxy_info *i)
@@ -475,6 +484,7 @@ static inline void inj_arm(enum fake_op op, unsigned long n, int rc)
 static inline void inj_disarm(void)
 {
 	memset(fw.fail_at, 0, sizeof(fw.fail_at));
+	fw.revoke_late = 0;
 }
 
 /* ---- observations ---- */

@@ -5,7 +5,12 @@
  * back completely (sleep: everything awake and registered on the old
  * memory; wake: everything asleep, nothing of the new memory kept; add:
  * nothing left), and a retry then succeeds. Every n is tried until the
- * operation is no longer reached. Host-only: fake NICs / exporter / module
+ * operation is no longer reached. Also: a revoke that fails after it
+ * revoked (the module's -ETIMEDOUT) is undone by its own region; a failed
+ * wake leaves the keys the engine knows and calls no callback; new keys of
+ * a failed sleep reach the engine before I/O resumes; a region whose
+ * rollback failed too is reported broken, never awake with a bad MR.
+ * Host-only: fake NICs / exporter / module
  * behind the library's ops table, wrapped by the fault injector
  * (tests/lib_fake.h).
  */
@@ -64,7 +69,7 @@ FIXTURE_SETUP(rb)
 		d.flags = i == 2 ? KVDMABUF_REGION_RELEASED_AT_SLEEP : 0;
 		rc = kvdmabuf_region_add(self->ctx, &d, &self->r[i]);
 		if (rc)
-			TH_LOG("%s", kvdmabuf_strerror(self->ctx));
+			TH_LOG("%s", kvdmabuf_last_error(self->ctx));
 		ASSERT_EQ(0, rc);
 		for (n = 0; n < NICS; n++)
 			ASSERT_EQ(0, kvdmabuf_region_keys(self->r[i], n,
@@ -173,9 +178,9 @@ TEST_F(rb, sleep_failure_rolls_back_then_retry)
 			}
 			tried++;
 			TH_LOG("%s #%lu: %s", fake_op_name[sleep_ops[k]], n,
-			       kvdmabuf_strerror(self->ctx));
+			       kvdmabuf_last_error(self->ctx));
 			ASSERT_EQ(-EIO, rc);
-			ASSERT_NE(NULL, strstr(kvdmabuf_strerror(self->ctx),
+			ASSERT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx),
 					       "injected"));
 			CHECK_AWAKE(self, variant);
 			/* retry */
@@ -211,7 +216,7 @@ TEST_F(rb, wake_failure_rolls_back_then_retry)
 			}
 			tried++;
 			TH_LOG("%s #%lu: %s", fake_op_name[wake_ops[k]], n,
-			       kvdmabuf_strerror(self->ctx));
+			       kvdmabuf_last_error(self->ctx));
 			ASSERT_EQ(-EIO, rc);
 			CHECK_ASLEEP(self);
 			/* idempotent while asleep */
@@ -281,12 +286,242 @@ TEST_F(rb, late_pin_fails_sleep_whole)
 	p = (int)in.proxy_id - 1;
 	fw.px[p].pinned++;       /* someone pins the proxy of region 1 */
 	ASSERT_EQ(-EBUSY, kvdmabuf_sleep(self->ctx, NULL));
-	TH_LOG("%s", kvdmabuf_strerror(self->ctx));
+	TH_LOG("%s", kvdmabuf_last_error(self->ctx));
 	CHECK_AWAKE(self, variant);
 	fw.px[p].pinned--;
 	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
 	CHECK_ASLEEP(self);
 	ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
+	CHECK_AWAKE(self, variant);
+}
+
+/* Key-change callbacks: how many, and whether I/O was still stopped. */
+static int cb_calls, cb_io_open;
+
+static void count_keys(struct kvdmabuf_region *r, uint64_t gen, void *arg)
+{
+	(void)gen;
+	(void)arg;
+	cb_calls++;
+	if (!kvdmabuf_io_begin(r)) {
+		cb_io_open++;
+		kvdmabuf_io_end(r);
+	}
+}
+
+/*
+ * The module's REVOKE can fail after it revoked (-ETIMEDOUT: an importer
+ * kept its mapping of the old backing past the bound). The failing region
+ * must undo its own step too: every region awake on its old memory, the
+ * proxy backed again, and a retry works.
+ */
+TEST_F(rb, revoke_failing_after_it_revoked_rolls_back)
+{
+	unsigned long n;
+	int rc, tried = 0;
+
+	for (n = 1;; n++) {
+		inj_arm(OP_REVOKE, n, -ETIMEDOUT);
+		fw.revoke_late = 1;
+		rc = kvdmabuf_sleep(self->ctx, NULL);
+		inj_disarm();
+		if (!fw.injected) {
+			ASSERT_EQ(0, rc);
+			CHECK_ASLEEP(self);
+			ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
+			CHECK_AWAKE(self, variant);
+			break;
+		}
+		tried++;
+		TH_LOG("revoke #%lu: %s", n, kvdmabuf_last_error(self->ctx));
+		ASSERT_EQ(-ETIMEDOUT, rc);
+		CHECK_AWAKE(self, variant);
+		ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
+		CHECK_ASLEEP(self);
+		ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
+		CHECK_AWAKE(self, variant);
+	}
+	/* both device regions are behind a proxy when the module is there */
+	EXPECT_EQ(variant->module ? 2 : 0, tried);
+}
+
+/*
+ * A wake that fails is rolled back to asleep: the keys the engine knows
+ * (and their generation) stay, and no key-change callback announces keys
+ * that region_keys() would not give.
+ */
+TEST_F(rb, failed_wake_publishes_nothing)
+{
+	uint64_t gen[NR], g;
+	unsigned long n;
+	int rc, i, tried = 0;
+
+	self->ctx->key_change = count_keys;
+	for (n = 1;; n++) {
+		ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
+		/* -ENOENT while asleep in REREGISTER; the generation
+		 * is given all the same */
+		for (i = 0; i < NR; i++)
+			kvdmabuf_region_keys(self->r[i], 0, NULL, NULL,
+					     &gen[i]);
+		for (i = 0; i < 3; i++)
+			ASSERT_EQ(0, remap_fresh(self->mem[i], LEN));
+		cb_calls = 0;
+		inj_arm(OP_REG, n, -EIO);
+		rc = kvdmabuf_wake(self->ctx, NULL);
+		inj_disarm();
+		if (!fw.injected) {
+			ASSERT_EQ(0, rc);
+			CHECK_AWAKE(self, variant);
+			break;
+		}
+		tried++;
+		ASSERT_EQ(-EIO, rc);
+		EXPECT_EQ(0, cb_calls);
+		for (i = 0; i < NR; i++) {
+			kvdmabuf_region_keys(self->r[i], 0, NULL, NULL, &g);
+			EXPECT_EQ(gen[i], g);
+		}
+		CHECK_ASLEEP(self);
+		ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
+		CHECK_AWAKE(self, variant);
+	}
+	EXPECT_GE(tried, 2);
+}
+
+/*
+ * A sleep rolled back after a REREGISTER region was deregistered registers
+ * it again with new keys: the engine hears of them before any transfer may
+ * start (the callback sees I/O still stopped).
+ */
+TEST_F(rb, failed_sleep_publishes_new_keys_before_io_resumes)
+{
+	static const enum fake_op ops[] = { OP_DEREG, OP_REVOKE };
+	unsigned int k;
+	unsigned long n;
+	int rc, calls = 0;
+
+	self->ctx->key_change = count_keys;
+	cb_io_open = 0;
+	for (k = 0; k < 2; k++) {
+		for (n = 1;; n++) {
+			cb_calls = 0;
+			inj_arm(ops[k], n, -EIO);
+			rc = kvdmabuf_sleep(self->ctx, NULL);
+			inj_disarm();
+			if (!fw.injected) {
+				ASSERT_EQ(0, rc);
+				ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
+				break;
+			}
+			ASSERT_EQ(-EIO, rc);
+			CHECK_AWAKE(self, variant);
+			calls += cb_calls;
+		}
+	}
+	/* region 2 (host, released at sleep) is REREGISTER in every variant */
+	EXPECT_GE(calls, 1);
+	EXPECT_EQ(0, cb_io_open);
+}
+
+/*
+ * Deregistration fails on the second NIC and registering the first again
+ * fails too: the region is broken, and says so. It never reports a key of
+ * an MR it does not have; sleep and wake skip it; remove releases what it
+ * still holds.
+ */
+TEST(double_failure_leaves_a_broken_region)
+{
+	struct kvdmabuf_options o = { 0 };
+	struct kvdmabuf_region_desc d = { 0 };
+	struct kvdmabuf_region_info in;
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r;
+	uint32_t lkey = 0;
+	char err[512];
+	void *mem = region_mem(LEN);
+
+	fake_reset(2);
+	ASSERT_NE(NULL, mem);
+	ASSERT_EQ(0, fake_open("protocol: rdma\n", &o, &ctx, err,
+			       sizeof(err)));
+	d.addr = mem;
+	d.len = LEN;
+	d.mem = KVDMABUF_MEM_HOST;
+	d.flags = KVDMABUF_REGION_RELEASED_AT_SLEEP;
+	ASSERT_EQ(0, kvdmabuf_region_add(ctx, &d, &r));
+	inj_arm(OP_DEREG, 2, -EIO);
+	fw.fail_at[OP_REG] = 1;
+	ASSERT_EQ(-EIO, kvdmabuf_sleep(ctx, NULL));
+	inj_disarm();
+	TH_LOG("%s", kvdmabuf_last_error(ctx));
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(ctx), "broken"));
+	ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
+	EXPECT_EQ(-EIO, in.broken);
+	EXPECT_EQ(-ENOENT, kvdmabuf_region_keys(r, 0, &lkey, NULL, NULL));
+	EXPECT_EQ(-ENOENT, kvdmabuf_region_keys(r, 1, &lkey, NULL, NULL));
+	EXPECT_EQ(-ESHUTDOWN, kvdmabuf_io_begin(r));
+	EXPECT_EQ(0, kvdmabuf_sleep(ctx, NULL));
+	EXPECT_EQ(0, kvdmabuf_wake(ctx, NULL));
+	EXPECT_EQ(-ESHUTDOWN, kvdmabuf_io_begin(r));
+	EXPECT_EQ(1, fake_mrs_live());          /* NIC 1's MR, never dropped */
+	EXPECT_EQ(0, kvdmabuf_region_remove(r));
+	EXPECT_EQ(0, fake_mrs_live());
+	EXPECT_EQ(0, kvdmabuf_close(ctx));
+	munmap(mem, LEN);
+}
+
+/*
+ * The rollback of a wake cannot revoke a region's proxy (an importer pins
+ * it): that region is broken, and the error says why (not a made-up EIO).
+ * No fd of the new memory stays with the library, and later wakes of the
+ * other regions work (they used to fail with -EEXIST on the still-backed
+ * proxy).
+ */
+TEST_F(rb, wake_rollback_that_cannot_revoke)
+{
+	struct kvdmabuf_region_info in;
+	int p, i;
+
+	ASSERT_EQ(0, info_of(self->r[0], &in));
+	if (!in.proxied)
+		SKIP(return, "no proxy without the module");
+	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
+	for (i = 0; i < 3; i++)
+		ASSERT_EQ(0, remap_fresh(self->mem[i], LEN));
+	p = (int)in.proxy_id - 1;
+	/* Region 0's wake fails at its registration (REREGISTER: its own
+	 * rollback revokes) or region 1's attach fails (FOLLOW: region 0 is
+	 * undone); either revoke finds a pin that appeared meanwhile. */
+	if (in.mode == KVDMABUF_MODE_REREGISTER)
+		inj_arm(OP_REG, 1, -EIO);
+	else
+		inj_arm(OP_ATTACH, 2, -EIO);
+	fw.px[p].pinned++;
+	ASSERT_EQ(-EIO, kvdmabuf_wake(self->ctx, NULL));
+	inj_disarm();
+	TH_LOG("%s", kvdmabuf_last_error(self->ctx));
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx),
+			       strerror(EBUSY)));
+	ASSERT_EQ(0, info_of(self->r[0], &in));
+	EXPECT_EQ(-EBUSY, in.broken);
+	EXPECT_EQ(-1, self->r[0]->backing_fd);
+	fw.px[p].pinned--;
+	ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
+	for (i = 1; i < NR; i++) {
+		ASSERT_EQ(0, info_of(self->r[i], &in));
+		EXPECT_EQ(0, in.asleep);
+		EXPECT_EQ(0, in.broken);
+	}
+	EXPECT_EQ(-ESHUTDOWN, kvdmabuf_io_begin(self->r[0]));
+	ASSERT_EQ(0, kvdmabuf_region_remove(self->r[0]));
+	ASSERT_EQ(0, kvdmabuf_region_add(self->ctx, &(struct kvdmabuf_region_desc){
+		.addr = self->mem[0], .len = LEN, .mem = KVDMABUF_MEM_DRM,
+		.tag = "kv_cache" }, &self->r[0]));
+	ASSERT_EQ(0, kvdmabuf_region_keys(self->r[0], 0, &self->lkey[0][0],
+					  NULL, NULL));
+	ASSERT_EQ(0, kvdmabuf_region_keys(self->r[0], 1, &self->lkey[0][1],
+					  NULL, NULL));
 	CHECK_AWAKE(self, variant);
 }
 

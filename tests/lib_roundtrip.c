@@ -83,7 +83,7 @@ FIXTURE_SETUP(rt)
 		d.flags = i == 2 ? KVDMABUF_REGION_RELEASED_AT_SLEEP : 0;
 		rc = kvdmabuf_region_add(self->ctx, &d, &self->r[i]);
 		if (rc)
-			TH_LOG("%s", kvdmabuf_strerror(self->ctx));
+			TH_LOG("%s", kvdmabuf_last_error(self->ctx));
 		ASSERT_EQ(0, rc);
 	}
 }
@@ -134,7 +134,7 @@ TEST_F(rt, two_cycles_exact)
 	for (cycle = 1; cycle <= 2; cycle++) {
 		rc = kvdmabuf_sleep(self->ctx, NULL);
 		if (rc)
-			TH_LOG("%s", kvdmabuf_strerror(self->ctx));
+			TH_LOG("%s", kvdmabuf_last_error(self->ctx));
 		ASSERT_EQ(0, rc);
 
 		/* nothing of ours holds the old device memory */
@@ -167,7 +167,7 @@ TEST_F(rt, two_cycles_exact)
 
 		rc = kvdmabuf_wake(self->ctx, NULL);
 		if (rc)
-			TH_LOG("%s", kvdmabuf_strerror(self->ctx));
+			TH_LOG("%s", kvdmabuf_last_error(self->ctx));
 		ASSERT_EQ(0, rc);
 
 		for (i = 0; i < NR; i++) {

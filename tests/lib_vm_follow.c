@@ -150,7 +150,7 @@ TEST_F_TIMEOUT(fo, drm_regions_follow_through_cycles, 120)
 	d.tag = "kv_cache";
 	rc = kvdmabuf_region_add(self->ctx, &d, &r);
 	if (rc)
-		TH_LOG("%s", kvdmabuf_strerror(self->ctx));
+		TH_LOG("%s", kvdmabuf_last_error(self->ctx));
 	ASSERT_EQ(0, rc);
 	ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
 	EXPECT_EQ(variant->mode, in.mode);
@@ -167,7 +167,7 @@ TEST_F_TIMEOUT(fo, drm_regions_follow_through_cycles, 120)
 
 		rc = kvdmabuf_sleep(self->ctx, NULL);
 		if (rc)
-			TH_LOG("%s", kvdmabuf_strerror(self->ctx));
+			TH_LOG("%s", kvdmabuf_last_error(self->ctx));
 		ASSERT_EQ(0, rc);
 		/* nothing of the module holds the old buffer any more */
 		ASSERT_EQ(0, proxy_query(r, &q));
@@ -190,7 +190,7 @@ TEST_F_TIMEOUT(fo, drm_regions_follow_through_cycles, 120)
 		ASSERT_EQ(0, kvdmabuf_region_set_drm_handle(r, self->drm, h));
 		rc = kvdmabuf_wake(self->ctx, NULL);
 		if (rc)
-			TH_LOG("%s", kvdmabuf_strerror(self->ctx));
+			TH_LOG("%s", kvdmabuf_last_error(self->ctx));
 		ASSERT_EQ(0, rc);
 
 		ASSERT_EQ(0, kvdmabuf_region_keys(r, 0, &key, NULL, &gen));
@@ -271,7 +271,7 @@ TEST_F_TIMEOUT(fo, cuda_regions_follow_through_fake_driver, 120)
 	d.tag = "kv_cache";
 	rc = kvdmabuf_region_add(ctx, &d, &r);
 	if (rc)
-		TH_LOG("%s", kvdmabuf_strerror(ctx));
+		TH_LOG("%s", kvdmabuf_last_error(ctx));
 	ASSERT_EQ(0, rc);
 	ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
 	EXPECT_EQ(variant->mode, in.mode);
@@ -285,7 +285,7 @@ TEST_F_TIMEOUT(fo, cuda_regions_follow_through_fake_driver, 120)
 		pattern_fill(addr, LEN, 2000 + (uint32_t)cycle);
 		rc = kvdmabuf_wake(ctx, NULL);
 		if (rc)
-			TH_LOG("%s", kvdmabuf_strerror(ctx));
+			TH_LOG("%s", kvdmabuf_last_error(ctx));
 		ASSERT_EQ(0, rc);
 		ASSERT_EQ(0, kvdmabuf_region_keys(r, 0, &key, NULL, NULL));
 		if (variant->mode == KVDMABUF_MODE_FOLLOW)

@@ -72,7 +72,7 @@ FIXTURE_SETUP(vr)
 	d.tag = "kv_cache";
 	rc = kvdmabuf_region_add(self->ctx, &d, &self->kv);
 	if (rc)
-		TH_LOG("%s", kvdmabuf_strerror(self->ctx));
+		TH_LOG("%s", kvdmabuf_last_error(self->ctx));
 	ASSERT_EQ(0, rc);
 	d.addr = self->hostmem;
 	d.flags = 0;
@@ -131,7 +131,7 @@ TEST_F_TIMEOUT(vr, sleep_releases_pins_wake_lands_in_new_pages, 120)
 		pin_awake = vmpin_kb();
 		rc = kvdmabuf_sleep(self->ctx, "kv_cache");
 		if (rc)
-			TH_LOG("%s", kvdmabuf_strerror(self->ctx));
+			TH_LOG("%s", kvdmabuf_last_error(self->ctx));
 		ASSERT_EQ(0, rc);
 		pin_asleep = vmpin_kb();
 		TH_LOG("cycle %d: VmPin awake %ld kB, asleep %ld kB", cycle,
@@ -148,7 +148,7 @@ TEST_F_TIMEOUT(vr, sleep_releases_pins_wake_lands_in_new_pages, 120)
 
 		rc = kvdmabuf_wake(self->ctx, "kv_cache");
 		if (rc)
-			TH_LOG("%s", kvdmabuf_strerror(self->ctx));
+			TH_LOG("%s", kvdmabuf_last_error(self->ctx));
 		ASSERT_EQ(0, rc);
 		pin_woken = vmpin_kb();
 		EXPECT_EQ(pin_awake, pin_woken);
@@ -192,11 +192,11 @@ TEST_F(vr, device_memory_on_nic_without_dmabuf_mrs_is_refused)
 	d.drm_fd = fd;
 	d.drm_handle = h;
 	rc = kvdmabuf_region_add(self->ctx, &d, &r);
-	TH_LOG("%s", kvdmabuf_strerror(self->ctx));
+	TH_LOG("%s", kvdmabuf_last_error(self->ctx));
 	if (rc == 0)
 		SKIP(return, "%s has dma-buf MRs", vp_dev_name(0));
 	EXPECT_EQ(-EOPNOTSUPP, rc);
-	EXPECT_NE(NULL, strstr(kvdmabuf_strerror(self->ctx),
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx),
 			       "no dma-buf memory regions"));
 	vgem_close_handle(fd, h);
 	close(fd);

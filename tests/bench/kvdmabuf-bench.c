@@ -443,7 +443,7 @@ static int run_proxy(struct sz_res *s, int pinned, int reps)
 	d.drm_handle = b.h;
 	d.tag = "kv_cache";
 	if (kvdmabuf_region_add(ctx, &d, &r)) {
-		ERR("region add: %s", kvdmabuf_strerror(ctx));
+		ERR("region add: %s", kvdmabuf_last_error(ctx));
 		goto out;
 	}
 	if (kvdmabuf_region_info(r, &info) ||
@@ -468,7 +468,7 @@ static int run_proxy(struct sz_res *s, int pinned, int reps)
 
 		t0 = now_ns();
 		if (kvdmabuf_sleep(ctx, NULL)) {
-			ERR("sleep: %s", kvdmabuf_strerror(ctx));
+			ERR("sleep: %s", kvdmabuf_last_error(ctx));
 			goto out;
 		}
 		t1 = now_ns();
@@ -526,12 +526,12 @@ floor_before:
 				 rep >= 0 ? &s->floor_noexp[n] : NULL))
 			goto out;
 		if (kvdmabuf_region_set_drm_handle(r, g_drm, b.h)) {
-			ERR("set_drm_handle: %s", kvdmabuf_strerror(ctx));
+			ERR("set_drm_handle: %s", kvdmabuf_last_error(ctx));
 			goto out;
 		}
 		t0 = now_ns();
 		if (kvdmabuf_wake(ctx, NULL)) {
-			ERR("wake: %s", kvdmabuf_strerror(ctx));
+			ERR("wake: %s", kvdmabuf_last_error(ctx));
 			goto out;
 		}
 		t1 = now_ns();
@@ -597,7 +597,7 @@ floor_before:
 	rc = 0;
 out:
 	if (r && kvdmabuf_region_remove(r) && !rc)
-		rc = ERR("region remove: %s", kvdmabuf_strerror(ctx));
+		rc = ERR("region remove: %s", kvdmabuf_last_error(ctx));
 	dbuf_free(&b);
 	if (ctx)
 		kvdmabuf_close(ctx);
@@ -624,10 +624,10 @@ static int side_wake(struct side *sd, uint32_t h, double *ns)
 	int64_t t0;
 
 	if (kvdmabuf_region_set_drm_handle(sd->r, g_drm, h))
-		return ERR("set_drm_handle: %s", kvdmabuf_strerror(sd->ctx));
+		return ERR("set_drm_handle: %s", kvdmabuf_last_error(sd->ctx));
 	t0 = now_ns();
 	if (kvdmabuf_wake(sd->ctx, NULL))
-		return ERR("wake: %s", kvdmabuf_strerror(sd->ctx));
+		return ERR("wake: %s", kvdmabuf_last_error(sd->ctx));
 	if (kvdmabuf_region_keys(sd->r, 0, &key, NULL, NULL) ||
 	    imp_read(g_imp, (int)key, 0, buf, BLK))
 		return ERR("first access after wake failed");
@@ -655,7 +655,7 @@ static int run_pair(struct sz_res *s, int cycles)
 		if (lib_open_imp(&sd[k].in, &sd[k].ctx) ||
 		    kvdmabuf_region_add(sd[k].ctx, &d, &sd[k].r)) {
 			ERR("paired region add: %s",
-			    sd[k].ctx ? kvdmabuf_strerror(sd[k].ctx) : "open");
+			    sd[k].ctx ? kvdmabuf_last_error(sd[k].ctx) : "open");
 			goto out;
 		}
 	for (rep = -1; rep < cycles; rep++) {
@@ -663,7 +663,7 @@ static int run_pair(struct sz_res *s, int cycles)
 
 		for (k = 0; k < 2; k++)
 			if (kvdmabuf_sleep(sd[k].ctx, NULL)) {
-				ERR("sleep: %s", kvdmabuf_strerror(sd[k].ctx));
+				ERR("sleep: %s", kvdmabuf_last_error(sd[k].ctx));
 				goto out;
 			}
 		for (k = 0; k < 2; k++) {
@@ -680,7 +680,7 @@ static int run_pair(struct sz_res *s, int cycles)
 out:
 	for (k = 0; k < 2; k++) {
 		if (sd[k].r && kvdmabuf_region_remove(sd[k].r) && !rc)
-			rc = ERR("region remove: %s", kvdmabuf_strerror(sd[k].ctx));
+			rc = ERR("region remove: %s", kvdmabuf_last_error(sd[k].ctx));
 		if (sd[k].ctx)
 			kvdmabuf_close(sd[k].ctx);
 	}
@@ -758,7 +758,7 @@ static int run_rxe(struct sz_res *s, int reps)
 	d.flags = KVDMABUF_REGION_RELEASED_AT_SLEEP;
 	d.tag = "kv_cache";
 	if (kvdmabuf_region_add(ctx, &d, &r)) {
-		ERR("rxe region add: %s", kvdmabuf_strerror(ctx));
+		ERR("rxe region add: %s", kvdmabuf_last_error(ctx));
 		goto out;
 	}
 	if (kvdmabuf_region_info(r, &info) ||
@@ -772,7 +772,7 @@ static int run_rxe(struct sz_res *s, int reps)
 
 		t0 = now_ns();
 		if (kvdmabuf_sleep(ctx, NULL)) {
-			ERR("rxe sleep: %s", kvdmabuf_strerror(ctx));
+			ERR("rxe sleep: %s", kvdmabuf_last_error(ctx));
 			goto out;
 		}
 		t1 = now_ns();
@@ -788,7 +788,7 @@ static int run_rxe(struct sz_res *s, int reps)
 		}
 		t2 = now_ns();
 		if (kvdmabuf_wake(ctx, NULL)) {
-			ERR("rxe wake: %s", kvdmabuf_strerror(ctx));
+			ERR("rxe wake: %s", kvdmabuf_last_error(ctx));
 			goto out;
 		}
 		t3 = now_ns();
@@ -805,7 +805,7 @@ static int run_rxe(struct sz_res *s, int reps)
 	rc = 0;
 out:
 	if (r && kvdmabuf_region_remove(r) && !rc)
-		rc = ERR("rxe region remove: %s", kvdmabuf_strerror(ctx));
+		rc = ERR("rxe region remove: %s", kvdmabuf_last_error(ctx));
 	if (mem)
 		munmap(mem, s->size);
 	if (ctx)
@@ -857,7 +857,7 @@ static int run_host_noreg(uint64_t size, int reps)
 		if (!mem || pin0 < 0 || kvdmabuf_region_add(ctx, &d, &r) ||
 		    kvdmabuf_region_info(r, &info) ||
 		    info.mode != (k ? KVDMABUF_MODE_NOREG : KVDMABUF_MODE_HOST)) {
-			ERR("%s region: %s", names[k], kvdmabuf_strerror(ctx));
+			ERR("%s region: %s", names[k], kvdmabuf_last_error(ctx));
 			goto next;
 		}
 		for (rep = -1; rep < reps; rep++) {
@@ -865,14 +865,14 @@ static int run_host_noreg(uint64_t size, int reps)
 
 			if (kvdmabuf_sleep(ctx, NULL)) {
 				ERR("%s sleep: %s", names[k],
-				    kvdmabuf_strerror(ctx));
+				    kvdmabuf_last_error(ctx));
 				goto next;
 			}
 			t1 = now_ns();
 			pin = vmpin_kb();
 			if (kvdmabuf_wake(ctx, NULL)) {
 				ERR("%s wake: %s", names[k],
-				    kvdmabuf_strerror(ctx));
+				    kvdmabuf_last_error(ctx));
 				goto next;
 			}
 			if (rep >= 0)
@@ -906,7 +906,7 @@ static int run_host_noreg(uint64_t size, int reps)
 		}
 next:
 		if (r && kvdmabuf_region_remove(r))
-			rc = ERR("remove: %s", kvdmabuf_strerror(ctx));
+			rc = ERR("remove: %s", kvdmabuf_last_error(ctx));
 		if (mem)
 			munmap(mem, size);
 		kvdmabuf_close(ctx);
@@ -1090,7 +1090,7 @@ static int tcp_region(struct kvdmabuf_ctx **ctx, struct kvdmabuf_region **r,
 	d.flags = KVDMABUF_REGION_RELEASED_AT_SLEEP;   /* NOREG, drained */
 	d.tag = "kv_cache";
 	if (!*mem || kvdmabuf_region_add(*ctx, &d, r)) {
-		ERR("tcp region: %s", kvdmabuf_strerror(*ctx));
+		ERR("tcp region: %s", kvdmabuf_last_error(*ctx));
 		if (*mem)
 			munmap(*mem, 1 << 20);
 		kvdmabuf_close(*ctx);
@@ -1269,7 +1269,7 @@ static int run_drain(void)
 			if (rc)
 				break;
 			if (kvdmabuf_sleep(ctx, NULL))
-				rc = ERR("sleep: %s", kvdmabuf_strerror(ctx));
+				rc = ERR("sleep: %s", kvdmabuf_last_error(ctx));
 			else if (!atomic_load(&probe.started))
 				rc = ERR("sleep returned without draining");
 			if (rc)
@@ -1278,7 +1278,7 @@ static int run_drain(void)
 			if (rc && !x.end)
 				kvdmabuf_io_end(r);
 			if (!rc && kvdmabuf_wake(ctx, NULL))
-				rc = ERR("wake: %s", kvdmabuf_strerror(ctx));
+				rc = ERR("wake: %s", kvdmabuf_last_error(ctx));
 			lat[i] = (double)(atomic_load(&probe.last_call) - x.end);
 		}
 		if (rc)

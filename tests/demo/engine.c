@@ -498,7 +498,7 @@ static int engine_regions(struct demo_engine *e, struct demo_msg *m)
 			r->kr = NULL;
 			return demo_fail(m, rc, "%s: kvdmabuf_region_add %s: "
 					 "%s", e->name, r->tag,
-					 kvdmabuf_strerror(e->ctx));
+					 kvdmabuf_last_error(e->ctx));
 		}
 		rc = kvdmabuf_region_keys(r->kr, 0, &lkey, &rkey,
 					  &e->key_gen[i]);
@@ -548,7 +548,7 @@ static int engine_sleep(struct demo_engine *e, struct demo_msg *m)
 			return demo_fail(m, rc, "%s: kvdmabuf_sleep(%s): %s",
 					 e->name, tag_name(sel) ?
 					 tag_name(sel) : "all",
-					 kvdmabuf_strerror(e->ctx));
+					 kvdmabuf_last_error(e->ctx));
 		}
 	}
 	/* the drain let every running transfer finish: threads see refusal */
@@ -586,7 +586,7 @@ static int engine_wake(struct demo_engine *e, struct demo_msg *m)
 			return demo_fail(m, rc, "%s: kvdmabuf_wake(%s): %s",
 					 e->name, tag_name(sel) ?
 					 tag_name(sel) : "all",
-					 kvdmabuf_strerror(e->ctx));
+					 kvdmabuf_last_error(e->ctx));
 	}
 	memset(m->a, 0, sizeof(m->a));
 	keys_reply(e, m);
@@ -629,7 +629,7 @@ static int engine_quit(struct demo_engine *e, struct demo_msg *m)
 			if (rc && !ret)
 				ret = demo_fail(m, rc, "%s: region_remove %s: "
 						"%s", e->name, r->tag,
-						kvdmabuf_strerror(e->ctx));
+						kvdmabuf_last_error(e->ctx));
 			r->kr = NULL;
 		}
 		if (r->mr) {

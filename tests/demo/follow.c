@@ -84,7 +84,7 @@ static void library_drm_region(struct demo_follow *f, int drm,
 	rc = kvdmabuf_region_add(ctx, &d, &r);
 	if (rc) {
 		/* the library's reason, without the region and verbs prefix */
-		const char *why = kvdmabuf_strerror(ctx);
+		const char *why = kvdmabuf_last_error(ctx);
 		const char *nic = strstr(why, "NIC ");
 		const char *end = nic ? strstr(nic, ": ") : NULL;
 

@@ -58,7 +58,7 @@ stage_unit() {
 	"$here/deps.sh" host || { account unit 1 /dev/null 0; return; }
 	: >"$log"
 	echo "# === unit (host)"
-	make -C "$repo" -j"$jobs" lib tests >>"$log" 2>&1 || {
+	make -C "$repo" -j"$jobs" lib tests asan >>"$log" 2>&1 || {
 		tail -30 "$log"
 		rc=1
 	}
