@@ -10,8 +10,10 @@
 #
 # V=1 shows the commands.
 
-VERSION_MAJOR := 0
-VERSION := 0.1.0
+# The version is the public header's (KVDMABUF_VERSION_*).
+VERSION := $(shell awk '/define KVDMABUF_VERSION_(MAJOR|MINOR|PATCH) / \
+	{ v = v (v == "" ? "" : ".") $$3 } END { print v }' lib/kvdmabuf.h)
+VERSION_MAJOR := $(firstword $(subst ., ,$(VERSION)))
 
 ifeq ($(V),1)
 Q :=

@@ -56,13 +56,35 @@ int kvd_err(struct kvdmabuf_ctx *ctx, int rc, const char *fmt, ...)
 	return rc;
 }
 
+/* Before the lock: a forked child may have inherited it held. */
+int kvd_not_forked(struct kvdmabuf_ctx *ctx, const char *what)
+{
+	if (ctx->pid == getpid())
+		return 0;
+	return kvd_err(ctx, -EPERM, "%s: this context was opened by process "
+		       "%d; a forked child cannot use it (its MRs and proxies "
+		       "are the parent's)", what, (int)ctx->pid);
+}
+
 int kvd_may_change(struct kvdmabuf_ctx *ctx, const char *what)
 {
-	if (ctx->in_callback)
+	if (ctx->busy && pthread_equal(ctx->busy_thread, pthread_self()))
 		return kvd_err(ctx, -EDEADLK, "%s from a callback", what);
-	if (ctx->draining)
-		return kvd_err(ctx, -EBUSY, "%s while a sleep is draining", what);
+	if (ctx->busy)
+		return kvd_err(ctx, -EBUSY, "%s while a sleep or wake runs in "
+			       "another thread", what);
 	return 0;
+}
+
+void kvd_busy_begin(struct kvdmabuf_ctx *ctx)
+{
+	ctx->busy = true;
+	ctx->busy_thread = pthread_self();
+}
+
+void kvd_busy_end(struct kvdmabuf_ctx *ctx)
+{
+	ctx->busy = false;
 }
 
 int kvd_err_prefix(struct kvdmabuf_ctx *ctx, int rc, const char *fmt, ...)
@@ -85,6 +107,11 @@ int kvd_err_prefix(struct kvdmabuf_ctx *ctx, int rc, const char *fmt, ...)
 const char *kvdmabuf_last_error(const struct kvdmabuf_ctx *ctx)
 {
 	return ctx && last_error.ctx == ctx ? last_error.text : "";
+}
+
+unsigned int kvdmabuf_version(void)
+{
+	return KVDMABUF_VERSION;
 }
 
 const char *kvdmabuf_mode_name(int mode)
@@ -140,6 +167,7 @@ int kvd_open_ops(const struct kvdmabuf_options *opts,
 		return -ENOMEM;
 	}
 	ctx->module_fd = -1;
+	ctx->pid = getpid();
 	ctx->ops = ops;
 	ctx->ops_arg = ops_arg;
 	pthread_mutexattr_init(&ma);
@@ -168,6 +196,8 @@ int kvd_open_ops(const struct kvdmabuf_options *opts,
 	ctx->drain_arg = opts->drain_arg;
 	ctx->key_change = opts->key_change;
 	ctx->key_change_arg = opts->key_change_arg;
+	ctx->sleep_begin = opts->sleep_begin;
+	ctx->sleep_begin_arg = opts->sleep_begin_arg;
 	snprintf(ctx->cuda_library, sizeof(ctx->cuda_library), "%s",
 		 opts->cuda_library ? opts->cuda_library :
 		 ctx->cfg.cuda_library);
@@ -221,6 +251,9 @@ int kvdmabuf_close(struct kvdmabuf_ctx *ctx)
 
 	if (!ctx)
 		return -EINVAL;
+	rc = kvd_not_forked(ctx, "close");
+	if (rc)
+		return rc;
 	pthread_mutex_lock(&ctx->lock);
 	rc = kvd_may_change(ctx, "close");
 	/* All or nothing: a region with a transfer in flight keeps the
@@ -269,8 +302,11 @@ int kvdmabuf_query(struct kvdmabuf_ctx *ctx, struct kvdmabuf_state *st)
 		struct kvdmabuf_region *r = ctx->regions[i];
 
 		st->nr_asleep += r->asleep;
-		if (r->mode > 0 && r->mode <= KVDMABUF_MODE_NOREG)
-			st->nr_mode[r->mode]++;
+		st->nr_broken += r->broken != 0;
+		st->nr_follow += r->mode == KVDMABUF_MODE_FOLLOW;
+		st->nr_reregister += r->mode == KVDMABUF_MODE_REREGISTER;
+		st->nr_host += r->mode == KVDMABUF_MODE_HOST;
+		st->nr_noreg += r->mode == KVDMABUF_MODE_NOREG;
 		st->inflight += kvd_io_count(&r->io);
 		st->unbalanced_io_end += atomic_load(&r->io.unbalanced);
 	}

@@ -135,3 +135,26 @@ void kvdmabuf_io_end(struct kvdmabuf_region *region)
 {
 	kvd_io_end(&region->io);
 }
+
+int kvdmabuf_io_begin_many(struct kvdmabuf_region *const *regions,
+			   unsigned int n)
+{
+	unsigned int i;
+
+	for (i = 0; i < n; i++)
+		if (kvd_io_begin(&regions[i]->io)) {
+			while (i--)
+				kvd_io_end(&regions[i]->io);
+			return -ESHUTDOWN;
+		}
+	return 0;
+}
+
+void kvdmabuf_io_end_many(struct kvdmabuf_region *const *regions,
+			  unsigned int n)
+{
+	unsigned int i;
+
+	for (i = 0; i < n; i++)
+		kvd_io_end(&regions[i]->io);
+}

@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "kvdmabuf.h"
 
@@ -19,6 +20,12 @@
 
 /* ---- config (config.c) ---- */
 enum kvd_protocol { KVD_PROTO_RDMA = 1, KVD_PROTO_TCP = 2, KVD_PROTO_OTHER = 3 };
+/* cuda_dmabuf_mapping: the flags of the CUDA dma-buf export (cuda.c). */
+enum kvd_cuda_mapping {
+	KVD_CUDA_MAPPING_AUTO = 0,       /* PCIe mapping, 0 if the driver refuses */
+	KVD_CUDA_MAPPING_PCIE = 1,       /* PCIe mapping or fail */
+	KVD_CUDA_MAPPING_DEFAULT = 2,    /* flags 0 */
+};
 
 struct kvd_config {
 	char protocol[KVD_NAMEMAX];
@@ -28,6 +35,7 @@ struct kvd_config {
 	unsigned int drain_timeout_ms;
 	int module;                      /* enum kvdmabuf_module_use */
 	char cuda_library[256];          /* "" if not set */
+	int cuda_mapping;                /* enum kvd_cuda_mapping */
 	char path[256];                  /* file it came from */
 };
 
@@ -197,10 +205,12 @@ struct kvdmabuf_region {
 
 struct kvdmabuf_ctx {
 	pthread_mutex_t lock;            /* recursive */
-	int in_callback;
-	/* A sleep is draining with the lock released (so that transfer
-	 * paths can still read keys and state): changes wait for it. */
-	bool draining;
+	/* A sleep or wake runs with the lock released (its drain, its
+	 * callbacks): other threads' changes get -EBUSY, its own thread's
+	 * (a callback re-entering) -EDEADLK. */
+	bool busy;
+	pthread_t busy_thread;
+	pid_t pid;                       /* of the process that opened it */
 
 	const struct kvd_ops *ops;
 	void *ops_arg;                   /* for test backends */
@@ -213,6 +223,8 @@ struct kvdmabuf_ctx {
 	void *drain_arg;
 	kvdmabuf_keys_fn key_change;
 	void *key_change_arg;
+	kvdmabuf_sleep_fn sleep_begin;
+	void *sleep_begin_arg;
 	char cuda_library[256];
 	struct kvd_cuda *cuda;           /* loaded at first use */
 
@@ -228,9 +240,15 @@ struct kvdmabuf_ctx {
 
 /*
  * With ctx->lock held: 0 when @what (sleep, wake, region changes) may run
- * now; -EDEADLK from a key-change callback, -EBUSY while a sleep drains.
+ * now; -EDEADLK from a callback; -EBUSY while another thread's sleep or
+ * wake runs without the lock.
  */
 int kvd_may_change(struct kvdmabuf_ctx *ctx, const char *what);
+/* 0, or -EPERM in a forked child (called before taking ctx->lock). */
+int kvd_not_forked(struct kvdmabuf_ctx *ctx, const char *what);
+/* Mark @ctx busy (lock held) for a sleep or wake of this thread. */
+void kvd_busy_begin(struct kvdmabuf_ctx *ctx);
+void kvd_busy_end(struct kvdmabuf_ctx *ctx);
 
 /* Open with a given backend table (tests); kvdmabuf_open() uses defaults. */
 int kvd_open_ops(const struct kvdmabuf_options *opts,
@@ -260,6 +278,9 @@ void kvd_region_break(struct kvdmabuf_region *r, int rc);
 int kvd_region_retire(struct kvdmabuf_region *r);
 void kvd_region_unretire(struct kvdmabuf_region *r);
 void kvd_region_destroy(struct kvdmabuf_region *r);
-void kvd_fire_key_callbacks(struct kvdmabuf_ctx *ctx);
+/* With the lock held once and @ctx busy: one key-change callback for the
+ * regions of @t whose keys changed, called with the lock released. */
+void kvd_fire_key_callbacks(struct kvdmabuf_ctx *ctx,
+			    struct kvdmabuf_region *const *t, unsigned int n);
 
 #endif /* KVDMABUF_INTERNAL_H */

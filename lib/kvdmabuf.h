@@ -13,10 +13,15 @@
  *    wake, region add/remove, query and the getters serialise on a
  *    per-context lock; kvdmabuf_io_begin()/kvdmabuf_io_end() are lock-free
  *    and callable from any thread at any time while the region exists;
- *  - sleep drains without that lock, so a transfer path may read keys and
- *    state between io_begin and io_end; sleep, wake and region changes
- *    made meanwhile from other threads fail with -EBUSY;
- *  - at wake, the key-change callback runs before I/O resumes.
+ *  - sleep drains and every callback runs without that lock, so a transfer
+ *    path may read keys and state between io_begin and io_end and a
+ *    callback may call the getters; sleep, wake, close and region changes
+ *    made meanwhile fail with -EBUSY from other threads and -EDEADLK from
+ *    the callback itself;
+ *  - at wake, the key-change callback runs before I/O resumes;
+ *  - fork: a child must not use a context it inherited: every call that
+ *    changes something returns -EPERM there (its MRs, PDs and proxies are
+ *    the parent's, and are never released by the child).
  *
  * Typical use (engine side):
  *
@@ -39,6 +44,22 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Version of this header; kvdmabuf_version() gives the library's. */
+#define KVDMABUF_VERSION_MAJOR 0
+#define KVDMABUF_VERSION_MINOR 2
+#define KVDMABUF_VERSION_PATCH 0
+#define KVDMABUF_VERSION_CODE(major, minor, patch) \
+	(((major) << 16) | ((minor) << 8) | (patch))
+#define KVDMABUF_VERSION \
+	KVDMABUF_VERSION_CODE(KVDMABUF_VERSION_MAJOR, KVDMABUF_VERSION_MINOR, \
+			      KVDMABUF_VERSION_PATCH)
+
+/**
+ * kvdmabuf_version() - KVDMABUF_VERSION of the library loaded at run time
+ * (compare with the header's to detect a mismatch).
+ */
+unsigned int kvdmabuf_version(void);
 
 struct ibv_pd;
 
@@ -85,22 +106,42 @@ enum kvdmabuf_mode {
 };
 
 /**
- * Engine drain callback, called repeatedly while kvdmabuf_sleep() drains.
- * Return 1 when the engine's transfer queues hold no queued or running
- * task, 0 while they still do, or a negative errno to abort the sleep
- * (returned by kvdmabuf_sleep(); everything stays awake).
+ * Engine drain callback, called repeatedly while kvdmabuf_sleep() drains
+ * (about every millisecond, without the context lock). Return 1 only when
+ * nothing touches the regions any more: the engine's transfer queues hold
+ * no queued or running task, *and* the peers that hold these regions'
+ * rkeys (prefill/decode disaggregation: remote reads and writes that
+ * kvdmabuf_io_begin() never sees) have confirmed that they stopped, for
+ * instance after the sleep-start callback told them. Return 0 while not
+ * yet, or a negative errno to abort the sleep (returned by
+ * kvdmabuf_sleep(); everything stays awake).
  */
 typedef int (*kvdmabuf_drain_fn)(void *arg);
 
 /**
- * Key-change callback: the keys of @region changed (new generation
- * @key_gen); the engine republishes them to its peers. Called from the
- * thread that runs kvdmabuf_sleep()/kvdmabuf_wake(), with the context lock
- * held: it may call the getters (kvdmabuf_region_keys(), ..._info()), and
- * gets -EDEADLK from sleep, wake, add and remove.
+ * Sleep-start callback: @regions (@n of them) stop now. New local I/O is
+ * already refused; their keys stop being valid when this sleep succeeds.
+ * Tell the peers that use their rkeys to stop and to forget them, then
+ * report their quiet through the drain callback. Called once per sleep
+ * that has something to do, before the drain, from the thread that runs
+ * kvdmabuf_sleep(), without the context lock (it may call the getters;
+ * sleep, wake, add, remove and close give -EDEADLK). Return 0, or a
+ * negative errno to abort the sleep (everything stays awake).
  */
-typedef void (*kvdmabuf_keys_fn)(struct kvdmabuf_region *region,
-				 uint64_t key_gen, void *arg);
+typedef int (*kvdmabuf_sleep_fn)(struct kvdmabuf_region *const *regions,
+				 unsigned int n, void *arg);
+
+/**
+ * Key-change callback: the keys of @regions (@n of them) changed; the
+ * engine reads them (kvdmabuf_region_keys(), which also gives the new key
+ * generation) and republishes them to its peers. One call per sleep or
+ * wake that changed keys, from the thread that runs it, without the
+ * context lock and while I/O on those regions is still refused. It may call
+ * the getters; sleep, wake, add, remove and close give -EDEADLK (-EBUSY in
+ * other threads until it returns). @regions is valid during the call.
+ */
+typedef void (*kvdmabuf_keys_fn)(struct kvdmabuf_region *const *regions,
+				 unsigned int n, void *arg);
 
 /** Options of kvdmabuf_open(). Zero-initialise, then set what is needed. */
 struct kvdmabuf_options {
@@ -122,6 +163,9 @@ struct kvdmabuf_options {
 	/** Optional key-change callback and its argument. */
 	kvdmabuf_keys_fn key_change;
 	void *key_change_arg;
+	/** Optional sleep-start callback and its argument. */
+	kvdmabuf_sleep_fn sleep_begin;
+	void *sleep_begin_arg;
 	/** Path of the CUDA driver library; NULL: config, else libcuda.so.1. */
 	const char *cuda_library;
 	/** Drain bound in milliseconds; 0: config drain_timeout_s. */
@@ -256,6 +300,21 @@ struct kvdmabuf_region *kvdmabuf_region_find(struct kvdmabuf_ctx *ctx,
 int kvdmabuf_region_keys(struct kvdmabuf_region *region, unsigned int nic,
 			 uint32_t *lkey, uint32_t *rkey, uint64_t *key_gen);
 
+/**
+ * kvdmabuf_region_dmabuf() - the proxy dma-buf of @region, for engines that
+ * register memory themselves (UCX/NIXL, libfabric FI_MR_DMABUF, NCCL net
+ * plugins): register @fd at @offset for the region's length and the
+ * registration follows sleep and wake like the library's own (FOLLOW),
+ * provided the NIC handles move notification. The library still runs
+ * sleep and wake. The fd belongs to the library and stays valid until the
+ * region is removed (dup() it to keep it longer).
+ *
+ * Return: 0; -ENOENT the region has no proxy (host memory, protocol tcp,
+ * or the module not in use).
+ */
+int kvdmabuf_region_dmabuf(struct kvdmabuf_region *region, int *fd,
+			   uint64_t *offset);
+
 /** State of one region (kvdmabuf_region_info()). */
 struct kvdmabuf_region_info {
 	void *addr;
@@ -283,7 +342,12 @@ int kvdmabuf_region_info(struct kvdmabuf_region *region,
 struct kvdmabuf_state {
 	unsigned int nr_regions;
 	unsigned int nr_asleep;
-	unsigned int nr_mode[5];  /**< indexed by enum kvdmabuf_mode */
+	unsigned int nr_broken;
+	/* regions per mode (enum kvdmabuf_mode) */
+	unsigned int nr_follow;
+	unsigned int nr_reregister;
+	unsigned int nr_host;
+	unsigned int nr_noreg;
 	unsigned int nr_nics;
 	int module;               /**< 1: helper module in use */
 	int protocol_rdma;        /**< 1: rdma, 0: tcp */
@@ -309,6 +373,22 @@ const char *kvdmabuf_mode_name(int mode);
 int kvdmabuf_io_begin(struct kvdmabuf_region *region);
 /** kvdmabuf_io_end() - the transfer begun by kvdmabuf_io_begin() ended. */
 void kvdmabuf_io_end(struct kvdmabuf_region *region);
+
+/**
+ * kvdmabuf_io_begin_many() - kvdmabuf_io_begin() on @n regions, all or
+ * nothing: on -ESHUTDOWN none of them is counted.
+ *
+ * Wrap a transfer *batch* (the slices of one request, or one engine step's
+ * posts to a peer), not every slice: one begin/end pair per region per
+ * batch costs two atomic operations, and a sleep waits for the batch as a
+ * whole. End it with kvdmabuf_io_end_many() on the same regions when the
+ * batch's last completion is polled.
+ */
+int kvdmabuf_io_begin_many(struct kvdmabuf_region *const *regions,
+			   unsigned int n);
+/** kvdmabuf_io_end_many() - kvdmabuf_io_end() on @n regions. */
+void kvdmabuf_io_end_many(struct kvdmabuf_region *const *regions,
+			  unsigned int n);
 
 /**
  * kvdmabuf_sleep() - release the registrations of the regions tagged @tag

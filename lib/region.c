@@ -277,6 +277,9 @@ int kvdmabuf_region_add(struct kvdmabuf_ctx *ctx,
 
 	if (!ctx || !desc || !regionp)
 		return -EINVAL;
+	rc = kvd_not_forked(ctx, "region_add");
+	if (rc)
+		return rc;
 	pthread_mutex_lock(&ctx->lock);
 	rc = kvd_may_change(ctx, "region_add");
 	if (rc)
@@ -334,6 +337,9 @@ int kvdmabuf_region_remove(struct kvdmabuf_region *r)
 	if (!r)
 		return -EINVAL;
 	ctx = r->ctx;
+	rc = kvd_not_forked(ctx, "region_remove");
+	if (rc)
+		return rc;
 	pthread_mutex_lock(&ctx->lock);
 	rc = kvd_may_change(ctx, "region_remove");
 	if (!rc)
@@ -374,6 +380,9 @@ int kvdmabuf_region_set_drm_handle(struct kvdmabuf_region *r, int drm_fd,
 	if (!r || drm_fd < 0)
 		return -EINVAL;
 	ctx = r->ctx;
+	rc = kvd_not_forked(ctx, "region_set_drm_handle");
+	if (rc)
+		return rc;
 	pthread_mutex_lock(&ctx->lock);
 	rc = kvd_may_change(ctx, "region_set_drm_handle");
 	if (rc) {
@@ -440,6 +449,24 @@ int kvdmabuf_region_keys(struct kvdmabuf_region *r, unsigned int nic,
 	return rc;
 }
 
+int kvdmabuf_region_dmabuf(struct kvdmabuf_region *r, int *fd,
+			   uint64_t *offset)
+{
+	int rc = -ENOENT;
+
+	if (!r || !fd)
+		return -EINVAL;
+	pthread_mutex_lock(&r->ctx->lock);
+	if (r->proxy_fd >= 0) {
+		*fd = r->proxy_fd;
+		if (offset)
+			*offset = 0;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&r->ctx->lock);
+	return rc;
+}
+
 int kvdmabuf_region_info(struct kvdmabuf_region *r,
 			 struct kvdmabuf_region_info *info)
 {
@@ -465,25 +492,42 @@ int kvdmabuf_region_info(struct kvdmabuf_region *r,
 	return 0;
 }
 
-void kvd_fire_key_callbacks(struct kvdmabuf_ctx *ctx)
+void kvd_fire_key_callbacks(struct kvdmabuf_ctx *ctx,
+			    struct kvdmabuf_region *const *t, unsigned int n)
 {
+	struct kvdmabuf_region **changed;
 	char saved[KVD_ERRMAX];
-	unsigned int i;
+	unsigned int i, nc = 0;
 
+	changed = calloc(n + 1, sizeof(*changed));
+	for (i = 0; i < n; i++) {
+		if (!t[i]->keys_changed)
+			continue;
+		t[i]->keys_changed = false;
+		if (changed)
+			changed[nc] = t[i];
+		nc++;
+	}
+	if (!nc || !ctx->key_change) {
+		free(changed);
+		return;
+	}
 	/* What a callback's own calls report must not replace the message
 	 * of the sleep or wake that called it. */
 	memcpy(saved, kvd_msg(ctx), sizeof(saved));
-	for (i = 0; i < ctx->nr_regions; i++) {
-		struct kvdmabuf_region *r = ctx->regions[i];
-
-		if (!r->keys_changed)
-			continue;
-		r->keys_changed = false;
-		if (!ctx->key_change)
-			continue;
-		ctx->in_callback++;
-		ctx->key_change(r, r->key_gen, ctx->key_change_arg);
-		ctx->in_callback--;
+	/* Without the lock (a Python callback takes the GIL, which a thread
+	 * waiting for this lock may hold); ctx->busy keeps changes out. */
+	pthread_mutex_unlock(&ctx->lock);
+	if (changed) {
+		ctx->key_change(changed, nc, ctx->key_change_arg);
+	} else {
+		/* out of memory: the same news, one region at a time */
+		for (i = 0; i < n; i++)
+			if (t[i]->mode == KVDMABUF_MODE_REREGISTER &&
+			    !t[i]->asleep && !t[i]->broken)
+				ctx->key_change(&t[i], 1, ctx->key_change_arg);
 	}
+	pthread_mutex_lock(&ctx->lock);
 	memcpy(kvd_msg(ctx), saved, sizeof(saved));
+	free(changed);
 }

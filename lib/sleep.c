@@ -395,37 +395,67 @@ static int all_or_nothing(struct kvdmabuf_ctx *ctx, const char *what,
 	return 0;
 }
 
+/*
+ * The engine's sleep-start callback, then the drain: both with the lock
+ * released (ctx busy), so that a transfer path may read its keys or the
+ * state before its io_end and a callback may call the getters.
+ */
+static int quiesce(struct kvdmabuf_ctx *ctx, struct kvdmabuf_region **t,
+		   unsigned int n)
+{
+	char msg[KVD_ERRMAX];
+	int rc = 0;
+
+	pthread_mutex_unlock(&ctx->lock);
+	if (ctx->sleep_begin) {
+		rc = ctx->sleep_begin(t, n, ctx->sleep_begin_arg);
+		if (rc >= 0)
+			rc = 0;
+		else
+			snprintf(msg, sizeof(msg), "sleep: the engine's sleep-"
+				 "start callback failed: %s; everything stays "
+				 "registered and awake", strerror(-rc));
+	}
+	if (!rc)
+		rc = drain(ctx, t, n, msg, sizeof(msg));
+	pthread_mutex_lock(&ctx->lock);
+	if (rc)
+		kvd_err(ctx, rc, "%s", msg);
+	return rc;
+}
+
 int kvdmabuf_sleep(struct kvdmabuf_ctx *ctx, const char *tag)
 {
 	struct kvdmabuf_region **t;
+	char reason[KVD_ERRMAX];
 	unsigned int *idx, n, k;
-	char saved[KVD_ERRMAX];
 	int rc;
 
 	if (!ctx)
 		return -EINVAL;
+	rc = kvd_not_forked(ctx, "sleep");
+	if (rc)
+		return rc;
 	pthread_mutex_lock(&ctx->lock);
 	rc = kvd_may_change(ctx, "sleep");
 	if (rc)
 		goto unlock;
+	/* The environment may have changed since open (a transport set to
+	 * NVLink later): the gate answers for this sleep. */
+	if (kvd_gate_check(&ctx->cfg, reason, sizeof(reason)) != 1) {
+		rc = kvd_err(ctx, -EPROTONOSUPPORT, "sleep: %s", reason);
+		goto unlock;
+	}
 	rc = targets(ctx, tag, false, &t, &idx, &n);
 	if (rc || !n)
 		goto unlock;    /* nothing awake to put to sleep: done */
 
+	kvd_busy_begin(ctx);
 	for (k = 0; k < n; k++)
 		kvd_io_close(&t[k]->io);
-	/* Drain with the lock released: a transfer path may read its keys
-	 * (or the state) before its io_end; changes wait (-EBUSY). */
-	ctx->draining = true;
-	pthread_mutex_unlock(&ctx->lock);
-	rc = drain(ctx, t, n, saved, sizeof(saved));
-	pthread_mutex_lock(&ctx->lock);
-	ctx->draining = false;
-	if (rc) {
-		kvd_err(ctx, rc, "%s", saved);
+	rc = quiesce(ctx, t, n);
+	if (rc)
 		goto reopen;
-	}
-
 	rc = all_or_nothing(ctx, "sleep", t, idx, n, sleep_one, undo_sleep_one);
 	if (rc)
 		goto reopen;
@@ -435,18 +465,17 @@ int kvdmabuf_sleep(struct kvdmabuf_ctx *ctx, const char *tag)
 		t[k]->asleep = true;
 	}
 	ctx->sleeps++;
-	goto done;
+	kvd_fire_key_callbacks(ctx, t, n);
+	goto out;
 
 reopen:
 	/* A rollback may have made new keys: they reach the engine before
 	 * any transfer may begin, as at wake. */
-	kvd_fire_key_callbacks(ctx);
+	kvd_fire_key_callbacks(ctx, t, n);
 	for (k = 0; k < n; k++)
 		kvd_region_unretire(t[k]);
-	goto out;
-done:
-	kvd_fire_key_callbacks(ctx);
 out:
+	kvd_busy_end(ctx);
 	free(t);
 	free(idx);
 unlock:
@@ -462,6 +491,9 @@ int kvdmabuf_wake(struct kvdmabuf_ctx *ctx, const char *tag)
 
 	if (!ctx)
 		return -EINVAL;
+	rc = kvd_not_forked(ctx, "wake");
+	if (rc)
+		return rc;
 	pthread_mutex_lock(&ctx->lock);
 	rc = kvd_may_change(ctx, "wake");
 	if (rc)
@@ -470,20 +502,19 @@ int kvdmabuf_wake(struct kvdmabuf_ctx *ctx, const char *tag)
 	if (rc || !n)
 		goto unlock;    /* nothing asleep: done */
 
+	kvd_busy_begin(ctx);
+	/* On failure: still asleep, I/O still stopped, keys as before. */
 	rc = all_or_nothing(ctx, "wake", t, idx, n, wake_one, undo_wake_one);
-	if (rc)
-		goto done;      /* still asleep, I/O still stopped */
-	for (k = 0; k < n; k++)
-		t[k]->asleep = false;
-	ctx->wakes++;
-	/* New keys reach the engine before any transfer may begin. */
-	kvd_fire_key_callbacks(ctx);
-	for (k = 0; k < n; k++)
-		kvd_io_open(&t[k]->io);
-	goto out;
-done:
-	kvd_fire_key_callbacks(ctx);
-out:
+	if (!rc) {
+		for (k = 0; k < n; k++)
+			t[k]->asleep = false;
+		ctx->wakes++;
+		/* New keys reach the engine before any transfer may begin. */
+		kvd_fire_key_callbacks(ctx, t, n);
+		for (k = 0; k < n; k++)
+			kvd_io_open(&t[k]->io);
+	}
+	kvd_busy_end(ctx);
 	free(t);
 	free(idx);
 unlock:

@@ -10,6 +10,8 @@
  */
 #include <infiniband/verbs.h>
 #include <pthread.h>
+#include <sys/wait.h>
+#include <time.h>
 
 #include "harness.h"
 #include "lib_fake.h"
@@ -130,14 +132,13 @@ FIXTURE(api) {
 
 static struct _test_data_api *cur;
 
-static void on_keys(struct kvdmabuf_region *r, uint64_t gen, void *arg)
+static void on_keys(struct kvdmabuf_region *const *rs, unsigned int n,
+		    void *arg)
 {
-	(void)r;
-	(void)gen;
 	(void)arg;
-	cur->keys_seen++;
-	cur->reentry_rc = kvdmabuf_sleep(r->ctx, NULL);
-	cur->close_rc = kvdmabuf_close(r->ctx);
+	cur->keys_seen += n;
+	cur->reentry_rc = kvdmabuf_sleep(rs[0]->ctx, NULL);
+	cur->close_rc = kvdmabuf_close(rs[0]->ctx);
 }
 
 FIXTURE_SETUP(api)
@@ -393,6 +394,193 @@ TEST(nic_without_dmabuf_mrs)
 		EXPECT_EQ(0, fds_named("fake-"));
 	}
 	munmap(m, 2 * LEN);
+}
+
+/* ---- callbacks without the lock, batched; sleep start; batches ---- */
+
+static int batch_calls, batch_regions, getter_rc, other_thread_rc;
+static int begin_calls, begin_n, begin_io_rc, begin_ret;
+
+static void *getter_thread(void *arg)
+{
+	struct kvdmabuf_region_info in;
+
+	getter_rc = kvdmabuf_region_info(arg, &in);
+	other_thread_rc = kvdmabuf_sleep(((struct kvdmabuf_region *)arg)->ctx,
+					 NULL);
+	return NULL;
+}
+
+static void batch_keys(struct kvdmabuf_region *const *rs, unsigned int n,
+		       void *arg)
+{
+	struct timespec ts;
+	pthread_t t;
+
+	(void)arg;
+	batch_calls++;
+	batch_regions += n;
+	/* another thread can take the context lock meanwhile */
+	getter_rc = other_thread_rc = 1;
+	if (pthread_create(&t, NULL, getter_thread, rs[0]))
+		return;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 5;
+	if (pthread_timedjoin_np(t, NULL, &ts)) {
+		getter_rc = -ETIMEDOUT;     /* blocked on the lock */
+		pthread_join(t, NULL);
+	}
+}
+
+static int sleep_starts(struct kvdmabuf_region *const *rs, unsigned int n,
+			void *arg)
+{
+	(void)arg;
+	begin_calls++;
+	begin_n = (int)n;
+	begin_io_rc = kvdmabuf_io_begin(rs[0]);
+	if (!begin_io_rc)
+		kvdmabuf_io_end(rs[0]);
+	return begin_ret;
+}
+
+/*
+ * One key-change call per wake for all regions with new keys, made without
+ * the context lock (another thread's getter completes, its sleep gets
+ * -EBUSY); the sleep-start callback comes once, I/O already refused, and
+ * can abort the sleep.
+ */
+TEST(callbacks_batched_and_outside_the_lock)
+{
+	struct kvdmabuf_options o = { 0 };
+	struct kvdmabuf_region *r[3];
+	struct kvdmabuf_region_info in;
+	struct kvdmabuf_ctx *ctx;
+	char err[256], *m = region_mem(3 * LEN);
+	int i;
+
+	fake_reset(1);
+	o.key_change = batch_keys;
+	o.sleep_begin = sleep_starts;
+	ASSERT_EQ(0, fake_open("protocol: rdma\n", &o, &ctx, err, sizeof(err)));
+	for (i = 0; i < 3; i++)
+		ASSERT_EQ(0, add(ctx, m + i * LEN, LEN, KVDMABUF_MEM_HOST,
+				 i < 2 ? KVDMABUF_REGION_RELEASED_AT_SLEEP : 0,
+				 "kv", &r[i]));
+	begin_ret = -ECANCELED;
+	EXPECT_EQ(-ECANCELED, kvdmabuf_sleep(ctx, NULL));
+	TH_LOG("%s", kvdmabuf_last_error(ctx));
+	EXPECT_EQ(1, begin_calls);
+	EXPECT_EQ(2, begin_n);          /* the kept host region is untouched */
+	EXPECT_EQ(-ESHUTDOWN, begin_io_rc);
+	ASSERT_EQ(0, kvdmabuf_region_info(r[0], &in));
+	EXPECT_EQ(0, in.asleep);
+	EXPECT_EQ(0, kvdmabuf_io_begin(r[0]));
+	kvdmabuf_io_end(r[0]);
+
+	begin_ret = 0;
+	ASSERT_EQ(0, kvdmabuf_sleep(ctx, NULL));
+	EXPECT_EQ(2, begin_calls);
+	EXPECT_EQ(0, batch_calls);
+	ASSERT_EQ(0, kvdmabuf_wake(ctx, NULL));
+	EXPECT_EQ(1, batch_calls);
+	EXPECT_EQ(2, batch_regions);
+	EXPECT_EQ(0, getter_rc);
+	EXPECT_EQ(-EBUSY, other_thread_rc);
+	EXPECT_EQ(0, kvdmabuf_close(ctx));
+	munmap(m, 3 * LEN);
+}
+
+TEST_F(api, io_begin_many_is_all_or_nothing)
+{
+	struct kvdmabuf_region *r[3];
+	struct kvdmabuf_state st;
+	int i;
+
+	for (i = 0; i < 3; i++)
+		ASSERT_EQ(0, add(self->ctx, self->mem + i * LEN, LEN,
+				 KVDMABUF_MEM_DRM, 0, i == 2 ? "b" : "a",
+				 &r[i]));
+	ASSERT_EQ(0, kvdmabuf_io_begin_many(r, 3));
+	ASSERT_EQ(0, kvdmabuf_query(self->ctx, &st));
+	EXPECT_EQ(3, st.inflight);
+	kvdmabuf_io_end_many(r, 3);
+	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, "b"));
+	EXPECT_EQ(-ESHUTDOWN, kvdmabuf_io_begin_many(r, 3));
+	ASSERT_EQ(0, kvdmabuf_query(self->ctx, &st));
+	EXPECT_EQ(0, st.inflight);
+	EXPECT_EQ(0, st.unbalanced_io_end);
+	EXPECT_EQ(3, st.nr_follow);   /* the mode stays while asleep */
+	EXPECT_EQ(1, st.nr_asleep);
+}
+
+/* Engines that register themselves get the proxy dma-buf. */
+TEST_F(api, region_dmabuf_is_the_proxy)
+{
+	struct kvdmabuf_region *dev, *host;
+	struct kvdmabuf_region_info in;
+	uint64_t off = 1;
+	int fd = -1;
+
+	ASSERT_EQ(0, add(self->ctx, self->mem, LEN, KVDMABUF_MEM_DRM, 0, "kv",
+			 &dev));
+	ASSERT_EQ(0, add(self->ctx, self->mem + LEN, LEN, KVDMABUF_MEM_HOST, 0,
+			 "h", &host));
+	ASSERT_EQ(0, kvdmabuf_region_dmabuf(dev, &fd, &off));
+	ASSERT_EQ(0, kvdmabuf_region_info(dev, &in));
+	EXPECT_EQ(fw.px[in.proxy_id - 1].fd, fd);
+	EXPECT_EQ(0, off);
+	EXPECT_EQ(-ENOENT, kvdmabuf_region_dmabuf(host, &fd, &off));
+}
+
+TEST(run_time_version_is_the_headers)
+{
+	EXPECT_EQ(KVDMABUF_VERSION, kvdmabuf_version());
+	EXPECT_EQ(0x000200u, KVDMABUF_VERSION_CODE(0, 2, 0));
+}
+
+/* A forked child cannot change (or release) the parent's context. */
+TEST_F(api, forked_child_cannot_use_the_context)
+{
+	struct kvdmabuf_region *r;
+	int status;
+	pid_t pid;
+
+	ASSERT_EQ(0, add(self->ctx, self->mem, LEN, KVDMABUF_MEM_DRM, 0, "kv",
+			 &r));
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (!pid) {
+		int bad = 0;
+
+		bad |= kvdmabuf_sleep(self->ctx, NULL) != -EPERM;
+		bad |= !strstr(kvdmabuf_last_error(self->ctx), "forked");
+		bad |= kvdmabuf_region_remove(r) != -EPERM;
+		bad |= kvdmabuf_close(self->ctx) != -EPERM;
+		bad |= fake_mrs_live() != 1;
+		_exit(bad);
+	}
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	EXPECT_EQ(0, WEXITSTATUS(status));
+	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
+	ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
+}
+
+/* The gate answers again at every sleep. */
+TEST_F(api, gate_is_checked_at_every_sleep)
+{
+	struct kvdmabuf_region *r;
+
+	ASSERT_EQ(0, add(self->ctx, self->mem, LEN, KVDMABUF_MEM_DRM, 0, "kv",
+			 &r));
+	setenv("MC_INTRANODE_NVLINK", "1", 1);
+	EXPECT_EQ(-EPROTONOSUPPORT, kvdmabuf_sleep(self->ctx, NULL));
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx),
+			       "MC_INTRANODE_NVLINK"));
+	unsetenv("MC_INTRANODE_NVLINK");
+	EXPECT_EQ(0, kvdmabuf_io_begin(r));
+	kvdmabuf_io_end(r);
+	EXPECT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
 }
 
 TEST(mode_names)

@@ -367,13 +367,15 @@ TEST(keys_read_inside_a_transfer_do_not_block_the_drain)
  * transfer can begin with the keys of the released memory. */
 static int io_begin_in_callback = 1;
 
-static void keys_changed(struct kvdmabuf_region *r, uint64_t gen, void *arg)
+static void keys_changed(struct kvdmabuf_region *const *rs, unsigned int n,
+			 void *arg)
 {
-	(void)gen;
 	(void)arg;
-	io_begin_in_callback = kvdmabuf_io_begin(r);
+	if (n != 1)
+		return;
+	io_begin_in_callback = kvdmabuf_io_begin(rs[0]);
 	if (!io_begin_in_callback)
-		kvdmabuf_io_end(r);
+		kvdmabuf_io_end(rs[0]);
 }
 
 TEST(new_keys_reach_the_engine_before_io_resumes)

@@ -298,15 +298,18 @@ TEST_F(rb, late_pin_fails_sleep_whole)
 /* Key-change callbacks: how many, and whether I/O was still stopped. */
 static int cb_calls, cb_io_open;
 
-static void count_keys(struct kvdmabuf_region *r, uint64_t gen, void *arg)
+static void count_keys(struct kvdmabuf_region *const *rs, unsigned int n,
+		       void *arg)
 {
-	(void)gen;
+	unsigned int i;
+
 	(void)arg;
 	cb_calls++;
-	if (!kvdmabuf_io_begin(r)) {
-		cb_io_open++;
-		kvdmabuf_io_end(r);
-	}
+	for (i = 0; i < n; i++)
+		if (!kvdmabuf_io_begin(rs[i])) {
+			cb_io_open++;
+			kvdmabuf_io_end(rs[i]);
+		}
 }
 
 /*

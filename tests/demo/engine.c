@@ -151,20 +151,24 @@ static int region_release(struct demo_engine *e, struct region *r,
 
 /* ---- keys ---- */
 
-static void on_keys(struct kvdmabuf_region *kr, uint64_t gen, void *arg)
+/* New keys of this engine's regions: the engine republishes them. */
+static void on_keys(struct kvdmabuf_region *const *krs, unsigned int n,
+		    void *arg)
 {
 	struct demo_engine *e = arg;
-	unsigned int i;
+	unsigned int i, k;
 	uint32_t lkey, rkey;
+	uint64_t gen;
 
-	for (i = 0; i < e->nreg; i++) {
-		if (e->reg[i].kr != kr)
+	for (k = 0; k < n; k++) {
+		for (i = 0; i < e->nreg && e->reg[i].kr != krs[k]; i++)
+			;
+		if (i == e->nreg ||
+		    kvdmabuf_region_keys(krs[k], 0, &lkey, &rkey, &gen))
 			continue;
 		e->key_gen[i] = gen;
-		if (!kvdmabuf_region_keys(kr, 0, &lkey, &rkey, NULL)) {
-			atomic_store(&e->reg[i].lkey, lkey);
-			e->rkey[i] = rkey;
-		}
+		atomic_store(&e->reg[i].lkey, lkey);
+		e->rkey[i] = rkey;
 		e->key_changes++;
 	}
 }
