@@ -32,6 +32,7 @@
 #include <linux/file.h>
 #include <linux/fs.h>
 #include <linux/kref.h>
+#include <linux/limits.h>
 #include <linux/miscdevice.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
@@ -55,6 +56,9 @@ MODULE_PARM_DESC(max_proxies,
 
 #define KVD_EVENT_QUEUE		64
 #define KVD_MAX_LENGTH		((u64)MAX_LFS_FILESIZE & PAGE_MASK)
+
+/* Does the running kernel's dma-buf core pin around a dynamic map? */
+static bool kvd_core_pins_on_map = KVD_CORE_PINS_ON_MAP;
 
 /* One per open of /dev/kvdmabuf; each proxy it created holds a reference. */
 struct kvd_ctx {
@@ -197,9 +201,55 @@ static void kvd_event(struct kvd_proxy *proxy, u32 state)
 	wake_up_interruptible(&ctx->wq);
 }
 
+/*
+ * Put back at the head of the queue @n records that read() dequeued but
+ * could not copy out. Newer events may have filled the queue meanwhile:
+ * the oldest records that no longer fit are dropped and the new head
+ * carries KVDMABUF_EVENT_FLAG_LOST.
+ */
+static void kvd_requeue(struct kvd_ctx *ctx, const struct kvdmabuf_event *ev,
+			unsigned int n)
+{
+	bool lost = false, wake;
+
+	spin_lock(&ctx->lock);
+	if (ctx->closed) {
+		spin_unlock(&ctx->lock);
+		return;
+	}
+	while (n--) {
+		if (ctx->count == KVD_EVENT_QUEUE) {
+			lost = true;
+			break;
+		}
+		ctx->head = (ctx->head + KVD_EVENT_QUEUE - 1) % KVD_EVENT_QUEUE;
+		ctx->ev[ctx->head] = ev[n];
+		ctx->count++;
+	}
+	if (lost)
+		ctx->ev[ctx->head].flags |= KVDMABUF_EVENT_FLAG_LOST;
+	wake = ctx->count;
+	spin_unlock(&ctx->lock);
+	if (wake)
+		wake_up_interruptible(&ctx->wq);
+}
+
 /* ---- backings and slots (proxy->lock held, proxy resv not held) ---- */
 
-static int kvd_slot_create(struct kvd_backing *b, struct kvd_attach *ka)
+/* Bytes of DMA address space a mapping covers. */
+static u64 kvd_sgt_dma_len(struct sg_table *sgt)
+{
+	struct scatterlist *sg;
+	unsigned int i;
+	u64 len = 0;
+
+	for_each_sgtable_dma_sg(sgt, sg, i)
+		len += sg_dma_len(sg);
+	return len;
+}
+
+static int kvd_slot_create(struct kvd_backing *b, struct kvd_attach *ka,
+			   u64 length)
 {
 	struct kvd_slot *slot;
 	int ret;
@@ -219,10 +269,17 @@ static int kvd_slot_create(struct kvd_backing *b, struct kvd_attach *ka)
 		ret = slot->bsgt ? PTR_ERR(slot->bsgt) : -EIO;
 		goto err_detach;
 	}
+	/* An exporter may map less than its size: refuse it now, not at a fault. */
+	if (kvd_sgt_dma_len(slot->bsgt) < b->offset + length) {
+		ret = -ERANGE;
+		goto err_unmap;
+	}
 	list_add_tail(&slot->node, &b->slots);
 	atomic_inc(&kvd_nr_slots);
 	return 0;
 
+err_unmap:
+	kvd_unmap_attachment_unlocked(slot->bat, slot->bsgt, DMA_BIDIRECTIONAL);
 err_detach:
 	dma_buf_detach(b->dmabuf, slot->bat);
 err_free:
@@ -279,7 +336,7 @@ static struct kvd_backing *kvd_backing_create(struct kvd_proxy *proxy,
 	atomic_inc(&kvd_nr_backings);
 
 	list_for_each_entry(ka, &proxy->attachments, node) {
-		ret = kvd_slot_create(b, ka);
+		ret = kvd_slot_create(b, ka, proxy->length);
 		if (ret) {
 			get_dma_buf(dmabuf);	/* the caller keeps its own */
 			kvd_backing_destroy(b);
@@ -315,6 +372,16 @@ static bool kvd_stale_mapped(struct kvd_proxy *proxy)
 	return false;
 }
 
+/*
+ * Can one more backing go stale? Reaps idle ones first; at most
+ * KVDMABUF_MAX_STALE_BACKINGS old backings are held per proxy.
+ */
+static bool kvd_stale_room(struct kvd_proxy *proxy)
+{
+	kvd_reap(proxy);
+	return kvd_count(&proxy->stale) < KVDMABUF_MAX_STALE_BACKINGS;
+}
+
 /* Wait, bounded, for importers to drop their maps of stale backings. */
 static int kvd_drain(struct kvd_proxy *proxy, u32 timeout_ms)
 {
@@ -347,7 +414,7 @@ static void kvd_reap_work(struct work_struct *work)
 
 static unsigned int kvd_attach_blocking(struct kvd_attach *ka)
 {
-	return ka->pins - (KVD_CORE_PINS_ON_MAP ? ka->maps : 0);
+	return ka->pins - (kvd_core_pins_on_map ? ka->maps : 0);
 }
 
 static unsigned int kvd_blocking_pins(struct kvd_proxy *proxy)
@@ -386,7 +453,7 @@ static int kvd_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
 
 	mutex_lock(&proxy->lock);
 	if (proxy->backing) {
-		ret = kvd_slot_create(proxy->backing, ka);
+		ret = kvd_slot_create(proxy->backing, ka, proxy->length);
 		if (ret)
 			goto err_unlock;
 		/* Not yet on dmabuf->attachments: nothing maps it yet. */
@@ -659,7 +726,7 @@ static long kvd_ioctl_version(void __user *uarg)
 
 	arg.version = KVDMABUF_API_VERSION;
 	arg.features = KVDMABUF_FEATURE_REPLACE | KVDMABUF_FEATURE_EVENTS;
-	if (!KVD_CORE_PINS_ON_MAP)
+	if (!kvd_core_pins_on_map)
 		arg.features |= KVDMABUF_FEATURE_MOVE_NOTIFY_CORE;
 	return kvd_copy_out(uarg, &arg, sizeof(arg), usize);
 }
@@ -728,15 +795,23 @@ static long kvd_ioctl_create(struct kvd_ctx *ctx, void __user *uarg)
 	arg.id = proxy->id;
 	pr_debug("proxy %llu: created, length %llu\n", proxy->id, proxy->length);
 
-	fd = dma_buf_fd(dmabuf, arg.flags & KVDMABUF_CREATE_NO_CLOEXEC ?
-				0 : O_CLOEXEC);
+	/* Reserve the fd, tell user space, and only then install it. */
+	fd = get_unused_fd_flags(arg.flags & KVDMABUF_CREATE_NO_CLOEXEC ?
+				 0 : O_CLOEXEC);
 	if (fd < 0) {
 		dma_buf_put(dmabuf);
 		return fd;
 	}
-	/* The fd is installed: another thread may close it, so no proxy-> below. */
 	arg.fd = fd;
-	return kvd_copy_out(uarg, &arg, sizeof(arg), usize);
+	ret = kvd_copy_out(uarg, &arg, sizeof(arg), usize);
+	if (ret) {
+		put_unused_fd(fd);
+		dma_buf_put(dmabuf);
+		return ret;
+	}
+	/* From here on another thread may close the fd: no proxy-> below. */
+	fd_install(fd, dmabuf->file);
+	return 0;
 
 err_free:
 	mutex_destroy(&proxy->lock);
@@ -748,7 +823,7 @@ err_count:
 	return ret;
 }
 
-static long kvd_ioctl_attach(void __user *uarg)
+static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 {
 	struct kvd_backing *b, *old = NULL;
 	struct kvdmabuf_attach arg;
@@ -771,6 +846,10 @@ static long kvd_ioctl_attach(void __user *uarg)
 	proxy = kvd_proxy_get(arg.proxy_fd);
 	if (IS_ERR(proxy))
 		return PTR_ERR(proxy);
+	if (proxy->ctx != ctx) {
+		ret = -EPERM;
+		goto out_proxy;
+	}
 	backing = dma_buf_get(arg.backing_fd);
 	if (IS_ERR(backing)) {
 		ret = PTR_ERR(backing);
@@ -793,6 +872,10 @@ static long kvd_ioctl_attach(void __user *uarg)
 	if (proxy->state == KVDMABUF_STATE_BACKED &&
 	    !(arg.flags & KVDMABUF_ATTACH_REPLACE)) {
 		ret = -EEXIST;
+		goto out_unlock;
+	}
+	if (proxy->state == KVDMABUF_STATE_BACKED && !kvd_stale_room(proxy)) {
+		ret = -EAGAIN;
 		goto out_unlock;
 	}
 
@@ -862,7 +945,7 @@ out_proxy:
 	return ret;
 }
 
-static long kvd_ioctl_revoke(void __user *uarg)
+static long kvd_ioctl_revoke(struct kvd_ctx *ctx, void __user *uarg)
 {
 	struct kvd_backing *old = NULL;
 	struct kvdmabuf_revoke arg;
@@ -881,8 +964,16 @@ static long kvd_ioctl_revoke(void __user *uarg)
 	proxy = kvd_proxy_get(arg.proxy_fd);
 	if (IS_ERR(proxy))
 		return PTR_ERR(proxy);
+	if (proxy->ctx != ctx) {
+		kvd_proxy_put(proxy);
+		return -EPERM;
+	}
 
 	mutex_lock(&proxy->lock);
+	if (proxy->state == KVDMABUF_STATE_BACKED && !kvd_stale_room(proxy)) {
+		ret = -EAGAIN;
+		goto out_unlock;
+	}
 	dma_resv_lock(proxy->dmabuf->resv, NULL);
 	if (kvd_blocking_pins(proxy)) {
 		dma_resv_unlock(proxy->dmabuf->resv);
@@ -999,9 +1090,9 @@ static long kvd_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	case KVD_CMD(KVDMABUF_IOCTL_CREATE):
 		return kvd_ioctl_create(ctx, uarg);
 	case KVD_CMD(KVDMABUF_IOCTL_ATTACH):
-		return kvd_ioctl_attach(uarg);
+		return kvd_ioctl_attach(ctx, uarg);
 	case KVD_CMD(KVDMABUF_IOCTL_REVOKE):
-		return kvd_ioctl_revoke(uarg);
+		return kvd_ioctl_revoke(ctx, uarg);
 	case KVD_CMD(KVDMABUF_IOCTL_QUERY):
 		return kvd_ioctl_query(uarg);
 	default:
@@ -1075,8 +1166,10 @@ static ssize_t kvd_read(struct file *file, char __user *buf, size_t count,
 	spin_unlock(&ctx->lock);
 
 	ret = n * sizeof(*ev);
-	if (copy_to_user(buf, ev, ret))
+	if (copy_to_user(buf, ev, ret)) {
+		kvd_requeue(ctx, ev, n);
 		ret = -EFAULT;
+	}
 out:
 	kfree(ev);
 	return ret;
@@ -1147,6 +1240,91 @@ DEFINE_SHOW_ATTRIBUTE(kvd_stats);
 
 /* ---- init/exit ---- */
 
+/*
+ * Find out whether the running kernel's dma-buf core pins a dynamic
+ * exporter around each map of a dynamic importer (CONFIG_DMABUF_MOVE_NOTIFY
+ * unset, before the 7.1 revoke series): map a throw-away dynamic dma-buf
+ * once from a dynamic attachment and see whether pin was called. The map
+ * fails on purpose, so no memory or DMA is involved.
+ */
+static bool kvd_probe_pinned;
+
+static int kvd_probe_pin(struct dma_buf_attachment *attach)
+{
+	kvd_probe_pinned = true;
+	return 0;
+}
+
+static void kvd_probe_unpin(struct dma_buf_attachment *attach)
+{
+}
+
+static struct sg_table *kvd_probe_map(struct dma_buf_attachment *attach,
+				      enum dma_data_direction dir)
+{
+	return ERR_PTR(-ENODEV);
+}
+
+static void kvd_probe_unmap(struct dma_buf_attachment *attach,
+			    struct sg_table *sgt, enum dma_data_direction dir)
+{
+}
+
+static void kvd_probe_release(struct dma_buf *dmabuf)
+{
+}
+
+static const struct dma_buf_ops kvd_probe_ops = {
+	.pin = kvd_probe_pin,
+	.unpin = kvd_probe_unpin,
+	.map_dma_buf = kvd_probe_map,
+	.unmap_dma_buf = kvd_probe_unmap,
+	.release = kvd_probe_release,
+};
+
+static void kvd_probe_notify(struct dma_buf_attachment *attach)
+{
+}
+
+static const struct dma_buf_attach_ops kvd_probe_attach_ops = {
+	.allow_peer2peer = true,
+	.KVD_IMPORTER_NOTIFY_OP = kvd_probe_notify,
+};
+
+/* Falls back to what the build's configuration says if the probe fails. */
+static void kvd_probe_core(struct device *dev)
+{
+	DEFINE_DMA_BUF_EXPORT_INFO(exp_info);
+	struct dma_buf_attachment *attach;
+	struct dma_buf *dmabuf;
+	struct sg_table *sgt;
+
+	exp_info.ops = &kvd_probe_ops;
+	exp_info.priv = &kvd_probe_pinned;	/* must not be NULL */
+	exp_info.size = PAGE_SIZE;
+	exp_info.flags = O_RDWR;
+	dmabuf = dma_buf_export(&exp_info);
+	if (IS_ERR(dmabuf))
+		return;
+	attach = dma_buf_dynamic_attach(dmabuf, dev, &kvd_probe_attach_ops,
+					NULL);
+	if (!IS_ERR(attach)) {
+		dma_resv_lock(dmabuf->resv, NULL);
+		sgt = dma_buf_map_attachment(attach, DMA_BIDIRECTIONAL);
+		dma_resv_unlock(dmabuf->resv);
+		if (!IS_ERR_OR_NULL(sgt)) {
+			/* Not ours: leave the build's answer. */
+			dma_resv_lock(dmabuf->resv, NULL);
+			dma_buf_unmap_attachment(attach, sgt, DMA_BIDIRECTIONAL);
+			dma_resv_unlock(dmabuf->resv);
+		} else {
+			kvd_core_pins_on_map = kvd_probe_pinned;
+		}
+		dma_buf_detach(dmabuf, attach);
+	}
+	dma_buf_put(dmabuf);
+}
+
 static int __init kvd_init(void)
 {
 	int ret;
@@ -1154,6 +1332,9 @@ static int __init kvd_init(void)
 	ret = misc_register(&kvd_misc);
 	if (ret)
 		return ret;
+	kvd_probe_core(kvd_misc.this_device);
+	pr_debug("dma-buf core %s dynamic exporters around a map\n",
+		 kvd_core_pins_on_map ? "pins" : "does not pin");
 	kvd_debugfs = debugfs_create_dir("kvdmabuf", NULL);
 	debugfs_create_file("proxies", 0400, kvd_debugfs, NULL,
 			    &kvd_proxies_fops);

@@ -4,9 +4,13 @@
  * errno, as a table: bad fds, foreign dma-bufs, a proxy as backing,
  * offset/size overflow, bad sizes, unknown flags, non-zero reserved and
  * padding fields, short and long struct sizes, NULL argument, unknown
- * command, the per-fd proxy limit.
+ * command, the per-fd proxy limit. Also: control (attach, replace,
+ * revoke) only from the creating device fd, the bound on stale backings,
+ * CREATE and read() hitting -EFAULT lose nothing, the move-notify feature
+ * bit.
  */
 #include <stddef.h>
+#include <sys/utsname.h>
 
 #include "harness.h"
 #include "proxy_common.h"
@@ -363,6 +367,222 @@ TEST_F(misc, proxy_cannot_be_mmapped)
 	if (p != MAP_FAILED)
 		munmap(p, KVD_PAGE);
 	close(fd);
+}
+
+/* ---- control rights, bounds, fd and event hand-over ---- */
+
+FIXTURE(ctl) {
+	int dev, imp, drm;
+	int a, b;	/* vgem, SIZE bytes each */
+};
+
+FIXTURE_SETUP(ctl)
+{
+	self->dev = self->imp = self->drm = self->a = self->b = -1;
+	KVD_OPEN_DEV(self->dev);
+	KVD_OPEN_IMP(self->imp);
+	KVD_OPEN_VGEM(self->drm);
+	self->a = vgem_pattern_buf(self->drm, SIZE, 1);
+	ASSERT_GE(self->a, 0);
+	self->b = vgem_pattern_buf(self->drm, SIZE, 2);
+	ASSERT_GE(self->b, 0);
+}
+
+FIXTURE_TEARDOWN(ctl)
+{
+	int fds[] = { self->a, self->b, self->drm, self->imp, self->dev };
+	unsigned int i;
+
+	for (i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}
+
+TEST_F(ctl, control_only_from_the_creating_device_fd)
+{
+	struct kvdmabuf_query q;
+	int dev2, dup_dev, proxy, proxy2;
+
+	proxy = kvd_create(self->dev, SIZE, NULL);
+	ASSERT_GE(proxy, 0);
+	proxy2 = kvd_create(self->dev, SIZE, NULL);
+	ASSERT_GE(proxy2, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, proxy, self->a, 0));
+	dev2 = kvd_dev_open();
+	ASSERT_GE(dev2, 0);
+
+	EXPECT_EQ(-EPERM, kvd_replace(dev2, proxy, self->b, 0));
+	EXPECT_EQ(-EPERM, kvd_revoke(dev2, proxy, 100));
+	EXPECT_EQ(-EPERM, kvd_attach(dev2, proxy2, self->b, 0));
+	EXPECT_EQ(-EPERM, kvd_revoke(dev2, proxy2, 0));
+	/* Query stays open to every opener. */
+	ASSERT_EQ(0, kvd_query(dev2, proxy, &q));
+	EXPECT_EQ(KVDMABUF_STATE_BACKED, q.state);
+	EXPECT_EQ(1, q.generation);
+	ASSERT_EQ(0, kvd_query(dev2, proxy2, &q));
+	EXPECT_EQ(KVDMABUF_STATE_UNBACKED, q.state);
+	EXPECT_EQ(0, q.generation);
+
+	/* A dup() of the creating fd is the same open file. */
+	dup_dev = dup(self->dev);
+	ASSERT_GE(dup_dev, 0);
+	EXPECT_EQ(0, kvd_revoke(dup_dev, proxy, 100));
+	EXPECT_EQ(0, kvd_attach(dup_dev, proxy2, self->b, 0));
+	close(dup_dev);
+	close(dev2);
+	close(proxy2);
+	close(proxy);
+}
+
+TEST_F(ctl, stale_backings_are_bounded)
+{
+	int h[KVDMABUF_MAX_STALE_BACKINGS + 1];
+	struct kvdmabuf_query q;
+	char page[KVD_PAGE];
+	int i, proxy;
+
+	proxy = kvd_create(self->dev, SIZE, NULL);
+	ASSERT_GE(proxy, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, proxy, self->a, 0));
+	/*
+	 * Each lazy importer keeps mapping the backing it last saw; each
+	 * replace makes that one stale, still mapped.
+	 */
+	for (i = 0; i < KVDMABUF_MAX_STALE_BACKINGS; i++) {
+		h[i] = imp_import(self->imp, proxy, KVD_IMP_IMPORT_LAZY);
+		ASSERT_GE(h[i], 0);
+		ASSERT_EQ(0, imp_read(self->imp, h[i], 0, page, sizeof(page)));
+		EXPECT_EQ(-ETIMEDOUT, kvd_attach_full(self->dev, proxy,
+						      i % 2 ? self->a : self->b,
+						      0, KVDMABUF_ATTACH_REPLACE,
+						      0, NULL));
+		ASSERT_EQ(0, kvd_query(self->dev, proxy, &q));
+		EXPECT_EQ(i + 1, q.stale_backings);
+	}
+	h[i] = imp_import(self->imp, proxy, KVD_IMP_IMPORT_LAZY);
+	ASSERT_GE(h[i], 0);
+	ASSERT_EQ(0, imp_read(self->imp, h[i], 0, page, sizeof(page)));
+
+	/* One more would exceed the bound: refused, nothing changed. */
+	EXPECT_EQ(-EAGAIN, kvd_replace(self->dev, proxy, self->a, 0));
+	EXPECT_EQ(-EAGAIN, kvd_revoke(self->dev, proxy, 0));
+	ASSERT_EQ(0, kvd_query(self->dev, proxy, &q));
+	EXPECT_EQ(KVDMABUF_STATE_BACKED, q.state);
+	EXPECT_EQ(1 + KVDMABUF_MAX_STALE_BACKINGS, q.generation);
+	EXPECT_EQ(KVDMABUF_MAX_STALE_BACKINGS, q.stale_backings);
+
+	/* The oldest one's importer moves on: there is room again. */
+	ASSERT_EQ(0, imp_read(self->imp, h[0], 0, page, sizeof(page)));
+	EXPECT_EQ(-ETIMEDOUT, kvd_attach_full(self->dev, proxy, self->a, 0,
+					      KVDMABUF_ATTACH_REPLACE, 0,
+					      NULL));
+	ASSERT_EQ(0, kvd_query(self->dev, proxy, &q));
+	EXPECT_EQ(2 + KVDMABUF_MAX_STALE_BACKINGS, q.generation);
+	EXPECT_EQ(KVDMABUF_MAX_STALE_BACKINGS, q.stale_backings);
+
+	for (i = 0; i <= KVDMABUF_MAX_STALE_BACKINGS; i++)
+		EXPECT_EQ(0, imp_release(self->imp, h[i]));
+	EXPECT_EQ(0, kvd_revoke(self->dev, proxy, 1000));
+	ASSERT_EQ(0, kvd_query(self->dev, proxy, &q));
+	EXPECT_EQ(0, q.stale_backings);
+	close(proxy);
+}
+
+/* The lowest free fd number (what the next open would get). */
+static int lowest_free_fd(void)
+{
+	int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+	if (fd >= 0)
+		close(fd);
+	return fd;
+}
+
+TEST_F(ctl, create_efault_leaves_no_fd_and_no_proxy)
+{
+	struct kvdmabuf_create *c;
+	long proxies;
+	int free_fd;
+
+	c = mmap(NULL, KVD_PAGE, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, c);
+	c->size = sizeof(*c);
+	c->length = SIZE;
+	/* Readable, so the call gets as far as writing the result back. */
+	ASSERT_EQ(0, mprotect(c, KVD_PAGE, PROT_READ));
+	proxies = kvd_stat("proxies");
+	free_fd = lowest_free_fd();
+	ASSERT_GE(free_fd, 0);
+
+	EXPECT_EQ(-EFAULT, kvd_ioctl(self->dev, KVDMABUF_IOCTL_CREATE, c));
+	EXPECT_EQ(free_fd, lowest_free_fd());
+	if (proxies >= 0)
+		EXPECT_EQ(proxies, kvd_stat("proxies"));
+	munmap(c, KVD_PAGE);
+}
+
+TEST_F(ctl, read_efault_keeps_the_events)
+{
+	struct kvdmabuf_event ev[4];
+	int dev2, proxy, fl, n;
+	void *ro;
+
+	/* A fresh device fd: its queue holds only this proxy's events. */
+	dev2 = kvd_dev_open();
+	ASSERT_GE(dev2, 0);
+	proxy = kvd_create(dev2, SIZE, NULL);
+	ASSERT_GE(proxy, 0);
+	ASSERT_EQ(0, kvd_attach(dev2, proxy, self->a, 0));
+	ASSERT_EQ(0, kvd_revoke(dev2, proxy, 100));
+	fl = fcntl(dev2, F_GETFL);
+	ASSERT_EQ(0, fcntl(dev2, F_SETFL, fl | O_NONBLOCK));
+
+	ro = mmap(NULL, KVD_PAGE, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS,
+		  -1, 0);
+	ASSERT_NE(MAP_FAILED, ro);
+	EXPECT_EQ(-1, read(dev2, ro, sizeof(ev)));
+	EXPECT_EQ(EFAULT, errno);
+	munmap(ro, KVD_PAGE);
+
+	/* Both records are still there, in order, nothing flagged lost. */
+	n = read(dev2, ev, sizeof(ev));
+	ASSERT_EQ(2 * (int)sizeof(ev[0]), n);
+	EXPECT_EQ(KVDMABUF_STATE_BACKED, ev[0].state);
+	EXPECT_EQ(1, ev[0].generation);
+	EXPECT_EQ(0, ev[0].flags);
+	EXPECT_EQ(KVDMABUF_STATE_REVOKED, ev[1].state);
+	EXPECT_EQ(2, ev[1].generation);
+	EXPECT_EQ(0, ev[1].flags);
+	close(proxy);
+	close(dev2);
+}
+
+/* The feature bit agrees with the running kernel's configuration. */
+TEST_F(ctl, move_notify_core_feature_matches_the_kernel)
+{
+	struct kvdmabuf_version v = { .size = sizeof(v) };
+	char path[300], line[256];
+	struct utsname u;
+	int configured = 0;
+	FILE *f;
+
+	ASSERT_EQ(0, kvd_ioctl(self->dev, KVDMABUF_IOCTL_VERSION, &v));
+	EXPECT_EQ(2, v.version >> 16);
+	ASSERT_EQ(0, uname(&u));
+	snprintf(path, sizeof(path), "/boot/config-%s", u.release);
+	f = fopen(path, "re");
+	if (!f)
+		SKIP(return, "%s: %s", path, strerror(errno));
+	while (fgets(line, sizeof(line), f))
+		if (!strcmp(line, "CONFIG_DMABUF_MOVE_NOTIFY=y\n"))
+			configured = 1;
+	fclose(f);
+	TH_LOG("%s: CONFIG_DMABUF_MOVE_NOTIFY %s, feature %s", path,
+	       configured ? "set" : "unset",
+	       v.features & KVDMABUF_FEATURE_MOVE_NOTIFY_CORE ? "on" : "off");
+	EXPECT_EQ(configured,
+		  !!(v.features & KVDMABUF_FEATURE_MOVE_NOTIFY_CORE));
 }
 
 TEST_HARNESS_MAIN

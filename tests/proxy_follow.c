@@ -427,8 +427,8 @@ TEST_F(follow, event_queue_overflow_is_flagged)
 	proxy = kvd_create(dev2, SIZE, NULL);
 	ASSERT_GE(proxy, 0);
 	for (i = 0; i < 50; i++) {
-		ASSERT_EQ(0, kvd_attach(self->dev, proxy, self->a, 0));
-		ASSERT_EQ(0, kvd_revoke(self->dev, proxy, 100));
+		ASSERT_EQ(0, kvd_attach(dev2, proxy, self->a, 0));
+		ASSERT_EQ(0, kvd_revoke(dev2, proxy, 100));
 	}
 	n = read(dev2, ev, sizeof(ev));
 	ASSERT_GT(n, 0);

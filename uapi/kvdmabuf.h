@@ -8,8 +8,16 @@
  * Importers (NICs) attach to the proxy, never to the backing.
  *
  * All ioctls are issued on the /dev/kvdmabuf file descriptor. Proxies are
- * named by a proxy dma-buf fd; holding that fd is the capability, so any
- * opener of /dev/kvdmabuf may operate on a proxy fd it was given.
+ * named by a proxy dma-buf fd. Only the open file description of
+ * /dev/kvdmabuf that created a proxy (the fd passed to
+ * KVDMABUF_IOCTL_CREATE, or a dup() of it, or the same file inherited
+ * across fork()) may control it: KVDMABUF_IOCTL_ATTACH (with or without
+ * KVDMABUF_ATTACH_REPLACE) and KVDMABUF_IOCTL_REVOKE give -EPERM on any
+ * other opener of the device. KVDMABUF_IOCTL_QUERY works from any of them.
+ * Handing the proxy fd to another process (a transfer engine, an RDMA
+ * library) thus lets it import the proxy, not change its backing. Once the
+ * creating file is closed, nobody can control the proxy any more; it keeps
+ * its current state until its dma-buf is released.
  *
  * Extensible structures: every argument struct starts with ``__u32 size``
  * (the caller's sizeof) and ``__u32 flags``. The kernel ignores the size
@@ -38,8 +46,12 @@
 /** KVDMABUF_DEVICE_PATH - path of the misc device node */
 #define KVDMABUF_DEVICE_PATH		"/dev/kvdmabuf"
 
-/* API version: major changes are incompatible, minor ones add features. */
-#define KVDMABUF_API_VERSION_MAJOR	1
+/*
+ * API version: major changes are incompatible, minor ones add features.
+ * 2: ioctl magic 0xDA (was 0xDB, taken by mwave), control limited to the
+ * creating device fd, bounded stale backings.
+ */
+#define KVDMABUF_API_VERSION_MAJOR	2
 #define KVDMABUF_API_VERSION_MINOR	0
 #define KVDMABUF_API_VERSION \
 	((KVDMABUF_API_VERSION_MAJOR << 16) | KVDMABUF_API_VERSION_MINOR)
@@ -50,8 +62,13 @@
 /** KVDMABUF_FEATURE_EVENTS - read()/poll() of events on the device fd */
 #define KVDMABUF_FEATURE_EVENTS		(1ULL << 1)
 /**
- * KVDMABUF_FEATURE_MOVE_NOTIFY_CORE - the running kernel has
- * CONFIG_DMABUF_MOVE_NOTIFY: dynamic importers are not pinned while mapped.
+ * KVDMABUF_FEATURE_MOVE_NOTIFY_CORE - the running kernel's dma-buf core
+ * does not pin a dynamic exporter around each map of a dynamic importer
+ * (CONFIG_DMABUF_MOVE_NOTIFY set, or Linux 7.1+ where the option is gone).
+ * The module finds this out when it loads, by mapping a throw-away dynamic
+ * dma-buf once; if that probe cannot run, it reports the configuration of
+ * the kernel it was built against. Without it, every mapped importer is
+ * pinned by the core while mapped (such pins are not counted as blocking).
  */
 #define KVDMABUF_FEATURE_MOVE_NOTIFY_CORE (1ULL << 2)
 
@@ -106,7 +123,8 @@ struct kvdmabuf_version {
  * Errors: -EFAULT; -EINVAL (size, flags, pad, reserved, length zero or not
  * page aligned); -E2BIG; -EFBIG (length larger than the kernel can map);
  * -ENOSPC (the device fd already owns ``max_proxies`` live proxies);
- * -ENOMEM; -EMFILE/-ENFILE (no free fd).
+ * -ENOMEM; -EMFILE/-ENFILE (no free fd). The fd is installed only after
+ * the struct was written back: on -EFAULT no fd and no proxy is left.
  */
 struct kvdmabuf_create {
 	__u32 size;
@@ -147,10 +165,13 @@ struct kvdmabuf_create {
  *
  * Errors: -EFAULT; -EINVAL (size, flags, pad, reserved, offset not page
  * aligned, @proxy_fd not a proxy, @backing_fd not a dma-buf); -E2BIG;
- * -EBADF (@proxy_fd or @backing_fd not open); -ELOOP (the backing is a
+ * -EBADF (@proxy_fd or @backing_fd not open); -EPERM (the proxy was not
+ * created by this device fd); -ELOOP (the backing is a
  * kvdmabuf proxy); -EOVERFLOW (@offset + length overflows); -ERANGE
- * (backing smaller than @offset + length); -EEXIST (already backed, no
- * REPLACE); -EBUSY (REPLACE while an importer holds a blocking pin: nothing
+ * (backing smaller than @offset + length, by its size or by the length of
+ * its mapping for an importer's device); -EEXIST (already backed, no
+ * REPLACE); -EAGAIN (REPLACE of a backed proxy that already holds
+ * KVDMABUF_MAX_STALE_BACKINGS old backings: nothing changed); -EBUSY (REPLACE while an importer holds a blocking pin: nothing
  * changed); -EINTR (REPLACE of a backed proxy only; signal while waiting:
  * the swap was made, the old backing is dropped when its last mapping
  * goes); -ETIMEDOUT (same, on timeout). A plain attach (nothing to
@@ -191,8 +212,10 @@ struct kvdmabuf_attach {
  * a backing left over from an earlier timed-out call).
  *
  * Errors: -EFAULT; -EINVAL (size, flags, reserved, not a proxy); -E2BIG;
- * -EBADF; -EBUSY (an importer holds a blocking pin: nothing changed);
- * -EINTR (signal while waiting) and -ETIMEDOUT (timeout): the proxy *is*
+ * -EBADF; -EPERM (the proxy was not created by this device fd); -EAGAIN
+ * (the proxy is backed and already holds KVDMABUF_MAX_STALE_BACKINGS old
+ * backings: nothing changed); -EBUSY (an importer holds a blocking pin:
+ * nothing changed); -EINTR (signal while waiting) and -ETIMEDOUT (timeout): the proxy *is*
  * revoked, the backing is dropped as soon as the last mapping goes
  * (struct kvdmabuf_query.stale_backings tells; call revoke again to wait).
  */
@@ -269,7 +292,10 @@ struct kvdmabuf_query {
  * (-EINVAL if the buffer cannot hold one), blocks when none is queued
  * unless O_NONBLOCK (-EAGAIN); poll() reports POLLIN. The queue is bounded;
  * on overflow the oldest records are dropped and the next record read
- * carries KVDMABUF_EVENT_FLAG_LOST.
+ * carries KVDMABUF_EVENT_FLAG_LOST. If read() cannot write the records to
+ * the buffer (-EFAULT), they are put back at the head of the queue; any
+ * that no longer fit (newer events filled it meanwhile) are dropped and
+ * the head then carries KVDMABUF_EVENT_FLAG_LOST.
  */
 struct kvdmabuf_event {
 	__u32 size;
@@ -281,6 +307,15 @@ struct kvdmabuf_event {
 	__u64 reserved;
 };
 
+/**
+ * KVDMABUF_MAX_STALE_BACKINGS - old backings a proxy holds at most
+ *
+ * A revoke or replace that would make one more backing stale (dropped by
+ * the proxy but still mapped by a slow importer) while this many are
+ * already held fails with -EAGAIN and changes nothing.
+ */
+#define KVDMABUF_MAX_STALE_BACKINGS	4
+
 /* First published struct sizes, for the extensible-struct rules above. */
 #define KVDMABUF_VERSION_SIZE_VER0	32
 #define KVDMABUF_CREATE_SIZE_VER0	40
@@ -288,7 +323,7 @@ struct kvdmabuf_event {
 #define KVDMABUF_REVOKE_SIZE_VER0	32
 #define KVDMABUF_QUERY_SIZE_VER0	88
 
-#define KVDMABUF_IOCTL_MAGIC		0xDB
+#define KVDMABUF_IOCTL_MAGIC		0xDA
 
 /**
  * KVDMABUF_IOCTL_VERSION - report the API version and features
