@@ -7,6 +7,7 @@
  *   drain_timeout_s: 480      # > 0, may be fractional
  *   module: auto              # auto | require | off
  *   cuda_library: /path/libcuda.so.1
+ *   cuda_dmabuf_mapping: auto # auto | pcie | default (CUDA dma-buf flags)
  *
  * Malformed YAML and unknown keys are errors with file:line:column.
  */
@@ -29,7 +30,7 @@ struct parse {
 };
 
 enum { SEEN_PROTOCOL = 1, SEEN_NICS = 2, SEEN_DRAIN = 4, SEEN_MODULE = 8,
-       SEEN_CUDA = 16 };
+       SEEN_CUDA = 16, SEEN_CUDA_MAPPING = 32 };
 
 static int perr(struct parse *p, const yaml_mark_t *m, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -131,9 +132,12 @@ static int parse_value(struct parse *p, const char *key, yaml_mark_t *kmark,
 		bit = SEEN_MODULE;
 	else if (!strcmp(key, "cuda_library"))
 		bit = SEEN_CUDA;
+	else if (!strcmp(key, "cuda_dmabuf_mapping"))
+		bit = SEEN_CUDA_MAPPING;
 	else
 		return perr(p, kmark, "unknown key '%s' (known: protocol, nics, "
-			    "drain_timeout_s, module, cuda_library)", key);
+			    "drain_timeout_s, module, cuda_library, "
+			    "cuda_dmabuf_mapping)", key);
 	if (p->seen & bit)
 		return perr(p, kmark, "duplicate key '%s'", key);
 	p->seen |= bit;
@@ -178,6 +182,21 @@ static int parse_value(struct parse *p, const char *key, yaml_mark_t *kmark,
 			return perr(p, &ev->start_mark,
 				    "'module' must be auto, require or off, "
 				    "not '%s'", buf);
+		return 0;
+	case SEEN_CUDA_MAPPING:
+		rc = scalar_copy(p, ev, key, buf, sizeof(buf));
+		if (rc)
+			return rc;
+		if (!strcmp(buf, "auto"))
+			c->cuda_mapping = KVD_CUDA_MAPPING_AUTO;
+		else if (!strcmp(buf, "pcie"))
+			c->cuda_mapping = KVD_CUDA_MAPPING_PCIE;
+		else if (!strcmp(buf, "default"))
+			c->cuda_mapping = KVD_CUDA_MAPPING_DEFAULT;
+		else
+			return perr(p, &ev->start_mark,
+				    "'cuda_dmabuf_mapping' must be auto, pcie "
+				    "or default, not '%s'", buf);
 		return 0;
 	default:
 		return scalar_copy(p, ev, key, c->cuda_library,
