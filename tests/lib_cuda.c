@@ -4,16 +4,33 @@
  * clear error (not a crash) and the rest of the library keeps working;
  * each CUDA failure is reported with its CUDA error name; a working export
  * asks for exactly the region's range and is redone at every wake.
+ * Against a driver as strict as the real one (tests/fake_cuda): a thread
+ * without a current CUDA context exports (the library pushes the primary
+ * context of the pointer's device, retained once, and pops it); the PCIe
+ * mapping flag by config, with a fallback for older drivers; memory that
+ * is not GPUDirect RDMA capable, a range with a hole, over two devices or
+ * two VA reservations, and a wake before the memory is mapped again are
+ * named errors; a range over several allocations mapped back to back is
+ * one export.
  * Host-only: tests/fake_cuda/libcuda.so.1 stands for the CUDA driver,
  * fake NICs and module (tests/lib_fake.h) for the rest.
  */
 #include <dlfcn.h>
 #include <libgen.h>
+#include <pthread.h>
 
 #include "harness.h"
 #include "lib_fake.h"
 
 #define LEN (8 * 4096)
+
+#define CUDA_ERROR_INVALID_VALUE 1
+#define CUDA_ERROR_INVALID_CONTEXT 201
+#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
+#define CU_POINTER_ATTRIBUTE_RANGE_START_ADDR 11
+#define CU_POINTER_ATTRIBUTE_RANGE_SIZE 12
+#define CU_POINTER_ATTRIBUTE_MAPPED 13
+#define CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD 1
 
 static const char *fake_cuda_path(void)
 {
@@ -29,6 +46,63 @@ static const char *fake_cuda_path(void)
 	return access(path, R_OK) ? NULL : path;
 }
 
+/* The fake driver's test API and the driver calls the tests make. */
+static struct {
+	void *dl;
+	void *(*reserve)(size_t, void *);
+	int (*map)(void *, size_t, int, int);
+	int (*unmap)(void *);
+	void (*last)(unsigned long long *, size_t *, unsigned long *);
+	unsigned long long (*last_flags)(void);
+	int (*last_ctx_dev)(void);
+	int (*primary_refs)(int);
+	int (*current_dev)(void);
+	int (*retain)(void **, int);
+	int (*release)(int);
+	int (*push)(void *);
+	int (*pop)(void **);
+	int (*attr)(void *, int, unsigned long long);
+	int (*range)(unsigned long long *, size_t *, unsigned long long);
+	int (*export)(void *, unsigned long long, size_t, int,
+		      unsigned long long);
+} fc;
+
+static int fc_load(const char *lib)
+{
+	fc.dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+	if (!fc.dl)
+		return -1;
+#define SYM(f, name) \
+	if (!(*(void **)&fc.f = dlsym(fc.dl, name))) return -1
+	SYM(reserve, "fakecu_reserve");
+	SYM(map, "fakecu_map");
+	SYM(unmap, "fakecu_unmap");
+	SYM(last, "fakecu_last_export");
+	SYM(last_flags, "fakecu_last_export_flags");
+	SYM(last_ctx_dev, "fakecu_last_export_ctx_dev");
+	SYM(primary_refs, "fakecu_primary_refs");
+	SYM(current_dev, "fakecu_current_dev");
+	SYM(retain, "cuDevicePrimaryCtxRetain");
+	SYM(release, "cuDevicePrimaryCtxRelease_v2");
+	SYM(push, "cuCtxPushCurrent_v2");
+	SYM(pop, "cuCtxPopCurrent_v2");
+	SYM(attr, "cuPointerGetAttribute");
+	SYM(range, "cuMemGetAddressRange_v2");
+	SYM(export, "cuMemGetHandleForAddressRange");
+#undef SYM
+	return 0;
+}
+
+/* Reserve @len and map it as one allocation on @dev. */
+static char *dev_mem(size_t len, int dev, int gdr)
+{
+	char *p = fc.reserve(len, NULL);
+
+	if (p && fc.map(p, len, dev, gdr))
+		return NULL;
+	return p;
+}
+
 static int open_ctx(const char *cuda, struct kvdmabuf_ctx **ctx)
 {
 	struct kvdmabuf_options o = { 0 };
@@ -36,6 +110,15 @@ static int open_ctx(const char *cuda, struct kvdmabuf_ctx **ctx)
 
 	o.cuda_library = cuda;
 	return fake_open("protocol: rdma\n", &o, ctx, err, sizeof(err));
+}
+
+static int open_ctx_yaml(const char *cuda, const char *yaml,
+			 struct kvdmabuf_ctx **ctx, char *err, size_t len)
+{
+	struct kvdmabuf_options o = { 0 };
+
+	o.cuda_library = cuda;
+	return fake_open(yaml, &o, ctx, err, len);
 }
 
 static int add(struct kvdmabuf_ctx *ctx, void *addr, size_t len, int mem,
@@ -49,6 +132,29 @@ static int add(struct kvdmabuf_ctx *ctx, void *addr, size_t len, int mem,
 	d.tag = "kv_cache";
 	return kvdmabuf_region_add(ctx, &d, r);
 }
+
+static const char *hex(const void *p)
+{
+	static char s[32];
+
+	snprintf(s, sizeof(s), "0x%llx", (unsigned long long)(uintptr_t)p);
+	return s;
+}
+
+#define HAS(ctx, what) \
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(ctx), what))
+
+/* Set up a test on the fake driver: fake NICs, fake module. */
+#define FAKE_CUDA_OR_SKIP(lib)                                            \
+	do {                                                              \
+		lib = fake_cuda_path();                                   \
+		if (!lib)                                                 \
+			SKIP(return, "tests/fake_cuda/libcuda.so.1 not built"); \
+		ASSERT_EQ(0, fc_load(lib));                               \
+		fake_reset(2);                                            \
+		fw.module = 1;                                            \
+		fw.real_export = 1;                                       \
+	} while (0)
 
 TEST(cuda_absent_is_a_clear_error)
 {
@@ -97,7 +203,7 @@ TEST(default_cuda_library_absent_here)
 
 FIXTURE(cu) {
 	struct kvdmabuf_ctx *ctx;
-	void *mem;
+	char *mem;
 	const char *lib;
 };
 
@@ -122,13 +228,8 @@ FIXTURE_VARIANT_ADD(cu, not_device_memory) {
 
 FIXTURE_SETUP(cu)
 {
-	self->lib = fake_cuda_path();
-	if (!self->lib)
-		SKIP(return, "tests/fake_cuda/libcuda.so.1 not built");
-	fake_reset(2);
-	fw.module = 1;
-	fw.real_export = 1;
-	self->mem = region_mem(4 * LEN);
+	FAKE_CUDA_OR_SKIP(self->lib);
+	self->mem = dev_mem(4 * LEN, 0, 1);
 	ASSERT_NE(NULL, self->mem);
 	ASSERT_EQ(0, open_ctx(self->lib, &self->ctx));
 }
@@ -138,8 +239,6 @@ FIXTURE_TEARDOWN(cu)
 	unsetenv("FAKE_CUDA_MODE");
 	if (self->ctx)
 		kvdmabuf_close(self->ctx);
-	if (self->mem)
-		munmap(self->mem, 4 * LEN);
 }
 
 TEST_F(cu, failure_is_named_and_rolled_back)
@@ -151,8 +250,9 @@ TEST_F(cu, failure_is_named_and_rolled_back)
 	ASSERT_EQ(variant->rc, add(self->ctx, self->mem, LEN,
 				   KVDMABUF_MEM_CUDA, &r));
 	TH_LOG("%s", kvdmabuf_last_error(self->ctx));
-	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx), variant->msg));
+	HAS(self->ctx, variant->msg);
 	EXPECT_EQ(0, fake_mrs_live());
+	EXPECT_EQ(-1, fc.current_dev());
 	fake_proxy_gc();
 	EXPECT_EQ(fds, fds_open());
 }
@@ -165,13 +265,16 @@ TEST_F(cu, wake_failure_keeps_asleep_then_retry)
 	ASSERT_EQ(0, add(self->ctx, self->mem, LEN, KVDMABUF_MEM_CUDA, &r));
 	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
 	setenv("FAKE_CUDA_MODE", variant->mode, 1);
-	if (!strcmp(variant->mode, "noinit")) {
-		/* cuInit ran once, at first use: a wake does not redo it */
+	if (!strcmp(variant->mode, "noinit") ||
+	    !strcmp(variant->mode, "nodmabuf")) {
+		/* cuInit ran once, at first use, and the device was checked
+		 * once, when its primary context was retained: a wake does
+		 * not redo them */
 		ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
 		return;
 	}
 	ASSERT_EQ(variant->rc, kvdmabuf_wake(self->ctx, NULL));
-	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx), variant->msg));
+	HAS(self->ctx, variant->msg);
 	ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
 	EXPECT_EQ(1, in.asleep);
 	EXPECT_EQ(-ESHUTDOWN, kvdmabuf_io_begin(r));
@@ -183,33 +286,23 @@ TEST_F(cu, wake_failure_keeps_asleep_then_retry)
 
 TEST(export_exact_range_every_wake)
 {
-	void (*last)(unsigned long long *, size_t *, unsigned long *);
 	struct kvdmabuf_ctx *ctx;
 	struct kvdmabuf_region *r;
 	struct kvdmabuf_region_info in;
-	const char *lib = fake_cuda_path();
+	const char *lib;
 	unsigned long long p;
 	unsigned long count, before;
 	size_t sz;
 	char *m;
-	void *h;
 	int cycle;
 
-	if (!lib)
-		SKIP(return, "tests/fake_cuda/libcuda.so.1 not built");
-	fake_reset(2);
-	fw.module = 1;
-	fw.real_export = 1;
-	m = region_mem(4 * LEN);
+	FAKE_CUDA_OR_SKIP(lib);
+	m = dev_mem(4 * LEN, 0, 1);
 	ASSERT_NE(NULL, m);
 	ASSERT_EQ(0, open_ctx(lib, &ctx));
 	/* a range inside a larger allocation: export exactly that range */
 	ASSERT_EQ(0, add(ctx, m + LEN, 2 * LEN, KVDMABUF_MEM_CUDA, &r));
-	h = dlopen(lib, RTLD_NOW | RTLD_NOLOAD);
-	ASSERT_NE(NULL, h);
-	*(void **)&last = dlsym(h, "fakecu_last_export");
-	ASSERT_NE(NULL, (void *)last);
-	last(&p, &sz, &count);
+	fc.last(&p, &sz, &count);
 	EXPECT_EQ((unsigned long long)(uintptr_t)(m + LEN), p);
 	EXPECT_EQ((size_t)(2 * LEN), sz);
 	ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
@@ -218,14 +311,12 @@ TEST(export_exact_range_every_wake)
 	for (cycle = 1; cycle <= 2; cycle++) {
 		ASSERT_EQ(0, kvdmabuf_sleep(ctx, NULL));
 		ASSERT_EQ(0, kvdmabuf_wake(ctx, NULL));
-		last(&p, &sz, &count);
+		fc.last(&p, &sz, &count);
 		EXPECT_EQ(before + (unsigned long)cycle, count);
 		EXPECT_EQ((unsigned long long)(uintptr_t)(m + LEN), p);
 		EXPECT_EQ((size_t)(2 * LEN), sz);
 	}
-	dlclose(h);
 	kvdmabuf_close(ctx);
-	munmap(m, 4 * LEN);
 }
 
 TEST(cuda_library_from_config)
@@ -233,20 +324,460 @@ TEST(cuda_library_from_config)
 	struct kvdmabuf_options o = { 0 };
 	struct kvdmabuf_ctx *ctx;
 	struct kvdmabuf_region *r;
-	const char *lib = fake_cuda_path();
+	const char *lib;
 	char yaml[PATH_MAX + 64], err[512];
-	void *m = region_mem(LEN);
+	char *m;
 
-	if (!lib)
-		SKIP(return, "tests/fake_cuda/libcuda.so.1 not built");
-	fake_reset(1);
-	fw.real_export = 1;
+	FAKE_CUDA_OR_SKIP(lib);
+	m = dev_mem(LEN, 0, 1);
+	ASSERT_NE(NULL, m);
 	snprintf(yaml, sizeof(yaml), "protocol: rdma\ncuda_library: %s\n",
 		 lib);
 	ASSERT_EQ(0, fake_open(yaml, &o, &ctx, err, sizeof(err)));
 	ASSERT_EQ(0, add(ctx, m, LEN, KVDMABUF_MEM_CUDA, &r));
 	kvdmabuf_close(ctx);
-	munmap(m, LEN);
+}
+
+/* ---- the CUDA context ---- */
+
+struct wake_arg {
+	struct kvdmabuf_ctx *ctx;
+	int rc;
+	int dev_after;
+};
+
+static void *wake_thread(void *p)
+{
+	struct wake_arg *a = p;
+
+	a->rc = kvdmabuf_wake(a->ctx, NULL);
+	a->dev_after = fc.current_dev();
+	return NULL;
+}
+
+/* The driver needs a current context for the export; the engine's thread
+ * that adds or wakes a region may never have touched CUDA. */
+TEST(thread_without_cuda_context_exports)
+{
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r;
+	struct wake_arg a = { 0 };
+	const char *lib;
+	pthread_t t;
+	char *m;
+
+	FAKE_CUDA_OR_SKIP(lib);
+	m = dev_mem(2 * LEN, 0, 1);
+	ASSERT_NE(NULL, m);
+	ASSERT_EQ(0, open_ctx(lib, &ctx));
+	ASSERT_EQ(-1, fc.current_dev());
+	ASSERT_EQ(0, add(ctx, m, 2 * LEN, KVDMABUF_MEM_CUDA, &r));
+	EXPECT_EQ(0, fc.last_ctx_dev());
+	EXPECT_EQ(-1, fc.current_dev());        /* popped again */
+	ASSERT_EQ(0, kvdmabuf_sleep(ctx, NULL));
+	/* a wake from a fresh thread */
+	a.ctx = ctx;
+	ASSERT_EQ(0, pthread_create(&t, NULL, wake_thread, &a));
+	ASSERT_EQ(0, pthread_join(t, NULL));
+	if (a.rc)
+		TH_LOG("%s", kvdmabuf_last_error(ctx));
+	EXPECT_EQ(0, a.rc);
+	EXPECT_EQ(-1, a.dev_after);
+	kvdmabuf_close(ctx);
+}
+
+/* The context pushed is the primary context of the pointer's device,
+ * retained once for the kvdmabuf context's life; the caller's own current
+ * context is current again afterwards. */
+TEST(primary_context_of_the_pointers_device)
+{
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r, *r2;
+	const char *lib;
+	void *engine_ctx, *popped;
+	char *m1, *m0;
+
+	FAKE_CUDA_OR_SKIP(lib);
+	m1 = dev_mem(2 * LEN, 1, 1);
+	m0 = dev_mem(LEN, 0, 1);
+	ASSERT_NE(NULL, m1);
+	ASSERT_NE(NULL, m0);
+	/* the engine's thread has device 0's context current */
+	ASSERT_EQ(0, fc.retain(&engine_ctx, 0));
+	ASSERT_EQ(0, fc.push(engine_ctx));
+	ASSERT_EQ(0, open_ctx(lib, &ctx));
+	ASSERT_EQ(0, add(ctx, m1, 2 * LEN, KVDMABUF_MEM_CUDA, &r));
+	EXPECT_EQ(1, fc.last_ctx_dev());
+	EXPECT_EQ(0, fc.current_dev());
+	EXPECT_EQ(1, fc.primary_refs(1));
+	EXPECT_EQ(1, fc.primary_refs(0));       /* the engine's own */
+	ASSERT_EQ(0, add(ctx, m0, LEN, KVDMABUF_MEM_CUDA, &r2));
+	EXPECT_EQ(0, fc.last_ctx_dev());
+	EXPECT_EQ(2, fc.primary_refs(0));
+	/* sleep/wake cycles retain nothing more */
+	ASSERT_EQ(0, kvdmabuf_sleep(ctx, NULL));
+	ASSERT_EQ(0, kvdmabuf_wake(ctx, NULL));
+	EXPECT_EQ(1, fc.primary_refs(1));
+	EXPECT_EQ(2, fc.primary_refs(0));
+	EXPECT_EQ(0, fc.current_dev());
+	kvdmabuf_close(ctx);
+	EXPECT_EQ(0, fc.primary_refs(1));
+	EXPECT_EQ(1, fc.primary_refs(0));
+	ASSERT_EQ(0, fc.pop(&popped));
+	EXPECT_EQ(engine_ctx, popped);
+	fc.release(0);
+}
+
+/* ---- the PCIe mapping flag ---- */
+
+FIXTURE(map) {
+	const char *lib;
+	char *mem;
+};
+
+FIXTURE_VARIANT(map) {
+	const char *config;     /* cuda_dmabuf_mapping, NULL: not set */
+	const char *mode;       /* FAKE_CUDA_MODE */
+	int rc;
+	unsigned long long flags;
+	const char *msg;
+};
+
+FIXTURE_VARIANT_ADD(map, auto_asks_pcie) {
+	.config = NULL, .mode = "ok", .rc = 0, .flags = 1,
+};
+FIXTURE_VARIANT_ADD(map, auto_explicit) {
+	.config = "auto", .mode = "ok", .rc = 0, .flags = 1,
+};
+FIXTURE_VARIANT_ADD(map, auto_gpu_without_pcie_mapping) {
+	.config = "auto", .mode = "nopcie", .rc = 0, .flags = 0,
+};
+FIXTURE_VARIANT_ADD(map, auto_driver_before_12_8) {
+	.config = NULL, .mode = "oldflags", .rc = 0, .flags = 0,
+};
+FIXTURE_VARIANT_ADD(map, pcie) {
+	.config = "pcie", .mode = "ok", .rc = 0, .flags = 1,
+};
+FIXTURE_VARIANT_ADD(map, pcie_refused_is_named) {
+	.config = "pcie", .mode = "nopcie", .rc = -EIO, .flags = 1,
+	.msg = "DMA_BUF_MAPPING_TYPE_PCIE",
+};
+FIXTURE_VARIANT_ADD(map, default_is_flags_0) {
+	.config = "default", .mode = "ok", .rc = 0, .flags = 0,
+};
+
+FIXTURE_SETUP(map)
+{
+	FAKE_CUDA_OR_SKIP(self->lib);
+	self->mem = dev_mem(LEN, 0, 1);
+	ASSERT_NE(NULL, self->mem);
+}
+
+FIXTURE_TEARDOWN(map)
+{
+	unsetenv("FAKE_CUDA_MODE");
+}
+
+TEST_F(map, export_flags)
+{
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r;
+	char yaml[128], err[512];
+	int rc;
+
+	snprintf(yaml, sizeof(yaml), "protocol: rdma\n%s%s\n",
+		 variant->config ? "cuda_dmabuf_mapping: " : "",
+		 variant->config ? variant->config : "");
+	ASSERT_EQ(0, open_ctx_yaml(self->lib, yaml, &ctx, err, sizeof(err)));
+	setenv("FAKE_CUDA_MODE", variant->mode, 1);
+	rc = add(ctx, self->mem, LEN, KVDMABUF_MEM_CUDA, &r);
+	if (rc)
+		TH_LOG("%s", kvdmabuf_last_error(ctx));
+	ASSERT_EQ(variant->rc, rc);
+	if (variant->msg)
+		HAS(ctx, variant->msg);
+	if (!rc) {
+		EXPECT_EQ(variant->flags, fc.last_flags());
+		/* and the same at a wake */
+		ASSERT_EQ(0, kvdmabuf_sleep(ctx, NULL));
+		ASSERT_EQ(0, kvdmabuf_wake(ctx, NULL));
+		EXPECT_EQ(variant->flags, fc.last_flags());
+	}
+	kvdmabuf_close(ctx);
+}
+
+TEST(mapping_config_values_checked)
+{
+	struct kvdmabuf_ctx *ctx = NULL;
+	const char *lib;
+	char err[512];
+
+	FAKE_CUDA_OR_SKIP(lib);
+	ASSERT_EQ(-EINVAL, open_ctx_yaml(lib, "protocol: rdma\n"
+					 "cuda_dmabuf_mapping: nvlink\n", &ctx,
+					 err, sizeof(err)));
+	TH_LOG("%s", err);
+	EXPECT_NE(NULL, strstr(err, "'cuda_dmabuf_mapping' must be auto, "
+			       "pcie or default, not 'nvlink'"));
+}
+
+/* ---- GPUDirect RDMA capability ---- */
+
+TEST(not_gpudirect_rdma_capable_is_named)
+{
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r;
+	const char *lib;
+	unsigned long long p;
+	unsigned long before, after;
+	size_t sz;
+	char *m;
+	int fds;
+
+	FAKE_CUDA_OR_SKIP(lib);
+	m = dev_mem(LEN, 0, 0);    /* as vLLM's allocator creates it */
+	ASSERT_NE(NULL, m);
+	ASSERT_EQ(0, open_ctx(lib, &ctx));
+	fds = fds_open();
+	fc.last(&p, &sz, &before);
+	ASSERT_EQ(-EOPNOTSUPP, add(ctx, m, LEN, KVDMABUF_MEM_CUDA, &r));
+	TH_LOG("%s", kvdmabuf_last_error(ctx));
+	HAS(ctx, "gpuDirectRDMACapable");
+	HAS(ctx, "CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE");
+	fc.last(&p, &sz, &after);
+	EXPECT_EQ(before, after);       /* not exported */
+	EXPECT_EQ(0, fake_mrs_live());
+	EXPECT_EQ(-1, fc.current_dev());
+	fake_proxy_gc();
+	EXPECT_EQ(fds, fds_open());
+	/* a driver that does not report the attribute: go on */
+	setenv("FAKE_CUDA_MODE", "nogdrattr", 1);
+	EXPECT_EQ(0, add(ctx, m, LEN, KVDMABUF_MEM_CUDA, &r));
+	unsetenv("FAKE_CUDA_MODE");
+	kvdmabuf_close(ctx);
+}
+
+/* ---- ranges over several allocations ---- */
+
+/* Two cuMemCreate allocations mapped back to back in one reservation:
+ * one export of exactly the region's range, across the seam. */
+TEST(range_over_two_allocations_is_one_export)
+{
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r;
+	const char *lib;
+	unsigned long long p;
+	unsigned long count;
+	size_t sz;
+	char *m;
+
+	FAKE_CUDA_OR_SKIP(lib);
+	m = fc.reserve(4 * LEN, NULL);
+	ASSERT_NE(NULL, m);
+	ASSERT_EQ(0, fc.map(m, 2 * LEN, 0, 1));
+	ASSERT_EQ(0, fc.map(m + 2 * LEN, 2 * LEN, 0, 1));
+	ASSERT_EQ(0, open_ctx(lib, &ctx));
+	ASSERT_EQ(0, add(ctx, m + LEN, 2 * LEN, KVDMABUF_MEM_CUDA, &r));
+	fc.last(&p, &sz, &count);
+	EXPECT_EQ((unsigned long long)(uintptr_t)(m + LEN), p);
+	EXPECT_EQ((size_t)(2 * LEN), sz);
+	/* wake after both are replaced */
+	ASSERT_EQ(0, kvdmabuf_sleep(ctx, NULL));
+	ASSERT_EQ(0, fc.unmap(m));
+	ASSERT_EQ(0, fc.unmap(m + 2 * LEN));
+	ASSERT_EQ(0, fc.map(m, 2 * LEN, 0, 1));
+	ASSERT_EQ(0, fc.map(m + 2 * LEN, 2 * LEN, 0, 1));
+	ASSERT_EQ(0, kvdmabuf_wake(ctx, NULL));
+	fc.last(&p, &sz, &count);
+	EXPECT_EQ((unsigned long long)(uintptr_t)(m + LEN), p);
+	kvdmabuf_close(ctx);
+}
+
+TEST(range_with_a_hole_names_where_the_mapping_ends)
+{
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r;
+	const char *lib;
+	char *m;
+
+	FAKE_CUDA_OR_SKIP(lib);
+	m = fc.reserve(3 * LEN, NULL);
+	ASSERT_NE(NULL, m);
+	ASSERT_EQ(0, fc.map(m, LEN, 0, 1));
+	ASSERT_EQ(0, fc.map(m + 2 * LEN, LEN, 0, 1));
+	ASSERT_EQ(0, open_ctx(lib, &ctx));
+	ASSERT_EQ(-EFAULT, add(ctx, m, 3 * LEN, KVDMABUF_MEM_CUDA, &r));
+	TH_LOG("%s", kvdmabuf_last_error(ctx));
+	HAS(ctx, "not fully mapped");
+	HAS(ctx, hex(m + LEN));
+	EXPECT_EQ(-1, fc.current_dev());
+	kvdmabuf_close(ctx);
+}
+
+TEST(range_over_two_devices_is_named)
+{
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r;
+	const char *lib;
+	char *m;
+
+	FAKE_CUDA_OR_SKIP(lib);
+	m = fc.reserve(2 * LEN, NULL);
+	ASSERT_NE(NULL, m);
+	ASSERT_EQ(0, fc.map(m, LEN, 0, 1));
+	ASSERT_EQ(0, fc.map(m + LEN, LEN, 1, 1));
+	ASSERT_EQ(0, open_ctx(lib, &ctx));
+	ASSERT_EQ(-EINVAL, add(ctx, m, 2 * LEN, KVDMABUF_MEM_CUDA, &r));
+	TH_LOG("%s", kvdmabuf_last_error(ctx));
+	HAS(ctx, "spans devices 0 and 1");
+	HAS(ctx, hex(m + LEN));
+	kvdmabuf_close(ctx);
+}
+
+/* Two VA reservations that happen to be adjacent, both mapped: the
+ * driver refuses the range; the message names the reservation's end. */
+TEST(range_over_two_reservations_is_named)
+{
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r;
+	const char *lib;
+	char *a, *b;
+
+	FAKE_CUDA_OR_SKIP(lib);
+	a = region_mem(4 * LEN);        /* find free VA for both */
+	ASSERT_NE(NULL, a);
+	munmap(a, 4 * LEN);
+	ASSERT_EQ(a, fc.reserve(2 * LEN, a));
+	b = fc.reserve(2 * LEN, a + 2 * LEN);
+	ASSERT_EQ(a + 2 * LEN, b);
+	ASSERT_EQ(0, fc.map(a, 2 * LEN, 0, 1));
+	ASSERT_EQ(0, fc.map(b, 2 * LEN, 0, 1));
+	ASSERT_EQ(0, open_ctx(lib, &ctx));
+	ASSERT_EQ(-EINVAL, add(ctx, a + LEN, 2 * LEN, KVDMABUF_MEM_CUDA, &r));
+	TH_LOG("%s", kvdmabuf_last_error(ctx));
+	HAS(ctx, "VA reservation");
+	HAS(ctx, hex(b));
+	kvdmabuf_close(ctx);
+}
+
+/* ---- order of calls ---- */
+
+/* The engine woke the library before mapping new memory: the wake fails
+ * with a message that says so, the region stays asleep, and a wake after
+ * cuMemMap succeeds. */
+TEST(wake_before_cuMemMap_fails_clearly)
+{
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r;
+	struct kvdmabuf_region_info in;
+	const char *lib;
+	unsigned long long p;
+	unsigned long before, after;
+	size_t sz;
+	char *m;
+
+	FAKE_CUDA_OR_SKIP(lib);
+	m = dev_mem(2 * LEN, 0, 1);
+	ASSERT_NE(NULL, m);
+	ASSERT_EQ(0, open_ctx(lib, &ctx));
+	ASSERT_EQ(0, add(ctx, m, 2 * LEN, KVDMABUF_MEM_CUDA, &r));
+	ASSERT_EQ(0, kvdmabuf_sleep(ctx, NULL));
+	ASSERT_EQ(0, fc.unmap(m));      /* cuMemUnmap + cuMemRelease */
+	fc.last(&p, &sz, &before);
+	ASSERT_EQ(-EFAULT, kvdmabuf_wake(ctx, NULL));
+	TH_LOG("%s", kvdmabuf_last_error(ctx));
+	HAS(ctx, "cuMemMap");
+	HAS(ctx, hex(m));
+	fc.last(&p, &sz, &after);
+	EXPECT_EQ(before, after);
+	ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
+	EXPECT_EQ(1, in.asleep);
+	EXPECT_EQ(-ESHUTDOWN, kvdmabuf_io_begin(r));
+	/* half mapped again: still refused, naming where it ends */
+	ASSERT_EQ(0, fc.map(m, LEN, 0, 1));
+	ASSERT_EQ(-EFAULT, kvdmabuf_wake(ctx, NULL));
+	HAS(ctx, hex(m + LEN));
+	ASSERT_EQ(0, fc.map(m + LEN, LEN, 0, 1));
+	ASSERT_EQ(0, kvdmabuf_wake(ctx, NULL));
+	EXPECT_EQ(0, kvdmabuf_io_begin(r));
+	kvdmabuf_io_end(r);
+	kvdmabuf_close(ctx);
+}
+
+/* ---- the fake driver itself is as strict as the driver ---- */
+
+TEST(fake_driver_is_strict)
+{
+	const char *lib;
+	unsigned long long base = 0;
+	size_t size = 0;
+	void *pctx, *popped;
+	char mapped = 7;
+	int fd = -1, dev = -1;
+	char *m, *plain = region_mem(LEN);
+
+	FAKE_CUDA_OR_SKIP(lib);
+	m = fc.reserve(4 * LEN, NULL);
+	ASSERT_NE(NULL, m);
+	ASSERT_EQ(0, fc.map(m, LEN, 1, 1));
+	ASSERT_EQ(0, fc.map(m + LEN, LEN, 1, 1));
+	/* no current context */
+	EXPECT_EQ(CUDA_ERROR_INVALID_CONTEXT,
+		  fc.export(&fd, (uintptr_t)m, LEN,
+			    CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
+	EXPECT_EQ(CUDA_ERROR_INVALID_CONTEXT, fc.push(NULL));
+	ASSERT_EQ(0, fc.retain(&pctx, 1));
+	ASSERT_EQ(0, fc.push(pctx));
+	EXPECT_EQ(1, fc.current_dev());
+	/* sub-range, several allocations, the PCIe flag */
+	ASSERT_EQ(0, fc.export(&fd, (uintptr_t)m + 4096, LEN,
+			       CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 1));
+	close(fd);
+	EXPECT_EQ(1ull, fc.last_flags());
+	EXPECT_EQ(1, fc.last_ctx_dev());
+	/* unmapped VA, not CUDA memory, unknown flags, unaligned */
+	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE,
+		  fc.export(&fd, (uintptr_t)m + LEN, 2 * LEN,
+			    CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
+	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE,
+		  fc.export(&fd, (uintptr_t)plain, LEN,
+			    CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
+	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE,
+		  fc.export(&fd, (uintptr_t)m, LEN,
+			    CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 2));
+	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE,
+		  fc.export(&fd, (uintptr_t)m + 1, LEN,
+			    CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
+	/* pointer attributes: device, mapped, reservation, one mapping */
+	ASSERT_EQ(0, fc.attr(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+			     (uintptr_t)m + LEN));
+	EXPECT_EQ(1, dev);
+	ASSERT_EQ(0, fc.attr(&mapped, CU_POINTER_ATTRIBUTE_MAPPED,
+			     (uintptr_t)m + 3 * LEN));
+	EXPECT_EQ(0, mapped);
+	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE,
+		  fc.attr(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+			  (uintptr_t)m + 3 * LEN));
+	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE,
+		  fc.attr(&mapped, CU_POINTER_ATTRIBUTE_MAPPED,
+			  (uintptr_t)plain));
+	ASSERT_EQ(0, fc.attr(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+			     (uintptr_t)m + LEN));
+	ASSERT_EQ(0, fc.attr(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+			     (uintptr_t)m + LEN));
+	EXPECT_EQ((unsigned long long)(uintptr_t)m, base);
+	EXPECT_EQ((size_t)(4 * LEN), size);
+	ASSERT_EQ(0, fc.range(&base, &size, (uintptr_t)m + LEN + 4096));
+	EXPECT_EQ((unsigned long long)(uintptr_t)(m + LEN), base);
+	EXPECT_EQ((size_t)LEN, size);
+	ASSERT_EQ(0, fc.pop(&popped));
+	EXPECT_EQ(pctx, popped);
+	EXPECT_EQ(CUDA_ERROR_INVALID_CONTEXT, fc.pop(&popped));
+	EXPECT_EQ(0, fc.release(1));
+	EXPECT_EQ(0, fc.primary_refs(1));
+	/* a released primary context cannot be made current */
+	EXPECT_EQ(CUDA_ERROR_INVALID_CONTEXT, fc.push(pctx));
+	munmap(plain, LEN);
 }
 
 TEST_HARNESS_MAIN

@@ -1,27 +1,56 @@
 // SPDX-License-Identifier: MIT
 /*
  * fake_cuda.c - a stand-in for the CUDA driver library (libcuda.so.1) for
- * tests, implementing only the entry points libkvdmabuf calls: cuInit,
+ * tests, implementing the entry points libkvdmabuf calls: cuInit,
  * cuDeviceGet, cuDeviceGetAttribute, cuPointerGetAttribute,
- * cuMemGetHandleForAddressRange, cuGetErrorName.
+ * cuMemGetAddressRange_v2, cuMemGetHandleForAddressRange,
+ * cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease_v2,
+ * cuCtxPushCurrent_v2, cuCtxPopCurrent_v2, cuCtxGetCurrent,
+ * cuGetErrorName. Constants are those of cuda.h.
  *
- * It stands for one GPU ("device 0") whose memory is the memory the test
- * hands it:
- *  - on the host, an export is a memfd of the requested size (no real
- *    aliasing of the memory; enough for the library's control path);
- *  - with FAKE_CUDA_VGEM=1 (VM), "device memory" comes from fakecu_alloc():
- *    a vgem dumb buffer mapped at an address; an export is the PRIME
- *    dma-buf of the buffer currently mapped there, and fakecu_remap() frees
- *    it and maps a new buffer at the same address, as an engine's wake does
- *    with cuMemCreate + cuMemMap.
+ * What it models, as the driver does:
+ *  - devices 0 and 1 (FAKE_CUDA_DEVICES=N for N, at most 4), each with a
+ *    primary context (retained/released, reference-counted) and a
+ *    per-thread stack of current contexts; a new thread has none;
+ *  - device memory as cuMemAddressReserve + cuMemCreate + cuMemMap build
+ *    it: VA reservations, and mappings (one per cuMemCreate allocation,
+ *    with its device and its gpuDirectRDMACapable flag) inside them;
+ *  - cuPointerGetAttribute: DEVICE_ORDINAL and IS_GPU_DIRECT_RDMA_CAPABLE
+ *    of the mapping (INVALID_VALUE where nothing is mapped), MAPPED (a
+ *    bool; 0 for a reserved but unmapped VA), RANGE_START_ADDR/RANGE_SIZE
+ *    (the reservation); cuMemGetAddressRange_v2: the one mapping holding
+ *    the pointer (what the driver answers for VMM memory);
+ *  - cuMemGetHandleForAddressRange: needs a current context
+ *    (CUDA_ERROR_INVALID_CONTEXT), host-page-aligned pointer and size,
+ *    flags 0 or CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE (1), and every
+ *    byte mapped, on one device, inside one reservation
+ *    (CUDA_ERROR_INVALID_VALUE otherwise); sub-ranges and ranges over
+ *    several allocations mapped back to back are accepted.
+ *
+ * Memory behind the mappings:
+ *  - fakecu_map() (host tests): anonymous shared memory; an export is a
+ *    new memfd named "fake-backing" of the requested size (no aliasing of
+ *    the memory: enough for the library's control path);
+ *  - fakecu_alloc()/fakecu_remap() (VM): a vgem dumb buffer mapped at the
+ *    address; an export is the PRIME dma-buf of the buffer. vgem cannot
+ *    make a dma-buf of part of a buffer or of several buffers, so in this
+ *    mode only a range that is exactly one buffer is exported (anything
+ *    else: CUDA_ERROR_NOT_SUPPORTED and a line on stderr) - a limit of
+ *    the fake, not of the driver.
  *
  * FAKE_CUDA_MODE (read at every call) selects a behaviour:
  *   ok (default) | noinit (cuInit: CUDA_ERROR_NO_DEVICE) | nodmabuf
  *   (DMA_BUF_SUPPORTED = 0) | export_fail (CUDA_ERROR_NOT_SUPPORTED) |
- *   notdevice (cuPointerGetAttribute: CUDA_ERROR_INVALID_VALUE).
+ *   notdevice (cuPointerGetAttribute: CUDA_ERROR_INVALID_VALUE) |
+ *   nopcie (the PCIe mapping flag: CUDA_ERROR_NOT_SUPPORTED, as a GPU
+ *   without it) | oldflags (any flag: CUDA_ERROR_INVALID_VALUE, as a
+ *   driver before CUDA 12.8) | nogdrattr (IS_GPU_DIRECT_RDMA_CAPABLE not
+ *   reported: CUDA_ERROR_INVALID_VALUE).
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,13 +64,22 @@
 #define CUDA_ERROR_INVALID_VALUE 1
 #define CUDA_ERROR_NO_DEVICE 100
 #define CUDA_ERROR_INVALID_DEVICE 101
+#define CUDA_ERROR_INVALID_CONTEXT 201
 #define CUDA_ERROR_NOT_SUPPORTED 801
 
 #define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
+#define CU_POINTER_ATTRIBUTE_RANGE_START_ADDR 11
+#define CU_POINTER_ATTRIBUTE_RANGE_SIZE 12
+#define CU_POINTER_ATTRIBUTE_MAPPED 13
+#define CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE 15
 #define CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 124
 #define CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD 1
+#define CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE 0x1ull
 
 #define EXPORT __attribute__((visibility("default")))
+#define PAGE 4096ull
+
+typedef unsigned long long dptr_t;
 
 static int mode_is(const char *m)
 {
@@ -50,10 +88,32 @@ static int mode_is(const char *m)
 	return v && !strcmp(v, m);
 }
 
-/* What the last export asked for (tests check "exactly the range"). */
-static unsigned long long last_ptr;
-static size_t last_size;
-static unsigned long exports;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- devices and contexts ---- */
+
+#define MAXDEV 4
+
+struct fake_ctx {
+	int dev;
+	int refs;       /* primary context retains */
+};
+
+static struct fake_ctx primary[MAXDEV] = {
+	{ 0, 0 }, { 1, 0 }, { 2, 0 }, { 3, 0 },
+};
+
+#define STACK 16
+static _Thread_local struct fake_ctx *stack[STACK];
+static _Thread_local int depth;
+
+static int ndev(void)
+{
+	const char *v = getenv("FAKE_CUDA_DEVICES");
+	int n = v ? atoi(v) : 2;
+
+	return n < 1 ? 1 : n > MAXDEV ? MAXDEV : n;
+}
 
 EXPORT int cuInit(unsigned int flags)
 {
@@ -64,15 +124,15 @@ EXPORT int cuInit(unsigned int flags)
 
 EXPORT int cuDeviceGet(int *dev, int ordinal)
 {
-	if (ordinal != 0)
+	if (ordinal < 0 || ordinal >= ndev())
 		return CUDA_ERROR_INVALID_DEVICE;
-	*dev = 0;
+	*dev = ordinal;
 	return CUDA_SUCCESS;
 }
 
 EXPORT int cuDeviceGetAttribute(int *pi, int attrib, int dev)
 {
-	if (dev != 0)
+	if (dev < 0 || dev >= ndev())
 		return CUDA_ERROR_INVALID_DEVICE;
 	if (attrib != CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -80,28 +140,108 @@ EXPORT int cuDeviceGetAttribute(int *pi, int attrib, int dev)
 	return CUDA_SUCCESS;
 }
 
-EXPORT int cuPointerGetAttribute(void *data, int attribute,
-				 unsigned long long ptr)
+EXPORT int cuDevicePrimaryCtxRetain(void **pctx, int dev)
 {
-	if (attribute != CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL || !ptr ||
-	    mode_is("notdevice"))
+	if (dev < 0 || dev >= ndev())
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (!pctx)
 		return CUDA_ERROR_INVALID_VALUE;
-	*(int *)data = 0;
+	pthread_mutex_lock(&lock);
+	primary[dev].refs++;
+	pthread_mutex_unlock(&lock);
+	*pctx = &primary[dev];
 	return CUDA_SUCCESS;
 }
 
-/* ---- vgem-backed device memory (VM) ---- */
+EXPORT int cuDevicePrimaryCtxRelease_v2(int dev)
+{
+	int rc = CUDA_SUCCESS;
 
-#define FAKECU_MAX 32
+	if (dev < 0 || dev >= ndev())
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&lock);
+	if (primary[dev].refs > 0)
+		primary[dev].refs--;
+	else
+		rc = CUDA_ERROR_INVALID_CONTEXT;
+	pthread_mutex_unlock(&lock);
+	return rc;
+}
 
-struct fakecu_alloc {
-	unsigned long long addr;
+static int ctx_valid(struct fake_ctx *c)
+{
+	return c >= primary && c < primary + MAXDEV && c->refs > 0;
+}
+
+EXPORT int cuCtxPushCurrent_v2(void *ctx)
+{
+	struct fake_ctx *c = ctx;
+
+	if (!ctx_valid(c) || depth == STACK)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	stack[depth++] = c;
+	return CUDA_SUCCESS;
+}
+
+EXPORT int cuCtxPopCurrent_v2(void **pctx)
+{
+	if (!depth)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	depth--;
+	if (pctx)
+		*pctx = stack[depth];
+	return CUDA_SUCCESS;
+}
+
+EXPORT int cuCtxGetCurrent(void **pctx)
+{
+	*pctx = depth ? stack[depth - 1] : NULL;
+	return CUDA_SUCCESS;
+}
+
+/* ---- reservations and mappings ---- */
+
+#define MAXRES 32
+#define MAXMAP 64
+
+struct fake_res {
+	dptr_t base;
 	size_t size;
-	uint32_t handle;
 };
 
-static struct fakecu_alloc allocs[FAKECU_MAX];
+struct fake_map {
+	dptr_t addr;
+	size_t size;
+	int dev;
+	int gdr;
+	uint32_t vgem_handle;   /* 0: anonymous memory */
+};
+
+static struct fake_res res[MAXRES];
+static struct fake_map maps[MAXMAP];
 static int vgem_fd = -1;
+
+static struct fake_res *res_of(dptr_t p)
+{
+	int i;
+
+	for (i = 0; i < MAXRES; i++)
+		if (res[i].size && p >= res[i].base &&
+		    p < res[i].base + res[i].size)
+			return &res[i];
+	return NULL;
+}
+
+static struct fake_map *map_of(dptr_t p)
+{
+	int i;
+
+	for (i = 0; i < MAXMAP; i++)
+		if (maps[i].size && p >= maps[i].addr &&
+		    p < maps[i].addr + maps[i].size)
+			return &maps[i];
+	return NULL;
+}
 
 static int vgem_open(void)
 {
@@ -130,8 +270,8 @@ static int vgem_open(void)
 	return -ENODEV;
 }
 
-/* Map a new vgem buffer of @size at @at (or anywhere when @at is NULL). */
-static int vgem_map(size_t size, void *at, uint32_t *handle, void **out)
+/* Map a new vgem buffer of @size at @at (MAP_FIXED). */
+static int vgem_map(size_t size, void *at, uint32_t *handle)
 {
 	struct drm_mode_create_dumb c = { 0 };
 	struct drm_mode_map_dumb m = { 0 };
@@ -149,12 +289,11 @@ static int vgem_map(size_t size, void *at, uint32_t *handle, void **out)
 	m.handle = c.handle;
 	if (drmIoctl(fd, DRM_IOCTL_MODE_MAP_DUMB, &m))
 		goto fail;
-	p = mmap(at, size, PROT_READ | PROT_WRITE,
-		 MAP_SHARED | (at ? MAP_FIXED : 0), fd, (off_t)m.offset);
+	p = mmap(at, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+		 (off_t)m.offset);
 	if (p == MAP_FAILED)
 		goto fail;
 	*handle = c.handle;
-	*out = p;
 	return 0;
 fail:
 	gc.handle = c.handle;
@@ -162,44 +301,149 @@ fail:
 	return -EIO;
 }
 
-/* Test API: allocate "device memory"; returns its address or NULL. */
-EXPORT void *fakecu_alloc(size_t size)
+/* Test API: reserve @size bytes of VA (cuMemAddressReserve), at @hint when
+ * that range is free; returns the base or NULL. */
+EXPORT void *fakecu_reserve(size_t size, void *hint)
 {
 	void *p;
 	int i;
 
-	for (i = 0; i < FAKECU_MAX; i++)
-		if (!allocs[i].addr)
-			break;
-	if (i == FAKECU_MAX || vgem_map(size, NULL, &allocs[i].handle, &p))
+	if (!size || size % PAGE)
 		return NULL;
-	allocs[i].addr = (unsigned long long)(uintptr_t)p;
-	allocs[i].size = size;
+	pthread_mutex_lock(&lock);
+	for (i = 0; i < MAXRES && res[i].size; i++)
+		;
+	p = i == MAXRES ? MAP_FAILED :
+	    mmap(hint, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS |
+		 MAP_NORESERVE | (hint ? MAP_FIXED_NOREPLACE : 0), -1, 0);
+	if (p != MAP_FAILED && hint && p != hint) {
+		munmap(p, size);
+		p = MAP_FAILED;
+	}
+	if (p != MAP_FAILED) {
+		res[i].base = (dptr_t)(uintptr_t)p;
+		res[i].size = size;
+	}
+	pthread_mutex_unlock(&lock);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* Map at @at (inside a reservation, not mapped yet) a new allocation of
+ * @size on @dev: vgem buffer or anonymous memory. */
+static int map_new(void *at, size_t size, int dev, int gdr, int vgem)
+{
+	dptr_t a = (dptr_t)(uintptr_t)at;
+	struct fake_res *r;
+	uint32_t h = 0;
+	dptr_t p;
+	int i, rc;
+
+	if (!size || (a | size) % PAGE || dev < 0 || dev >= ndev())
+		return -EINVAL;
+	pthread_mutex_lock(&lock);
+	r = res_of(a);
+	rc = -EINVAL;
+	if (!r || a + size > r->base + r->size)
+		goto out;
+	for (p = a; p < a + size; p += PAGE)
+		if (map_of(p))
+			goto out;
+	for (i = 0; i < MAXMAP && maps[i].size; i++)
+		;
+	rc = -ENOSPC;
+	if (i == MAXMAP)
+		goto out;
+	if (vgem) {
+		rc = vgem_map(size, at, &h);
+		if (rc)
+			goto out;
+	} else if (mmap(at, size, PROT_READ | PROT_WRITE, MAP_SHARED |
+			MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED) {
+		rc = -errno;
+		goto out;
+	}
+	maps[i] = (struct fake_map){ a, size, dev, gdr, h };
+	rc = 0;
+out:
+	pthread_mutex_unlock(&lock);
+	return rc;
+}
+
+/* Test API: cuMemCreate (@dev, gpuDirectRDMACapable = @gdr) + cuMemMap of
+ * @size bytes at @at, anonymous memory. 0 or -errno. */
+EXPORT int fakecu_map(void *at, size_t size, int dev, int gdr)
+{
+	return map_new(at, size, dev, gdr, 0);
+}
+
+/* Test API: cuMemUnmap + cuMemRelease of the mapping that starts at @at;
+ * its VA stays reserved. */
+EXPORT int fakecu_unmap(void *at)
+{
+	dptr_t a = (dptr_t)(uintptr_t)at;
+	struct drm_gem_close gc = { 0 };
+	struct fake_map *m;
+	int rc = -EINVAL;
+
+	pthread_mutex_lock(&lock);
+	m = map_of(a);
+	if (m && m->addr == a) {
+		mmap(at, m->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS |
+		     MAP_NORESERVE | MAP_FIXED, -1, 0);
+		if (m->vgem_handle) {
+			gc.handle = m->vgem_handle;
+			drmIoctl(vgem_fd, DRM_IOCTL_GEM_CLOSE, &gc);
+		}
+		memset(m, 0, sizeof(*m));
+		rc = 0;
+	}
+	pthread_mutex_unlock(&lock);
+	return rc;
+}
+
+/* Test API (VM): reserve and map a vgem buffer of @size on device 0;
+ * returns its address or NULL. */
+EXPORT void *fakecu_alloc(size_t size)
+{
+	void *p = fakecu_reserve(size, NULL);
+
+	if (p && map_new(p, size, 0, 1, 1)) {
+		pthread_mutex_lock(&lock);
+		memset(res_of((dptr_t)(uintptr_t)p), 0, sizeof(struct fake_res));
+		pthread_mutex_unlock(&lock);
+		munmap(p, size);
+		return NULL;
+	}
 	return p;
 }
 
-/* Test API: release the buffer at @addr and map a new one there (what a
- * sleeping engine's cuMemUnmap/cuMemRelease + cuMemCreate/cuMemMap do). */
+/* Test API: release the allocation mapped at @addr and map a new one of
+ * the same kind there (what a sleeping engine's cuMemUnmap/cuMemRelease +
+ * cuMemCreate/cuMemMap do). */
 EXPORT int fakecu_remap(void *addr)
 {
-	struct drm_gem_close gc = { 0 };
-	uint32_t h;
-	void *p;
-	int i;
+	struct fake_map *m, old;
 
-	for (i = 0; i < FAKECU_MAX; i++)
-		if (allocs[i].addr == (unsigned long long)(uintptr_t)addr)
-			break;
-	if (i == FAKECU_MAX)
+	pthread_mutex_lock(&lock);
+	m = map_of((dptr_t)(uintptr_t)addr);
+	if (!m || m->addr != (dptr_t)(uintptr_t)addr) {
+		pthread_mutex_unlock(&lock);
 		return -EINVAL;
-	munmap(addr, allocs[i].size);
-	gc.handle = allocs[i].handle;
-	drmIoctl(vgem_fd, DRM_IOCTL_GEM_CLOSE, &gc);
-	if (vgem_map(allocs[i].size, addr, &h, &p) || p != addr)
+	}
+	old = *m;
+	pthread_mutex_unlock(&lock);
+	if (fakecu_unmap(addr))
 		return -EIO;
-	allocs[i].handle = h;
-	return 0;
+	return map_new(addr, old.size, old.dev, old.gdr, old.vgem_handle != 0);
 }
+
+/* ---- what the last export asked for (tests check it) ---- */
+
+static dptr_t last_ptr;
+static size_t last_size;
+static unsigned long long last_flags;
+static int last_ctx_dev = -1;
+static unsigned long exports;
 
 EXPORT void fakecu_last_export(unsigned long long *ptr, size_t *size,
 			       unsigned long *count)
@@ -209,40 +453,161 @@ EXPORT void fakecu_last_export(unsigned long long *ptr, size_t *size,
 	*count = exports;
 }
 
-EXPORT int cuMemGetHandleForAddressRange(void *handle, unsigned long long dptr,
+/* Flags of the last export, and the device of the context current then. */
+EXPORT unsigned long long fakecu_last_export_flags(void)
+{
+	return last_flags;
+}
+
+EXPORT int fakecu_last_export_ctx_dev(void)
+{
+	return last_ctx_dev;
+}
+
+/* Retains of @dev's primary context; the calling thread's current device
+ * (-1: no current context). */
+EXPORT int fakecu_primary_refs(int dev)
+{
+	return dev >= 0 && dev < MAXDEV ? primary[dev].refs : -1;
+}
+
+EXPORT int fakecu_current_dev(void)
+{
+	return depth ? stack[depth - 1]->dev : -1;
+}
+
+/* ---- pointer queries and the export ---- */
+
+EXPORT int cuPointerGetAttribute(void *data, int attribute, dptr_t ptr)
+{
+	struct fake_map *m;
+	struct fake_res *r;
+	int rc = CUDA_SUCCESS;
+
+	if (!data || mode_is("notdevice"))
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&lock);
+	m = map_of(ptr);
+	r = res_of(ptr);
+	switch (attribute) {
+	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+		if (m)
+			*(int *)data = m->dev;
+		else
+			rc = CUDA_ERROR_INVALID_VALUE;
+		break;
+	case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+		if (m && !mode_is("nogdrattr"))
+			*(bool *)data = m->gdr != 0;
+		else
+			rc = CUDA_ERROR_INVALID_VALUE;
+		break;
+	case CU_POINTER_ATTRIBUTE_MAPPED:
+		if (r)
+			*(bool *)data = m != NULL;
+		else
+			rc = CUDA_ERROR_INVALID_VALUE;
+		break;
+	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+		if (r)
+			*(dptr_t *)data = r->base;
+		else
+			rc = CUDA_ERROR_INVALID_VALUE;
+		break;
+	case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+		if (r)
+			*(size_t *)data = r->size;
+		else
+			rc = CUDA_ERROR_INVALID_VALUE;
+		break;
+	default:
+		rc = CUDA_ERROR_INVALID_VALUE;
+	}
+	pthread_mutex_unlock(&lock);
+	return rc;
+}
+
+EXPORT int cuMemGetAddressRange_v2(dptr_t *base, size_t *size, dptr_t ptr)
+{
+	struct fake_map *m;
+	int rc = CUDA_ERROR_INVALID_VALUE;
+
+	pthread_mutex_lock(&lock);
+	m = map_of(ptr);
+	if (m) {
+		if (base)
+			*base = m->addr;
+		if (size)
+			*size = m->size;
+		rc = CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&lock);
+	return rc;
+}
+
+EXPORT int cuMemGetHandleForAddressRange(void *handle, dptr_t dptr,
 					 size_t size, int type,
 					 unsigned long long flags)
 {
-	int fd, i;
+	struct fake_map *m, *first;
+	struct fake_res *r;
+	int fd, vgem = 0, rc;
+	dptr_t p;
 
-	if (type != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || flags ||
-	    (dptr | size) % 4096 || !size)
+	if (!depth)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!handle || type != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD ||
+	    (dptr | size) % PAGE || !size ||
+	    (flags & ~CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE))
 		return CUDA_ERROR_INVALID_VALUE;
+	if (flags && mode_is("oldflags"))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (flags && mode_is("nopcie"))
+		return CUDA_ERROR_NOT_SUPPORTED;
 	if (mode_is("export_fail"))
 		return CUDA_ERROR_NOT_SUPPORTED;
+	pthread_mutex_lock(&lock);
+	rc = CUDA_ERROR_INVALID_VALUE;
+	first = map_of(dptr);
+	r = res_of(dptr);
+	if (!first || !r || dptr + size > r->base + r->size)
+		goto out;
+	for (p = dptr; p < dptr + size; p = m->addr + m->size) {
+		m = map_of(p);
+		if (!m || m->dev != first->dev)
+			goto out;
+		vgem |= m->vgem_handle != 0;
+	}
 	last_ptr = dptr;
 	last_size = size;
+	last_flags = flags;
+	last_ctx_dev = stack[depth - 1]->dev;
 	exports++;
-	for (i = 0; i < FAKECU_MAX; i++)
-		if (allocs[i].addr && dptr >= allocs[i].addr &&
-		    dptr + size <= allocs[i].addr + allocs[i].size)
-			break;
-	if (i < FAKECU_MAX) {
-		if (dptr != allocs[i].addr || size != allocs[i].size)
-			return CUDA_ERROR_NOT_SUPPORTED; /* whole buffers only */
-		if (drmPrimeHandleToFD(vgem_fd, allocs[i].handle,
+	if (vgem) {
+		if (dptr != first->addr || size != first->size) {
+			fprintf(stderr, "fake_cuda: vgem memory is exported "
+				"as whole buffers only (0x%llx+%zu is not one "
+				"buffer)\n", dptr, size);
+			rc = CUDA_ERROR_NOT_SUPPORTED;
+			goto out;
+		}
+		if (drmPrimeHandleToFD(vgem_fd, first->vgem_handle,
 				       DRM_CLOEXEC | DRM_RDWR, &fd))
-			return CUDA_ERROR_INVALID_VALUE;
+			goto out;
 	} else {
 		fd = memfd_create("fake-backing", MFD_CLOEXEC);
-		if (fd < 0 || ftruncate(fd, (off_t)size)) {
-			if (fd >= 0)
-				close(fd);
-			return CUDA_ERROR_INVALID_VALUE;
+		if (fd < 0)
+			goto out;
+		if (ftruncate(fd, (off_t)size)) {
+			close(fd);
+			goto out;
 		}
 	}
 	*(int *)handle = fd;
-	return CUDA_SUCCESS;
+	rc = CUDA_SUCCESS;
+out:
+	pthread_mutex_unlock(&lock);
+	return rc;
 }
 
 EXPORT int cuGetErrorName(int error, const char **str)
@@ -259,6 +624,9 @@ EXPORT int cuGetErrorName(int error, const char **str)
 		return CUDA_SUCCESS;
 	case CUDA_ERROR_INVALID_DEVICE:
 		*str = "CUDA_ERROR_INVALID_DEVICE";
+		return CUDA_SUCCESS;
+	case CUDA_ERROR_INVALID_CONTEXT:
+		*str = "CUDA_ERROR_INVALID_CONTEXT";
 		return CUDA_SUCCESS;
 	case CUDA_ERROR_NOT_SUPPORTED:
 		*str = "CUDA_ERROR_NOT_SUPPORTED";
