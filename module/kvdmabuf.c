@@ -17,7 +17,10 @@
  * under the proxy's resv. proxy->lock serialises the ioctls and the
  * attach/detach callbacks; the proxy's resv protects what the map path
  * reads (state, current backing, per attachment slot) and the counters
- * the map/pin path writes.
+ * the map/pin path writes. Waits for importers (revoke, replace) are made
+ * with no lock held, so that the attach/detach callbacks, which run inside
+ * MR registration, deregistration and process exit, never wait behind
+ * them; debugfs only trylocks a proxy under kvd_proxies_lock.
  *
  * Device permissions are root-only (0600). To grant a group access, an
  * admin installs a udev rule such as
@@ -118,7 +121,8 @@ struct kvd_proxy {
 	u64 generation;			/* lock + resv to write */
 	u64 notifications;		/* lock + resv to write */
 	unsigned int live_maps;		/* resv */
-	wait_queue_head_t wq;		/* a stale backing lost its last map */
+	unsigned int stale_maps;	/* maps of stale backings; resv to write */
+	wait_queue_head_t wq;		/* stale_maps reached zero */
 	struct work_struct reap_work;
 	struct list_head global;	/* kvd_proxies; kvd_proxies_lock */
 };
@@ -362,16 +366,6 @@ static void kvd_reap(struct kvd_proxy *proxy)
 	}
 }
 
-static bool kvd_stale_mapped(struct kvd_proxy *proxy)
-{
-	struct kvd_backing *b;
-
-	list_for_each_entry(b, &proxy->stale, node)
-		if (READ_ONCE(b->live_maps))
-			return true;
-	return false;
-}
-
 /*
  * Can one more backing go stale? Reaps idle ones first; at most
  * KVDMABUF_MAX_STALE_BACKINGS old backings are held per proxy.
@@ -382,23 +376,38 @@ static bool kvd_stale_room(struct kvd_proxy *proxy)
 	return kvd_count(&proxy->stale) < KVDMABUF_MAX_STALE_BACKINGS;
 }
 
-/* Wait, bounded, for importers to drop their maps of stale backings. */
-static int kvd_drain(struct kvd_proxy *proxy, u32 timeout_ms)
+/*
+ * Wait, bounded and interruptibly, until no importer maps a stale backing
+ * any more. Called without proxy->lock: importer attach/detach callbacks
+ * (MR registration, deregistration, process exit) must not block behind
+ * it. The caller holds a reference to the proxy's dma-buf.
+ */
+static int kvd_wait_unmapped(struct kvd_proxy *proxy, u32 timeout_ms)
 {
 	long left;
-	int ret = 0;
 
-	lockdep_assert_held(&proxy->lock);
-	if (kvd_stale_mapped(proxy)) {
-		left = wait_event_interruptible_timeout(proxy->wq,
-							!kvd_stale_mapped(proxy),
-							msecs_to_jiffies(timeout_ms));
-		if (left < 0)
-			ret = -EINTR;
-		else if (!left)
-			ret = -ETIMEDOUT;
-	}
+	lockdep_assert_not_held(&proxy->lock);
+	if (!READ_ONCE(proxy->stale_maps))
+		return 0;
+	if (!timeout_ms)
+		return -ETIMEDOUT;
+	left = wait_event_interruptible_timeout(proxy->wq,
+						!READ_ONCE(proxy->stale_maps),
+						msecs_to_jiffies(timeout_ms));
+	if (left < 0)
+		return -EINTR;
+	return left ? 0 : -ETIMEDOUT;
+}
+
+/* Wait as above, then drop what has become idle. */
+static int kvd_drain(struct kvd_proxy *proxy, u32 timeout_ms)
+{
+	int ret;
+
+	ret = kvd_wait_unmapped(proxy, timeout_ms);
+	mutex_lock(&proxy->lock);
 	kvd_reap(proxy);
+	mutex_unlock(&proxy->lock);
 	return ret;
 }
 
@@ -608,7 +617,9 @@ static void kvd_unmap_dma_buf(struct dma_buf_attachment *attach,
 	/* A stale backing may be freed as soon as this reaches zero. */
 	WRITE_ONCE(b->live_maps, b->live_maps - 1);
 	if (stale) {
-		wake_up(&proxy->wq);
+		WRITE_ONCE(proxy->stale_maps, proxy->stale_maps - 1);
+		if (!proxy->stale_maps)
+			wake_up(&proxy->wq);
 		schedule_work(&proxy->reap_work);
 	}
 }
@@ -840,7 +851,7 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 		return ret;
 	if (arg.flags & ~KVDMABUF_ATTACH_VALID_FLAGS || arg.pad || arg.reserved)
 		return -EINVAL;
-	if (!PAGE_ALIGNED(arg.offset))
+	if (!PAGE_ALIGNED(arg.offset) || arg.timeout_ms > KVDMABUF_MAX_TIMEOUT_MS)
 		return -EINVAL;
 
 	proxy = kvd_proxy_get(arg.proxy_fd);
@@ -901,6 +912,7 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 	proxy->state = KVDMABUF_STATE_BACKED;
 	proxy->generation++;
 	if (old) {
+		WRITE_ONCE(proxy->stale_maps, proxy->stale_maps + old->live_maps);
 		proxy->notifications++;
 		kvd_dma_buf_notify(proxy->dmabuf);
 	}
@@ -917,14 +929,14 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 	 * left by an earlier timed-out revoke is only reaped if it is idle,
 	 * never waited for, so success is never reported as a failure.
 	 */
-	if (old) {
+	ret = 0;
+	if (old)
 		list_add_tail(&old->node, &proxy->stale);
-		ret = kvd_drain(proxy, arg.timeout_ms);
-	} else {
+	else
 		kvd_reap(proxy);
-		ret = 0;
-	}
 	mutex_unlock(&proxy->lock);
+	if (old)
+		ret = kvd_drain(proxy, arg.timeout_ms);
 	kvd_proxy_put(proxy);
 	/* User memory is touched without proxy->lock held. */
 	if (ret != -EINTR) {
@@ -958,7 +970,7 @@ static long kvd_ioctl_revoke(struct kvd_ctx *ctx, void __user *uarg)
 			  &usize);
 	if (ret)
 		return ret;
-	if (arg.flags || arg.reserved)
+	if (arg.flags || arg.reserved || arg.timeout_ms > KVDMABUF_MAX_TIMEOUT_MS)
 		return -EINVAL;
 
 	proxy = kvd_proxy_get(arg.proxy_fd);
@@ -987,6 +999,7 @@ static long kvd_ioctl_revoke(struct kvd_ctx *ctx, void __user *uarg)
 			ka->cur = NULL;
 		proxy->state = KVDMABUF_STATE_REVOKED;
 		proxy->generation++;
+		WRITE_ONCE(proxy->stale_maps, proxy->stale_maps + old->live_maps);
 		proxy->notifications++;
 		kvd_dma_buf_notify(proxy->dmabuf);
 	}
@@ -999,8 +1012,8 @@ static long kvd_ioctl_revoke(struct kvd_ctx *ctx, void __user *uarg)
 		kvd_event(proxy, KVDMABUF_STATE_REVOKED);
 		list_add_tail(&old->node, &proxy->stale);
 	}
-	ret = kvd_drain(proxy, arg.timeout_ms);
 	mutex_unlock(&proxy->lock);
+	ret = kvd_drain(proxy, arg.timeout_ms);
 	kvd_proxy_put(proxy);
 	/* User memory is touched without proxy->lock held. */
 	if (ret != -EINTR) {
@@ -1211,7 +1224,15 @@ static int kvd_proxies_show(struct seq_file *m, void *unused)
 	seq_puts(m, "id length state generation offset importers live_maps notifications stale_backings\n");
 	mutex_lock(&kvd_proxies_lock);
 	list_for_each_entry(proxy, &kvd_proxies, global) {
-		mutex_lock(&proxy->lock);
+		/*
+		 * Never wait for a proxy while holding the list lock, which
+		 * every proxy's release takes: a busy proxy is shown as such.
+		 */
+		if (!mutex_trylock(&proxy->lock)) {
+			seq_printf(m, "%llu %llu busy\n", proxy->id,
+				   proxy->length);
+			continue;
+		}
 		nstale = 0;
 		list_for_each_entry(b, &proxy->stale, node)
 			nstale++;

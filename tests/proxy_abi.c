@@ -186,6 +186,15 @@ CASE(attach_backing_too_small, KVDMABUF_IOCTL_ATTACH, ERANGE, attach,
      a->attach.backing_fd = self->small);
 CASE(attach_already_backed, KVDMABUF_IOCTL_ATTACH, EEXIST, attach,
      a->attach.proxy_fd = self->proxy);
+CASE(attach_timeout_too_long, KVDMABUF_IOCTL_ATTACH, EINVAL, attach,
+     a->attach.flags = KVDMABUF_ATTACH_REPLACE;
+     a->attach.timeout_ms = KVDMABUF_MAX_TIMEOUT_MS + 1);
+CASE(attach_timeout_max, KVDMABUF_IOCTL_ATTACH, 0, attach,
+     a->attach.timeout_ms = KVDMABUF_MAX_TIMEOUT_MS);
+CASE(revoke_timeout_too_long, KVDMABUF_IOCTL_REVOKE, EINVAL, revoke,
+     a->revoke.timeout_ms = ~0U);
+CASE(revoke_timeout_max, KVDMABUF_IOCTL_REVOKE, 0, revoke,
+     a->revoke.timeout_ms = KVDMABUF_MAX_TIMEOUT_MS);
 CASE(attach_replace_backed, KVDMABUF_IOCTL_ATTACH, 0, attach,
      a->attach.proxy_fd = self->proxy;
      a->attach.flags = KVDMABUF_ATTACH_REPLACE);

@@ -7,6 +7,7 @@
  */
 #include <pthread.h>
 #include <signal.h>
+#include <time.h>
 
 #include "harness.h"
 #include "proxy_common.h"
@@ -413,6 +414,94 @@ TEST_F(follow, revoke_wait_is_interruptible)
 	EXPECT_EQ(-ENODEV, imp_read(self->imp, self->h, 0, self->buf, KVD_PAGE));
 	EXPECT_EQ(0, kvd_revoke(self->dev, self->proxy, 1000));
 	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(0, q.stale_backings);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+struct bg_revoke {
+	int dev, proxy, ret;
+	uint32_t timeout_ms;
+	double took;
+};
+
+static void *revoke_in_background(void *arg)
+{
+	struct bg_revoke *r = arg;
+	double t0 = now_s();
+
+	r->ret = kvd_revoke(r->dev, r->proxy, r->timeout_ms);
+	r->took = now_s() - t0;
+	return NULL;
+}
+
+/* Reads the debugfs proxies file through; 0 or -errno. */
+static int read_debugfs_proxies(void)
+{
+	char line[256];
+	FILE *f;
+
+	kvd_debugfs_mount();
+	f = fopen(KVD_DEBUGFS "/proxies", "re");
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f))
+		;
+	fclose(f);
+	return 0;
+}
+
+/*
+ * While a revoke waits for a slow importer, importers can still attach to
+ * and detach from the proxy, and debugfs can be read: the wait holds no
+ * lock they need.
+ */
+TEST_F(follow, revoke_wait_blocks_no_importer_callback)
+{
+	struct bg_revoke r = { .dev = self->dev, .proxy = self->proxy,
+			       .timeout_ms = 4000 };
+	struct kvdmabuf_query q;
+	pthread_t th;
+	double t0, took;
+	int h2;
+
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, self->a, 0));
+	self->h = imp_import(self->imp, self->proxy, KVD_IMP_IMPORT_LAZY);
+	ASSERT_GE(self->h, 0);
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, KVD_PAGE));
+	ASSERT_EQ(0, pthread_create(&th, NULL, revoke_in_background, &r));
+	usleep(300000);		/* the revoke is waiting now */
+
+	t0 = now_s();
+	h2 = imp_import(self->imp, self->proxy, 0);
+	EXPECT_GE(h2, 0);
+	if (h2 >= 0)
+		EXPECT_EQ(0, imp_release(self->imp, h2));
+	took = now_s() - t0;
+	TH_LOG("import + release during the wait: %.3f s", took);
+	EXPECT_LT(took, 1.0);
+	t0 = now_s();
+	if (!read_debugfs_proxies())
+		EXPECT_LT(now_s() - t0, 1.0);
+	/* QUERY too. */
+	t0 = now_s();
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_LT(now_s() - t0, 1.0);
+	EXPECT_EQ(KVDMABUF_STATE_REVOKED, q.state);
+
+	/* The importer lets go: the revoke completes. */
+	EXPECT_EQ(-ENODEV, imp_read(self->imp, self->h, 0, self->buf,
+				    KVD_PAGE));
+	pthread_join(th, NULL);
+	EXPECT_EQ(0, r.ret);
+	EXPECT_LT(r.took, 3.0);
+	ASSERT_EQ(0, wait_no_stale(self->dev, self->proxy, &q));
 	EXPECT_EQ(0, q.stale_backings);
 }
 

@@ -150,7 +150,8 @@ struct kvdmabuf_create {
  * @offset: in: byte offset into the backing, multiple of the page size;
  *	the proxy maps backing bytes [offset, offset + proxy length)
  * @timeout_ms: in: REPLACE only: how long to wait for importers to drop
- *	their mappings of the old backing (0: do not wait)
+ *	their mappings of the old backing (0: do not wait); at most
+ *	KVDMABUF_MAX_TIMEOUT_MS
  * @pad: must be 0
  * @generation: out: the proxy's generation after the call
  * @reserved: must be 0
@@ -164,7 +165,8 @@ struct kvdmabuf_create {
  * @backing_fd afterwards.
  *
  * Errors: -EFAULT; -EINVAL (size, flags, pad, reserved, offset not page
- * aligned, @proxy_fd not a proxy, @backing_fd not a dma-buf); -E2BIG;
+ * aligned, @timeout_ms above KVDMABUF_MAX_TIMEOUT_MS, @proxy_fd not a
+ * proxy, @backing_fd not a dma-buf); -E2BIG;
  * -EBADF (@proxy_fd or @backing_fd not open); -EPERM (the proxy was not
  * created by this device fd); -ELOOP (the backing is a
  * kvdmabuf proxy); -EOVERFLOW (@offset + length overflows); -ERANGE
@@ -199,7 +201,7 @@ struct kvdmabuf_attach {
  * @flags: in: must be 0
  * @proxy_fd: in: the proxy dma-buf fd
  * @timeout_ms: in: how long to wait for importers to drop their mappings
- *	(0: do not wait)
+ *	(0: do not wait); at most KVDMABUF_MAX_TIMEOUT_MS
  * @generation: out: the proxy's generation after the call
  * @reserved: must be 0
  *
@@ -211,8 +213,8 @@ struct kvdmabuf_attach {
  * Revoking a proxy that is not backed changes nothing (and waits again for
  * a backing left over from an earlier timed-out call).
  *
- * Errors: -EFAULT; -EINVAL (size, flags, reserved, not a proxy); -E2BIG;
- * -EBADF; -EPERM (the proxy was not created by this device fd); -EAGAIN
+ * Errors: -EFAULT; -EINVAL (size, flags, reserved, @timeout_ms above
+ * KVDMABUF_MAX_TIMEOUT_MS, not a proxy); -E2BIG; -EBADF; -EPERM (the proxy was not created by this device fd); -EAGAIN
  * (the proxy is backed and already holds KVDMABUF_MAX_STALE_BACKINGS old
  * backings: nothing changed); -EBUSY (an importer holds a blocking pin:
  * nothing changed); -EINTR (signal while waiting) and -ETIMEDOUT (timeout): the proxy *is*
@@ -315,6 +317,15 @@ struct kvdmabuf_event {
  * already held fails with -EAGAIN and changes nothing.
  */
 #define KVDMABUF_MAX_STALE_BACKINGS	4
+
+/**
+ * KVDMABUF_MAX_TIMEOUT_MS - largest timeout_ms of ATTACH and REVOKE
+ *
+ * Larger values give -EINVAL. The waits are interruptible (-EINTR) and
+ * are made without holding any lock that importers need to attach to or
+ * detach from the proxy, or that other ioctls on the proxy take.
+ */
+#define KVDMABUF_MAX_TIMEOUT_MS		60000
 
 /* First published struct sizes, for the extensible-struct rules above. */
 #define KVDMABUF_VERSION_SIZE_VER0	32
