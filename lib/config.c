@@ -8,15 +8,18 @@
  *   module: auto              # auto | require | off
  *   cuda_library: /path/libcuda.so.1
  *   cuda_dmabuf_mapping: auto # auto | pcie | default (CUDA dma-buf flags)
+ *   transport: ucx            # the engine's transfer library (gate.c)
  *
  * Malformed YAML and unknown keys are errors with file:line:column.
  */
 #include <errno.h>
+#include <locale.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <yaml.h>
 
 #include "internal.h"
@@ -30,7 +33,7 @@ struct parse {
 };
 
 enum { SEEN_PROTOCOL = 1, SEEN_NICS = 2, SEEN_DRAIN = 4, SEEN_MODULE = 8,
-       SEEN_CUDA = 16, SEEN_CUDA_MAPPING = 32 };
+       SEEN_CUDA = 16, SEEN_CUDA_MAPPING = 32, SEEN_TRANSPORT = 64 };
 
 static int perr(struct parse *p, const yaml_mark_t *m, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -113,6 +116,24 @@ static int parse_nics(struct parse *p, yaml_event_t *ev, struct kvd_config *c)
 	}
 }
 
+/* A YAML number is written with a '.', whatever the process's locale. */
+static double parse_double(const char *s, char **end)
+{
+	locale_t c = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+	double d;
+
+	if (!c) {
+		*end = (char *)s;       /* no locale object: reject */
+		return 0;
+	}
+	errno = 0;
+	d = strtod_l(s, end, c);
+	if (errno)
+		*end = (char *)s;
+	freelocale(c);
+	return d;
+}
+
 static int parse_value(struct parse *p, const char *key, yaml_mark_t *kmark,
 		       yaml_event_t *ev, struct kvd_config *c)
 {
@@ -134,10 +155,12 @@ static int parse_value(struct parse *p, const char *key, yaml_mark_t *kmark,
 		bit = SEEN_CUDA;
 	else if (!strcmp(key, "cuda_dmabuf_mapping"))
 		bit = SEEN_CUDA_MAPPING;
+	else if (!strcmp(key, "transport"))
+		bit = SEEN_TRANSPORT;
 	else
 		return perr(p, kmark, "unknown key '%s' (known: protocol, nics, "
 			    "drain_timeout_s, module, cuda_library, "
-			    "cuda_dmabuf_mapping)", key);
+			    "cuda_dmabuf_mapping, transport)", key);
 	if (p->seen & bit)
 		return perr(p, kmark, "duplicate key '%s'", key);
 	p->seen |= bit;
@@ -147,9 +170,9 @@ static int parse_value(struct parse *p, const char *key, yaml_mark_t *kmark,
 		rc = scalar_copy(p, ev, key, c->protocol, sizeof(c->protocol));
 		if (rc)
 			return rc;
-		if (!strcmp(c->protocol, "rdma"))
+		if (!strcasecmp(c->protocol, "rdma"))
 			c->proto = KVD_PROTO_RDMA;
-		else if (!strcmp(c->protocol, "tcp"))
+		else if (!strcasecmp(c->protocol, "tcp"))
 			c->proto = KVD_PROTO_TCP;
 		else
 			c->proto = KVD_PROTO_OTHER;
@@ -160,9 +183,9 @@ static int parse_value(struct parse *p, const char *key, yaml_mark_t *kmark,
 		rc = scalar_copy(p, ev, key, buf, sizeof(buf));
 		if (rc)
 			return rc;
-		errno = 0;
-		d = strtod(buf, &end);
-		if (errno || *end || !isfinite(d) || d <= 0 || d > 86400.0)
+		d = parse_double(buf, &end);
+		if (end == buf || *end || !isfinite(d) || d <= 0 ||
+		    d > 86400.0)
 			return perr(p, &ev->start_mark,
 				    "'drain_timeout_s' must be a number of "
 				    "seconds in (0, 86400], not '%s'", buf);
@@ -198,6 +221,9 @@ static int parse_value(struct parse *p, const char *key, yaml_mark_t *kmark,
 				    "'cuda_dmabuf_mapping' must be auto, pcie "
 				    "or default, not '%s'", buf);
 		return 0;
+	case SEEN_TRANSPORT:
+		return scalar_copy(p, ev, key, c->transport,
+				   sizeof(c->transport));
 	default:
 		return scalar_copy(p, ev, key, c->cuda_library,
 				   sizeof(c->cuda_library));

@@ -16,6 +16,8 @@
 const struct kvd_ops kvd_default_ops = {
 	.nics_open = kvd_verbs_nics_open,
 	.nics_close = kvd_verbs_nics_close,
+	.nic_add = kvd_verbs_nic_add,
+	.nic_remove = kvd_verbs_nic_remove,
 	.export_dmabuf = kvd_export_dmabuf,
 	.reg_dmabuf = kvd_verbs_reg_dmabuf,
 	.reg_addr = kvd_verbs_reg_addr,
@@ -136,6 +138,37 @@ static void set_err(char *err, size_t errlen, const char *msg)
 		snprintf(err, errlen, "%s", msg);
 }
 
+/* The engine's PDs and the config's `nics` must name the same devices. */
+static int pds_match_config(struct kvdmabuf_ctx *ctx,
+			    const struct kvdmabuf_options *opts)
+{
+	unsigned int i, j;
+
+	if (!opts->nr_pds || !ctx->cfg.nr_nics)
+		return 0;
+	for (i = 0; i < ctx->nr_nics; i++) {
+		for (j = 0; j < ctx->cfg.nr_nics; j++)
+			if (!strcmp(ctx->nics[i].name, ctx->cfg.nics[j]))
+				break;
+		if (j == ctx->cfg.nr_nics)
+			return kvd_err(ctx, -EINVAL, "options: pds[%u] is on "
+				       "%s, which %s does not list under "
+				       "nics", i, ctx->nics[i].name,
+				       ctx->cfg.path);
+	}
+	for (j = 0; j < ctx->cfg.nr_nics; j++) {
+		for (i = 0; i < ctx->nr_nics; i++)
+			if (!strcmp(ctx->nics[i].name, ctx->cfg.nics[j]))
+				break;
+		if (i == ctx->nr_nics)
+			return kvd_err(ctx, -EINVAL, "%s lists NIC %s under "
+				       "nics, but no PD given in the options is "
+				       "on it", ctx->cfg.path,
+				       ctx->cfg.nics[j]);
+	}
+	return 0;
+}
+
 int kvd_open_ops(const struct kvdmabuf_options *opts,
 		 const struct kvd_ops *ops, void *ops_arg,
 		 struct kvdmabuf_ctx **ctxp, char *err, size_t errlen)
@@ -210,6 +243,9 @@ int kvd_open_ops(const struct kvdmabuf_options *opts,
 			rc = kvd_err(ctx, -ENODEV, "protocol rdma but no NIC");
 			goto fail_nics;
 		}
+		rc = pds_match_config(ctx, opts);
+		if (rc)
+			goto fail_nics;
 	}
 
 	module = opts->module ? opts->module : ctx->cfg.module;

@@ -2,17 +2,26 @@
 /*
  * gate.c - is sleep supported with this transport? Loads no CUDA library
  * and opens no device: it reads the config and the environment only.
+ *
+ * Sleep can carry what a peer reaches through *our* keys (RDMA) or through
+ * nothing at all (TCP). It cannot reach a peer that imported a handle to
+ * our GPU memory (CUDA IPC, NVLink, multi-node NVLink): that import keeps
+ * the old memory alive and reading it after a wake is silently wrong. The
+ * gate refuses every configuration in which a transfer engine hands peers
+ * such a handle.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 
 #include "internal.h"
 
 /*
- * Set to any value (also "0" or ""), these make transfer engines hand peers
- * NVLink / multi-node NVLink handles to our GPU memory; re-registering
- * locally cannot reach a peer's import of such a handle.
+ * Set to any value (also "0" or ""), these make Mooncake's transfer engine
+ * hand peers NVLink / multi-node NVLink handles to our GPU memory.
  */
 static const char *const nvlink_env[] = {
 	"MC_FORCE_MNNVL",
@@ -20,17 +29,77 @@ static const char *const nvlink_env[] = {
 	"MC_INTRA_NVLINK",
 };
 
+static int refuse(char *reason, size_t len, const char *why)
+{
+	snprintf(reason, len, "refused: %s", why);
+	return 0;
+}
+
+/* Is @name one of the comma-separated words of @list (any case)? */
+static bool list_has(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+	const char *p = list;
+
+	while (*p) {
+		size_t w = strcspn(p, ",");
+
+		if (w == n && !strncasecmp(p, name, n))
+			return true;
+		p += w;
+		p += *p == ',';
+	}
+	return false;
+}
+
+/*
+ * UCX picks transports from UCX_TLS: unset means every available one,
+ * cuda_ipc included; "cuda" and "all" include it; "^a,b" means all but
+ * a and b.
+ */
+static bool ucx_uses_cuda_ipc(const char *tls)
+{
+	if (!tls)
+		return true;
+	if (*tls == '^')
+		return !list_has(tls + 1, "cuda_ipc") &&
+		       !list_has(tls + 1, "cuda");
+	return list_has(tls, "cuda_ipc") || list_has(tls, "cuda") ||
+	       list_has(tls, "all");
+}
+
 int kvd_gate_check(const struct kvd_config *cfg, char *reason, size_t len)
 {
+	const char *v;
+	char why[KVD_ERRMAX];
 	size_t i;
 
 	for (i = 0; i < sizeof(nvlink_env) / sizeof(nvlink_env[0]); i++) {
 		if (getenv(nvlink_env[i])) {
-			snprintf(reason, len, "refused: %s is set (transfer "
-				 "engines then hand peers GPU memory handles, "
-				 "which re-registering cannot follow)",
-				 nvlink_env[i]);
-			return 0;
+			snprintf(why, sizeof(why), "%s is set (transfer engines "
+				 "then hand peers GPU memory handles, which "
+				 "re-registering cannot follow)", nvlink_env[i]);
+			return refuse(reason, len, why);
+		}
+	}
+	v = getenv("SGLANG_MOONCAKE_CUSTOM_MEM_POOL");
+	if (v && strcasestr(v, "nvlink")) {
+		snprintf(why, sizeof(why), "SGLANG_MOONCAKE_CUSTOM_MEM_POOL=%s "
+			 "(SGLang's Mooncake pool then shares GPU memory with "
+			 "peers over NVLink)", v);
+		return refuse(reason, len, why);
+	}
+	if (!strcasecmp(cfg->transport, "ucx") ||
+	    !strcasecmp(cfg->transport, "nixl")) {
+		v = getenv("UCX_TLS");
+		if (ucx_uses_cuda_ipc(v)) {
+			snprintf(why, sizeof(why), "transport %s with UCX_TLS%s%s "
+				 "includes cuda_ipc (peers then map our GPU "
+				 "memory by IPC handle); set UCX_TLS without "
+				 "it, e.g. rc,cuda_copy", cfg->transport,
+				 v ? "=" : " unset: the default set ",
+				 v ? v : "");
+			return refuse(reason, len, why);
 		}
 	}
 	switch (cfg->proto) {
@@ -42,10 +111,10 @@ int kvd_gate_check(const struct kvd_config *cfg, char *reason, size_t len)
 		snprintf(reason, len, "accepted: protocol tcp (nothing pinned)");
 		return 1;
 	default:
-		snprintf(reason, len, "refused: protocol '%s' (only rdma and "
-			 "tcp are supported; peers may hold handles to our "
-			 "memory)", cfg->protocol);
-		return 0;
+		snprintf(why, sizeof(why), "protocol '%s' (only rdma and tcp "
+			 "are supported; peers may hold handles to our memory)",
+			 cfg->protocol);
+		return refuse(reason, len, why);
 	}
 }
 

@@ -36,6 +36,9 @@ struct kvd_config {
 	int module;                      /* enum kvdmabuf_module_use */
 	char cuda_library[256];          /* "" if not set */
 	int cuda_mapping;                /* enum kvd_cuda_mapping */
+	/* The engine's transfer library ("" if not set): "ucx" (and "nixl",
+	 * which runs over UCX) makes the gate read UCX_TLS. */
+	char transport[KVD_NAMEMAX];
 	char path[256];                  /* file it came from */
 };
 
@@ -116,6 +119,10 @@ struct kvd_ops {
 	int (*nics_open)(struct kvdmabuf_ctx *ctx,
 			 const struct kvdmabuf_options *opts);
 	void (*nics_close)(struct kvdmabuf_ctx *ctx);
+	/* Append the caller's @pd as NIC ctx->nr_nics; drop NIC @i (and
+	 * what the library opened for it; later NICs move down). */
+	int (*nic_add)(struct kvdmabuf_ctx *ctx, struct ibv_pd *pd);
+	void (*nic_remove)(struct kvdmabuf_ctx *ctx, unsigned int i);
 	/* Export the current memory of a device region as a dma-buf fd. */
 	int (*export_dmabuf)(struct kvdmabuf_ctx *ctx,
 			     struct kvdmabuf_region *r, int *fd,
@@ -145,6 +152,8 @@ extern const struct kvd_ops kvd_default_ops;
 int kvd_verbs_nics_open(struct kvdmabuf_ctx *ctx,
 			const struct kvdmabuf_options *opts);
 void kvd_verbs_nics_close(struct kvdmabuf_ctx *ctx);
+int kvd_verbs_nic_add(struct kvdmabuf_ctx *ctx, struct ibv_pd *pd);
+void kvd_verbs_nic_remove(struct kvdmabuf_ctx *ctx, unsigned int i);
 int kvd_verbs_reg_dmabuf(struct kvdmabuf_ctx *ctx, unsigned int nic, int fd,
 			 uint64_t offset, size_t len, uint64_t iova,
 			 struct kvd_mr *mr);
@@ -182,6 +191,7 @@ struct kvdmabuf_region {
 	char *tag;
 	int drm_fd;
 	uint32_t drm_handle;
+	uint64_t nic_set;                /* bit i: NIC i; 0: every NIC */
 
 	int mode;
 	bool asleep;
@@ -271,6 +281,16 @@ int kvd_err_prefix(struct kvdmabuf_ctx *ctx, int rc, const char *fmt, ...)
 /* region.c */
 int kvd_region_reg_all(struct kvdmabuf_region *r);
 int kvd_region_dereg_all(struct kvdmabuf_region *r);
+/* Is NIC @i in @r's NIC set? */
+static inline bool kvd_on_nic(const struct kvdmabuf_region *r, unsigned int i)
+{
+	return !r->nic_set || (r->nic_set >> i & 1);
+}
+/* Register @r on NIC @i alone (nic.c); dereg_one drops that MR. */
+int kvd_region_reg_one(struct kvdmabuf_region *r, unsigned int i);
+int kvd_region_dereg_one(struct kvdmabuf_region *r, unsigned int i);
+/* FOLLOW or REREGISTER for a proxied region, from the module's counts. */
+int kvd_region_measure_mode(struct kvdmabuf_region *r);
 /* Record that @r is broken (see struct kvdmabuf_region.broken). */
 void kvd_region_break(struct kvdmabuf_region *r, int rc);
 /* Stop @r's I/O before it is freed: -EBUSY (and as before) while a

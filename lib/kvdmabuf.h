@@ -70,8 +70,12 @@ struct kvdmabuf_region;
 
 /** Environment variable naming the YAML configuration file. */
 #define KVDMABUF_CONFIG_ENV "KVDMABUF_CONFIG"
-/** Most NICs (protection domains) one context handles. */
-#define KVDMABUF_MAX_NICS 8
+/**
+ * Most NICs (protection domains) one context handles: the width of a
+ * region's NIC set (struct kvdmabuf_region_desc.nics). The largest GPU
+ * nodes have 8 GPUs with one or two NICs each, plus storage NICs.
+ */
+#define KVDMABUF_MAX_NICS 64
 /** Default drain bound of kvdmabuf_sleep(), seconds. */
 #define KVDMABUF_DRAIN_TIMEOUT_S_DEFAULT 480
 
@@ -242,7 +246,10 @@ struct kvdmabuf_region_desc {
 	const char *tag;      /**< e.g. "kv_cache", "weights"; copied; NULL: "" */
 	int drm_fd;           /**< KVDMABUF_MEM_DRM: DRM device fd (not owned) */
 	uint32_t drm_handle;  /**< KVDMABUF_MEM_DRM: GEM handle */
-	uint64_t reserved[4]; /**< must be zero */
+	/** NICs to register on: bit i for NIC i; 0: every NIC of the
+	 *  context, including NICs added later (kvdmabuf_nic_add()). */
+	uint64_t nics;
+	uint64_t reserved[3]; /**< must be zero */
 };
 
 /**
@@ -295,7 +302,7 @@ struct kvdmabuf_region *kvdmabuf_region_find(struct kvdmabuf_ctx *ctx,
  * @key_gen: optional; the key generation, which changes exactly when keys
  * change (starts at 1).
  * Return: 0; -ENOENT not registered (NOREG, or asleep in REREGISTER, or
- * broken); -EINVAL bad NIC index.
+ * broken, or @nic not in the region's NIC set); -EINVAL bad NIC index.
  */
 int kvdmabuf_region_keys(struct kvdmabuf_region *region, unsigned int nic,
 			 uint32_t *lkey, uint32_t *rkey, uint64_t *key_gen);
@@ -359,6 +366,34 @@ int kvdmabuf_query(struct kvdmabuf_ctx *ctx, struct kvdmabuf_state *state);
 
 /** kvdmabuf_pd() - protection domain of NIC @nic, or NULL. */
 struct ibv_pd *kvdmabuf_pd(struct kvdmabuf_ctx *ctx, unsigned int nic);
+
+/**
+ * kvdmabuf_nic_add() - a NIC (the caller's protection domain, which it
+ * keeps owning) joins the context after open: every region whose NIC set
+ * is "every NIC" is registered on it, all or nothing. Their keys change
+ * (a key-change callback lists them). A FOLLOW region whose proxy the new
+ * NIC pins becomes REREGISTER. Only while no region is asleep.
+ * @index: the new NIC's index (the highest).
+ *
+ * Return: 0; -EBUSY a region is asleep, or another thread's sleep or wake
+ * runs; -E2BIG KVDMABUF_MAX_NICS reached; -EINVAL @pd NULL or already a
+ * NIC of the context; -EPROTONOSUPPORT protocol is not rdma; -EDEADLK from
+ * a callback; error of a registration (nothing changed).
+ */
+int kvdmabuf_nic_add(struct kvdmabuf_ctx *ctx, struct ibv_pd *pd,
+		     unsigned int *index);
+
+/**
+ * kvdmabuf_nic_remove() - deregister every region from NIC @nic and drop
+ * it (and the device, if the library opened it). NICs above @nic move down
+ * by one index, as do the bits of every region's NIC set. Only while no
+ * region is asleep. A deregistration that fails leaves that region broken.
+ *
+ * Return: 0; -EINVAL bad index; -EBUSY as for kvdmabuf_nic_add();
+ * -EDEADLK from a callback; the first deregistration error (the NIC is
+ * removed all the same).
+ */
+int kvdmabuf_nic_remove(struct kvdmabuf_ctx *ctx, unsigned int nic);
 
 /** kvdmabuf_mode_name() - "follow", "reregister", "host", "noreg", "?". */
 const char *kvdmabuf_mode_name(int mode);

@@ -17,7 +17,7 @@ static bool region_cpu_visible(const struct kvdmabuf_region *r)
 }
 
 /* Register on NIC @i: on the proxy, else the backing, else by address. */
-static int reg_one(struct kvdmabuf_region *r, unsigned int i)
+int kvd_region_reg_one(struct kvdmabuf_region *r, unsigned int i)
 {
 	struct kvdmabuf_ctx *ctx = r->ctx;
 	const struct kvd_ops *ops = ctx->ops;
@@ -40,7 +40,7 @@ static int reg_one(struct kvdmabuf_region *r, unsigned int i)
 }
 
 /* An MR with no handle was never made or is gone already. */
-static int dereg_one(struct kvdmabuf_region *r, unsigned int i)
+int kvd_region_dereg_one(struct kvdmabuf_region *r, unsigned int i)
 {
 	int rc;
 
@@ -77,10 +77,13 @@ int kvd_region_reg_all(struct kvdmabuf_region *r)
 
 	memcpy(old, r->last, sizeof(old));
 	for (i = 0; i < r->ctx->nr_nics; i++) {
-		rc = reg_one(r, i);
+		if (!kvd_on_nic(r, i))
+			continue;
+		rc = kvd_region_reg_one(r, i);
 		if (rc) {
+			/* an MR we cannot drop breaks the region */
 			while (i--)
-				if (dereg_one(r, i))    /* an MR we cannot drop */
+				if (kvd_region_dereg_one(r, i))
 					kvd_region_break(r, rc);
 			return rc;
 		}
@@ -105,12 +108,14 @@ int kvd_region_dereg_all(struct kvdmabuf_region *r)
 	if (!r->registered)
 		return 0;
 	for (i = 0; i < r->ctx->nr_nics; i++) {
-		rc = dereg_one(r, i);
+		rc = kvd_region_dereg_one(r, i);
 		if (!rc)
 			continue;
 		memcpy(old, r->last, sizeof(old));
 		for (j = 0; j < i; j++) {
-			rc2 = reg_one(r, j);
+			if (!kvd_on_nic(r, j))
+				continue;
+			rc2 = kvd_region_reg_one(r, j);
 			if (rc2) {
 				kvd_err_prefix(r->ctx, rc, "registering "
 					       "NIC %s again after a failed "
@@ -150,7 +155,7 @@ void kvd_region_destroy(struct kvdmabuf_region *r)
 	unsigned int i;
 
 	for (i = 0; i < ctx->nr_nics; i++)
-		dereg_one(r, i);
+		kvd_region_dereg_one(r, i);
 	r->registered = false;
 	kvd_io_quiesce(&r->io);
 	fd_close(&r->proxy_fd);
@@ -174,10 +179,14 @@ static int desc_check(struct kvdmabuf_ctx *ctx,
 	uintptr_t a = (uintptr_t)d->addr;
 	unsigned int i;
 
-	for (i = 0; i < 4; i++)
+	for (i = 0; i < 3; i++)
 		if (d->reserved[i])
 			return kvd_err(ctx, -EINVAL, "region: reserved fields "
 				       "must be zero");
+	if (ctx->nr_nics < 64 && d->nics >> ctx->nr_nics)
+		return kvd_err(ctx, -EINVAL, "region: NIC set 0x%llx names "
+			       "NICs beyond the %u of this context",
+			       (unsigned long long)d->nics, ctx->nr_nics);
 	if (!d->addr || !d->len || a % (uintptr_t)page ||
 	    d->len % (size_t)page || a + d->len < a)
 		return kvd_err(ctx, -EINVAL, "region %p+%zu: address and length "
@@ -214,7 +223,6 @@ static int region_setup(struct kvdmabuf_region *r)
 {
 	struct kvdmabuf_ctx *ctx = r->ctx;
 	const struct kvd_ops *ops = ctx->ops;
-	struct kvd_proxy_info pi;
 	int rc;
 
 	if (r->mem == KVDMABUF_MEM_HOST &&
@@ -257,14 +265,22 @@ static int region_setup(struct kvdmabuf_region *r)
 	rc = kvd_region_reg_all(r);
 	if (rc)
 		return rc;
+	return kvd_region_measure_mode(r);
+}
+
+/* Measured, never assumed: FOLLOW only if nothing pins the proxy. */
+int kvd_region_measure_mode(struct kvdmabuf_region *r)
+{
+	struct kvd_proxy_info pi;
+	int rc;
+
 	if (r->proxy_fd < 0)
 		return 0;
-	/* Measured, never assumed: FOLLOW only if nothing pins the proxy. */
-	rc = ops->proxy_query(ctx, r->proxy_fd, &pi);
+	rc = r->ctx->ops->proxy_query(r->ctx, r->proxy_fd, &pi);
 	if (rc)
 		return rc;
-	if (!pi.nr_pinned && !pi.nr_blocking_pins)
-		r->mode = KVDMABUF_MODE_FOLLOW;
+	r->mode = !pi.nr_pinned && !pi.nr_blocking_pins ?
+		  KVDMABUF_MODE_FOLLOW : KVDMABUF_MODE_REREGISTER;
 	return 0;
 }
 
@@ -311,6 +327,7 @@ int kvdmabuf_region_add(struct kvdmabuf_ctx *ctx,
 	r->flags = desc->flags;
 	r->drm_fd = desc->drm_fd;
 	r->drm_handle = desc->drm_handle;
+	r->nic_set = desc->nics;
 	r->backing_fd = -1;
 	r->proxy_fd = -1;
 
@@ -437,6 +454,8 @@ int kvdmabuf_region_keys(struct kvdmabuf_region *r, unsigned int nic,
 		rc = -ENOENT;
 	} else if (nic >= ctx->nr_nics) {
 		rc = -EINVAL;
+	} else if (!kvd_on_nic(r, nic)) {
+		rc = -ENOENT;
 	} else {
 		if (lkey)
 			*lkey = r->mr[nic].lkey;

@@ -56,20 +56,32 @@ static int open_device(struct kvdmabuf_ctx *ctx, struct ibv_device *dev)
 	return rc;
 }
 
+static void nic_release(struct kvd_nic *n)
+{
+	if (n->owned_pd)
+		ibv_dealloc_pd(n->owned_pd);
+	if (n->owned_ctx)
+		ibv_close_device(n->owned_ctx);
+	memset(n, 0, sizeof(*n));
+}
+
 void kvd_verbs_nics_close(struct kvdmabuf_ctx *ctx)
 {
-	unsigned int i;
+	while (ctx->nr_nics)
+		nic_release(&ctx->nics[--ctx->nr_nics]);
+}
 
-	for (i = 0; i < ctx->nr_nics; i++) {
-		struct kvd_nic *n = &ctx->nics[i];
+int kvd_verbs_nic_add(struct kvdmabuf_ctx *ctx, struct ibv_pd *pd)
+{
+	return nic_add(ctx, pd, NULL);
+}
 
-		if (n->owned_pd)
-			ibv_dealloc_pd(n->owned_pd);
-		if (n->owned_ctx)
-			ibv_close_device(n->owned_ctx);
-		memset(n, 0, sizeof(*n));
-	}
-	ctx->nr_nics = 0;
+void kvd_verbs_nic_remove(struct kvdmabuf_ctx *ctx, unsigned int i)
+{
+	nic_release(&ctx->nics[i]);
+	memmove(&ctx->nics[i], &ctx->nics[i + 1],
+		(ctx->nr_nics - i - 1) * sizeof(ctx->nics[0]));
+	memset(&ctx->nics[--ctx->nr_nics], 0, sizeof(ctx->nics[0]));
 }
 
 int kvd_verbs_nics_open(struct kvdmabuf_ctx *ctx,

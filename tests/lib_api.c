@@ -583,6 +583,107 @@ TEST_F(api, gate_is_checked_at_every_sleep)
 	EXPECT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
 }
 
+/* ---- NICs after open, NIC sets ---- */
+
+static int nic_cb_regions;
+
+static void nic_keys(struct kvdmabuf_region *const *rs, unsigned int n,
+		     void *arg)
+{
+	(void)rs;
+	(void)arg;
+	nic_cb_regions += n;
+}
+
+TEST(nics_join_and_leave_after_open)
+{
+	struct kvdmabuf_options o = { 0 };
+	struct kvdmabuf_region *dev, *host, *only0;
+	struct kvdmabuf_region_info in;
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region_desc d = { 0 };
+	uint32_t l1, l1b, l;
+	unsigned int idx = 99;
+	char err[256], *m = region_mem(3 * LEN);
+
+	fake_reset(1);
+	fw.module = 1;
+	o.key_change = nic_keys;
+	ASSERT_EQ(0, fake_open("protocol: rdma\n", &o, &ctx, err, sizeof(err)));
+	ASSERT_EQ(0, add(ctx, m, LEN, KVDMABUF_MEM_DRM, 0, "kv", &dev));
+	ASSERT_EQ(0, add(ctx, m + LEN, LEN, KVDMABUF_MEM_HOST,
+			 KVDMABUF_REGION_RELEASED_AT_SLEEP, "kv", &host));
+	d.addr = m + 2 * LEN;
+	d.len = LEN;
+	d.mem = KVDMABUF_MEM_HOST;
+	d.nics = 1;                              /* NIC 0 only */
+	ASSERT_EQ(0, kvdmabuf_region_add(ctx, &d, &only0));
+	d.nics = 2;                              /* NIC 1: not there */
+	EXPECT_EQ(-EINVAL, kvdmabuf_region_add(ctx, &d, &only0));
+
+	/* a pinning NIC joins: the FOLLOW region becomes REREGISTER */
+	fw.nic_pins[1] = 1;
+	inj_arm(OP_REG, 2, -EIO);                /* the second region fails */
+	EXPECT_EQ(-EIO, kvdmabuf_nic_add(ctx, (struct ibv_pd *)&o, &idx));
+	inj_disarm();
+	EXPECT_EQ(99u, idx);
+	EXPECT_EQ(0, fake_mrs_at(1, m, LEN));
+	EXPECT_EQ(-EINVAL, kvdmabuf_region_keys(dev, 1, &l, NULL, NULL));
+	ASSERT_EQ(0, kvdmabuf_nic_add(ctx, (struct ibv_pd *)&o, &idx));
+	EXPECT_EQ(1u, idx);
+	EXPECT_EQ(-EINVAL, kvdmabuf_nic_add(ctx, (struct ibv_pd *)&o, &idx));
+	EXPECT_EQ(2, nic_cb_regions);
+	EXPECT_EQ(1, fake_mrs_at(1, m, LEN));
+	EXPECT_EQ(1, fake_mrs_at(1, m + LEN, LEN));
+	EXPECT_EQ(0, fake_mrs_at(1, m + 2 * LEN, LEN));
+	EXPECT_EQ(-ENOENT, kvdmabuf_region_keys(only0, 1, &l, NULL, NULL));
+	ASSERT_EQ(0, kvdmabuf_region_info(dev, &in));
+	EXPECT_EQ(KVDMABUF_MODE_REREGISTER, in.mode);
+	ASSERT_EQ(0, kvdmabuf_region_keys(host, 1, &l1, NULL, NULL));
+
+	/* asleep: no NIC changes */
+	ASSERT_EQ(0, kvdmabuf_sleep(ctx, NULL));
+	EXPECT_EQ(-EBUSY, kvdmabuf_nic_add(ctx, (struct ibv_pd *)err, &idx));
+	EXPECT_EQ(-EBUSY, kvdmabuf_nic_remove(ctx, 1));
+	ASSERT_EQ(0, kvdmabuf_wake(ctx, NULL));
+	ASSERT_EQ(0, kvdmabuf_region_keys(host, 1, &l1, NULL, NULL));
+
+	/* NIC 0 leaves: only0 has no other NIC, so it must go first */
+	EXPECT_EQ(-EBUSY, kvdmabuf_nic_remove(ctx, 0));
+	ASSERT_EQ(0, kvdmabuf_region_remove(only0));
+	ASSERT_EQ(0, kvdmabuf_nic_remove(ctx, 0));
+	EXPECT_EQ(-EINVAL, kvdmabuf_region_keys(host, 1, &l, NULL, NULL));
+	ASSERT_EQ(0, kvdmabuf_region_keys(host, 0, &l1b, NULL, NULL));
+	EXPECT_EQ(l1, l1b);                      /* old NIC 1 is NIC 0 now */
+	EXPECT_EQ(2, fake_mrs_live());
+	EXPECT_EQ(0, strcmp("fake1", ctx->nics[0].name));
+	ASSERT_EQ(0, kvdmabuf_sleep(ctx, NULL));
+	ASSERT_EQ(0, kvdmabuf_wake(ctx, NULL));
+	EXPECT_EQ(2, fake_mrs_live());
+	EXPECT_EQ(0, kvdmabuf_close(ctx));
+	EXPECT_EQ(0, fake_mrs_live());
+	munmap(m, 3 * LEN);
+}
+
+/* The engine's PDs and the config's nics must agree. */
+TEST(pds_must_match_config_nics)
+{
+	struct kvdmabuf_options o = { 0 };
+	struct ibv_pd *pds[1] = { (struct ibv_pd *)&o };
+	struct kvdmabuf_ctx *ctx;
+	char err[256];
+
+	fake_reset(1);
+	o.pds = pds;
+	o.nr_pds = 1;
+	EXPECT_EQ(-EINVAL, fake_open("protocol: rdma\nnics: [mlx5_7]\n", &o,
+				     &ctx, err, sizeof(err)));
+	EXPECT_NE(NULL, strstr(err, "pds[0] is on fake0"));
+	ASSERT_EQ(0, fake_open("protocol: rdma\nnics: [fake0]\n", &o, &ctx,
+			       err, sizeof(err)));
+	EXPECT_EQ(0, kvdmabuf_close(ctx));
+}
+
 TEST(mode_names)
 {
 	EXPECT_EQ(0, strcmp("follow", kvdmabuf_mode_name(KVDMABUF_MODE_FOLLOW)));

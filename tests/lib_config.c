@@ -7,6 +7,8 @@
  * config an error naming the variable and the path; the gate loads no
  * CUDA library and opens no device. Host-only.
  */
+#include <locale.h>
+
 #include "harness.h"
 #include "lib_fake.h"
 
@@ -39,8 +41,8 @@ static const struct cfg_case cases[] = {
 	{ "protocol: rdma\nnics: {a: b}\n", -EINVAL, "'nics' must be" },
 	{ "protocol: rdma\n---\nprotocol: tcp\n", -EINVAL,
 	  "only one YAML document" },
-	{ "protocol: rdma\nnics: [a, b, c, d, e, f, g, h, i]\n", -EINVAL,
-	  "more than 8 nics" },
+	{ "protocol: rdma\nnics: [n0, n1, n2, n3, n4, n5, n6, n7, n8, n9, n10, n11, n12, n13, n14, n15, n16, n17, n18, n19, n20, n21, n22, n23, n24, n25, n26, n27, n28, n29, n30, n31, n32, n33, n34, n35, n36, n37, n38, n39, n40, n41, n42, n43, n44, n45, n46, n47, n48, n49, n50, n51, n52, n53, n54, n55, n56, n57, n58, n59, n60, n61, n62, n63, n64]\n",
+	  -EINVAL, "more than 64 nics" },
 	{ "protocol:\n", -EINVAL, "'protocol' must not be empty" },
 	{ "protocol: [rdma]\n", -EINVAL, "t.yaml:1:11: 'protocol' must be a "
 	  "scalar" },
@@ -100,56 +102,109 @@ TEST(config_defaults)
 	EXPECT_EQ('\0', c.cuda_library[0]);
 }
 
-static const char *const nv_env[] = { "MC_FORCE_MNNVL", "MC_INTRANODE_NVLINK",
-				      "MC_INTRA_NVLINK" };
+/* Every variable the gate reads; cleared before each case. */
+static const char *const gate_env[] = {
+	"MC_FORCE_MNNVL", "MC_INTRANODE_NVLINK", "MC_INTRA_NVLINK",
+	"MC_FORCE_MNNVL_X", "SGLANG_MOONCAKE_CUSTOM_MEM_POOL", "UCX_TLS",
+};
 
 struct gate_case {
 	const char *protocol;
+	const char *transport; /* config key, or NULL */
 	const char *env;       /* variable set for this case, or NULL */
 	const char *value;
 	int verdict;
 };
 
 static const struct gate_case gates[] = {
-	{ "rdma", NULL, NULL, 1 },
-	{ "tcp", NULL, NULL, 1 },
-	{ "nvlink", NULL, NULL, 0 },
-	{ "nvlink_intra", NULL, NULL, 0 },
-	{ "RDMA", NULL, NULL, 0 },
-	{ "efa", NULL, NULL, 0 },
-	{ "rdma", "MC_FORCE_MNNVL", "1", 0 },
-	{ "rdma", "MC_FORCE_MNNVL", "0", 0 },
-	{ "rdma", "MC_INTRANODE_NVLINK", "", 0 },
-	{ "rdma", "MC_INTRA_NVLINK", "false", 0 },
-	{ "tcp", "MC_INTRA_NVLINK", "0", 0 },
-	{ "tcp", "MC_FORCE_MNNVL_X", "1", 1 },  /* only the exact names */
+	{ "rdma", NULL, NULL, NULL, 1 },
+	{ "tcp", NULL, NULL, NULL, 1 },
+	{ "nvlink", NULL, NULL, NULL, 0 },
+	{ "nvlink_intra", NULL, NULL, NULL, 0 },
+	{ "RDMA", NULL, NULL, NULL, 1 },       /* names in any case */
+	{ "Tcp", NULL, NULL, NULL, 1 },
+	{ "efa", NULL, NULL, NULL, 0 },
+	{ "rdma", NULL, "MC_FORCE_MNNVL", "1", 0 },
+	{ "rdma", NULL, "MC_FORCE_MNNVL", "0", 0 },
+	{ "rdma", NULL, "MC_INTRANODE_NVLINK", "", 0 },
+	{ "rdma", NULL, "MC_INTRA_NVLINK", "false", 0 },
+	{ "tcp", NULL, "MC_INTRA_NVLINK", "0", 0 },
+	{ "tcp", NULL, "MC_FORCE_MNNVL_X", "1", 1 },  /* only the exact names */
+	{ "rdma", NULL, "SGLANG_MOONCAKE_CUSTOM_MEM_POOL", "NVLINK", 0 },
+	{ "rdma", NULL, "SGLANG_MOONCAKE_CUSTOM_MEM_POOL", "intra_node_nvlink",
+	  0 },
+	{ "rdma", NULL, "SGLANG_MOONCAKE_CUSTOM_MEM_POOL", "BAREX", 1 },
+	/* UCX: unset UCX_TLS means every transport, cuda_ipc included */
+	{ "rdma", "ucx", NULL, NULL, 0 },
+	{ "rdma", "nixl", NULL, NULL, 0 },
+	{ "rdma", "UCX", "UCX_TLS", "rc,cuda_copy", 1 },
+	{ "rdma", "ucx", "UCX_TLS", "rc,cuda_ipc", 0 },
+	{ "rdma", "ucx", "UCX_TLS", "rc,CUDA", 0 },
+	{ "rdma", "ucx", "UCX_TLS", "all", 0 },
+	{ "rdma", "ucx", "UCX_TLS", "^cuda_ipc", 1 },
+	{ "rdma", "ucx", "UCX_TLS", "^tcp", 0 },
+	{ "rdma", "ucx", "UCX_TLS", "rc,cuda_ipcx", 1 },
+	{ "rdma", "mooncake", "UCX_TLS", "cuda_ipc", 1 }, /* not UCX */
 };
 
 TEST(gate_table)
 {
-	char yaml[128], reason[512];
+	char yaml[256], reason[512];
 	const char *path;
 	size_t i, j;
 	int v;
 
 	for (i = 0; i < sizeof(gates) / sizeof(gates[0]); i++) {
-		for (j = 0; j < 3; j++)
-			unsetenv(nv_env[j]);
-		unsetenv("MC_FORCE_MNNVL_X");
+		for (j = 0; j < sizeof(gate_env) / sizeof(gate_env[0]); j++)
+			unsetenv(gate_env[j]);
 		if (gates[i].env)
 			setenv(gates[i].env, gates[i].value, 1);
-		snprintf(yaml, sizeof(yaml), "protocol: %s\n",
-			 gates[i].protocol);
+		snprintf(yaml, sizeof(yaml), "protocol: %s\n%s%s%s",
+			 gates[i].protocol,
+			 gates[i].transport ? "transport: " : "",
+			 gates[i].transport ?: "",
+			 gates[i].transport ? "\n" : "");
 		path = write_config(yaml);
 		ASSERT_NE(NULL, path);
 		v = kvdmabuf_gate(path, reason, sizeof(reason));
-		TH_LOG("protocol %s, %s=%s: %d %s", gates[i].protocol,
+		TH_LOG("protocol %s, transport %s, %s=%s: %d %s",
+		       gates[i].protocol, gates[i].transport ?: "-",
 		       gates[i].env ?: "-", gates[i].value ?: "-", v, reason);
 		EXPECT_EQ(gates[i].verdict, v);
 		if (gates[i].env && !v)
 			EXPECT_NE(NULL, strstr(reason, gates[i].env));
 		unlink(path);
 	}
+	for (j = 0; j < sizeof(gate_env) / sizeof(gate_env[0]); j++)
+		unsetenv(gate_env[j]);
+}
+
+/*
+ * Numbers in the config are read the same in every locale: a German
+ * LC_NUMERIC (decimal comma) must not turn 2.5 s into an error. The
+ * locale is compiled here (localedef) from the `locales` package.
+ */
+TEST(numbers_ignore_the_locale)
+{
+	static const char y[] = "protocol: rdma\ndrain_timeout_s: 2.5\n";
+	char dir[] = "/tmp/kvd-locale.XXXXXX", cmd[256];
+	struct kvd_config c;
+	char err[256];
+
+	ASSERT_NE(NULL, mkdtemp(dir));
+	snprintf(cmd, sizeof(cmd), "localedef -i de_DE -f UTF-8 "
+		 "%s/de_DE.UTF-8 2>/dev/null", dir);
+	ASSERT_EQ(0, system(cmd));
+	setenv("LOCPATH", dir, 1);
+	ASSERT_NE(NULL, setlocale(LC_NUMERIC, "de_DE.UTF-8"));
+	ASSERT_EQ(2.5, strtod("2,5", NULL));   /* the locale is in effect */
+	EXPECT_EQ(0, kvd_config_parse(y, strlen(y), "t.yaml", &c, err,
+				      sizeof(err)));
+	TH_LOG("%s", err);
+	EXPECT_EQ(2500u, c.drain_timeout_ms);
+	setlocale(LC_NUMERIC, "C");
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	EXPECT_EQ(0, system(cmd));
 }
 
 TEST(gate_missing_config_names_variable_and_path)

@@ -100,7 +100,7 @@ static inline void fake_reset(unsigned int nr_nics)
 
 	memset(&fw, 0, sizeof(fw));
 	fw.nr_nics = nr_nics;
-	for (i = 0; i < nr_nics; i++)
+	for (i = 0; i < KVDMABUF_MAX_NICS; i++)
 		fw.nic_dmabuf[i] = 1;
 	fw.next_key = 0x100;
 	fw.fail_rc = -EIO;
@@ -139,6 +139,36 @@ static int fake_nics_open(struct kvdmabuf_ctx *ctx,
 static void fake_nics_close(struct kvdmabuf_ctx *ctx)
 {
 	ctx->nr_nics = 0;
+}
+
+/* A NIC joining after open: the next "fakeN", with fw.nic_* of index N. */
+static int fake_nic_add(struct kvdmabuf_ctx *ctx, struct ibv_pd *pd)
+{
+	unsigned int n = ctx->nr_nics;
+
+	if (n == KVDMABUF_MAX_NICS)
+		return kvd_err(ctx, -E2BIG, "fake: too many NICs");
+	snprintf(ctx->nics[n].name, sizeof(ctx->nics[n].name), "fake%u", n);
+	ctx->nics[n].pd = pd;
+	ctx->nr_nics++;
+	return 0;
+}
+
+/* NIC @i leaves: later NICs (their names, properties, MRs) move down. */
+static void fake_nic_remove(struct kvdmabuf_ctx *ctx, unsigned int i)
+{
+	unsigned int rest = ctx->nr_nics - i - 1;
+	int m;
+
+	memmove(&ctx->nics[i], &ctx->nics[i + 1], rest * sizeof(ctx->nics[0]));
+	memset(&ctx->nics[--ctx->nr_nics], 0, sizeof(ctx->nics[0]));
+	memmove(&fw.nic_dmabuf[i], &fw.nic_dmabuf[i + 1],
+		rest * sizeof(fw.nic_dmabuf[0]));
+	memmove(&fw.nic_pins[i], &fw.nic_pins[i + 1],
+		rest * sizeof(fw.nic_pins[0]));
+	for (m = 0; m < FAKE_MAX_MR; m++)
+		if (fw.mr[m].used && fw.mr[m].nic > i)
+			fw.mr[m].nic--;
 }
 
 static int fake_export(struct kvdmabuf_ctx *ctx, struct kvdmabuf_region *r,
@@ -366,6 +396,8 @@ static int fake_proxy_query(struct kvdmabuf_ctx *ctx, int pfd,
 static const struct kvd_ops fake_ops = {
 	.nics_open = fake_nics_open,
 	.nics_close = fake_nics_close,
+	.nic_add = fake_nic_add,
+	.nic_remove = fake_nic_remove,
 	.export_dmabuf = fake_export,
 	.reg_dmabuf = fake_reg_dmabuf,
 	.reg_addr = fake_reg_addr,
@@ -452,6 +484,16 @@ static void inj_nics_close(struct kvdmabuf_ctx *c)
 	fw.inner->nics_close(c);
 }
 
+static int inj_nic_add(struct kvdmabuf_ctx *c, struct ibv_pd *pd)
+{
+	return fw.inner->nic_add(c, pd);
+}
+
+static void inj_nic_remove(struct kvdmabuf_ctx *c, unsigned int i)
+{
+	fw.inner->nic_remove(c, i);
+}
+
 static int inj_proxy_open(struct kvdmabuf_ctx *c, int *fd)
 {
 	return fw.inner->proxy_open(c, fd);
@@ -460,6 +502,8 @@ static int inj_proxy_open(struct kvdmabuf_ctx *c, int *fd)
 static const struct kvd_ops inj_ops = {
 	.nics_open = inj_nics_open,
 	.nics_close = inj_nics_close,
+	.nic_add = inj_nic_add,
+	.nic_remove = inj_nic_remove,
 	.export_dmabuf = inj_export,
 	.reg_dmabuf = inj_reg_dmabuf,
 	.reg_addr = inj_reg_addr,

@@ -18,7 +18,7 @@ MIRROR=${KVDMABUF_MIRROR:-http://deb.debian.org/debian}
 HOST_PKGS="make gcc libc6-dev pkg-config linux-image-amd64 linux-headers-amd64
  qemu-system-x86 busybox-static rdma-core ibverbs-utils libibverbs-dev
  libdrm-dev libyaml-dev debootstrap rsync cpio xz-utils zstd iproute2 kmod
- util-linux coreutils"
+ util-linux coreutils locales"
 
 DEBUG_PKGS="linux-source-6.1 flex bison bc libelf-dev libssl-dev"
 
