@@ -48,6 +48,9 @@ LIB_MAP := $(wildcard lib/libkvdmabuf.map)
 
 TEST_SRCS := $(sort $(wildcard tests/*.c))
 TEST_BINS := $(TEST_SRCS:.c=)
+# Hardware tests (tests/hw): built with the tests, run by hand on a GPU node.
+HW_SRCS := $(sort $(wildcard tests/hw/*.c))
+HW_BINS := $(HW_SRCS:.c=)
 FAKE_CUDA_SRCS := $(wildcard tests/fake_cuda/*.c)
 FAKE_CUDA := $(if $(FAKE_CUDA_SRCS),tests/fake_cuda/libcuda.so.1)
 DEMO_SRCS := $(sort $(wildcard tests/demo/*.c))
@@ -63,7 +66,7 @@ all: lib tests modules
 
 lib: $(LIB_A) $(LIB_SO)
 
-tests: $(TEST_BINS) $(FAKE_CUDA) $(DEMO) $(BENCH)
+tests: $(TEST_BINS) $(HW_BINS) $(FAKE_CUDA) $(DEMO) $(BENCH)
 
 lib/%.o: lib/%.c $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")
@@ -180,7 +183,7 @@ modules_install: modules
 	test -n "$(DESTDIR)" || depmod -a $(KERNELRELEASE_OF_KDIR)
 
 clean:
-	$(Q)rm -f $(LIB_OBJS) $(LIB_A) lib/libkvdmabuf.so* $(TEST_BINS) $(FAKE_CUDA) \
+	$(Q)rm -f $(LIB_OBJS) $(LIB_A) lib/libkvdmabuf.so* $(TEST_BINS) $(HW_BINS) $(FAKE_CUDA) \
 		$(DEMO) $(BENCH)
 	$(Q)rm -rf tests/asan
 	$(Q)test -z "$(KDIR)" -o ! -d "$(KDIR)" || \

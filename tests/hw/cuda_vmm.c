@@ -1,0 +1,574 @@
+// SPDX-License-Identifier: MIT
+/*
+ * cuda_vmm - on a GPU node: what kvdmabuf assumes about the CUDA driver,
+ * measured with cuMemGetInfo on memory built as vLLM's sleep mode builds
+ * it (cuMemAddressReserve + cuMemCreate + cuMemMap + cuMemSetAccess).
+ *
+ * Part 1 (driver only; no kernel module, runs where modules cannot be
+ * loaded):
+ *   - dmabuf_fd_holds_released_memory: after cuMemUnmap + cuMemRelease the
+ *     memory is NOT back while the exported dma-buf fd is open, and is
+ *     back once it is closed (why the library must drop the backing at
+ *     sleep); control: without an export it is back at once;
+ *   - wake_at_same_va_reexports: new memory mapped at the same VA exports
+ *     again, and holds what was written;
+ *   - export_needs_mapped_va, range_over_two_allocations: the fake
+ *     libcuda's model (tests/fake_cuda) checked on the real driver;
+ *   - library_on_real_driver: libkvdmabuf's CUDA path (fake NICs and
+ *     module, tests/lib_fake.h) from a thread with no CUDA context: add,
+ *     sleep, release, a wake before cuMemMap fails with -EFAULT, a wake
+ *     after it works.
+ * Part 2 (needs /dev/kvdmabuf and /dev/kvd_importer, else skipped):
+ *   - proxy_sleep_frees_memory: a region behind a proxy with the test
+ *     importer attached; after kvdmabuf_sleep + release the memory is
+ *     back while proxy and importer stay open; without the library's
+ *     sleep it is not; after the wake the importer reads the new bytes.
+ *
+ * libcuda is opened with dlopen (KVDMABUF_CUDA_LIBRARY, default
+ * libcuda.so.1); no CUDA headers: the prototypes and constants below are
+ * those of cuda.h. Skips, with the reason, without libcuda, a GPU, VMM or
+ * dma-buf support. KVDMABUF_HW_MIB sets the allocation size (default 1024).
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "harness.h"
+#include "lib_fake.h"
+#include "lib_imp_nic.h"
+#include "kmod/kvd_importer.h"
+#include "../uapi/kvdmabuf.h"
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct CUctx_st *CUcontext;
+
+typedef struct {
+	int type;               /* CUmemLocationType */
+	int id;
+} CUmemLocation;
+
+typedef struct {
+	int type;               /* CUmemAllocationType */
+	int requestedHandleTypes;
+	CUmemLocation location;
+	void *win32HandleMetaData;
+	struct {
+		unsigned char compressionType;
+		unsigned char gpuDirectRDMACapable;
+		unsigned short usage;
+		unsigned char reserved[4];
+	} allocFlags;
+} CUmemAllocationProp;
+
+typedef struct {
+	CUmemLocation location;
+	int flags;              /* CUmemAccess_flags */
+} CUmemAccessDesc;
+
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_NO_DEVICE 100
+#define CU_MEM_ALLOCATION_TYPE_PINNED 1
+#define CU_MEM_LOCATION_TYPE_DEVICE 1
+#define CU_MEM_ACCESS_FLAGS_PROT_READWRITE 3
+#define CU_MEM_ALLOC_GRANULARITY_MINIMUM 0
+#define CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED 110
+#define CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 124
+#define CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE 15
+#define CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD 1
+
+static struct {
+	void *dl;
+	const char *path;
+	CUresult (*cuInit)(unsigned int);
+	CUresult (*cuDeviceGet)(int *, int);
+	CUresult (*cuDeviceGetAttribute)(int *, int, int);
+	CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, int);
+	CUresult (*cuDevicePrimaryCtxRelease_v2)(int);
+	CUresult (*cuCtxPushCurrent_v2)(CUcontext);
+	CUresult (*cuCtxPopCurrent_v2)(CUcontext *);
+	CUresult (*cuCtxSynchronize)(void);
+	CUresult (*cuMemGetInfo_v2)(size_t *, size_t *);
+	CUresult (*cuMemGetAllocationGranularity)(size_t *,
+						  const CUmemAllocationProp *,
+						  int);
+	CUresult (*cuMemAddressReserve)(CUdeviceptr *, size_t, size_t,
+					CUdeviceptr, unsigned long long);
+	CUresult (*cuMemAddressFree)(CUdeviceptr, size_t);
+	CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *, size_t,
+				const CUmemAllocationProp *,
+				unsigned long long);
+	CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
+	CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t,
+			     CUmemGenericAllocationHandle, unsigned long long);
+	CUresult (*cuMemUnmap)(CUdeviceptr, size_t);
+	CUresult (*cuMemSetAccess)(CUdeviceptr, size_t,
+				   const CUmemAccessDesc *, size_t);
+	CUresult (*cuMemGetHandleForAddressRange)(void *, CUdeviceptr, size_t,
+						  int, unsigned long long);
+	CUresult (*cuMemcpyHtoD_v2)(CUdeviceptr, const void *, size_t);
+	CUresult (*cuMemcpyDtoH_v2)(void *, CUdeviceptr, size_t);
+	CUresult (*cuPointerGetAttribute)(void *, int, CUdeviceptr);
+	CUresult (*cuGetErrorName)(CUresult, const char **);
+	CUcontext pctx;
+	int gdr;                /* VMM memory can be GPUDirect RDMA capable */
+	size_t gran, size, tol;
+} cu;
+
+static const char *cuerr(CUresult r)
+{
+	const char *s = NULL;
+
+	if (cu.cuGetErrorName && !cu.cuGetErrorName(r, &s) && s)
+		return s;
+	return "?";
+}
+
+/* Load and set up: NULL, or the reason to skip. */
+static const char *cuda_setup(char *why, size_t len)
+{
+	CUmemAllocationProp prop = { 0 };
+	const char *env = getenv("KVDMABUF_HW_MIB");
+	int dev, v = 0;
+	CUresult r;
+
+	cu.path = getenv("KVDMABUF_CUDA_LIBRARY");
+	if (!cu.path)
+		cu.path = "libcuda.so.1";
+	cu.dl = dlopen(cu.path, RTLD_NOW | RTLD_LOCAL);
+	if (!cu.dl) {
+		snprintf(why, len, "no CUDA driver library (%s)", dlerror());
+		return why;
+	}
+	if (dlsym(cu.dl, "fakecu_map")) {
+		snprintf(why, len, "%s is the fake libcuda: a GPU is needed",
+			 cu.path);
+		return why;
+	}
+#define SYM(f) \
+	if (!(*(void **)&cu.f = dlsym(cu.dl, #f))) { \
+		snprintf(why, len, "%s lacks " #f, cu.path); return why; }
+	SYM(cuInit) SYM(cuDeviceGet) SYM(cuDeviceGetAttribute)
+	SYM(cuDevicePrimaryCtxRetain) SYM(cuDevicePrimaryCtxRelease_v2)
+	SYM(cuCtxPushCurrent_v2) SYM(cuCtxPopCurrent_v2) SYM(cuCtxSynchronize)
+	SYM(cuMemGetInfo_v2) SYM(cuMemGetAllocationGranularity)
+	SYM(cuMemAddressReserve) SYM(cuMemAddressFree) SYM(cuMemCreate)
+	SYM(cuMemRelease) SYM(cuMemMap) SYM(cuMemUnmap) SYM(cuMemSetAccess)
+	SYM(cuMemGetHandleForAddressRange) SYM(cuMemcpyHtoD_v2)
+	SYM(cuMemcpyDtoH_v2) SYM(cuPointerGetAttribute) SYM(cuGetErrorName)
+#undef SYM
+	r = cu.cuInit(0);
+	if (r) {
+		snprintf(why, len, "cuInit: %s (no GPU?)", cuerr(r));
+		return why;
+	}
+	if (cu.cuDeviceGet(&dev, 0)) {
+		snprintf(why, len, "no CUDA device 0");
+		return why;
+	}
+	if (cu.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
+				    dev) || !v) {
+		snprintf(why, len, "device 0 has no dma-buf support "
+			 "(open kernel modules needed)");
+		return why;
+	}
+	v = 0;
+	cu.cuDeviceGetAttribute(&v,
+		CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, dev);
+	cu.gdr = v;
+	if (cu.cuDevicePrimaryCtxRetain(&cu.pctx, dev) ||
+	    cu.cuCtxPushCurrent_v2(cu.pctx)) {
+		snprintf(why, len, "no primary context on device 0");
+		return why;
+	}
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = 0;
+	r = cu.cuMemGetAllocationGranularity(&cu.gran, &prop,
+					     CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+	if (r || !cu.gran) {
+		snprintf(why, len, "no VMM on device 0 (granularity: %s)",
+			 cuerr(r));
+		return why;
+	}
+	cu.size = (size_t)(env ? atoi(env) : 1024) << 20;
+	cu.size = (cu.size + cu.gran - 1) / cu.gran * cu.gran;
+	cu.tol = cu.size / 4;
+	return NULL;
+}
+
+#define CUDA_OR_SKIP()                                                   \
+	do {                                                             \
+		char _why[256];                                          \
+		if (cuda_setup(_why, sizeof(_why)))                      \
+			SKIP(return, "%s", _why);                        \
+	} while (0)
+
+#define CU_OK(call)                                                      \
+	do {                                                             \
+		CUresult _r = (call);                                    \
+		if (_r)                                                  \
+			TH_LOG("%s: %s (%d)", #call, cuerr(_r), _r);     \
+		ASSERT_EQ(CUDA_SUCCESS, _r);                             \
+	} while (0)
+
+static size_t free_mem(void)
+{
+	size_t f = 0, t = 0;
+
+	cu.cuCtxSynchronize();
+	cu.cuMemGetInfo_v2(&f, &t);
+	return f;
+}
+
+/* Free memory once it has settled at least @want (or after 2 s). */
+static size_t free_mem_at_least(size_t want)
+{
+	struct timespec ts = { 0, 50 * 1000 * 1000 };
+	size_t f = free_mem();
+	int i;
+
+	for (i = 0; i < 40 && f < want; i++) {
+		nanosleep(&ts, NULL);
+		f = free_mem();
+	}
+	return f;
+}
+
+/* cuMemCreate of @size on device 0 (GPUDirect RDMA capable if @gdr). */
+static CUresult create(CUmemGenericAllocationHandle *h, size_t size, int gdr)
+{
+	CUmemAllocationProp prop = { 0 };
+
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = 0;
+	prop.allocFlags.gpuDirectRDMACapable = gdr && cu.gdr;
+	return cu.cuMemCreate(h, size, &prop, 0);
+}
+
+/* cuMemCreate + cuMemMap at @va + cuMemSetAccess. */
+static CUresult create_map(CUdeviceptr va, size_t size,
+			   CUmemGenericAllocationHandle *h)
+{
+	CUmemAccessDesc acc = { { CU_MEM_LOCATION_TYPE_DEVICE, 0 },
+				CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	CUresult r = create(h, size, 1);
+
+	if (r)
+		return r;
+	r = cu.cuMemMap(va, size, 0, *h, 0);
+	if (!r)
+		r = cu.cuMemSetAccess(va, size, &acc, 1);
+	return r;
+}
+
+static CUresult unmap_release(CUdeviceptr va, size_t size,
+			      CUmemGenericAllocationHandle h)
+{
+	CUresult r = cu.cuMemUnmap(va, size);
+
+	return r ? r : cu.cuMemRelease(h);
+}
+
+static int export_fd(CUdeviceptr va, size_t size, int *fd)
+{
+	return cu.cuMemGetHandleForAddressRange(fd, va, size,
+						CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+						0);
+}
+
+#define MIB(x) ((x) >> 20)
+
+/* ---- part 1: the driver alone ---- */
+
+TEST_TIMEOUT(dmabuf_fd_holds_released_memory, 120)
+{
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	size_t f0, f1, f2, f3;
+	int fd = -1;
+
+	CUDA_OR_SKIP();
+	CU_OK(cu.cuMemAddressReserve(&va, cu.size, 0, 0, 0));
+	/* control: no export, the memory is back at once */
+	f0 = free_mem();
+	CU_OK(create_map(va, cu.size, &h));
+	f1 = free_mem();
+	CU_OK(unmap_release(va, cu.size, h));
+	f2 = free_mem_at_least(f0 - cu.tol);
+	TH_LOG("no export: free %zu MiB, allocated %zu, released %zu",
+	       MIB(f0), MIB(f1), MIB(f2));
+	EXPECT_GE(f0 - f1 + cu.tol, cu.size);
+	EXPECT_LE(f0 - f2, cu.tol);
+	/* exported: held while the fd is open, back once it is closed */
+	f0 = free_mem();
+	CU_OK(create_map(va, cu.size, &h));
+	CU_OK(export_fd(va, cu.size, &fd));
+	f1 = free_mem();
+	CU_OK(unmap_release(va, cu.size, h));
+	f2 = free_mem();
+	close(fd);
+	f3 = free_mem_at_least(f0 - cu.tol);
+	TH_LOG("exported: free %zu MiB, allocated %zu, released with the fd "
+	       "open %zu, fd closed %zu", MIB(f0), MIB(f1), MIB(f2), MIB(f3));
+	EXPECT_GE(f0 - f2 + cu.tol, cu.size);   /* not back: fd open */
+	EXPECT_LE(f0 - f3, cu.tol);             /* back: fd closed */
+	cu.cuMemAddressFree(va, cu.size);
+}
+
+TEST_TIMEOUT(wake_at_same_va_reexports, 120)
+{
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	struct stat s1, s2;
+	uint32_t in[1024], out[1024];
+	int fd1 = -1, fd2 = -1, i;
+
+	CUDA_OR_SKIP();
+	CU_OK(cu.cuMemAddressReserve(&va, cu.size, 0, 0, 0));
+	CU_OK(create_map(va, cu.size, &h));
+	CU_OK(export_fd(va, cu.size, &fd1));
+	ASSERT_EQ(0, fstat(fd1, &s1));
+	close(fd1);
+	CU_OK(unmap_release(va, cu.size, h));
+	/* an export of the VA now, reserved but unmapped, must fail */
+	EXPECT_NE(CUDA_SUCCESS, export_fd(va, cu.size, &fd2));
+	CU_OK(create_map(va, cu.size, &h));
+	for (i = 0; i < 1024; i++)
+		in[i] = 0x5eed0000u + (uint32_t)i;
+	CU_OK(cu.cuMemcpyHtoD_v2(va + cu.size / 2, in, sizeof(in)));
+	CU_OK(export_fd(va, cu.size, &fd2));
+	ASSERT_EQ(0, fstat(fd2, &s2));
+	EXPECT_NE(s1.st_ino, s2.st_ino);        /* a new dma-buf */
+	CU_OK(cu.cuMemcpyDtoH_v2(out, va + cu.size / 2, sizeof(out)));
+	EXPECT_EQ(0, memcmp(in, out, sizeof(in)));
+	close(fd2);
+	CU_OK(unmap_release(va, cu.size, h));
+	cu.cuMemAddressFree(va, cu.size);
+}
+
+TEST_TIMEOUT(range_over_two_allocations, 120)
+{
+	CUmemGenericAllocationHandle h1, h2;
+	size_t half;
+	CUdeviceptr va;
+	int fd = -1;
+	CUresult r;
+
+	CUDA_OR_SKIP();
+	half = cu.size / 2 / cu.gran * cu.gran;
+	if (!half)
+		half = cu.gran;
+	CU_OK(cu.cuMemAddressReserve(&va, 2 * half, 0, 0, 0));
+	CU_OK(create_map(va, half, &h1));
+	CU_OK(create_map(va + half, half, &h2));
+	/* the whole range, and a sub-range across the seam */
+	CU_OK(export_fd(va, 2 * half, &fd));
+	close(fd);
+	r = export_fd(va + half - 4096 * 4, 4096 * 8, &fd);
+	TH_LOG("sub-range across the seam: %s", cuerr(r));
+	EXPECT_EQ(CUDA_SUCCESS, r);
+	if (!r)
+		close(fd);
+	CU_OK(unmap_release(va + half, half, h2));
+	CU_OK(unmap_release(va, half, h1));
+	cu.cuMemAddressFree(va, 2 * half);
+}
+
+struct lib_run {
+	CUdeviceptr va;
+	size_t size;
+	int rc[4];
+	char msg[4][512];
+};
+
+/* The library, from a thread that never touched CUDA. */
+static void *lib_thread(void *p)
+{
+	struct lib_run *l = p;
+	struct kvdmabuf_options o = { 0 };
+	struct kvdmabuf_region_desc d = { 0 };
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r;
+	char err[512];
+
+	o.cuda_library = cu.path;
+	l->rc[0] = fake_open("protocol: rdma\n", &o, &ctx, err, sizeof(err));
+	if (l->rc[0]) {
+		snprintf(l->msg[0], sizeof(l->msg[0]), "%s", err);
+		return NULL;
+	}
+	d.addr = (void *)(uintptr_t)l->va;
+	d.len = l->size;
+	d.mem = KVDMABUF_MEM_CUDA;
+	d.tag = "kv_cache";
+	l->rc[0] = kvdmabuf_region_add(ctx, &d, &r);
+	snprintf(l->msg[0], sizeof(l->msg[0]), "%s", kvdmabuf_last_error(ctx));
+	if (!l->rc[0]) {
+		l->rc[1] = kvdmabuf_sleep(ctx, NULL);
+		/* the test thread releases here, then wakes too early */
+		l->rc[2] = 1;
+		while (__atomic_load_n(&l->rc[2], __ATOMIC_ACQUIRE) == 1)
+			usleep(1000);
+		l->rc[2] = kvdmabuf_wake(ctx, NULL);
+		snprintf(l->msg[2], sizeof(l->msg[2]), "%s",
+			 kvdmabuf_last_error(ctx));
+		l->rc[3] = 1;
+		while (__atomic_load_n(&l->rc[3], __ATOMIC_ACQUIRE) == 1)
+			usleep(1000);
+		l->rc[3] = kvdmabuf_wake(ctx, NULL);
+		snprintf(l->msg[3], sizeof(l->msg[3]), "%s",
+			 kvdmabuf_last_error(ctx));
+	}
+	kvdmabuf_close(ctx);
+	return NULL;
+}
+
+TEST_TIMEOUT(library_on_real_driver, 120)
+{
+	CUmemGenericAllocationHandle h;
+	struct lib_run l = { 0 };
+	pthread_t t;
+	int gdr = -1;
+
+	CUDA_OR_SKIP();
+	fake_reset(1);
+	fw.module = 1;
+	fw.real_export = 1;
+	l.size = cu.size;
+	CU_OK(cu.cuMemAddressReserve(&l.va, l.size, 0, 0, 0));
+	CU_OK(create_map(l.va, l.size, &h));
+	cu.cuPointerGetAttribute(&gdr,
+				 CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE,
+				 l.va);
+	TH_LOG("IS_GPU_DIRECT_RDMA_CAPABLE: %d (VMM GDR supported: %d)",
+	       gdr & 0xff, cu.gdr);
+	ASSERT_EQ(0, pthread_create(&t, NULL, lib_thread, &l));
+	while (!__atomic_load_n(&l.rc[2], __ATOMIC_ACQUIRE) && !l.rc[0])
+		usleep(1000);
+	if (!l.rc[0]) {
+		ASSERT_EQ(0, l.rc[1]);
+		CU_OK(unmap_release(l.va, l.size, h));      /* engine sleeps */
+		__atomic_store_n(&l.rc[2], 2, __ATOMIC_RELEASE);
+		while (__atomic_load_n(&l.rc[3], __ATOMIC_ACQUIRE) != 1)
+			usleep(1000);
+		CU_OK(create_map(l.va, l.size, &h));         /* engine wakes */
+		__atomic_store_n(&l.rc[3], 2, __ATOMIC_RELEASE);
+	}
+	pthread_join(t, NULL);
+	TH_LOG("add: %d %s", l.rc[0], l.msg[0]);
+	if (cu.gdr || (gdr & 0xff)) {
+		ASSERT_EQ(0, l.rc[0]);
+	} else {
+		/* memory the driver says is not GPUDirect RDMA capable */
+		EXPECT_EQ(-EOPNOTSUPP, l.rc[0]);
+		goto out;
+	}
+	TH_LOG("wake before cuMemMap: %d %s", l.rc[2], l.msg[2]);
+	EXPECT_EQ(-EFAULT, l.rc[2]);
+	TH_LOG("wake after cuMemMap: %d %s", l.rc[3], l.msg[3]);
+	EXPECT_EQ(0, l.rc[3]);
+out:
+	unmap_release(l.va, l.size, h);
+	cu.cuMemAddressFree(l.va, l.size);
+}
+
+/* ---- part 2: proxy and test importer ---- */
+
+static struct imp_nic imp = { .fd = -1 };
+
+TEST_TIMEOUT(proxy_sleep_frees_memory, 180)
+{
+	struct kvdmabuf_options o = { 0 };
+	struct kvdmabuf_region_desc d = { 0 };
+	CUmemGenericAllocationHandle h;
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r;
+	uint32_t key0, key, in[1024], out[1024];
+	struct kvd_imp_access a = { 0 };
+	const char *path;
+	size_t f0, f1, f2;
+	CUdeviceptr va;
+	char err[512];
+	int i, rc;
+
+	CUDA_OR_SKIP();
+	if (access(KVDMABUF_DEVICE_PATH, F_OK))
+		SKIP(return, "%s absent (module not loaded)",
+		     KVDMABUF_DEVICE_PATH);
+	imp.fd = open(KVD_IMPORTER_PATH, O_RDWR | O_CLOEXEC);
+	if (imp.fd < 0)
+		SKIP(return, "%s absent (test importer not loaded)",
+		     KVD_IMPORTER_PATH);
+	path = write_config("protocol: rdma\nmodule: require\n");
+	o.config_path = path;
+	o.cuda_library = cu.path;
+	ASSERT_EQ(0, kvd_open_ops(&o, &imp_nic_ops, &imp, &ctx, err,
+				  sizeof(err)));
+	unlink(path);
+	CU_OK(cu.cuMemAddressReserve(&va, cu.size, 0, 0, 0));
+
+	/* without the library's sleep: the proxy's backing holds it */
+	f0 = free_mem();
+	CU_OK(create_map(va, cu.size, &h));
+	d.addr = (void *)(uintptr_t)va;
+	d.len = cu.size;
+	d.mem = KVDMABUF_MEM_CUDA;
+	d.tag = "kv_cache";
+	rc = kvdmabuf_region_add(ctx, &d, &r);
+	if (rc)
+		TH_LOG("%s", kvdmabuf_last_error(ctx));
+	ASSERT_EQ(0, rc);
+	CU_OK(unmap_release(va, cu.size, h));
+	f1 = free_mem();
+	TH_LOG("released without sleep: free %zu -> %zu MiB", MIB(f0),
+	       MIB(f1));
+	EXPECT_GE(f0 - f1 + cu.tol, cu.size);
+	ASSERT_EQ(0, kvdmabuf_region_remove(r));
+	f1 = free_mem_at_least(f0 - cu.tol);
+	EXPECT_LE(f0 - f1, cu.tol);
+
+	/* with it: back while proxy and importer stay open */
+	f0 = free_mem();
+	CU_OK(create_map(va, cu.size, &h));
+	ASSERT_EQ(0, kvdmabuf_region_add(ctx, &d, &r));
+	ASSERT_EQ(0, kvdmabuf_region_keys(r, 0, &key0, NULL, NULL));
+	ASSERT_EQ(0, kvdmabuf_sleep(ctx, NULL));
+	CU_OK(unmap_release(va, cu.size, h));
+	f1 = free_mem_at_least(f0 - cu.tol);
+	TH_LOG("asleep (proxy and importer open): free %zu -> %zu MiB",
+	       MIB(f0), MIB(f1));
+	EXPECT_LE(f0 - f1, cu.tol);
+	CU_OK(create_map(va, cu.size, &h));
+	for (i = 0; i < 1024; i++)
+		in[i] = 0xa11ce000u + (uint32_t)i;
+	CU_OK(cu.cuMemcpyHtoD_v2(va, in, sizeof(in)));
+	rc = kvdmabuf_wake(ctx, NULL);
+	if (rc)
+		TH_LOG("%s", kvdmabuf_last_error(ctx));
+	ASSERT_EQ(0, rc);
+	f2 = free_mem();
+	TH_LOG("awake again: free %zu MiB", MIB(f2));
+	ASSERT_EQ(0, kvdmabuf_region_keys(r, 0, &key, NULL, NULL));
+	a.handle = key;
+	a.length = sizeof(out);
+	a.buf = (uintptr_t)out;
+	if (ioctl(imp.fd, KVD_IMP_IOCTL_ACCESS, &a)) {
+		TH_LOG("importer read after wake: %s (CPU access to GPU "
+		       "dma-bufs is exporter-dependent; not checked)",
+		       strerror(errno));
+	} else {
+		EXPECT_EQ(0, memcmp(in, out, sizeof(in)));
+	}
+	TH_LOG("key %u -> %u", key0, key);
+	kvdmabuf_close(ctx);
+	CU_OK(unmap_release(va, cu.size, h));
+	cu.cuMemAddressFree(va, cu.size);
+	close(imp.fd);
+}
+
+TEST_HARNESS_MAIN
