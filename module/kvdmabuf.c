@@ -350,12 +350,21 @@ static struct kvd_backing *kvd_backing_create(struct kvd_proxy *proxy,
 	return b;
 }
 
-/* Drop the stale backings no importer map refers to any more. */
+/*
+ * Drop the stale backings no importer map refers to any more, once the
+ * fences importers track their DMA with (any usage, BOOKKEEP included) on
+ * the proxy's reservation object have all signaled: an importer may still
+ * be doing DMA to a backing it has already unmapped.
+ */
 static void kvd_reap(struct kvd_proxy *proxy)
 {
 	struct kvd_backing *b, *tmp;
 
 	lockdep_assert_held(&proxy->lock);
+	if (list_empty(&proxy->stale) ||
+	    !dma_resv_test_signaled(proxy->dmabuf->resv,
+				    DMA_RESV_USAGE_BOOKKEEP))
+		return;
 	/* No map is ever built from a stale backing: zero stays zero. */
 	list_for_each_entry_safe(b, tmp, &proxy->stale, node) {
 		if (READ_ONCE(b->live_maps))
@@ -377,23 +386,38 @@ static bool kvd_stale_room(struct kvd_proxy *proxy)
 }
 
 /*
- * Wait, bounded and interruptibly, until no importer maps a stale backing
- * any more. Called without proxy->lock: importer attach/detach callbacks
- * (MR registration, deregistration, process exit) must not block behind
- * it. The caller holds a reference to the proxy's dma-buf.
+ * The documented revoke order, after the invalidation: wait for the
+ * fences on the proxy's reservation object (DMA_RESV_USAGE_BOOKKEEP: every
+ * fence), then until no importer maps a stale backing any more. Bounded by
+ * @timeout_ms in all, interruptible. Called without any lock: importer
+ * attach/detach callbacks (MR registration, deregistration, process exit)
+ * must not block behind it. The caller holds a reference to the proxy's
+ * dma-buf.
  */
-static int kvd_wait_unmapped(struct kvd_proxy *proxy, u32 timeout_ms)
+static int kvd_wait_idle(struct kvd_proxy *proxy, u32 timeout_ms)
 {
+	struct dma_resv *resv = proxy->dmabuf->resv;
 	long left;
 
 	lockdep_assert_not_held(&proxy->lock);
+	if (!timeout_ms)
+		return dma_resv_test_signaled(resv, DMA_RESV_USAGE_BOOKKEEP) &&
+		       !READ_ONCE(proxy->stale_maps) ? 0 : -ETIMEDOUT;
+
+	/* The remaining time when the fences have signaled. */
+	left = dma_resv_wait_timeout(resv, DMA_RESV_USAGE_BOOKKEEP, true,
+				     msecs_to_jiffies(timeout_ms));
+	if (left == -ERESTARTSYS)
+		return -EINTR;
+	if (left < 0)
+		return left;
+	if (!left)
+		return -ETIMEDOUT;
 	if (!READ_ONCE(proxy->stale_maps))
 		return 0;
-	if (!timeout_ms)
-		return -ETIMEDOUT;
 	left = wait_event_interruptible_timeout(proxy->wq,
 						!READ_ONCE(proxy->stale_maps),
-						msecs_to_jiffies(timeout_ms));
+						left);
 	if (left < 0)
 		return -EINTR;
 	return left ? 0 : -ETIMEDOUT;
@@ -404,7 +428,7 @@ static int kvd_drain(struct kvd_proxy *proxy, u32 timeout_ms)
 {
 	int ret;
 
-	ret = kvd_wait_unmapped(proxy, timeout_ms);
+	ret = kvd_wait_idle(proxy, timeout_ms);
 	mutex_lock(&proxy->lock);
 	kvd_reap(proxy);
 	mutex_unlock(&proxy->lock);

@@ -157,6 +157,14 @@ static inline int imp_release(int imp, int h)
 	return kvd_ioctl(imp, KVD_IMP_IOCTL_RELEASE, &r);
 }
 
+/* Adds a fence to the import's resv that signals @delay_ms from now. */
+static inline int imp_fence(int imp, int h, uint32_t delay_ms)
+{
+	struct kvd_imp_fence f = { .handle = (uint32_t)h, .delay_ms = delay_ms };
+
+	return kvd_ioctl(imp, KVD_IMP_IOCTL_FENCE, &f);
+}
+
 /*
  * Fixture set-up steps: open the module's device, the test importer or
  * vgem into @fd, or skip the test with the reason (what the machine lacks).

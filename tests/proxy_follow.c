@@ -505,6 +505,47 @@ TEST_F(follow, revoke_wait_blocks_no_importer_callback)
 	EXPECT_EQ(0, q.stale_backings);
 }
 
+/*
+ * Revoke waits for the fences importers put on the proxy's reservation
+ * object (DRM importers track their DMA that way) before it drops the
+ * backing; on a timeout the backing stays until they have signaled.
+ */
+TEST_F(follow, revoke_waits_for_fences)
+{
+	struct kvdmabuf_query q;
+	double t0, took;
+
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, self->a, 0));
+	self->h = imp_import(self->imp, self->proxy, 0);
+	ASSERT_GE(self->h, 0);
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, KVD_PAGE));
+
+	ASSERT_EQ(0, imp_fence(self->imp, self->h, 500));
+	t0 = now_s();
+	EXPECT_EQ(0, kvd_revoke(self->dev, self->proxy, 5000));
+	took = now_s() - t0;
+	TH_LOG("revoke with a 500 ms fence took %.3f s", took);
+	EXPECT_GE(took, 0.4);
+	EXPECT_LT(took, 4.0);
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(0, q.stale_backings);
+
+	/* Short timeout: revoked, but the backing is held for the fence. */
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, self->b, 0));
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, KVD_PAGE));
+	ASSERT_EQ(0, imp_fence(self->imp, self->h, 800));
+	EXPECT_EQ(-ETIMEDOUT, kvd_revoke(self->dev, self->proxy, 50));
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(KVDMABUF_STATE_REVOKED, q.state);
+	EXPECT_EQ(0, q.live_mappings);
+	EXPECT_EQ(1, q.stale_backings);
+	EXPECT_EQ(-ETIMEDOUT, kvd_revoke(self->dev, self->proxy, 0));
+	/* Once it signals, the next call drops the backing. */
+	EXPECT_EQ(0, kvd_revoke(self->dev, self->proxy, 5000));
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(0, q.stale_backings);
+}
+
 TEST_F(follow, event_queue_overflow_is_flagged)
 {
 	struct kvdmabuf_event ev[128];

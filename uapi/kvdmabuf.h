@@ -159,7 +159,8 @@ struct kvdmabuf_create {
  * The module attaches to the backing once per importer attachment of the
  * proxy (with the importer's device) and maps it, before changing any state.
  * REPLACE then swaps atomically under the proxy's reservation lock, sends a
- * move notification to the importers, waits for their old mappings to go
+ * move notification to the importers, waits (as REVOKE does) for the fences
+ * on the proxy's reservation object and for their old mappings to go
  * and drops every attachment to the old backing and its reference. The
  * module holds its own reference to the backing; the caller may close
  * @backing_fd afterwards.
@@ -207,8 +208,11 @@ struct kvdmabuf_attach {
  *
  * Marks the proxy revoked and sends a move notification to the importers
  * under the proxy's reservation lock; from then on pin and map fail with
- * -ENODEV. Then waits until no importer mapping of the backing remains and
- * drops every attachment to the backing and the module's reference to it,
+ * -ENODEV. Then waits for every fence on the proxy's reservation object
+ * (DMA_RESV_USAGE_BOOKKEEP: importers such as DRM drivers track their DMA
+ * with them), then until no importer mapping of the backing remains (both
+ * within @timeout_ms), and drops every attachment to the backing and the
+ * module's reference to it,
  * so that its memory can be freed once user space closes its own fds.
  * Revoking a proxy that is not backed changes nothing (and waits again for
  * a backing left over from an earlier timed-out call).
@@ -217,9 +221,13 @@ struct kvdmabuf_attach {
  * KVDMABUF_MAX_TIMEOUT_MS, not a proxy); -E2BIG; -EBADF; -EPERM (the proxy was not created by this device fd); -EAGAIN
  * (the proxy is backed and already holds KVDMABUF_MAX_STALE_BACKINGS old
  * backings: nothing changed); -EBUSY (an importer holds a blocking pin:
- * nothing changed); -EINTR (signal while waiting) and -ETIMEDOUT (timeout): the proxy *is*
- * revoked, the backing is dropped as soon as the last mapping goes
+ * nothing changed); -EINTR (signal while waiting) and -ETIMEDOUT
+ * (timeout): the proxy *is* revoked; the backing is dropped once the
+ * fences have signaled and the last mapping is gone, by the last unmap or
+ * by the next ATTACH, REVOKE or QUERY of the proxy
  * (struct kvdmabuf_query.stale_backings tells; call revoke again to wait).
+ * A stale backing is never dropped while any fence on the proxy's
+ * reservation object is pending.
  */
 struct kvdmabuf_revoke {
 	__u32 size;

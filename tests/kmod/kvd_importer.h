@@ -95,10 +95,31 @@ struct kvd_imp_release {
 	__u32 pad;
 };
 
+/**
+ * struct kvd_imp_fence - KVD_IMP_IOCTL_FENCE argument
+ * @handle: in: import handle
+ * @delay_ms: in: the fence signals this long after the call (at most
+ *	KVD_IMP_MAX_FENCE_DELAY_MS)
+ *
+ * Adds a new dma_fence to the imported dma-buf's reservation object with
+ * DMA_RESV_USAGE_BOOKKEEP (as a DRM driver tracks its DMA) and signals it
+ * from a delayed work item. Fences still pending when the importer fd is
+ * closed are signaled then. Errors: -EINVAL (delay), -ENOENT (handle),
+ * -ENOSPC (KVD_IMP_MAX_FENCES fences on this fd), -ENOMEM, -EINTR.
+ */
+struct kvd_imp_fence {
+	__u32 handle;
+	__u32 delay_ms;
+};
+
+#define KVD_IMP_MAX_FENCE_DELAY_MS	60000
+#define KVD_IMP_MAX_FENCES		64
+
 #define KVD_IMP_IOCTL_MAGIC		0xDC
 #define KVD_IMP_IOCTL_IMPORT	_IOWR(KVD_IMP_IOCTL_MAGIC, 1, struct kvd_imp_import)
 #define KVD_IMP_IOCTL_ACCESS	_IOW(KVD_IMP_IOCTL_MAGIC, 2, struct kvd_imp_access)
 #define KVD_IMP_IOCTL_COUNTERS	_IOWR(KVD_IMP_IOCTL_MAGIC, 3, struct kvd_imp_counters)
 #define KVD_IMP_IOCTL_RELEASE	_IOW(KVD_IMP_IOCTL_MAGIC, 4, struct kvd_imp_release)
+#define KVD_IMP_IOCTL_FENCE	_IOW(KVD_IMP_IOCTL_MAGIC, 5, struct kvd_imp_fence)
 
 #endif /* _UAPI_KVD_IMPORTER_H */
