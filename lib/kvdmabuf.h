@@ -90,9 +90,21 @@ enum kvdmabuf_module_use {
 /** Memory kind of a region. */
 enum kvdmabuf_mem {
 	KVDMABUF_MEM_HOST = 1, /**< host memory, by address */
-	/** CUDA device memory, by device address: region add and wake call
-	 *  the driver API from the calling thread, which must have the
-	 *  memory's CUDA context current (as the engine's own calls do). */
+	/** CUDA device memory, by device address (cuMemCreate + cuMemMap at a
+	 *  reserved VA, or cudaMalloc). Region add and wake export it with
+	 *  the driver API from any thread: the library pushes the primary
+	 *  context of the memory's device (retained until kvdmabuf_close())
+	 *  and pops it, so the caller needs no current context. The range
+	 *  must be mapped, on one device and in one VA reservation; it may
+	 *  span several allocations mapped back to back. Memory the driver
+	 *  reports as not GPUDirect RDMA capable is -EOPNOTSUPP (create it
+	 *  with allocFlags.gpuDirectRDMACapable = 1).
+	 *  Order of calls: kvdmabuf_sleep() before cuMemUnmap/cuMemRelease
+	 *  (the library drops its dma-buf, which otherwise keeps the memory
+	 *  allocated), and kvdmabuf_wake() after cuMemMap of the new memory
+	 *  at the same addresses. A wake while any part of the range is
+	 *  unmapped fails with -EFAULT, naming where the mapping ends, and
+	 *  the region stays asleep. */
 	KVDMABUF_MEM_CUDA = 2,
 	KVDMABUF_MEM_DRM = 3,  /**< DRM buffer: DRM device fd + GEM handle */
 };
