@@ -1,0 +1,470 @@
+# SPDX-License-Identifier: MIT
+"""kvdmabuf - carry RDMA registrations of KV-cache regions through an
+engine's sleep (memory released) and wake (new memory at the same address).
+
+A ctypes binding over the installed C library, libkvdmabuf.so.0 (no compiled
+extension). It mirrors the C API of <kvdmabuf.h>: a :class:`Context` holds
+the configuration, the NICs and the regions; a :class:`Region` is one address
+range registered on every NIC; :meth:`Context.sleep` and :meth:`Context.wake`
+carry the registrations through the engine's sleep and wake, all or nothing.
+
+Errors are :class:`Error` (an :class:`OSError`) or one of its subclasses,
+carrying ``errno`` and the library's message (``strerror``).
+
+The library is loaded by soname; ``KVDMABUF_LIBRARY`` names another file
+(for a build tree). Its run-time version must match this binding's major
+and minor version.
+
+Engine hooks for vLLM and SGLang are in :mod:`kvdmabuf.hooks`.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno as _errno
+import os
+from typing import Callable, Iterable, Iterator, Optional, Sequence, Union
+
+__all__ = [
+    "Context", "Region", "RegionInfo", "State", "Error", "GateRefused",
+    "DrainTimeout", "Busy", "Broken", "gate", "version",
+    "MEM_HOST", "MEM_CUDA", "MEM_DRM", "MODE_FOLLOW", "MODE_REREGISTER",
+    "MODE_HOST", "MODE_NOREG", "MODULE_AUTO", "MODULE_REQUIRE", "MODULE_OFF",
+]
+
+#: The C library version this binding speaks (major, minor).
+BINDING_VERSION = (0, 2)
+SONAME = "libkvdmabuf.so.0"
+
+MEM_HOST, MEM_CUDA, MEM_DRM = 1, 2, 3
+MODE_FOLLOW, MODE_REREGISTER, MODE_HOST, MODE_NOREG = 1, 2, 3, 4
+MODULE_DEFAULT, MODULE_AUTO, MODULE_REQUIRE, MODULE_OFF = 0, 1, 2, 3
+REGION_RELEASED_AT_SLEEP = 1 << 0
+_MEM_NAMES = {"host": MEM_HOST, "cuda": MEM_CUDA, "drm": MEM_DRM}
+
+
+class Error(OSError):
+    """A failed call: ``errno`` and the library's message."""
+
+
+class GateRefused(Error):
+    """Sleep is not supported with this transport (EPROTONOSUPPORT)."""
+
+
+class DrainTimeout(Error):
+    """Transfers were still in flight when the drain bound ran out."""
+
+
+class Busy(Error):
+    """In use: a transfer in flight, a pin, or another thread's sleep."""
+
+
+class Broken(Error):
+    """A region left in no known state by a failed rollback."""
+
+
+_BY_ERRNO = {
+    _errno.EPROTONOSUPPORT: GateRefused,
+    _errno.ETIMEDOUT: DrainTimeout,
+    _errno.EBUSY: Busy,
+}
+
+
+# ---- the C declarations (lib/kvdmabuf.h) ----
+
+_DRAIN_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+_REGIONS_FN = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p),
+                               ctypes.c_uint, ctypes.c_void_p)
+_SLEEP_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
+                             ctypes.c_uint, ctypes.c_void_p)
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [
+        ("config_path", ctypes.c_char_p),
+        ("pds", ctypes.POINTER(ctypes.c_void_p)),
+        ("nr_pds", ctypes.c_uint),
+        ("module", ctypes.c_int),
+        ("drain", _DRAIN_FN),
+        ("drain_arg", ctypes.c_void_p),
+        ("key_change", _REGIONS_FN),
+        ("key_change_arg", ctypes.c_void_p),
+        ("sleep_begin", _SLEEP_FN),
+        ("sleep_begin_arg", ctypes.c_void_p),
+        ("cuda_library", ctypes.c_char_p),
+        ("drain_timeout_ms", ctypes.c_uint),
+        ("access", ctypes.c_uint),
+        ("reserved", ctypes.c_uint64 * 8),
+    ]
+
+
+class _RegionDesc(ctypes.Structure):
+    _fields_ = [
+        ("addr", ctypes.c_void_p),
+        ("len", ctypes.c_size_t),
+        ("mem", ctypes.c_int),
+        ("flags", ctypes.c_uint),
+        ("tag", ctypes.c_char_p),
+        ("drm_fd", ctypes.c_int),
+        ("drm_handle", ctypes.c_uint32),
+        ("nics", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 3),
+    ]
+
+
+class _RegionInfo(ctypes.Structure):
+    _fields_ = [
+        ("addr", ctypes.c_void_p),
+        ("len", ctypes.c_size_t),
+        ("mem", ctypes.c_int),
+        ("mode", ctypes.c_int),
+        ("asleep", ctypes.c_int),
+        ("proxied", ctypes.c_int),
+        ("tag", ctypes.c_char_p),
+        ("key_gen", ctypes.c_uint64),
+        ("inflight", ctypes.c_uint64),
+        ("proxy_id", ctypes.c_uint64),
+        ("broken", ctypes.c_int),
+    ]
+
+
+class _State(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint) for name in (
+        "nr_regions", "nr_asleep", "nr_broken", "nr_follow",
+        "nr_reregister", "nr_host", "nr_noreg", "nr_nics")] + [
+        ("module", ctypes.c_int),
+        ("protocol_rdma", ctypes.c_int),
+        ("inflight", ctypes.c_uint64),
+        ("sleeps", ctypes.c_uint64),
+        ("wakes", ctypes.c_uint64),
+        ("unbalanced_io_end", ctypes.c_uint64),
+    ]
+
+
+def _load() -> ctypes.CDLL:
+    lib = ctypes.CDLL(os.environ.get("KVDMABUF_LIBRARY") or SONAME)
+    P, I, U, VP = (ctypes.POINTER, ctypes.c_int, ctypes.c_uint,
+                   ctypes.c_void_p)
+    sig = {
+        "kvdmabuf_version": (U, []),
+        "kvdmabuf_open": (I, [P(_Options), P(VP), ctypes.c_char_p,
+                              ctypes.c_size_t]),
+        "kvdmabuf_close": (I, [VP]),
+        "kvdmabuf_last_error": (ctypes.c_char_p, [VP]),
+        "kvdmabuf_gate": (I, [ctypes.c_char_p, ctypes.c_char_p,
+                              ctypes.c_size_t]),
+        "kvdmabuf_region_add": (I, [VP, P(_RegionDesc), P(VP)]),
+        "kvdmabuf_region_remove": (I, [VP]),
+        "kvdmabuf_region_keys": (I, [VP, U, P(ctypes.c_uint32),
+                                     P(ctypes.c_uint32),
+                                     P(ctypes.c_uint64)]),
+        "kvdmabuf_region_info": (I, [VP, P(_RegionInfo)]),
+        "kvdmabuf_region_dmabuf": (I, [VP, P(I), P(ctypes.c_uint64)]),
+        "kvdmabuf_query": (I, [VP, P(_State)]),
+        "kvdmabuf_io_begin": (I, [VP]),
+        "kvdmabuf_io_end": (None, [VP]),
+        "kvdmabuf_sleep": (I, [VP, ctypes.c_char_p]),
+        "kvdmabuf_wake": (I, [VP, ctypes.c_char_p]),
+        "kvdmabuf_nic_add": (I, [VP, VP, P(U)]),
+        "kvdmabuf_nic_remove": (I, [VP, U]),
+    }
+    for name, (res, args) in sig.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+    return lib
+
+
+_lib = _load()
+
+
+def version() -> tuple[int, int, int]:
+    """The loaded C library's version (major, minor, patch)."""
+    v = _lib.kvdmabuf_version()
+    return (v >> 16, (v >> 8) & 0xff, v & 0xff)
+
+
+if version()[:2] != BINDING_VERSION:
+    raise ImportError("kvdmabuf: %s is version %d.%d.%d, this binding needs "
+                      "%d.%d" % ((SONAME,) + version() + BINDING_VERSION))
+
+
+def _raise(rc: int, msg: str) -> None:
+    cls = _BY_ERRNO.get(-rc, Error)
+    raise cls(-rc, msg or os.strerror(-rc))
+
+
+def _b(s: Optional[str]) -> Optional[bytes]:
+    return None if s is None else os.fsencode(s)
+
+
+def gate(config_path: Optional[str] = None) -> tuple[bool, str]:
+    """Is sleep supported with this config (``$KVDMABUF_CONFIG`` if None)?
+
+    Returns (supported, reason). Loads no CUDA library, opens no device.
+    Raises :class:`Error` when the config is missing or invalid.
+    """
+    buf = ctypes.create_string_buffer(512)
+    rc = _lib.kvdmabuf_gate(_b(config_path), buf, len(buf))
+    msg = buf.value.decode(errors="replace")
+    if rc < 0:
+        _raise(rc, msg)
+    return rc == 1, msg
+
+
+class RegionInfo:
+    """State of one region (see ``struct kvdmabuf_region_info``)."""
+
+    def __init__(self, c: _RegionInfo):
+        self.addr: int = c.addr or 0
+        self.length: int = c.len
+        self.mem: int = c.mem
+        self.mode: int = c.mode
+        self.asleep: bool = bool(c.asleep)
+        self.proxied: bool = bool(c.proxied)
+        self.tag: str = (c.tag or b"").decode()
+        self.key_gen: int = c.key_gen
+        self.inflight: int = c.inflight
+        self.proxy_id: int = c.proxy_id
+        self.broken: int = c.broken
+
+    def __repr__(self) -> str:
+        return "RegionInfo(%s)" % ", ".join(
+            "%s=%r" % kv for kv in vars(self).items())
+
+
+class State:
+    """State of a context (see ``struct kvdmabuf_state``)."""
+
+    def __init__(self, c: _State):
+        for name, _ in _State._fields_:
+            setattr(self, name, getattr(c, name))
+
+    def __repr__(self) -> str:
+        return "State(%s)" % ", ".join("%s=%r" % kv for kv in vars(self).items())
+
+
+class Region:
+    """One address range registered on every NIC of its context."""
+
+    def __init__(self, ctx: "Context", handle: int):
+        self._ctx = ctx
+        self._h = ctypes.c_void_p(handle)
+
+    @property
+    def handle(self) -> int:
+        """The C ``struct kvdmabuf_region *`` (for C transfer code)."""
+        return self._h.value or 0
+
+    def keys(self, nic: int = 0) -> tuple[int, int, int]:
+        """(lkey, rkey, key_gen) on NIC ``nic``; FileNotFoundError-like
+        :class:`Error` (ENOENT) while not registered."""
+        lk, rk, gen = ctypes.c_uint32(), ctypes.c_uint32(), ctypes.c_uint64()
+        rc = _lib.kvdmabuf_region_keys(self._h, nic, ctypes.byref(lk),
+                                       ctypes.byref(rk), ctypes.byref(gen))
+        if rc < 0:
+            _raise(rc, "region keys on NIC %d: %s" % (nic, os.strerror(-rc)))
+        return lk.value, rk.value, gen.value
+
+    def info(self) -> RegionInfo:
+        c = _RegionInfo()
+        rc = _lib.kvdmabuf_region_info(self._h, ctypes.byref(c))
+        if rc < 0:
+            _raise(rc, "")
+        return RegionInfo(c)
+
+    def dmabuf(self) -> tuple[int, int]:
+        """(fd, offset) of the region's proxy dma-buf, owned by the library."""
+        fd, off = ctypes.c_int(), ctypes.c_uint64()
+        rc = _lib.kvdmabuf_region_dmabuf(self._h, ctypes.byref(fd),
+                                         ctypes.byref(off))
+        if rc < 0:
+            _raise(rc, "region has no proxy dma-buf")
+        return fd.value, off.value
+
+    def io_begin(self) -> bool:
+        """Count a transfer; False when the region sleeps (do not touch it)."""
+        return _lib.kvdmabuf_io_begin(self._h) == 0
+
+    def io_end(self) -> None:
+        _lib.kvdmabuf_io_end(self._h)
+
+    @contextlib.contextmanager
+    def io(self) -> Iterator[None]:
+        """``with region.io():`` wraps a transfer batch; raises
+        :class:`Error` (ESHUTDOWN) when the region is going to sleep."""
+        if not self.io_begin():
+            raise Error(_errno.ESHUTDOWN, "region is asleep or going to sleep")
+        try:
+            yield
+        finally:
+            self.io_end()
+
+    def remove(self) -> None:
+        self._ctx._remove(self)
+
+
+KeyChangeFn = Callable[[Sequence[Region]], None]
+SleepBeginFn = Callable[[Sequence[Region]], None]
+DrainFn = Callable[[], bool]
+
+
+class Context:
+    """A kvdmabuf context: ``kvdmabuf_open()`` ... ``kvdmabuf_close()``.
+
+    :param config_path: YAML config (None: ``$KVDMABUF_CONFIG``)
+    :param pds: the engine's protection domains: pyverbs ``PD`` objects (their
+        ``.pd`` pointer) or raw ``struct ibv_pd *`` addresses; empty: the
+        library opens the config's NICs itself
+    :param key_change: called with the regions whose keys changed, once per
+        sleep or wake, before I/O resumes: republish their keys
+    :param sleep_begin: called with the regions that stop now, before the
+        drain: tell peers that use their rkeys to stop
+    :param drain: called while draining; return True once local queues and
+        the peers are quiet
+    """
+
+    def __init__(self, config_path: Optional[str] = None, *,
+                 pds: Iterable[object] = (), module: int = MODULE_DEFAULT,
+                 key_change: Optional[KeyChangeFn] = None,
+                 sleep_begin: Optional[SleepBeginFn] = None,
+                 drain: Optional[DrainFn] = None,
+                 drain_timeout_ms: int = 0, access: int = 0,
+                 cuda_library: Optional[str] = None):
+        self._h = ctypes.c_void_p()
+        self._regions: dict[int, Region] = {}
+        self._cb_error: Optional[BaseException] = None
+        ptrs = [int(getattr(p, "pd", p)) for p in pds]
+        self._pds = (ctypes.c_void_p * max(len(ptrs), 1))(*ptrs)
+        o = _Options()
+        o.config_path = _b(config_path)
+        o.pds = ctypes.cast(self._pds, ctypes.POINTER(ctypes.c_void_p))
+        o.nr_pds = len(ptrs)
+        o.module = module
+        o.drain_timeout_ms = drain_timeout_ms
+        o.access = access
+        o.cuda_library = _b(cuda_library)
+        # keep the C trampolines alive as long as the context
+        self._c_key_change = _REGIONS_FN(self._on_keys) if key_change \
+            else _REGIONS_FN()
+        self._c_sleep_begin = _SLEEP_FN(self._on_sleep_begin) if sleep_begin \
+            else _SLEEP_FN()
+        self._c_drain = _DRAIN_FN(self._on_drain) if drain else _DRAIN_FN()
+        self._key_change, self._sleep_begin, self._drain = (
+            key_change, sleep_begin, drain)
+        o.key_change, o.sleep_begin, o.drain = (
+            self._c_key_change, self._c_sleep_begin, self._c_drain)
+        err = ctypes.create_string_buffer(512)
+        rc = _lib.kvdmabuf_open(ctypes.byref(o), ctypes.byref(self._h), err,
+                                len(err))
+        if rc < 0:
+            _raise(rc, err.value.decode(errors="replace"))
+
+    # -- callbacks (from the thread running sleep or wake; the C library
+    #    holds no lock, ctypes takes the GIL) --
+    def _regions_of(self, arr, n) -> list[Region]:
+        return [self._regions[arr[i]] for i in range(n) if arr[i] in self._regions]
+
+    def _on_keys(self, arr, n, _arg) -> None:
+        try:
+            self._key_change(self._regions_of(arr, n))
+        except BaseException as e:      # never across the C frames
+            self._cb_error = e
+
+    def _on_sleep_begin(self, arr, n, _arg) -> int:
+        try:
+            self._sleep_begin(self._regions_of(arr, n))
+            return 0
+        except OSError as e:
+            self._cb_error = e
+            return -(e.errno or _errno.ECANCELED)
+        except BaseException as e:
+            self._cb_error = e
+            return -_errno.ECANCELED
+
+    def _on_drain(self, _arg) -> int:
+        try:
+            return 1 if self._drain() else 0
+        except BaseException as e:
+            self._cb_error = e
+            return -_errno.ECANCELED
+
+    # -- calls --
+    def _check(self, rc: int) -> int:
+        cb, self._cb_error = self._cb_error, None
+        if rc < 0:
+            msg = (_lib.kvdmabuf_last_error(self._h) or b"").decode(
+                errors="replace")
+            _raise(rc, msg)
+        if cb is not None:
+            raise cb
+        return rc
+
+    @property
+    def handle(self) -> int:
+        """The C ``struct kvdmabuf_ctx *``."""
+        return self._h.value or 0
+
+    def add_region(self, addr: int, length: int, mem: Union[int, str] = MEM_HOST,
+                   *, tag: str = "", released_at_sleep: bool = False,
+                   drm_fd: int = -1, drm_handle: int = 0,
+                   nics: int = 0) -> Region:
+        """Export (device memory) and register [addr, addr+length) on every
+        NIC (or the NICs of bit mask ``nics``); see ``kvdmabuf_region_add``."""
+        d = _RegionDesc()
+        d.addr, d.len = addr, length
+        d.mem = _MEM_NAMES.get(mem, mem) if isinstance(mem, str) else mem
+        d.flags = REGION_RELEASED_AT_SLEEP if released_at_sleep else 0
+        d.tag = tag.encode()
+        d.drm_fd, d.drm_handle, d.nics = drm_fd, drm_handle, nics
+        h = ctypes.c_void_p()
+        self._check(_lib.kvdmabuf_region_add(self._h, ctypes.byref(d),
+                                             ctypes.byref(h)))
+        r = Region(self, h.value)
+        self._regions[h.value] = r
+        return r
+
+    def _remove(self, r: Region) -> None:
+        self._check(_lib.kvdmabuf_region_remove(r._h))
+        self._regions.pop(r.handle, None)
+
+    def sleep(self, tag: Optional[str] = None) -> None:
+        """Before the engine unmaps the memory of the regions tagged ``tag``
+        (None: all): stop I/O, drain, release. All or nothing."""
+        self._check(_lib.kvdmabuf_sleep(self._h, _b(tag)))
+
+    def wake(self, tag: Optional[str] = None) -> None:
+        """After the engine mapped new memory at the same addresses."""
+        self._check(_lib.kvdmabuf_wake(self._h, _b(tag)))
+
+    def query(self) -> State:
+        c = _State()
+        self._check(_lib.kvdmabuf_query(self._h, ctypes.byref(c)))
+        return State(c)
+
+    def regions(self) -> list[Region]:
+        return list(self._regions.values())
+
+    def nic_add(self, pd: object) -> int:
+        """A NIC (pyverbs PD or ``struct ibv_pd *``) joins; returns its index."""
+        idx = ctypes.c_uint()
+        self._check(_lib.kvdmabuf_nic_add(
+            self._h, ctypes.c_void_p(int(getattr(pd, "pd", pd))),
+            ctypes.byref(idx)))
+        return idx.value
+
+    def nic_remove(self, nic: int) -> None:
+        self._check(_lib.kvdmabuf_nic_remove(self._h, nic))
+
+    def close(self) -> None:
+        """Remove every region and free the context (Busy while a transfer
+        is in flight: nothing is removed then)."""
+        if self._h:
+            self._check(_lib.kvdmabuf_close(self._h))
+            self._h = ctypes.c_void_p()
+            self._regions.clear()
+
+    def __enter__(self) -> "Context":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,129 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""py_binding - the Python binding (lib/python/kvdmabuf) on the host, over
+this tree's libkvdmabuf.so.0 with protocol tcp (no NIC needed): version
+check, errors as OSError subclasses carrying the library's message, regions
+and the io() context manager, sleep and wake, the sleep-start and drain
+callbacks (abort, time-out), close refused while a transfer is in flight.
+The RDMA side (keys, pyverbs peers) is tests/py_engine.py, in the VM."""
+import errno
+import mmap
+import os
+import tempfile
+
+import ktap
+from ktap import check
+
+ktap.use_build_tree()
+import kvdmabuf  # noqa: E402
+
+PAGE = mmap.PAGESIZE
+
+
+def config(text):
+    f = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
+    f.write(text)
+    f.close()
+    return f.name
+
+
+def buf(n):
+    m = mmap.mmap(-1, n)
+    import ctypes
+    return m, ctypes.addressof(ctypes.c_char.from_buffer(m))
+
+
+def expect(exc, errno_, fn, *args, **kw):
+    try:
+        fn(*args, **kw)
+    except exc as e:
+        check(e.errno == errno_, "errno %s, wanted %s" % (e.errno, errno_))
+        check(isinstance(e, OSError), "not an OSError")
+        return e
+    raise AssertionError("%s not raised" % exc.__name__)
+
+
+def version_matches_the_library():
+    check(kvdmabuf.version()[:2] == kvdmabuf.BINDING_VERSION,
+          str(kvdmabuf.version()))
+
+
+def gate_and_open_errors_carry_the_message():
+    ok, why = kvdmabuf.gate(config("protocol: TCP\n"))
+    check(ok, why)
+    ok, why = kvdmabuf.gate(config("protocol: nvlink\n"))
+    check(not ok and "nvlink" in why, why)
+    e = expect(kvdmabuf.GateRefused, errno.EPROTONOSUPPORT,
+               kvdmabuf.Context, config("protocol: nvlink\n"))
+    check("nvlink" in e.strerror, e.strerror)
+    e = expect(kvdmabuf.Error, errno.ENOENT, kvdmabuf.Context,
+               "/nonexistent/k.yaml")
+    check("/nonexistent/k.yaml" in e.strerror, e.strerror)
+    e = expect(kvdmabuf.Error, errno.EINVAL, kvdmabuf.Context,
+               config("protocol: tcp\nbogus: 1\n"))
+    check("unknown key 'bogus'" in e.strerror, e.strerror)
+
+
+def regions_sleep_and_wake():
+    m, addr = buf(4 * PAGE)
+    with kvdmabuf.Context(config("protocol: tcp\n")) as ctx:
+        kv = ctx.add_region(addr, 2 * PAGE, "drm", tag="kv_cache", drm_fd=0)
+        host = ctx.add_region(addr + 2 * PAGE, PAGE, tag="host")
+        check(kv.info().mode == kvdmabuf.MODE_NOREG)
+        check(host.info().mode == kvdmabuf.MODE_HOST)
+        expect(kvdmabuf.Error, errno.ENOENT, kv.keys, 0)
+        e = expect(kvdmabuf.Error, errno.EINVAL, ctx.add_region, addr + 1,
+                   PAGE)
+        check("page aligned" in e.strerror, e.strerror)
+        with kv.io():
+            check(ctx.query().inflight == 1)
+        ctx.sleep("kv_cache")
+        check(kv.info().asleep and not host.info().asleep)
+        expect(kvdmabuf.Error, errno.ESHUTDOWN, kv.io().__enter__)
+        with host.io():
+            pass
+        ctx.wake()
+        check(not kv.info().asleep)
+        st = ctx.query()
+        check(st.sleeps == 1 and st.wakes == 1 and st.nr_noreg == 1, str(st))
+        kv.remove()
+        check(len(ctx.regions()) == 1)
+    m.close()
+
+
+def sleep_start_and_drain_callbacks():
+    m, addr = buf(2 * PAGE)
+    started, polls = [], []
+
+    def refuse(regions):
+        started.append([r.info().tag for r in regions])
+        raise kvdmabuf.Busy(errno.EBUSY, "peer still reading")
+
+    ctx = kvdmabuf.Context(config("protocol: tcp\n"), sleep_begin=refuse,
+                           drain=lambda: polls.append(1) or False,
+                           drain_timeout_ms=50)
+    kv = ctx.add_region(addr, PAGE, "drm", tag="kv", drm_fd=0)
+    e = expect(kvdmabuf.Busy, errno.EBUSY, ctx.sleep)
+    check(started == [["kv"]], str(started))
+    check("sleep-start callback failed" in e.strerror, e.strerror)
+    check(not kv.info().asleep)
+    ctx._sleep_begin = lambda regions: None
+    e = expect(kvdmabuf.DrainTimeout, errno.ETIMEDOUT, ctx.sleep)
+    check("drain timed out" in e.strerror and polls, e.strerror)
+    check(not kv.info().asleep and kv.io_begin())
+    expect(kvdmabuf.Busy, errno.EBUSY, ctx.close)
+    kv.io_end()
+    ctx._drain = lambda: True
+    ctx.sleep()
+    check(kv.info().asleep)
+    ctx.close()
+    m.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(ktap.main([
+        version_matches_the_library,
+        gate_and_open_errors_carry_the_message,
+        regions_sleep_and_wake,
+        sleep_start_and_drain_callbacks,
+    ]))
