@@ -83,14 +83,21 @@ struct kvd_backing {
 	u64 offset;
 	struct list_head slots;		/* struct kvd_slot; proxy->lock */
 	unsigned int live_maps;		/* importer tables built from it; resv */
+	bool invalidated;		/* its exporter sent a move notification */
 };
 
-/* The module's attachment to a backing, for one importer attachment. */
+/*
+ * The module's attachment to a backing, for one importer attachment: a
+ * dynamic, peer-to-peer capable attachment, pinned while mapped.
+ */
 struct kvd_slot {
 	struct list_head node;		/* backing->slots */
+	struct kvd_backing *b;
+	struct kvd_proxy *proxy;
 	struct kvd_attach *ka;
 	struct dma_buf_attachment *bat;
 	struct sg_table *bsgt;
+	bool dying;			/* unpinning; backing resv */
 };
 
 /* attach->priv of an importer attachment to a proxy. */
@@ -122,6 +129,8 @@ struct kvd_proxy {
 	u64 notifications;		/* lock + resv to write */
 	unsigned int live_maps;		/* resv */
 	unsigned int stale_maps;	/* maps of stale backings; resv to write */
+	u32 revoke_reason;		/* KVDMABUF_REVOKE_*; lock + resv */
+	struct work_struct inval_work;	/* the backing's exporter invalidated it */
 	wait_queue_head_t wq;		/* stale_maps reached zero */
 	struct work_struct reap_work;
 	struct list_head global;	/* kvd_proxies; kvd_proxies_lock */
@@ -252,9 +261,31 @@ static u64 kvd_sgt_dma_len(struct sg_table *sgt)
 	return len;
 }
 
+/*
+ * The backing's exporter moved or revoked it (device reset, unplug, a
+ * revocable exporter): called with the backing's resv held, so only note
+ * it and let a work item revoke the proxy under proxy->lock.
+ */
+static void kvd_backing_notify(struct dma_buf_attachment *bat)
+{
+	struct kvd_slot *slot = bat->importer_priv;
+
+	dma_resv_assert_held(bat->dmabuf->resv);
+	if (slot->dying)
+		return;		/* our own unpin let it move: nothing to follow */
+	WRITE_ONCE(slot->b->invalidated, true);
+	schedule_work(&slot->proxy->inval_work);
+}
+
+static const struct dma_buf_attach_ops kvd_backing_attach_ops = {
+	.allow_peer2peer = true,
+	.KVD_IMPORTER_NOTIFY_OP = kvd_backing_notify,
+};
+
 static int kvd_slot_create(struct kvd_backing *b, struct kvd_attach *ka,
 			   u64 length)
 {
+	struct dma_resv *bresv = b->dmabuf->resv;
 	struct kvd_slot *slot;
 	int ret;
 
@@ -262,29 +293,52 @@ static int kvd_slot_create(struct kvd_backing *b, struct kvd_attach *ka,
 	if (!slot)
 		return -ENOMEM;
 
+	slot->b = b;
 	slot->ka = ka;
-	slot->bat = dma_buf_attach(b->dmabuf, ka->attach->dev);
+	slot->proxy = ka->attach->dmabuf->priv;
+	/*
+	 * Dynamic and p2p: a static attachment would make exporters such as
+	 * amdgpu or xe migrate the buffer to system memory and pin it there,
+	 * and would never hear of the backing being moved or revoked.
+	 */
+	slot->bat = dma_buf_dynamic_attach(b->dmabuf, ka->attach->dev,
+					   &kvd_backing_attach_ops, slot);
 	if (IS_ERR(slot->bat)) {
 		ret = PTR_ERR(slot->bat);
 		goto err_free;
 	}
-	slot->bsgt = kvd_map_attachment_unlocked(slot->bat, DMA_BIDIRECTIONAL);
+	/*
+	 * Pinned while the module maps it (importers map the proxy at any
+	 * time from the module's table). Only the backing's resv is taken
+	 * here, never inside or around the proxy's.
+	 */
+	dma_resv_lock(bresv, NULL);
+	ret = dma_buf_pin(slot->bat);
+	if (ret)
+		goto err_unlock;
+	slot->bsgt = dma_buf_map_attachment(slot->bat, DMA_BIDIRECTIONAL);
 	if (IS_ERR_OR_NULL(slot->bsgt)) {
 		ret = slot->bsgt ? PTR_ERR(slot->bsgt) : -EIO;
-		goto err_detach;
+		goto err_unpin;
 	}
 	/* An exporter may map less than its size: refuse it now, not at a fault. */
 	if (kvd_sgt_dma_len(slot->bsgt) < b->offset + length) {
 		ret = -ERANGE;
 		goto err_unmap;
 	}
+	dma_resv_unlock(bresv);
 	list_add_tail(&slot->node, &b->slots);
 	atomic_inc(&kvd_nr_slots);
 	return 0;
 
 err_unmap:
-	kvd_unmap_attachment_unlocked(slot->bat, slot->bsgt, DMA_BIDIRECTIONAL);
-err_detach:
+	slot->dying = true;
+	dma_buf_unmap_attachment(slot->bat, slot->bsgt, DMA_BIDIRECTIONAL);
+err_unpin:
+	slot->dying = true;
+	dma_buf_unpin(slot->bat);
+err_unlock:
+	dma_resv_unlock(bresv);
 	dma_buf_detach(b->dmabuf, slot->bat);
 err_free:
 	kfree(slot);
@@ -293,11 +347,30 @@ err_free:
 
 static void kvd_slot_destroy(struct kvd_backing *b, struct kvd_slot *slot)
 {
+	struct dma_resv *bresv = b->dmabuf->resv;
+
 	list_del(&slot->node);
-	kvd_unmap_attachment_unlocked(slot->bat, slot->bsgt, DMA_BIDIRECTIONAL);
+	dma_resv_lock(bresv, NULL);
+	slot->dying = true;
+	dma_buf_unmap_attachment(slot->bat, slot->bsgt, DMA_BIDIRECTIONAL);
+	dma_buf_unpin(slot->bat);
+	dma_resv_unlock(bresv);
 	dma_buf_detach(b->dmabuf, slot->bat);
 	kfree(slot);
 	atomic_dec(&kvd_nr_slots);
+}
+
+/* Attachments of @b that are dynamic and peer-to-peer (all of them). */
+static unsigned int kvd_count_p2p(struct kvd_backing *b)
+{
+	struct kvd_slot *slot;
+	unsigned int n = 0;
+
+	list_for_each_entry(slot, &b->slots, node)
+		if (dma_buf_attachment_is_dynamic(slot->bat) &&
+		    slot->bat->peer2peer)
+			n++;
+	return n;
 }
 
 static struct kvd_slot *kvd_slot_find(struct kvd_backing *b,
@@ -442,6 +515,56 @@ static void kvd_reap_work(struct work_struct *work)
 
 	mutex_lock(&proxy->lock);
 	kvd_reap(proxy);
+	mutex_unlock(&proxy->lock);
+}
+
+/*
+ * Take the current backing away from the importers, under the proxy's resv
+ * (proxy->lock held): the common part of REVOKE and of an invalidation by
+ * the backing's exporter. Returns the old backing, now on the stale list.
+ */
+static struct kvd_backing *kvd_unback(struct kvd_proxy *proxy, u32 reason)
+{
+	struct kvd_backing *old = proxy->backing;
+	struct kvd_attach *ka;
+
+	lockdep_assert_held(&proxy->lock);
+	dma_resv_assert_held(proxy->dmabuf->resv);
+	proxy->backing = NULL;
+	list_for_each_entry(ka, &proxy->attachments, node)
+		ka->cur = NULL;
+	proxy->state = KVDMABUF_STATE_REVOKED;
+	proxy->revoke_reason = reason;
+	proxy->generation++;
+	WRITE_ONCE(proxy->stale_maps, proxy->stale_maps + old->live_maps);
+	proxy->notifications++;
+	kvd_dma_buf_notify(proxy->dmabuf);
+	list_add_tail(&old->node, &proxy->stale);
+	return old;
+}
+
+/*
+ * The exporter of the current backing invalidated it: revoke the proxy.
+ * Not refused by blocking pins nor by the stale bound (the backing is
+ * going away whatever we do); nothing waits here, the stale backing is
+ * reaped once idle.
+ */
+static void kvd_inval_work(struct work_struct *work)
+{
+	struct kvd_proxy *proxy = container_of(work, struct kvd_proxy,
+					       inval_work);
+	struct kvd_backing *b;
+
+	mutex_lock(&proxy->lock);
+	b = proxy->backing;
+	if (b && READ_ONCE(b->invalidated)) {
+		dma_resv_lock(proxy->dmabuf->resv, NULL);
+		kvd_unback(proxy, KVDMABUF_REVOKE_EXPORTER);
+		dma_resv_unlock(proxy->dmabuf->resv);
+		pr_debug("proxy %llu: backing invalidated by its exporter, revoked, generation %llu\n",
+			 proxy->id, proxy->generation);
+		kvd_event(proxy, KVDMABUF_STATE_REVOKED);
+	}
 	mutex_unlock(&proxy->lock);
 }
 
@@ -669,6 +792,8 @@ static void kvd_release(struct dma_buf *dmabuf)
 		kvd_backing_destroy(b);
 	}
 	mutex_unlock(&proxy->lock);
+	/* Every backing attachment is gone: no new invalidation can come. */
+	cancel_work_sync(&proxy->inval_work);
 
 	pr_debug("proxy %llu: released\n", proxy->id);
 	kvd_event(proxy, KVDMABUF_STATE_RELEASED);
@@ -805,6 +930,7 @@ static long kvd_ioctl_create(struct kvd_ctx *ctx, void __user *uarg)
 	INIT_LIST_HEAD(&proxy->global);
 	init_waitqueue_head(&proxy->wq);
 	INIT_WORK(&proxy->reap_work, kvd_reap_work);
+	INIT_WORK(&proxy->inval_work, kvd_inval_work);
 	proxy->length = arg.length;
 	proxy->state = KVDMABUF_STATE_UNBACKED;
 	proxy->id = atomic64_inc_return(&kvd_next_id);
@@ -934,6 +1060,7 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 	list_for_each_entry(ka, &proxy->attachments, node)
 		ka->cur = kvd_slot_find(b, ka);
 	proxy->state = KVDMABUF_STATE_BACKED;
+	proxy->revoke_reason = KVDMABUF_REVOKE_NONE;
 	proxy->generation++;
 	if (old) {
 		WRITE_ONCE(proxy->stale_maps, proxy->stale_maps + old->live_maps);
@@ -986,7 +1113,6 @@ static long kvd_ioctl_revoke(struct kvd_ctx *ctx, void __user *uarg)
 	struct kvd_backing *old = NULL;
 	struct kvdmabuf_revoke arg;
 	struct kvd_proxy *proxy;
-	struct kvd_attach *ka;
 	u32 usize;
 	int ret;
 
@@ -1016,17 +1142,8 @@ static long kvd_ioctl_revoke(struct kvd_ctx *ctx, void __user *uarg)
 		ret = -EBUSY;
 		goto out_unlock;
 	}
-	if (proxy->state == KVDMABUF_STATE_BACKED) {
-		old = proxy->backing;
-		proxy->backing = NULL;
-		list_for_each_entry(ka, &proxy->attachments, node)
-			ka->cur = NULL;
-		proxy->state = KVDMABUF_STATE_REVOKED;
-		proxy->generation++;
-		WRITE_ONCE(proxy->stale_maps, proxy->stale_maps + old->live_maps);
-		proxy->notifications++;
-		kvd_dma_buf_notify(proxy->dmabuf);
-	}
+	if (proxy->state == KVDMABUF_STATE_BACKED)
+		old = kvd_unback(proxy, KVDMABUF_REVOKE_USER);
 	arg.generation = proxy->generation;
 	dma_resv_unlock(proxy->dmabuf->resv);
 
@@ -1034,7 +1151,6 @@ static long kvd_ioctl_revoke(struct kvd_ctx *ctx, void __user *uarg)
 		pr_debug("proxy %llu: revoked, generation %llu\n", proxy->id,
 			 proxy->generation);
 		kvd_event(proxy, KVDMABUF_STATE_REVOKED);
-		list_add_tail(&old->node, &proxy->stale);
 	}
 	mutex_unlock(&proxy->lock);
 	ret = kvd_drain(proxy, arg.timeout_ms);
@@ -1078,13 +1194,17 @@ static long kvd_ioctl_query(void __user *uarg)
 	kvd_reap(proxy);
 	arg.stale_backings = 0;
 	arg.backing_attachments = 0;
+	arg.p2p_backing_attachments = 0;
 	list_for_each_entry(b, &proxy->stale, node) {
 		arg.stale_backings++;
 		arg.backing_attachments += kvd_count(&b->slots);
+		arg.p2p_backing_attachments += kvd_count_p2p(b);
 	}
-	if (proxy->backing)
+	if (proxy->backing) {
 		arg.backing_attachments +=
 			kvd_count(&proxy->backing->slots);
+		arg.p2p_backing_attachments += kvd_count_p2p(proxy->backing);
+	}
 
 	dma_resv_lock(proxy->dmabuf->resv, NULL);
 	arg.state = proxy->state;
@@ -1106,6 +1226,7 @@ static long kvd_ioctl_query(void __user *uarg)
 	}
 	arg.live_mappings = proxy->live_maps;
 	arg.notifications = proxy->notifications;
+	arg.revoke_reason = proxy->revoke_reason;
 	dma_resv_unlock(proxy->dmabuf->resv);
 	mutex_unlock(&proxy->lock);
 

@@ -136,6 +136,45 @@ TEST_F(follow, revoke_then_attach_new_backing)
 	EXPECT_EQ(2, c.maps);
 }
 
+/*
+ * The module attaches to backings as a dynamic, peer-to-peer importer (a
+ * static attachment would make GPU exporters migrate and pin the buffer
+ * in system memory); QUERY says why the proxy is revoked.
+ */
+TEST_F(follow, backing_attachments_are_dynamic_p2p)
+{
+	struct kvdmabuf_query q;
+	int h2;
+
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, self->a, 0));
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(KVDMABUF_REVOKE_NONE, q.revoke_reason);
+	self->h = imp_import(self->imp, self->proxy, 0);
+	ASSERT_GE(self->h, 0);
+	h2 = imp_import(self->imp, self->proxy, KVD_IMP_IMPORT_LAZY);
+	ASSERT_GE(h2, 0);
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_A));
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(2, q.backing_attachments);
+	EXPECT_EQ(2, q.p2p_backing_attachments);
+
+	ASSERT_EQ(0, kvd_revoke(self->dev, self->proxy, 1000));
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(KVDMABUF_REVOKE_USER, q.revoke_reason);
+	EXPECT_EQ(0, q.backing_attachments);
+
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, self->b, 0));
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(KVDMABUF_REVOKE_NONE, q.revoke_reason);
+	EXPECT_EQ(2, q.p2p_backing_attachments);
+	ASSERT_EQ(0, imp_read(self->imp, h2, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_B));
+	EXPECT_EQ(0, imp_release(self->imp, h2));
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(1, q.p2p_backing_attachments);
+}
+
 TEST_F(follow, replace_swaps_under_a_mapped_importer)
 {
 	struct kvd_imp_counters c;

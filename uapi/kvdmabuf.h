@@ -82,6 +82,19 @@
 /** KVDMABUF_STATE_RELEASED - (events only) the proxy dma-buf was freed */
 #define KVDMABUF_STATE_RELEASED		3
 
+/* Why a proxy is revoked (struct kvdmabuf_query.revoke_reason). */
+/** KVDMABUF_REVOKE_NONE - not revoked (unbacked or backed) */
+#define KVDMABUF_REVOKE_NONE		0
+/** KVDMABUF_REVOKE_USER - revoked by KVDMABUF_IOCTL_REVOKE */
+#define KVDMABUF_REVOKE_USER		1
+/**
+ * KVDMABUF_REVOKE_EXPORTER - the backing's exporter invalidated it (moved
+ * or revoked it: device reset, unplug, a revocable exporter); the module
+ * revoked the proxy on its own, notified the importers and queued a
+ * KVDMABUF_STATE_REVOKED event. Attach a new backing to go on.
+ */
+#define KVDMABUF_REVOKE_EXPORTER	2
+
 /**
  * struct kvdmabuf_version - KVDMABUF_IOCTL_VERSION argument
  * @size: in: sizeof(struct kvdmabuf_version)
@@ -259,6 +272,11 @@ struct kvdmabuf_revoke {
  * @stale_backings: out: old backings still held because importers have
  *	not yet dropped their mappings
  * @reserved: must be 0
+ * @revoke_reason: out: KVDMABUF_REVOKE_* (since _VER1)
+ * @p2p_backing_attachments: out: how many of @backing_attachments are
+ *	dynamic, peer-to-peer capable attachments (since _VER1; the module
+ *	makes no other kind: each is pinned while the module maps it, and a
+ *	move notification on it revokes the proxy)
  *
  * Errors: -EFAULT; -EINVAL (size, flags, reserved, not a proxy); -E2BIG;
  * -EBADF.
@@ -280,6 +298,8 @@ struct kvdmabuf_query {
 	__u32 backing_attachments;
 	__u32 stale_backings;
 	__u64 reserved;
+	__u32 revoke_reason;
+	__u32 p2p_backing_attachments;
 };
 
 #define KVDMABUF_EVENT_STATE		1
@@ -341,6 +361,7 @@ struct kvdmabuf_event {
 #define KVDMABUF_ATTACH_SIZE_VER0	48
 #define KVDMABUF_REVOKE_SIZE_VER0	32
 #define KVDMABUF_QUERY_SIZE_VER0	88
+#define KVDMABUF_QUERY_SIZE_VER1	96
 
 #define KVDMABUF_IOCTL_MAGIC		0xDA
 
