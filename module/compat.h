@@ -36,21 +36,54 @@
 /*
  * The importer callback that tells of a moved or revoked buffer:
  * move_notify, renamed invalidate_mappings by the dma-buf revoke series,
- * which also drops CONFIG_DMABUF_MOVE_NOTIFY and the pin taken around the
- * map of a dynamic importer.
+ * and the exporter's call that fires it, dma_buf_move_notify() renamed
+ * dma_buf_invalidate_mappings(). Probed separately (Kbuild.probes).
  */
 #ifdef KVD_HAVE_INVALIDATE_MAPPINGS
 #define KVD_IMPORTER_NOTIFY_OP		invalidate_mappings
-#define kvd_dma_buf_notify(dmabuf)	dma_buf_invalidate_mappings(dmabuf)
-#define KVD_CORE_PINS_ON_MAP		0
 #else
 #define KVD_IMPORTER_NOTIFY_OP		move_notify
+#endif
+#ifdef KVD_HAVE_DMA_BUF_INVALIDATE_MAPPINGS
+#define kvd_dma_buf_notify(dmabuf)	dma_buf_invalidate_mappings(dmabuf)
+#else
 #define kvd_dma_buf_notify(dmabuf)	dma_buf_move_notify(dmabuf)
+#endif
+
+/* Is an attachment dynamic? Private to dma-buf.c since the revoke series. */
+#ifndef KVD_HAVE_ATTACHMENT_IS_DYNAMIC
+static inline bool
+dma_buf_attachment_is_dynamic(struct dma_buf_attachment *attach)
+{
+	return !!attach->importer_ops;
+}
+#endif
+
 /*
- * Without CONFIG_DMABUF_MOVE_NOTIFY the core calls the exporter's pin
- * before every map of a dynamic importer and unpin after the unmap.
+ * Does the core pin a dynamic exporter around each map of a dynamic
+ * importer? Never after the revoke series; before it, unless
+ * CONFIG_DMABUF_MOVE_NOTIFY is set (an option that is gone reads as unset
+ * here, so KVD_HAVE_NO_PIN_ON_DYNAMIC_MAP decides for such kernels). The
+ * module checks again at load time.
  */
+#ifdef KVD_HAVE_NO_PIN_ON_DYNAMIC_MAP
+#define KVD_CORE_PINS_ON_MAP		0
+#else
 #define KVD_CORE_PINS_ON_MAP		(!IS_ENABLED(CONFIG_DMABUF_MOVE_NOTIFY))
+#endif
+
+/*
+ * dma_buf_attach_revocable(): does an importer give its mapping up on an
+ * invalidation (the revoke series' test for pinned importers)? Before the
+ * series, an importer with the notify callback is the only such importer.
+ */
+#ifdef KVD_HAVE_ATTACH_REVOCABLE
+#define kvd_attach_revocable(attach)	dma_buf_attach_revocable(attach)
+#else
+static inline bool kvd_attach_revocable(struct dma_buf_attachment *attach)
+{
+	return attach->importer_ops && attach->importer_ops->KVD_IMPORTER_NOTIFY_OP;
+}
 #endif
 
 #endif /* _KVD_COMPAT_H */
