@@ -18,7 +18,8 @@
  * EXPECT_* records the failure and goes on. Output is TAP 13 on stdout.
  * Exit status: 0 all passed, 1 something failed, 4 everything skipped.
  * Options: -l lists the tests, -t NAME runs only tests whose full name
- * (fixture.variant.test) or test name equals NAME (repeatable).
+ * (fixture.variant.test) or test name equals NAME (repeatable); a NAME that
+ * matches no test is an error (exit 1), never an empty passing run.
  * KVDMABUF_TIMEOUT_SCALE=N multiplies every timeout (slow emulators).
  */
 #ifndef KVDMABUF_TESTS_HARNESS_H
@@ -465,6 +466,21 @@ static inline int test_harness_run(int argc, char **argv)
 		__th_fullname(full, sizeof(full), t, v);
 		if (__th_selected(names, nnames, full, t->name))
 			total++;
+	}
+	/* Each -t NAME must select something: a typo is not a pass. */
+	for (opt = 0; opt < nnames && !list; opt++) {
+		int found = 0;
+
+		for (t = NULL; !found && __th_next(&t, &v);) {
+			__th_fullname(full, sizeof(full), t, v);
+			found = __th_selected(&names[opt], 1, full, t->name);
+		}
+		if (!found) {
+			printf("Bail out! no test matches -t %s (%s -l lists them)\n",
+			       names[opt], argv[0]);
+			free(names);
+			return KSFT_FAIL;
+		}
 	}
 	if (list) {
 		for (t = NULL; __th_next(&t, &v);) {

@@ -92,4 +92,18 @@ TEST(only_skips_exit_four)
 	EXPECT_NULL(strstr(out, "BODY-RAN"));
 }
 
+TEST(unknown_name_fails)
+{
+	static char out[8192];
+
+	/* Alone, and next to a name that exists: never "1..0" and exit 0. */
+	ASSERT_EQ(KSFT_FAIL, run_sample("-t no_such_test", out, sizeof(out)));
+	EXPECT_NOT_NULL(strstr(out, "Bail out! no test matches -t no_such_test"));
+	EXPECT_NULL(strstr(out, "1..0"));
+	ASSERT_EQ(KSFT_FAIL, run_sample("-t passes -t fx.three.sees_its_variant",
+					out, sizeof(out)));
+	EXPECT_NOT_NULL(strstr(out, "no test matches -t fx.three.sees_its_variant"));
+	EXPECT_NULL(strstr(out, "ok 1 passes"));
+}
+
 TEST_HARNESS_MAIN
