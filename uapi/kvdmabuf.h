@@ -43,23 +43,36 @@
 #include <linux/ioctl.h>
 #include <linux/types.h>
 
-/** KVDMABUF_DEVICE_PATH - path of the misc device node */
+/**
+ * KVDMABUF_DEVICE_PATH - path of the misc device node
+ */
 #define KVDMABUF_DEVICE_PATH		"/dev/kvdmabuf"
 
-/*
- * API version: major changes are incompatible, minor ones add features.
+/**
+ * KVDMABUF_API_VERSION_MAJOR - incompatible ABI revision
+ *
  * 2: ioctl magic 0xDA (was 0xDB, taken by mwave), control limited to the
- * creating device fd, bounded stale backings.
+ * creating device fd, bounded stale backings, a maximum timeout.
  */
 #define KVDMABUF_API_VERSION_MAJOR	2
+/**
+ * KVDMABUF_API_VERSION_MINOR - compatible additions within a major
+ */
 #define KVDMABUF_API_VERSION_MINOR	0
+/**
+ * KVDMABUF_API_VERSION - major << 16 | minor, as VERSION reports it
+ */
 #define KVDMABUF_API_VERSION \
 	((KVDMABUF_API_VERSION_MAJOR << 16) | KVDMABUF_API_VERSION_MINOR)
 
 /* Feature bits reported by KVDMABUF_IOCTL_VERSION. */
-/** KVDMABUF_FEATURE_REPLACE - KVDMABUF_ATTACH_REPLACE is supported */
+/**
+ * KVDMABUF_FEATURE_REPLACE - KVDMABUF_ATTACH_REPLACE is supported
+ */
 #define KVDMABUF_FEATURE_REPLACE	(1ULL << 0)
-/** KVDMABUF_FEATURE_EVENTS - read()/poll() of events on the device fd */
+/**
+ * KVDMABUF_FEATURE_EVENTS - read()/poll() of events on the device fd
+ */
 #define KVDMABUF_FEATURE_EVENTS		(1ULL << 1)
 /**
  * KVDMABUF_FEATURE_MOVE_NOTIFY_CORE - the running kernel's dma-buf core
@@ -73,19 +86,31 @@
 #define KVDMABUF_FEATURE_MOVE_NOTIFY_CORE (1ULL << 2)
 
 /* Proxy states (struct kvdmabuf_query.state, struct kvdmabuf_event.state). */
-/** KVDMABUF_STATE_UNBACKED - created, never backed; map and pin fail */
+/**
+ * KVDMABUF_STATE_UNBACKED - created, never backed; map and pin fail
+ */
 #define KVDMABUF_STATE_UNBACKED		0
-/** KVDMABUF_STATE_BACKED - a backing is attached; importers can map */
+/**
+ * KVDMABUF_STATE_BACKED - a backing is attached; importers can map
+ */
 #define KVDMABUF_STATE_BACKED		1
-/** KVDMABUF_STATE_REVOKED - backing revoked; map and pin fail with -ENODEV */
+/**
+ * KVDMABUF_STATE_REVOKED - backing revoked; map and pin fail with -ENODEV
+ */
 #define KVDMABUF_STATE_REVOKED		2
-/** KVDMABUF_STATE_RELEASED - (events only) the proxy dma-buf was freed */
+/**
+ * KVDMABUF_STATE_RELEASED - (events only) the proxy dma-buf was freed
+ */
 #define KVDMABUF_STATE_RELEASED		3
 
 /* Why a proxy is revoked (struct kvdmabuf_query.revoke_reason). */
-/** KVDMABUF_REVOKE_NONE - not revoked (unbacked or backed) */
+/**
+ * KVDMABUF_REVOKE_NONE - not revoked (unbacked or backed)
+ */
 #define KVDMABUF_REVOKE_NONE		0
-/** KVDMABUF_REVOKE_USER - revoked by KVDMABUF_IOCTL_REVOKE */
+/**
+ * KVDMABUF_REVOKE_USER - revoked by KVDMABUF_IOCTL_REVOKE
+ */
 #define KVDMABUF_REVOKE_USER		1
 /**
  * KVDMABUF_REVOKE_EXPORTER - the backing's exporter invalidated it (moved
@@ -115,7 +140,13 @@ struct kvdmabuf_version {
 	__u64 reserved;
 };
 
+/**
+ * KVDMABUF_CREATE_NO_CLOEXEC - create the proxy fd without O_CLOEXEC
+ */
 #define KVDMABUF_CREATE_NO_CLOEXEC	(1U << 0)
+/**
+ * KVDMABUF_CREATE_VALID_FLAGS - every flag CREATE accepts
+ */
 #define KVDMABUF_CREATE_VALID_FLAGS	(KVDMABUF_CREATE_NO_CLOEXEC)
 
 /**
@@ -149,7 +180,13 @@ struct kvdmabuf_create {
 	__u64 reserved;
 };
 
+/**
+ * KVDMABUF_ATTACH_REPLACE - swap the backing of a backed proxy
+ */
 #define KVDMABUF_ATTACH_REPLACE		(1U << 0)
+/**
+ * KVDMABUF_ATTACH_VALID_FLAGS - every flag ATTACH accepts
+ */
 #define KVDMABUF_ATTACH_VALID_FLAGS	(KVDMABUF_ATTACH_REPLACE)
 
 /**
@@ -302,9 +339,14 @@ struct kvdmabuf_query {
 	__u32 p2p_backing_attachments;
 };
 
+/**
+ * KVDMABUF_EVENT_STATE - struct kvdmabuf_event.type of a state change
+ */
 #define KVDMABUF_EVENT_STATE		1
 
-/** KVDMABUF_EVENT_FLAG_LOST - events were dropped before this one */
+/**
+ * KVDMABUF_EVENT_FLAG_LOST - events were dropped before this one
+ */
 #define KVDMABUF_EVENT_FLAG_LOST	(1U << 0)
 
 /**
@@ -355,27 +397,63 @@ struct kvdmabuf_event {
  */
 #define KVDMABUF_MAX_TIMEOUT_MS		60000
 
-/* First published struct sizes, for the extensible-struct rules above. */
+/*
+ * First published struct sizes, for the extensible-struct rules above;
+ * a _VER1 size is that of the first revision that grew the struct.
+ */
+/**
+ * KVDMABUF_VERSION_SIZE_VER0 - first size of struct kvdmabuf_version
+ */
 #define KVDMABUF_VERSION_SIZE_VER0	32
+/**
+ * KVDMABUF_CREATE_SIZE_VER0 - first size of struct kvdmabuf_create
+ */
 #define KVDMABUF_CREATE_SIZE_VER0	40
+/**
+ * KVDMABUF_ATTACH_SIZE_VER0 - first size of struct kvdmabuf_attach
+ */
 #define KVDMABUF_ATTACH_SIZE_VER0	48
+/**
+ * KVDMABUF_REVOKE_SIZE_VER0 - first size of struct kvdmabuf_revoke
+ */
 #define KVDMABUF_REVOKE_SIZE_VER0	32
+/**
+ * KVDMABUF_QUERY_SIZE_VER0 - first size of struct kvdmabuf_query
+ */
 #define KVDMABUF_QUERY_SIZE_VER0	88
+/**
+ * KVDMABUF_QUERY_SIZE_VER1 - size of struct kvdmabuf_query with
+ * revoke_reason and p2p_backing_attachments
+ */
 #define KVDMABUF_QUERY_SIZE_VER1	96
 
+/**
+ * KVDMABUF_IOCTL_MAGIC - ioctl type of the module's commands
+ *
+ * Free in the kernel's Documentation/userspace-api/ioctl/ioctl-number.rst
+ * (as of Linux 6.1).
+ */
 #define KVDMABUF_IOCTL_MAGIC		0xDA
 
 /**
  * KVDMABUF_IOCTL_VERSION - report the API version and features
- * KVDMABUF_IOCTL_CREATE - create a proxy dma-buf
- * KVDMABUF_IOCTL_ATTACH - attach or replace a proxy's backing
- * KVDMABUF_IOCTL_REVOKE - revoke a proxy's backing and drop it
- * KVDMABUF_IOCTL_QUERY - read a proxy's state and counters
  */
 #define KVDMABUF_IOCTL_VERSION	_IOWR(KVDMABUF_IOCTL_MAGIC, 0x00, struct kvdmabuf_version)
+/**
+ * KVDMABUF_IOCTL_CREATE - create a proxy dma-buf
+ */
 #define KVDMABUF_IOCTL_CREATE	_IOWR(KVDMABUF_IOCTL_MAGIC, 0x01, struct kvdmabuf_create)
+/**
+ * KVDMABUF_IOCTL_ATTACH - attach or replace a proxy's backing
+ */
 #define KVDMABUF_IOCTL_ATTACH	_IOWR(KVDMABUF_IOCTL_MAGIC, 0x02, struct kvdmabuf_attach)
+/**
+ * KVDMABUF_IOCTL_REVOKE - revoke a proxy's backing and drop it
+ */
 #define KVDMABUF_IOCTL_REVOKE	_IOWR(KVDMABUF_IOCTL_MAGIC, 0x03, struct kvdmabuf_revoke)
+/**
+ * KVDMABUF_IOCTL_QUERY - read a proxy's state and counters
+ */
 #define KVDMABUF_IOCTL_QUERY	_IOWR(KVDMABUF_IOCTL_MAGIC, 0x04, struct kvdmabuf_query)
 
 #endif /* _UAPI_KVDMABUF_H */
