@@ -2,6 +2,7 @@
 """kselftest-style TAP for the Python tests: one function per test, each run
 in order; ``-l`` lists, ``-t NAME`` runs one (a name that matches nothing
 fails). Exit status 0 pass, 1 fail, 4 skip (all skipped)."""
+import faulthandler
 import os
 import sys
 import traceback
@@ -17,6 +18,7 @@ def check(cond, what="check failed"):
 
 
 def main(tests):
+    faulthandler.enable()           # a crash in C code names the line
     args = sys.argv[1:]
     if "-l" in args:
         for t in tests:

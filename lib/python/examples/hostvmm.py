@@ -11,7 +11,7 @@ _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
                        ctypes.c_int, ctypes.c_int, ctypes.c_long]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-MAP_FIXED, MAP_NORESERVE = 0x10, 0x4000
+MAP_FIXED, MAP_NORESERVE, PROT_NONE = 0x10, 0x4000, 0
 RW = mmap.PROT_READ | mmap.PROT_WRITE
 ANON = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
 
@@ -29,10 +29,18 @@ class HostVMM:
 
     def release(self) -> None:
         """The pages go; the range stays reserved (PROT_NONE)."""
-        self._map(self.addr, mmap.PROT_NONE, MAP_FIXED | MAP_NORESERVE)
+        self._map(self.addr, PROT_NONE, MAP_FIXED | MAP_NORESERVE)
 
     def remap(self) -> None:
         self._map(self.addr, RW, MAP_FIXED)
+
+    def resident_pages(self) -> int:
+        """Pages of the range in memory now (mincore)."""
+        n = (self.length + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+        vec = (ctypes.c_ubyte * n)()
+        if _libc.mincore(ctypes.c_void_p(self.addr), self.length, vec):
+            raise OSError(ctypes.get_errno(), "mincore")
+        return sum(v & 1 for v in vec)
 
     def write(self, off: int, data: bytes) -> None:
         ctypes.memmove(self.addr + off, data, len(data))

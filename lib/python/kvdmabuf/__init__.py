@@ -27,7 +27,7 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence, Union
 
 __all__ = [
     "Context", "Region", "RegionInfo", "State", "Error", "GateRefused",
-    "DrainTimeout", "Busy", "Broken", "gate", "version",
+    "DrainTimeout", "Busy", "Broken", "gate", "version", "pd_pointer",
     "MEM_HOST", "MEM_CUDA", "MEM_DRM", "MODE_FOLLOW", "MODE_REREGISTER",
     "MODE_HOST", "MODE_NOREG", "MODULE_AUTO", "MODULE_REQUIRE", "MODULE_OFF",
 ]
@@ -188,6 +188,44 @@ if version()[:2] != BINDING_VERSION:
                       "%d.%d" % ((SONAME,) + version() + BINDING_VERSION))
 
 
+def pd_pointer(pd: object) -> int:
+    """The ``struct ibv_pd *`` of a pyverbs ``PD``, or of an int as given.
+
+    pyverbs exposes it as ``PD.pd`` from rdma-core 45 on; in older pyverbs
+    (Debian 12's 44) that property dereferences the pointer as a Python
+    object and crashes. So the pointer is read from the object's own fields
+    (all of them valid pointers or NULL) and accepted only if the struct it
+    points to carries the PD's kernel handle (``PD.handle``, which pyverbs
+    does expose) and leads, through ``context->device``, to a device with a
+    name that is a registered verbs device. Raises ValueError when no field
+    passes.
+    """
+    if isinstance(pd, int):
+        return pd
+    handle = getattr(pd, "handle")
+    P = ctypes.POINTER(ctypes.c_void_p)
+    base = id(pd)
+    for off in range(16, 128, 8):
+        cand = ctypes.cast(base + off, P)[0]
+        if not cand or cand % 8:
+            continue
+        try:
+            if ctypes.c_uint32.from_address(cand + 8).value != handle:
+                continue
+            vctx = ctypes.c_void_p.from_address(cand).value
+            if not vctx or vctx % 8:
+                continue
+            dev = ctypes.c_void_p.from_address(vctx).value
+            if not dev or dev % 8:
+                continue
+            name = ctypes.string_at(dev + 24, 64).split(b"\0")[0]
+        except (OSError, ValueError):
+            continue
+        if name and os.path.isdir(b"/sys/class/infiniband/" + name):
+            return cand
+    raise ValueError("cannot find the ibv_pd pointer of %r" % (pd,))
+
+
 def _raise(rc: int, msg: str) -> None:
     cls = _BY_ERRNO.get(-rc, Error)
     raise cls(-rc, msg or os.strerror(-rc))
@@ -312,9 +350,9 @@ class Context:
     """A kvdmabuf context: ``kvdmabuf_open()`` ... ``kvdmabuf_close()``.
 
     :param config_path: YAML config (None: ``$KVDMABUF_CONFIG``)
-    :param pds: the engine's protection domains: pyverbs ``PD`` objects (their
-        ``.pd`` pointer) or raw ``struct ibv_pd *`` addresses; empty: the
-        library opens the config's NICs itself
+    :param pds: the engine's protection domains: pyverbs ``PD`` objects or
+        raw ``struct ibv_pd *`` addresses (see :func:`pd_pointer`); empty:
+        the library opens the config's NICs itself
     :param key_change: called with the regions whose keys changed, once per
         sleep or wake, before I/O resumes: republish their keys
     :param sleep_begin: called with the regions that stop now, before the
@@ -333,7 +371,7 @@ class Context:
         self._h = ctypes.c_void_p()
         self._regions: dict[int, Region] = {}
         self._cb_error: Optional[BaseException] = None
-        ptrs = [int(getattr(p, "pd", p)) for p in pds]
+        ptrs = [pd_pointer(p) for p in pds]
         self._pds = (ctypes.c_void_p * max(len(ptrs), 1))(*ptrs)
         o = _Options()
         o.config_path = _b(config_path)
@@ -448,8 +486,7 @@ class Context:
         """A NIC (pyverbs PD or ``struct ibv_pd *``) joins; returns its index."""
         idx = ctypes.c_uint()
         self._check(_lib.kvdmabuf_nic_add(
-            self._h, ctypes.c_void_p(int(getattr(pd, "pd", pd))),
-            ctypes.byref(idx)))
+            self._h, ctypes.c_void_p(pd_pointer(pd)), ctypes.byref(idx)))
         return idx.value
 
     def nic_remove(self, nic: int) -> None:
