@@ -4,7 +4,8 @@
 #   make                      library (shared + static), module(s), tests
 #   make check                everything: host unit tests + VM suite on every kernel lane
 #   make check-unit           host-only tests, no VM
-#   make check-vm KERNEL=6.1  VM suite on one lane (6.1 = Debian 12, 6.12 = Debian 13)
+#   make check-vm KERNEL=6.1  VM suite on one lane (6.1 = Debian 12, 6.12 = Debian 13,
+#                             7.3 = Debian 13 + trixie-backports kernel, debug)
 #   make demo / make bench    the demonstration and the benchmarks
 #   make modules KDIR=...     only the kernel modules, against a kernel build tree
 #

@@ -3,9 +3,11 @@
 # The test driver behind make check / check-unit / check-vm.
 #
 #   check.sh unit          host-only tests (tests/unit.list)
-#   check.sh vm LANE       VM suite (tests/vm.list) on one kernel lane: 6.1,
-#                          6.12, debug (6.1 with lockdep, KASAN, dma-buf debug)
-#   check.sh all           unit + every lane (6.1, 6.12, debug)
+#   check.sh vm LANE       VM suite (tests/vm.list) on one kernel lane: 6.1
+#                          (Debian 12), 6.12 (Debian 13), 7.3 (Debian 13 with
+#                          the newest 7.x kernel of trixie-backports), debug
+#                          (lockdep, KASAN, dma-buf debug)
+#   check.sh all           unit + every lane (6.1, 6.12, 7.3, debug)
 #   check.sh run LANE PROG ARGS  one program of the build tree in a VM of LANE
 #                          (make demo, make fuzz); its status is the exit status
 #
@@ -26,6 +28,20 @@ lanes=$cache/lanes/$(printf '%s' "$repo" | sha1sum | cut -c1-12)
 total_pass=0 total_fail=0 total_skip=0 stage_failed=0 run_mode=
 
 newest() { ls -d "$@" 2>/dev/null | sort -V | tail -1; }
+
+# make in a lane's build tree inside the Debian 13 root (its compiler and C
+# library: Debian 13's headers need them); /dev, /proc and BIND (a host
+# folder, mounted at /mnt/kvd-bind) vanish with the namespace.
+make_in_root() { # root build-dir-in-root kdir-in-root [bind]
+	unshare -m --propagation private sh -c '
+		mount --rbind /dev "$1/dev" && mount -t proc proc "$1/proc" &&
+		if [ -n "$5" ]; then
+			mkdir -p "$1/mnt/kvd-bind" &&
+			mount --bind "$5" "$1/mnt/kvd-bind" || exit 1
+		fi &&
+		exec chroot "$1" make -C "$2" -j"$3" all KDIR="$4" $6' \
+		- "$1" "$2" "$jobs" "$3" "${4:-}" "${KVDMABUF_MAKE_ARGS:-}"
+}
 
 sync_tree() { # source tree -> a lane's build tree
 	mkdir -p "$2"
@@ -53,6 +69,15 @@ account() { # name rc log seconds
 		"$name" "$secs" "$p" "$f" "$s"
 }
 
+# A skip that tests/vm/expected-skips does not list for the lane fails it; the
+# failing lines (with the tests' reasons) go to the log and the console.
+judge_skips() { # lane log
+	local out
+	out=$("$here/skips.sh" "$1" "$2") && return 0
+	echo "$out" | tee -a "$2"
+	return 1
+}
+
 stage_unit() {
 	local log=$logs/unit.log t0=$SECONDS rc=0
 	"$here/deps.sh" host || { account unit 1 /dev/null 0; return; }
@@ -67,6 +92,7 @@ stage_unit() {
 			tee -a "$log"
 		rc=${PIPESTATUS[0]}
 	fi
+	judge_skips unit "$log" || rc=1
 	account unit $rc "$log" $((SECONDS - t0))
 }
 
@@ -92,18 +118,22 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		sync_tree "$repo" "$build"
 		make -C "$build" -j"$jobs" all KDIR="$moddir/build" ${KVDMABUF_MAKE_ARGS:-} >"$blog" 2>&1 || rc=1
 		;;
-	6.12)
+	6.12 | 7.3)
+		# Debian 13's user space; 7.3: the newest 7.x kernel of
+		# trixie-backports, which deps.sh added to that root.
 		root=$cache/trixie-root
-		kver=$(basename "$(newest "$root"/lib/modules/6.12.*)")
+		case $lane in
+		6.12) kver=$(newest "$root"/lib/modules/6.12.*) ;;
+		7.3) kver=$(newest "$root"/lib/modules/7.*) ;;
+		esac
+		kver=$(basename "$kver")
+		# One build tree per checkout and lane, as for the other lanes.
+		guest_build=/kvdmabuf-lanes/${lanes##*/}/lane-$lane
 		kernel=$root/boot/vmlinuz-$kver moddir=$root/lib/modules/$kver
-		build=$root/kvdmabuf guest_build=/kvdmabuf
+		build=$root$guest_build
 		sync_tree "$repo" "$build"
-		# The 6.12 headers need Debian 13's compiler and C library: build
-		# inside that root; the mounts vanish with the namespace.
-		unshare -m --propagation private sh -c '
-			mount --rbind /dev "$1/dev" && mount -t proc proc "$1/proc" &&
-			exec chroot "$1" make -C /kvdmabuf -j"$2" all KDIR=/lib/modules/"$3"/build $4' \
-			- "$root" "$jobs" "$kver" "${KVDMABUF_MAKE_ARGS:-}" >"$blog" 2>&1 || rc=1
+		make_in_root "$root" "$guest_build" /lib/modules/"$kver"/build \
+			>"$blog" 2>&1 || rc=1
 		;;
 	debug)
 		dk=$("$here/debug-kernel.sh") || { account vm-debug 1 /dev/null 0; return; }
@@ -118,7 +148,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		make -C "$build" -j"$jobs" all KDIR="$dk/build" ${KVDMABUF_MAKE_ARGS:-} >"$blog" 2>&1 || rc=1
 		;;
 	*)
-		echo "unknown lane $lane (6.1, 6.12 or debug)" >&2
+		echo "unknown lane $lane (6.1, 6.12, 7.3 or debug)" >&2
 		account "vm-$lane" 1 /dev/null 0
 		return
 		;;
@@ -163,6 +193,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 			cat "$plog" >"$log.boot1"
 		done
 		cat "$plog" >"$log"
+		[ "${2:-}" = -- ] || judge_skips "$lane" "$log" || rc=1
 	fi
 	rm -f "$plog"
 	# Still under the lock: no other run of this tree rewrites $log.
@@ -183,7 +214,7 @@ run)
 	;;
 all)
 	stage_unit || stage_failed=1
-	for lane in 6.1 6.12 debug; do
+	for lane in 6.1 6.12 7.3 debug; do
 		stage_vm $lane || stage_failed=1
 	done
 	;;

@@ -7,6 +7,8 @@
 #   deps.sh debug   + what building the debug-lane kernel needs
 #   deps.sh 6.12    + a Debian 13 root (kernel 6.12, gcc-14, -dev packages)
 #                   built with debootstrap under $KVDMABUF_CACHE
+#   deps.sh 7.3     + in that root, from trixie-backports, the newest 7.x
+#                   kernel image and headers (the dma-buf revoke API)
 #
 # KVDMABUF_CACHE (default /var/cache/kvdmabuf) holds everything built here
 # that outlives a checkout.
@@ -20,6 +22,7 @@ HOST_PKGS="make gcc libc6-dev pkg-config linux-image-amd64 linux-headers-amd64
  libdrm-dev libyaml-dev debootstrap rsync cpio xz-utils zstd iproute2 kmod
  util-linux coreutils locales"
 
+
 DEBUG_PKGS="linux-source-6.1 flex bison bc libelf-dev libssl-dev"
 
 # Debian 13 root: built inside it are the 6.12 modules and the lane's tests;
@@ -30,6 +33,15 @@ busybox-static,rsync"
 TRIXIE_ROOT=$CACHE/trixie-root
 # Bump when TRIXIE_PKGS changes, so that cached roots get rebuilt.
 TRIXIE_STAMP=$TRIXIE_ROOT/.kvdmabuf-root-v1
+# What is added to that root from trixie-backports, in place (no new
+# debootstrap): the newest 7.x kernel (deps.sh 7.3) and linux-source-7.x
+# with the kernel build tools (deps.sh debug). Bump a stamp's -vN when its
+# package set changes: cached roots then get the step run again. Each stamp
+# holds the kernel version it installed.
+BPO_SUITE=trixie-backports
+BPO_KERNEL_STAMP=$TRIXIE_ROOT/.kvdmabuf-bpo-kernel-v1
+BPO_DEBUG_STAMP=$TRIXIE_ROOT/.kvdmabuf-bpo-debug-v1
+BPO_DEBUG_PKGS="flex bison bc libelf-dev libssl-dev cpio xz-utils"
 
 need_root() {
 	if [ "$(id -u)" != 0 ]; then
@@ -70,6 +82,91 @@ trixie_root() {
 	touch "$TRIXIE_STAMP"
 }
 
+# Runs a command in the Debian 13 root (its /dev and /proc mounted in a
+# private namespace: they vanish with it).
+in_root() {
+	unshare -m --propagation private sh -c '
+		r=$1; shift
+		mount --rbind /dev "$r/dev" && mount -t proc proc "$r/proc" &&
+		exec chroot "$r" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+			HOME=/root LC_ALL=C DEBIAN_FRONTEND=noninteractive "$@"' \
+		- "$TRIXIE_ROOT" "$@"
+}
+
+# The backports suite in the root's sources, and a fresh package index.
+bpo_update() {
+	local list=$TRIXIE_ROOT/etc/apt/sources.list.d/kvdmabuf-backports.list
+	echo "deb $MIRROR $BPO_SUITE main" >"$list"
+	cp /etc/resolv.conf "$TRIXIE_ROOT/etc/resolv.conf" 2>/dev/null || true
+	in_root apt-get update -qq >/dev/null
+}
+
+# The newest 7.x kernel of trixie-backports, by its headers package
+# (linux-headers-7.X.Y+debNN-amd64): prints 7.X.Y+debNN-amd64.
+bpo_newest_kernel() {
+	in_root apt-cache pkgnames linux-headers-7. |
+		sed -n 's/^linux-headers-\(7\.[0-9.]*+deb[0-9]*-amd64\)$/\1/p' |
+		sort -V | tail -1
+}
+
+# Installs the newest 7.x kernel image (a meta package in 7.x: the kernel
+# is in linux-binary-*, the modules in linux-modules-*) and its headers.
+bpo_kernel() {
+	local kver
+	if [ -f "$BPO_KERNEL_STAMP" ]; then
+		kver=$(cat "$BPO_KERNEL_STAMP")
+		[ -e "$TRIXIE_ROOT/boot/vmlinuz-$kver" ] &&
+			[ -d "$TRIXIE_ROOT/lib/modules/$kver/build" ] && return 0
+	fi
+	need_root "kernel 7.x from $BPO_SUITE in $TRIXIE_ROOT"
+	bpo_update
+	kver=$(bpo_newest_kernel)
+	[ -n "$kver" ] || {
+		echo "deps: no linux-headers-7.* in $BPO_SUITE" >&2
+		exit 1
+	}
+	echo "deps: installing kernel $kver from $BPO_SUITE into $TRIXIE_ROOT"
+	in_root apt-get install -y -qq --no-install-recommends -t "$BPO_SUITE" \
+		"linux-image-$kver" "linux-headers-$kver" \
+		>"$CACHE/bpo-kernel.log" 2>&1 || {
+		tail -20 "$CACHE/bpo-kernel.log" >&2
+		echo "deps: installing $kver failed, log in $CACHE/bpo-kernel.log" >&2
+		exit 1
+	}
+	[ -e "$TRIXIE_ROOT/boot/vmlinuz-$kver" ] || {
+		echo "deps: $kver installed no /boot/vmlinuz-$kver" >&2
+		exit 1
+	}
+	echo "$kver" >"$BPO_KERNEL_STAMP"
+}
+
+# linux-source-7.X (the version of the newest 7.x kernel) and what building
+# a kernel needs, in the root: the debug-lane kernel is built there with
+# Debian 13's gcc-14.
+bpo_debug() {
+	local ver
+	if [ -f "$BPO_DEBUG_STAMP" ]; then
+		ver=$(cat "$BPO_DEBUG_STAMP")
+		[ -f "$TRIXIE_ROOT/usr/src/linux-source-$ver.tar.xz" ] && return 0
+	fi
+	need_root "linux-source-7.x from $BPO_SUITE in $TRIXIE_ROOT"
+	bpo_update
+	ver=$(in_root apt-cache pkgnames linux-source-7. |
+		sed -n 's/^linux-source-\(7\.[0-9]*\)$/\1/p' | sort -V | tail -1)
+	[ -n "$ver" ] || {
+		echo "deps: no linux-source-7.* in $BPO_SUITE" >&2
+		exit 1
+	}
+	echo "deps: installing linux-source-$ver and kernel build tools into $TRIXIE_ROOT"
+	in_root apt-get install -y -qq --no-install-recommends -t "$BPO_SUITE" \
+		"linux-source-$ver" $BPO_DEBUG_PKGS >"$CACHE/bpo-debug.log" 2>&1 || {
+		tail -20 "$CACHE/bpo-debug.log" >&2
+		echo "deps: installing linux-source-$ver failed, log in $CACHE/bpo-debug.log" >&2
+		exit 1
+	}
+	echo "$ver" >"$BPO_DEBUG_STAMP"
+}
+
 case "${1:-host}" in
 host | 6.1)
 	host_deps
@@ -78,11 +175,16 @@ host | 6.1)
 	host_deps
 	trixie_root
 	;;
+7.3)
+	host_deps
+	trixie_root
+	bpo_kernel
+	;;
 debug)
 	host_deps $DEBUG_PKGS
 	;;
 *)
-	echo "usage: $0 host|6.1|6.12|debug" >&2
+	echo "usage: $0 host|6.1|6.12|7.3|debug" >&2
 	exit 2
 	;;
 esac

@@ -25,8 +25,14 @@ setup_fail() {
 }
 
 mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm
-mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
-echo "# kvdmabuf VM lane: kernel $(uname -r), build $build"
+# The tests read the module's state in debugfs: without it they would skip.
+mountpoint -q /sys/kernel/debug ||
+	mount -t debugfs debugfs /sys/kernel/debug || setup_fail "mount debugfs"
+cpus=$(getconf _NPROCESSORS_ONLN)
+echo "# kvdmabuf VM lane: kernel $(uname -r), $cpus CPUs, build $build"
+# Races and the fuzzer must run truly in parallel.
+[ "$cpus" -ge "${KVDMABUF_MIN_CPUS:-2}" ] ||
+	setup_fail "$cpus CPU(s) online, the lane needs ${KVDMABUF_MIN_CPUS:-2}"
 
 modprobe vgem || setup_fail "modprobe vgem"
 
@@ -53,6 +59,8 @@ case "$g0$g1" in fe80*fe80*) ;; *) setup_fail "rxe GIDs not populated" ;; esac
 for ko in module/kvdmabuf.ko tests/kmod/kvd_importer.ko; do
 	if [ -f "$build/$ko" ]; then
 		insmod "$build/$ko" || setup_fail "insmod $ko"
+	else
+		setup_fail "$ko missing from $build"
 	fi
 done
 
