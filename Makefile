@@ -60,12 +60,21 @@ BENCH_SRCS := $(sort $(wildcard tests/bench/*.c))
 BENCH := $(if $(BENCH_SRCS),tests/bench/kvdmabuf-bench)
 CYCLES ?= 3
 
-.PHONY: all lib tests asan modules clean check check-unit check-vm demo bench deps fuzz \
+.PHONY: all lib cli tests asan modules clean check check-unit check-vm demo bench deps fuzz \
 	install modules_install
 
-all: lib tests modules
+all: lib cli tests modules
 
 lib: $(LIB_A) $(LIB_SO)
+
+# The admin's command, built from lib/ and installed with the library.
+CLI_SRCS := $(sort $(wildcard lib/cli/*.c))
+CLI := lib/cli/kvdmabuf
+cli: $(CLI)
+
+$(CLI): $(CLI_SRCS) $(wildcard lib/cli/*.h) $(LIB_A) $(LIB_HDRS)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(CLI_SRCS) $(LIB_A) $(LDLIBS)
 
 tests: $(TEST_BINS) $(HW_BINS) $(FAKE_CUDA) $(DEMO) $(BENCH)
 
@@ -156,23 +165,58 @@ bench: $(BENCH)
 	$(Q)$(BENCH) --host-only $(BENCH_ARGS)
 	$(Q)tests/vm/check.sh run $(KERNEL) tests/bench/kvdmabuf-bench $(BENCH_ARGS)
 
-# Installation: the library, its header and pkg-config file, the uapi
-# header; modules_install puts the helper module (not the test importer)
-# under /lib/modules/KERNELRELEASE/extra.
+# Installation: the library, its headers (<kvdmabuf.h>, <linux/kvdmabuf.h>)
+# and pkg-config file, the kvdmabuf command, the Python package, the man
+# pages, the udev rule, and the self-test programs (with the test modules
+# built for KDIR) under LIBEXECDIR/kvdmabuf/selftests for `kvdmabuf
+# selftest`. modules_install puts the helper module under /lib/modules.
 PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
 LIBDIR ?= $(PREFIX)/lib
+LIBEXECDIR ?= $(PREFIX)/libexec
 INCLUDEDIR ?= $(PREFIX)/include
-install: lib
-	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/linux
+MANDIR ?= $(PREFIX)/share/man
+UDEVRULESDIR ?= /lib/udev/rules.d
+# Where Debian's python3 looks: /usr/lib/python3/dist-packages for
+# PREFIX=/usr, PREFIX/lib/python3.N/dist-packages otherwise.
+PYTHON3 ?= /usr/bin/python3
+PYTHONDIR ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREFIX)/lib/python$(shell \
+	$(PYTHON3) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)/dist-packages)
+SELFTESTDIR = $(LIBEXECDIR)/kvdmabuf/selftests
+# A folder below PREFIX as ${prefix}/..., so that pkg-config's
+# --define-variable=prefix= moves the whole installation.
+under_prefix = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
+# What `kvdmabuf selftest` runs: the VM suite's C programs and the
+# hardware tests (the Python tests need this tree).
+SELFTESTS = $(filter-out %.py,$(shell sed -e 's/\#.*//' tests/vm.list)) $(HW_BINS:tests/%=%)
+
+install: lib cli tests
+	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/linux \
+		$(DESTDIR)$(BINDIR) $(DESTDIR)$(SELFTESTDIR)/hw \
+		$(DESTDIR)$(PYTHONDIR)/kvdmabuf $(DESTDIR)$(UDEVRULESDIR) \
+		$(addprefix $(DESTDIR)$(MANDIR)/man,1 3 7)
 	install -m 0755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/
 	ln -sf $(notdir $(LIB_SO)) $(DESTDIR)$(LIBDIR)/$(LIB_SONAME)
 	ln -sf $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/libkvdmabuf.so
 	install -m 0644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
 	install -m 0644 lib/kvdmabuf.h $(DESTDIR)$(INCLUDEDIR)/kvdmabuf.h
 	install -m 0644 uapi/kvdmabuf.h $(DESTDIR)$(INCLUDEDIR)/linux/kvdmabuf.h
-	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|' \
-	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|; s|@VERSION@|$(VERSION)|' \
+	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(call under_prefix,$(LIBDIR))|' \
+	    -e 's|@INCLUDEDIR@|$(call under_prefix,$(INCLUDEDIR))|' \
+	    -e 's|@VERSION@|$(VERSION)|' \
 	    lib/kvdmabuf.pc.in >$(DESTDIR)$(LIBDIR)/pkgconfig/kvdmabuf.pc
+	install -m 0755 $(CLI) $(DESTDIR)$(BINDIR)/kvdmabuf
+	install -m 0644 lib/python/kvdmabuf/*.py $(DESTDIR)$(PYTHONDIR)/kvdmabuf/
+	install -m 0644 lib/man/*.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 0644 lib/man/*.3 $(DESTDIR)$(MANDIR)/man3/
+	install -m 0644 lib/man/*.7 $(DESTDIR)$(MANDIR)/man7/
+	install -m 0644 module/70-kvdmabuf.rules $(DESTDIR)$(UDEVRULESDIR)/
+	for t in $(SELFTESTS); do \
+		install -m 0755 tests/$$t $(DESTDIR)$(SELFTESTDIR)/$$t || exit 1; \
+	done
+	printf '%s\n' $(SELFTESTS) >$(DESTDIR)$(SELFTESTDIR)/selftest.list
+	$(if $(wildcard tests/kmod/*.ko),install -m 0644 $(wildcard tests/kmod/*.ko) \
+		$(DESTDIR)$(SELFTESTDIR)/)
 
 # The release the modules are for: /lib/modules/RELEASE/build names it
 # (Debian's header trees report a shorter kernel.release of their own).
@@ -184,8 +228,8 @@ modules_install: modules
 	test -n "$(DESTDIR)" || depmod -a $(KERNELRELEASE_OF_KDIR)
 
 clean:
-	$(Q)rm -f $(LIB_OBJS) $(LIB_A) lib/libkvdmabuf.so* $(TEST_BINS) $(HW_BINS) $(FAKE_CUDA) \
-		$(DEMO) $(BENCH)
+	$(Q)rm -f $(LIB_OBJS) $(LIB_A) lib/libkvdmabuf.so* $(CLI) $(TEST_BINS) $(HW_BINS) \
+		$(FAKE_CUDA) $(DEMO) $(BENCH)
 	$(Q)rm -rf tests/asan
 	$(Q)test -z "$(KDIR)" -o ! -d "$(KDIR)" || \
 		$(MAKE) -C $(KDIR) M=$(CURDIR) clean >/dev/null

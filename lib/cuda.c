@@ -419,3 +419,43 @@ out:
 	pop_primary(ctx, ordinal, retained);
 	return rc;
 }
+
+/*
+ * For `kvdmabuf check`: the CUDA devices the driver at @path (NULL: the
+ * default) reports, and which of them export dma-bufs (bit i of *dmabuf).
+ * No context is created.
+ */
+int kvd_cuda_survey(const char *path, unsigned int *ndev, uint64_t *dmabuf,
+		    char *err, size_t errlen)
+{
+	struct kvdmabuf_ctx c;
+	unsigned int i;
+	int rc;
+
+	memset(&c, 0, sizeof(c));
+	snprintf(c.cuda_library, sizeof(c.cuda_library), "%s",
+		 path ? path : "");
+	*ndev = 0;
+	*dmabuf = 0;
+	rc = cuda_load(&c);
+	if (rc) {
+		snprintf(err, errlen, "%s", kvd_msg(&c));
+		kvd_msg(NULL);
+		return rc;
+	}
+	for (i = 0; i < KVD_CUDA_MAX_DEV; i++) {
+		CUdevice d;
+		int sup = 0;
+
+		if (c.cuda->cuDeviceGet(&d, (int)i) != CUDA_SUCCESS)
+			break;
+		if (c.cuda->cuDeviceGetAttribute(&sup,
+				CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, d) ==
+		    CUDA_SUCCESS && sup)
+			*dmabuf |= 1ull << i;
+	}
+	*ndev = i;
+	kvd_cuda_unload(&c);
+	kvd_msg(NULL);
+	return 0;
+}

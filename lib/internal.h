@@ -166,6 +166,8 @@ int kvd_export_dmabuf(struct kvdmabuf_ctx *ctx, struct kvdmabuf_region *r,
 int kvd_cuda_export(struct kvdmabuf_ctx *ctx, void *addr, size_t len,
 		    int *fd);
 void kvd_cuda_unload(struct kvdmabuf_ctx *ctx);
+int kvd_cuda_survey(const char *path, unsigned int *ndev, uint64_t *dmabuf,
+		    char *err, size_t errlen);
 int kvd_drm_export(struct kvdmabuf_ctx *ctx, int drm_fd, uint32_t handle,
 		   int *fd);
 int kvd_proxy_dev_open(struct kvdmabuf_ctx *ctx, int *devfd);

@@ -1,0 +1,117 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""lib_install - `make install` into a staging root (DESTDIR, PREFIX=/usr)
+gives a usable kvdmabuf: a C program builds against it with pkg-config
+alone and runs; the Python package imports and loads the installed library;
+the command runs and finds its installed self-tests; the man pages are
+clean under mandoc -T lint (warnings and errors) and every cross reference
+names an installed page; the udev rule is there."""
+import glob
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+import ktap
+from ktap import check
+
+TOP = ktap.use_build_tree()
+STAGE = None
+
+
+def run(cmd, env=None, **kw):
+    p = subprocess.run(cmd, shell=True, capture_output=True, text=True,
+                       env=env, timeout=600, **kw)
+    for line in (p.stdout + p.stderr).splitlines()[-20:]:
+        print("# " + line)
+    return p
+
+
+def staged():
+    global STAGE
+    if STAGE is None:
+        STAGE = tempfile.mkdtemp(prefix="kvd-stage.")
+        p = run("make -s -C %s install DESTDIR=%s PREFIX=/usr "
+                "UDEVRULESDIR=/usr/lib/udev/rules.d" % (TOP, STAGE))
+        check(p.returncode == 0, "make install failed")
+    return STAGE
+
+
+def env_for(stage):
+    e = dict(os.environ)
+    e.pop("KVDMABUF_LIBRARY", None)
+    e["LD_LIBRARY_PATH"] = stage + "/usr/lib"
+    return e
+
+
+def c_program_builds_with_pkg_config():
+    s = staged()
+    e = env_for(s)
+    e["PKG_CONFIG_PATH"] = s + "/usr/lib/pkgconfig"
+    exe = os.path.join(s, "hello")
+    p = run("cc -Wall -Werror -o %s %s/tests/install/hello.c $(pkg-config "
+            "--define-variable=prefix=%s/usr --cflags --libs kvdmabuf)"
+            % (exe, TOP, s), env=e)
+    check(p.returncode == 0, "build against the staging root failed")
+    p = run(exe, env=e)
+    check(p.returncode == 0, "installed library disagrees with its header")
+
+
+def python_package_imports_the_installed_library():
+    s = staged()
+    e = env_for(s)
+    e["PYTHONPATH"] = s + "/usr/lib/python3/dist-packages"
+    p = run("/usr/bin/python3 -c 'import kvdmabuf, kvdmabuf.hooks; "
+            "print(kvdmabuf.__file__, kvdmabuf.version())'", env=e,
+            cwd="/")
+    check(p.returncode == 0 and p.stdout.startswith(s), p.stdout)
+
+
+def command_runs_and_finds_its_selftests():
+    s = staged()
+    e = env_for(s)
+    e.pop("KVDMABUF_SELFTEST_DIR", None)
+    cli = s + "/usr/bin/kvdmabuf"
+    check(run(cli + " --help", env=e).returncode == 0)
+    check(run(cli + " bogus", env=e).returncode == 2)
+    p = run(cli + " selftest --list", env=e)
+    listed = p.stdout.split()
+    check(p.returncode == 0 and "proxy_follow" in listed and
+          "hw/cuda_vmm" in listed, str(listed))
+    for name in listed:
+        check(os.access(s + "/usr/libexec/kvdmabuf/selftests/" + name,
+                        os.X_OK), name + " not installed")
+
+
+def man_pages_lint_clean_and_cross_referenced():
+    s = staged()
+    pages = glob.glob(s + "/usr/share/man/man*/*")
+    names = {os.path.basename(p) for p in pages}
+    check({"kvdmabuf.1", "kvdmabuf.7", "kvdmabuf_open.3",
+           "kvdmabuf_sleep.3"} <= names, str(names))
+    for page in pages:
+        p = run("mandoc -T lint -W warning %s" % page)
+        check(p.returncode == 0 and not p.stdout and not p.stderr,
+              "%s: %s" % (page, p.stdout + p.stderr))
+        for name, sec in re.findall(r"^\.Xr (\S+) (\d)", open(page).read(),
+                                    re.M):
+            check("%s.%s" % (name, sec) in names,
+                  "%s refers to %s(%s), not installed" % (page, name, sec))
+
+
+def udev_rule_installed():
+    check(os.path.exists(staged() + "/usr/lib/udev/rules.d/70-kvdmabuf.rules"))
+
+
+if __name__ == "__main__":
+    rc = ktap.main([
+        c_program_builds_with_pkg_config,
+        python_package_imports_the_installed_library,
+        command_runs_and_finds_its_selftests,
+        man_pages_lint_clean_and_cross_referenced,
+        udev_rule_installed,
+    ])
+    if STAGE:
+        shutil.rmtree(STAGE, ignore_errors=True)
+    raise SystemExit(rc)
