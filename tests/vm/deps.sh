@@ -20,7 +20,7 @@ MIRROR=${KVDMABUF_MIRROR:-http://deb.debian.org/debian}
 HOST_PKGS="make gcc libc6-dev pkg-config linux-image-amd64 linux-headers-amd64
  qemu-system-x86 busybox-static rdma-core ibverbs-utils libibverbs-dev
  libdrm-dev libyaml-dev debootstrap rsync cpio xz-utils zstd iproute2 kmod
- util-linux coreutils locales"
+ util-linux coreutils locales python3 python3-pyverbs mandoc"
 
 
 DEBUG_PKGS="linux-source-6.1 flex bison bc libelf-dev libssl-dev"
@@ -42,6 +42,10 @@ BPO_SUITE=trixie-backports
 BPO_KERNEL_STAMP=$TRIXIE_ROOT/.kvdmabuf-bpo-kernel-v1
 BPO_DEBUG_STAMP=$TRIXIE_ROOT/.kvdmabuf-bpo-debug-v1
 BPO_DEBUG_PKGS="flex bison bc libelf-dev libssl-dev cpio xz-utils"
+# Added to that root in place too (stamped the same way): what the Python
+# tests run on (python3, rdma-core's pyverbs).
+ROOT_EXTRA_PKGS="python3 python3-pyverbs"
+ROOT_EXTRA_STAMP=$TRIXIE_ROOT/.kvdmabuf-root-extras-v1
 
 need_root() {
 	if [ "$(id -u)" != 0 ]; then
@@ -91,6 +95,21 @@ in_root() {
 		exec chroot "$r" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
 			HOME=/root LC_ALL=C DEBIAN_FRONTEND=noninteractive "$@"' \
 		- "$TRIXIE_ROOT" "$@"
+}
+
+root_extras() {
+	[ -f "$ROOT_EXTRA_STAMP" ] && return 0
+	need_root "$ROOT_EXTRA_PKGS in $TRIXIE_ROOT"
+	echo "deps: installing $ROOT_EXTRA_PKGS into $TRIXIE_ROOT"
+	cp /etc/resolv.conf "$TRIXIE_ROOT/etc/resolv.conf" 2>/dev/null || true
+	{ in_root apt-get update -qq &&
+	  in_root apt-get install -y -qq --no-install-recommends \
+		$ROOT_EXTRA_PKGS; } >"$CACHE/root-extras.log" 2>&1 || {
+		tail -20 "$CACHE/root-extras.log" >&2
+		echo "deps: installing $ROOT_EXTRA_PKGS failed, log in $CACHE/root-extras.log" >&2
+		exit 1
+	}
+	touch "$ROOT_EXTRA_STAMP"
 }
 
 # The backports suite in the root's sources, and a fresh package index.
@@ -174,10 +193,12 @@ host | 6.1)
 6.12)
 	host_deps
 	trixie_root
+	root_extras
 	;;
 7.3)
 	host_deps
 	trixie_root
+	root_extras
 	bpo_kernel
 	;;
 debug)
