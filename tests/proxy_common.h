@@ -2,8 +2,15 @@
 /*
  * proxy_common.h - helpers for the kvdmabuf module's kselftests
  * (tests/proxy_*.c): raw ioctl wrappers returning 0 or -errno for
- * /dev/kvdmabuf and the test importer /dev/kvd_importer, vgem buffers,
- * and the module's debugfs counters.
+ * /dev/kvdmabuf and the test importer, vgem buffers, and the module's
+ * debugfs counters.
+ *
+ * The importer is /dev/kvd_importer (tests/kmod/kvd_importer.c, calls the
+ * dma-buf API itself) unless the program defines KVD_IMP_UMEM before
+ * including this file: then it is /dev/kvd_umem (tests/kmod/kvd_umem.c,
+ * the same ABI on ib_core's dma-buf MR code), loaded on first use from
+ * $KVDMABUF_BUILD/tests/kmod if it is not loaded yet. The *_umem programs
+ * are the follow, pinning, races and lifetime programs built that way.
  */
 #ifndef KVDMABUF_TESTS_PROXY_COMMON_H
 #define KVDMABUF_TESTS_PROXY_COMMON_H
@@ -18,11 +25,14 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "../uapi/kvdmabuf.h"
 
 #include "kmod/kvd_importer.h"
+#include "kmod/kvd_umem.h"
 #include "procfs.h"
 #include "vgem.h"
 
@@ -101,12 +111,64 @@ static inline int kvd_query(int dev, int proxy, struct kvdmabuf_query *q)
 	return kvd_ioctl(dev, KVDMABUF_IOCTL_QUERY, q);
 }
 
-/* ---- /dev/kvd_importer ---- */
+/* ---- the test importer: /dev/kvd_importer or /dev/kvd_umem ---- */
+
+#ifdef KVD_IMP_UMEM
+#define KVD_IMP_PATH		KVD_UMEM_PATH
+#define KVD_IMP_MODULE		"kvd_umem"
+#define KVD_IMP_DEV_SUFFIX	".0"	/* platform device kvd_umem.0 */
+#else
+#define KVD_IMP_PATH		KVD_IMPORTER_PATH
+#define KVD_IMP_MODULE		"kvd_importer"
+#define KVD_IMP_DEV_SUFFIX	""	/* platform device kvd_importer */
+#endif
+
+/*
+ * Loads test module tests/kmod/@name.ko of $KVDMABUF_BUILD unless it is
+ * loaded (@deps: modprobe'd first, e.g. ib_uverbs for kvd_umem); waits for
+ * its device node @path. 0 or -errno.
+ */
+static inline int kvd_test_module_load(const char *name, const char *deps,
+				       const char *path)
+{
+	const char *build = getenv("KVDMABUF_BUILD");
+	char buf[4096];
+	struct stat st;
+	int fd, ret = 0, i;
+
+	snprintf(buf, sizeof(buf), "/sys/module/%s", name);
+	if (stat(buf, &st)) {
+		if (!build || geteuid())
+			return -ENOENT;
+		if (deps) {
+			snprintf(buf, sizeof(buf), "modprobe -q %s", deps);
+			if (system(buf))
+				return -ENOENT;
+		}
+		snprintf(buf, sizeof(buf), "%s/tests/kmod/%s.ko", build, name);
+		fd = open(buf, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			return -errno;
+		if (syscall(SYS_finit_module, fd, "", 0) && errno != EEXIST)
+			ret = -errno;
+		close(fd);
+		if (ret)
+			return ret;
+	}
+	for (i = 0; i < 200 && access(path, F_OK); i++)
+		usleep(10000);
+	return access(path, F_OK) ? -errno : 0;
+}
 
 static inline int imp_open(void)
 {
-	int fd = open(KVD_IMPORTER_PATH, O_RDWR | O_CLOEXEC);
+	int fd = open(KVD_IMP_PATH, O_RDWR | O_CLOEXEC);
 
+#ifdef KVD_IMP_UMEM
+	if (fd < 0 && errno == ENOENT &&
+	    !kvd_test_module_load("kvd_umem", "ib_uverbs", KVD_UMEM_PATH))
+		fd = open(KVD_IMP_PATH, O_RDWR | O_CLOEXEC);
+#endif
 	return fd < 0 ? -errno : fd;
 }
 
@@ -181,8 +243,8 @@ static inline int imp_fence(int imp, int h, uint32_t delay_ms)
 	do {								\
 		fd = imp_open();					\
 		if (fd < 0)						\
-			SKIP(return, "%s: %s (kvd_importer test module not loaded)", \
-			     KVD_IMPORTER_PATH, strerror(-fd));		\
+			SKIP(return, "%s: %s (%s test module not loaded)", \
+			     KVD_IMP_PATH, strerror(-fd), KVD_IMP_MODULE); \
 	} while (0)
 
 #define KVD_OPEN_VGEM(fd)						\

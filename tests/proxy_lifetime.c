@@ -135,8 +135,8 @@ FIXTURE_SETUP(killed)
 	close(fd);
 	fd = imp_open();
 	if (fd < 0)
-		SKIP(return, "%s: %s (kvd_importer test module not loaded)",
-		     KVD_IMPORTER_PATH, strerror(-fd));
+		SKIP(return, "%s: %s (%s test module not loaded)",
+		     KVD_IMP_PATH, strerror(-fd), KVD_IMP_MODULE);
 	close(fd);
 	if (read_baseline(&self->base))
 		SKIP(return, "no %s/stats (debugfs not mounted, not root?)",

@@ -176,8 +176,8 @@ TEST_TIMEOUT(churn_while_importers_access, 120)
 		     KVDMABUF_DEVICE_PATH, strerror(-r.dev));
 	i = imp_open();
 	if (i < 0)
-		SKIP(return, "%s: %s (kvd_importer test module not loaded)",
-		     KVD_IMPORTER_PATH, strerror(-i));
+		SKIP(return, "%s: %s (%s test module not loaded)",
+		     KVD_IMP_PATH, strerror(-i), KVD_IMP_MODULE);
 	close(i);
 	r.drm = vgem_open();
 	if (r.drm < 0)

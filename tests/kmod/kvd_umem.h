@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/*
+ * kvd_umem - test-only importer on the kernel's own dma-buf MR code.
+ *
+ * /dev/kvd_umem speaks the ABI of /dev/kvd_importer (kvd_importer.h: the
+ * same structs and ioctl numbers), but every import is an ib_umem_dmabuf
+ * of ib_core, made for an unregistered ib_device whose dma_device is a
+ * platform device of this module:
+ *
+ * - dynamic (flags 0): ib_umem_dmabuf_get() with an invalidation callback
+ *   that, like mlx5's, unmaps at once under the dma-buf's resv
+ *   (ib_umem_dmabuf_unmap_pages()); the next access maps again with
+ *   ib_umem_dmabuf_map_pages() (its sg-table trimming and fence wait), as
+ *   an mlx5 page fault does;
+ * - lazy (KVD_IMP_IMPORT_LAZY): dynamic, but the callback only marks the
+ *   mapping stale and the next access unmaps it first;
+ * - pinned (KVD_IMP_IMPORT_PINNED): ib_umem_dmabuf_get_pinned(), the path
+ *   of efa, bnxt_re and irdma (pinned and mapped until release).
+ *
+ * Accesses walk the umem's DMA blocks of the page size that
+ * ib_umem_find_best_pgsz() picks (PAGE_SIZE, as mlx5 does for dma-buf
+ * MRs) and copy through them, taking DMA addresses as CPU physical
+ * addresses (dma-direct, no IOMMU).
+ *
+ * Two devices: import flag KVD_UMEM_IMPORT_DEV32 imports with a second
+ * ib_device whose dma_device has a 32-bit DMA mask (the default one has a
+ * 64-bit mask). KVD_UMEM_IOCTL_INFO tells what an import mapped for.
+ */
+#ifndef _UAPI_KVD_UMEM_H
+#define _UAPI_KVD_UMEM_H
+
+#include <linux/ioctl.h>
+#include <linux/types.h>
+
+#include "kvd_importer.h"
+
+#define KVD_UMEM_PATH			"/dev/kvd_umem"
+
+/* Import with the second device (32-bit DMA mask). */
+#define KVD_UMEM_IMPORT_DEV32		(1U << 8)
+
+#define KVD_UMEM_DEVNAME_LEN		32
+
+/**
+ * struct kvd_umem_info - KVD_UMEM_IOCTL_INFO argument
+ * @handle: in: import handle
+ * @nmap: out: DMA entries of the current mapping (0: not mapped)
+ * @dma_mask: out: DMA mask of the device the import maps for
+ * @max_dma_end: out: highest DMA address + 1 of the current mapping
+ * @pgsz: out: page size ib_umem_find_best_pgsz() picked at the last map
+ * @dev_name: out: name of the device the import maps for
+ */
+struct kvd_umem_info {
+	__u32 handle;
+	__u32 nmap;
+	__u64 dma_mask;
+	__u64 max_dma_end;
+	__u64 pgsz;
+	char dev_name[KVD_UMEM_DEVNAME_LEN];
+};
+
+#define KVD_UMEM_IOCTL_INFO	_IOWR(KVD_IMP_IOCTL_MAGIC, 0x20, struct kvd_umem_info)
+
+#endif /* _UAPI_KVD_UMEM_H */
