@@ -31,6 +31,7 @@
 
 #include "../uapi/kvdmabuf.h"
 
+#include "kmod/kvd_exporter.h"
 #include "kmod/kvd_importer.h"
 #include "kmod/kvd_umem.h"
 #include "procfs.h"
@@ -253,6 +254,100 @@ static inline int imp_fence(int imp, int h, uint32_t delay_ms)
 		if (fd < 0)						\
 			SKIP(return, "no vgem device (modprobe vgem)");	\
 	} while (0)
+
+/* ---- /dev/kvd_exporter: a dynamic exporter that moves and revokes ---- */
+
+static inline int exp_open(void)
+{
+	int fd = open(KVD_EXPORTER_PATH, O_RDWR | O_CLOEXEC);
+
+	if (fd < 0 && errno == ENOENT &&
+	    !kvd_test_module_load("kvd_exporter", NULL, KVD_EXPORTER_PATH))
+		fd = open(KVD_EXPORTER_PATH, O_RDWR | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+/* A kvd_exporter buffer of @size bytes filled with pattern @seed. */
+static inline int exp_buf(int exp, uint64_t size, uint32_t flags,
+			  uint32_t seed)
+{
+	struct kvd_exp_create c = { .size = size, .flags = flags };
+	struct kvd_exp_fill f = { .seed = seed };
+	int ret = kvd_ioctl(exp, KVD_EXP_IOCTL_CREATE, &c);
+
+	if (ret)
+		return ret;
+	f.fd = c.fd;
+	ret = kvd_ioctl(exp, KVD_EXP_IOCTL_FILL, &f);
+	if (ret) {
+		close((int)c.fd);
+		return ret;
+	}
+	return (int)c.fd;
+}
+
+static inline int exp_fill(int exp, int buf, uint32_t seed)
+{
+	struct kvd_exp_fill f = { .fd = (uint32_t)buf, .seed = seed };
+
+	return kvd_ioctl(exp, KVD_EXP_IOCTL_FILL, &f);
+}
+
+static inline int exp_move(int exp, int buf)
+{
+	uint32_t fd = (uint32_t)buf;
+
+	return kvd_ioctl(exp, KVD_EXP_IOCTL_MOVE, &fd);
+}
+
+static inline int exp_revoke(int exp, int buf)
+{
+	uint32_t fd = (uint32_t)buf;
+
+	return kvd_ioctl(exp, KVD_EXP_IOCTL_REVOKE, &fd);
+}
+
+static inline int exp_info(int exp, int buf, struct kvd_exp_info *i)
+{
+	memset(i, 0, sizeof(*i));
+	i->fd = (uint32_t)buf;
+	return kvd_ioctl(exp, KVD_EXP_IOCTL_INFO, i);
+}
+
+/* Mappings @i says were made for device @name (0 if none). */
+static inline uint64_t exp_dev_maps(const struct kvd_exp_info *i,
+				    const char *name)
+{
+	int d;
+
+	for (d = 0; d < KVD_EXP_MAX_DEVS; d++)
+		if (!strncmp(i->dev_names[d], name, KVD_EXP_DEVNAME_LEN))
+			return i->dev_maps[d];
+	return 0;
+}
+
+#define KVD_OPEN_EXP(fd)						\
+	do {								\
+		fd = exp_open();					\
+		if (fd < 0)						\
+			SKIP(return, "%s: %s (kvd_exporter test module not loaded)", \
+			     KVD_EXPORTER_PATH, strerror(-fd));		\
+	} while (0)
+
+/* Polls QUERY until the proxy is in @state (about 2 s at most). */
+static inline int kvd_wait_state(int dev, int proxy, uint32_t state,
+				 struct kvdmabuf_query *q)
+{
+	int i, ret = 0;
+
+	for (i = 0; i < 400; i++) {
+		ret = kvd_query(dev, proxy, q);
+		if (ret || q->state == state)
+			return ret;
+		usleep(5000);
+	}
+	return -ETIMEDOUT;
+}
 
 /* ---- backings ---- */
 

@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/*
+ * kvd_exporter - test-only *dynamic* dma-buf exporter (pin/unpin) whose
+ * buffer its exporter can move or revoke: stands in for amdgpu/xe VRAM
+ * (eviction, device reset, unplug) and, with KVD_EXP_CREATE_NOPAGES, for
+ * CUDA BAR1 memory (tables of DMA addresses without struct pages, handed
+ * only to peer2peer importers: others get -EOPNOTSUPP at attach).
+ *
+ * Every ioctl but CREATE names the buffer by its dma-buf fd.
+ */
+#ifndef _UAPI_KVD_EXPORTER_H
+#define _UAPI_KVD_EXPORTER_H
+
+#include <linux/ioctl.h>
+#include <linux/types.h>
+
+#define KVD_EXPORTER_PATH		"/dev/kvd_exporter"
+
+#define KVD_EXP_CREATE_NOPAGES		(1U << 0)
+
+/**
+ * struct kvd_exp_create - KVD_EXP_IOCTL_CREATE argument
+ * @size: in: bytes, multiple of the page size, at most 64 MiB
+ * @flags: in: KVD_EXP_CREATE_NOPAGES or 0
+ * @fd: out: the dma-buf fd (O_CLOEXEC)
+ * @pad: must be 0
+ */
+struct kvd_exp_create {
+	__u64 size;
+	__u32 flags;
+	__u32 fd;
+	__u32 pad;
+	__u32 pad2;
+};
+
+/**
+ * struct kvd_exp_fill - KVD_EXP_IOCTL_FILL argument
+ * @fd: in: the dma-buf fd
+ * @seed: in: fills the current pages with 32-bit words
+ *	seed * 2654435761 + index (pattern_fill() of the tests)
+ */
+struct kvd_exp_fill {
+	__u32 fd;
+	__u32 seed;
+};
+
+#define KVD_EXP_MAX_DEVS		8
+#define KVD_EXP_DEVNAME_LEN		32
+
+/**
+ * struct kvd_exp_info - KVD_EXP_IOCTL_INFO argument
+ * @fd: in: the dma-buf fd
+ * @attachments: out: live attachments
+ * @pins: out: pins held
+ * @live_maps: out: mappings not yet unmapped
+ * @moves: out: moves made
+ * @revoked: out: 1 once revoked
+ * @pad: 0
+ * @maps: out: mappings made so far
+ * @dev_maps: out: mappings made so far, per device in @dev_names
+ * @dev_names: out: devices mappings were made for (first KVD_EXP_MAX_DEVS)
+ */
+struct kvd_exp_info {
+	__u32 fd;
+	__u32 attachments;
+	__u32 pins;
+	__u32 live_maps;
+	__u32 moves;
+	__u32 revoked;
+	__u64 maps;
+	__u64 dev_maps[KVD_EXP_MAX_DEVS];
+	char dev_names[KVD_EXP_MAX_DEVS][KVD_EXP_DEVNAME_LEN];
+};
+
+#define KVD_EXP_IOCTL_MAGIC		0xDD
+#define KVD_EXP_IOCTL_CREATE	_IOWR(KVD_EXP_IOCTL_MAGIC, 1, struct kvd_exp_create)
+#define KVD_EXP_IOCTL_FILL	_IOW(KVD_EXP_IOCTL_MAGIC, 2, struct kvd_exp_fill)
+/*
+ * MOVE (arg: __u32 dma-buf fd): new pages with a copy of the contents;
+ * under the resv the buffer switches to them and the importers get a move
+ * notification; the old pages are then poisoned (0xde bytes) and kept
+ * until release. Done whatever the pins (a reset or a revocable exporter
+ * does not ask).
+ * REVOKE (same arg): under the resv, marked revoked, importers notified,
+ * pages poisoned; every later map fails with -ENODEV.
+ */
+#define KVD_EXP_IOCTL_MOVE	_IOW(KVD_EXP_IOCTL_MAGIC, 3, __u32)
+#define KVD_EXP_IOCTL_REVOKE	_IOW(KVD_EXP_IOCTL_MAGIC, 4, __u32)
+#define KVD_EXP_IOCTL_INFO	_IOWR(KVD_EXP_IOCTL_MAGIC, 5, struct kvd_exp_info)
+
+#endif /* _UAPI_KVD_EXPORTER_H */

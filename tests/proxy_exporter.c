@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * proxy_exporter: the proxy backed by a dynamic exporter that moves or
+ * revokes its buffer on its own (tests/kmod/kvd_exporter.c: stands in for
+ * amdgpu/xe VRAM eviction and device reset; variant nopages: a table of
+ * DMA addresses without struct pages, like CUDA BAR1 memory).
+ *
+ * An exporter move or revoke makes the proxy REVOKED with revoke_reason
+ * KVDMABUF_REVOKE_EXPORTER and an event on the device fd; importers get
+ * -ENODEV until a backing is attached again, then read the new pages.
+ * The exporter poisons the pages it left, so an importer that kept old
+ * addresses would read 0xde bytes: they never do.
+ */
+#include "harness.h"
+#include "proxy_common.h"
+
+#define SIZE		(16 * KVD_PAGE)
+#define SEED_A		0x3a
+#define SEED_B		0x3b
+#define SEED_C		0x3c
+
+FIXTURE(exp) {
+	int dev, imp, exp, drm;
+	int proxy, e, h;
+	char buf[SIZE];
+};
+
+FIXTURE_VARIANT(exp) {
+	uint32_t flags;
+};
+
+FIXTURE_VARIANT_ADD(exp, pages) { .flags = 0 };
+FIXTURE_VARIANT_ADD(exp, nopages) { .flags = KVD_EXP_CREATE_NOPAGES };
+
+FIXTURE_SETUP(exp)
+{
+	self->dev = self->imp = self->exp = self->drm = -1;
+	self->proxy = self->e = self->h = -1;
+	KVD_OPEN_DEV(self->dev);
+	KVD_OPEN_IMP(self->imp);
+	KVD_OPEN_EXP(self->exp);
+	self->e = exp_buf(self->exp, SIZE, variant->flags, SEED_A);
+	ASSERT_GE(self->e, 0);
+	self->proxy = kvd_create(self->dev, SIZE, NULL);
+	ASSERT_GE(self->proxy, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, self->e, 0));
+	self->h = imp_import(self->imp, self->proxy, 0);
+	ASSERT_GE(self->h, 0);
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	ASSERT_EQ(-1, pattern_check(self->buf, SIZE, SEED_A));
+}
+
+FIXTURE_TEARDOWN(exp)
+{
+	if (self->h >= 0)
+		imp_release(self->imp, self->h);
+	if (self->proxy >= 0)
+		close(self->proxy);
+	if (self->e >= 0)
+		close(self->e);
+	if (self->drm >= 0)
+		close(self->drm);
+	if (self->exp >= 0)
+		close(self->exp);
+	if (self->imp >= 0)
+		close(self->imp);
+	if (self->dev >= 0)
+		close(self->dev);
+}
+
+/* Reads the device fd's queued events; returns the last REVOKED one's gen. */
+static uint64_t last_revoked_event(int dev)
+{
+	struct kvdmabuf_event ev[64];
+	uint64_t gen = 0;
+	int n, i, fl = fcntl(dev, F_GETFL);
+
+	fcntl(dev, F_SETFL, fl | O_NONBLOCK);
+	n = read(dev, ev, sizeof(ev));
+	fcntl(dev, F_SETFL, fl);
+	for (i = 0; i < n / (int)sizeof(ev[0]); i++)
+		if (ev[i].state == KVDMABUF_STATE_REVOKED)
+			gen = ev[i].generation;
+	return gen;
+}
+
+/* An importer read must fail, or (if it wrongly succeeds) show which bytes. */
+static int read_while_revoked(struct __test_metadata *_metadata, int imp,
+			      int h, char *buf)
+{
+	int ret = imp_read(imp, h, 0, buf, SIZE);
+
+	if (!ret)
+		TH_LOG("read succeeded while revoked: first word 0x%08x (0xdededede = old, poisoned pages)",
+		       *(uint32_t *)buf);
+	return ret;
+}
+
+TEST_F(exp, exporter_move_revokes_then_new_pages_are_read)
+{
+	struct pollfd pfd = { .fd = self->dev, .events = POLLIN };
+	struct kvd_imp_counters c;
+	struct kvdmabuf_query q;
+	struct kvd_exp_info i;
+
+	last_revoked_event(self->dev);	/* drop the attach event */
+	ASSERT_EQ(0, exp_move(self->exp, self->e));
+	ASSERT_EQ(0, exp_fill(self->exp, self->e, SEED_B));
+
+	ASSERT_EQ(0, kvd_wait_state(self->dev, self->proxy,
+				    KVDMABUF_STATE_REVOKED, &q));
+	EXPECT_EQ(KVDMABUF_REVOKE_EXPORTER, q.revoke_reason);
+	EXPECT_EQ(2, q.generation);
+	EXPECT_EQ(1, q.notifications);
+	EXPECT_EQ(1, poll(&pfd, 1, 1000));
+	EXPECT_EQ(2, last_revoked_event(self->dev));
+	ASSERT_EQ(0, imp_counters(self->imp, self->h, &c));
+	EXPECT_EQ(1, c.invalidations);
+	EXPECT_EQ(0, c.mapped);
+	EXPECT_EQ(-ENODEV, read_while_revoked(_metadata, self->imp, self->h,
+					       self->buf));
+
+	/* The module let go of the old pages' mapping. */
+	ASSERT_EQ(0, kvd_revoke(self->dev, self->proxy, 1000));
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(0, q.backing_attachments);
+	EXPECT_EQ(0, q.stale_backings);
+	ASSERT_EQ(0, exp_info(self->exp, self->e, &i));
+	EXPECT_EQ(1, i.moves);
+	EXPECT_EQ(0, i.live_maps);
+	EXPECT_EQ(0, i.attachments);
+	EXPECT_EQ(0, i.pins);
+
+	/* Attached again: the same import reads the new pages. */
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, self->e, 0));
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_B));
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(KVDMABUF_REVOKE_NONE, q.revoke_reason);
+	EXPECT_EQ(1, q.p2p_backing_attachments);
+}
+
+TEST_F(exp, exporter_revoke_revokes_the_proxy)
+{
+	struct kvdmabuf_query q;
+	struct kvd_exp_info i;
+	int b;
+
+	last_revoked_event(self->dev);
+	ASSERT_EQ(0, exp_revoke(self->exp, self->e));
+	ASSERT_EQ(0, kvd_wait_state(self->dev, self->proxy,
+				    KVDMABUF_STATE_REVOKED, &q));
+	EXPECT_EQ(KVDMABUF_REVOKE_EXPORTER, q.revoke_reason);
+	EXPECT_EQ(2, last_revoked_event(self->dev));
+	EXPECT_EQ(-ENODEV, read_while_revoked(_metadata, self->imp, self->h,
+					       self->buf));
+	/* A revoked backing cannot be attached again. */
+	EXPECT_EQ(-ENODEV, kvd_attach(self->dev, self->proxy, self->e, 0));
+	/* The stale backing goes; the exporter sees nothing held. */
+	ASSERT_EQ(0, kvd_revoke(self->dev, self->proxy, 1000));
+	ASSERT_EQ(0, exp_info(self->exp, self->e, &i));
+	EXPECT_EQ(1, i.revoked);
+	EXPECT_EQ(0, i.live_maps);
+	EXPECT_EQ(0, i.attachments);
+
+	/* Another backing brings the importer back. */
+	b = exp_buf(self->exp, SIZE, variant->flags, SEED_C);
+	ASSERT_GE(b, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, b, 0));
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_C));
+	close(b);
+}
+
+/* The module maps the backing for the importer's own device. */
+TEST_F(exp, backing_mapped_for_the_importer_device)
+{
+	struct kvd_exp_info i;
+	int d, others = 0;
+
+	ASSERT_EQ(0, exp_info(self->exp, self->e, &i));
+	EXPECT_EQ(1, i.attachments);
+	EXPECT_GE(exp_dev_maps(&i, KVD_IMP_MODULE KVD_IMP_DEV_SUFFIX), 1);
+	for (d = 0; d < KVD_EXP_MAX_DEVS; d++)
+		if (i.dev_names[d][0] &&
+		    strcmp(i.dev_names[d], KVD_IMP_MODULE KVD_IMP_DEV_SUFFIX)) {
+			TH_LOG("mapped for %s", i.dev_names[d]);
+			others++;
+		}
+	EXPECT_EQ(0, others);
+}
+
+/* Tables without struct pages go to peer-to-peer importers only. */
+TEST_F(exp, static_importer_refused)
+{
+	uint32_t handle = 0;
+	int ret;
+
+	self->drm = vgem_open();
+	if (self->drm < 0)
+		SKIP(return, "no vgem device (modprobe vgem)");
+	errno = 0;
+	ret = drmPrimeFDToHandle(self->drm, self->e, &handle);
+	if (variant->flags & KVD_EXP_CREATE_NOPAGES) {
+		EXPECT_NE(0, ret);
+		EXPECT_EQ(EOPNOTSUPP, errno);
+	} else if (!ret) {
+		drmCloseBufferHandle(self->drm, handle);
+	}
+	/* Either way the proxy is refused to it (p2p tables). */
+	errno = 0;
+	EXPECT_NE(0, drmPrimeFDToHandle(self->drm, self->proxy, &handle));
+	EXPECT_EQ(EOPNOTSUPP, errno);
+}
+
+TEST_HARNESS_MAIN

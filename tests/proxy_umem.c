@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * proxy_umem: what only the importer on ib_core's dma-buf MR code
+ * (/dev/kvd_umem) can tell: the dynamic umem's mapping is empty while the
+ * proxy is revoked and is made again, with PAGE_SIZE blocks, for the new
+ * backing (same umem, new bytes); and two importer devices with different
+ * DMA masks (64 and 32 bits) on one proxy each get a mapping made for
+ * their own device (the exporter records the device of every map).
+ */
+#define KVD_IMP_UMEM 1
+
+#include "harness.h"
+#include "proxy_common.h"
+
+#define SIZE		(32 * KVD_PAGE)
+#define SEED_A		0x5a
+#define SEED_B		0x5b
+
+static int umem_info(int imp, int h, struct kvd_umem_info *i)
+{
+	memset(i, 0, sizeof(*i));
+	i->handle = (uint32_t)h;
+	return kvd_ioctl(imp, KVD_UMEM_IOCTL_INFO, i);
+}
+
+FIXTURE(umem) {
+	int dev, imp, drm, exp;
+	int proxy, a, b;
+	char buf[SIZE];
+};
+
+FIXTURE_SETUP(umem)
+{
+	self->dev = self->imp = self->drm = self->exp = -1;
+	self->proxy = self->a = self->b = -1;
+	KVD_OPEN_DEV(self->dev);
+	KVD_OPEN_IMP(self->imp);
+	KVD_OPEN_VGEM(self->drm);
+	self->a = vgem_pattern_buf(self->drm, SIZE, SEED_A);
+	ASSERT_GE(self->a, 0);
+	self->b = vgem_pattern_buf(self->drm, SIZE, SEED_B);
+	ASSERT_GE(self->b, 0);
+	self->proxy = kvd_create(self->dev, SIZE, NULL);
+	ASSERT_GE(self->proxy, 0);
+}
+
+FIXTURE_TEARDOWN(umem)
+{
+	if (self->proxy >= 0)
+		close(self->proxy);
+	if (self->a >= 0)
+		close(self->a);
+	if (self->b >= 0)
+		close(self->b);
+	if (self->drm >= 0)
+		close(self->drm);
+	if (self->exp >= 0)
+		close(self->exp);
+	if (self->imp >= 0)
+		close(self->imp);
+	if (self->dev >= 0)
+		close(self->dev);
+}
+
+TEST_F(umem, dynamic_umem_empty_while_revoked_remapped_after)
+{
+	struct kvd_umem_info i;
+	struct kvd_imp_counters c;
+	int h;
+
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, self->a, 0));
+	h = imp_import(self->imp, self->proxy, 0);
+	ASSERT_GE(h, 0);
+	ASSERT_EQ(0, umem_info(self->imp, h, &i));
+	EXPECT_EQ(0, i.nmap);		/* registered, not yet faulted in */
+	EXPECT_EQ(0, strcmp(i.dev_name, "kvd_umem.0"));
+	ASSERT_EQ(0, imp_read(self->imp, h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_A));
+	ASSERT_EQ(0, umem_info(self->imp, h, &i));
+	EXPECT_GE(i.nmap, 1);
+	EXPECT_EQ(KVD_PAGE, i.pgsz);
+
+	ASSERT_EQ(0, kvd_revoke(self->dev, self->proxy, 1000));
+	ASSERT_EQ(0, umem_info(self->imp, h, &i));
+	EXPECT_EQ(0, i.nmap);		/* unmapped by the invalidation */
+	EXPECT_EQ(-ENODEV, imp_read(self->imp, h, 0, self->buf, SIZE));
+	ASSERT_EQ(0, umem_info(self->imp, h, &i));
+	EXPECT_EQ(0, i.nmap);		/* the fault found nothing to map */
+
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, self->b, 0));
+	ASSERT_EQ(0, imp_read(self->imp, h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_B));
+	ASSERT_EQ(0, umem_info(self->imp, h, &i));
+	EXPECT_GE(i.nmap, 1);
+	ASSERT_EQ(0, imp_counters(self->imp, h, &c));
+	EXPECT_EQ(2, c.maps);
+	EXPECT_EQ(1, c.invalidations);
+	EXPECT_EQ(1, c.failed);
+	EXPECT_EQ(0, imp_release(self->imp, h));
+}
+
+TEST_F(umem, pinned_umem_blocks_revoke)
+{
+	struct kvdmabuf_query q;
+	int h;
+
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, self->a, 0));
+	h = imp_import(self->imp, self->proxy, KVD_IMP_IMPORT_PINNED);
+	ASSERT_GE(h, 0);
+	ASSERT_EQ(0, imp_read(self->imp, h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_A));
+	EXPECT_EQ(-EBUSY, kvd_revoke(self->dev, self->proxy, 1000));
+	EXPECT_EQ(-EBUSY, kvd_replace(self->dev, self->proxy, self->b, 0));
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(KVDMABUF_STATE_BACKED, q.state);
+	EXPECT_EQ(1, q.blocking_pins);
+	EXPECT_EQ(0, q.notifications);
+	EXPECT_EQ(0, imp_release(self->imp, h));
+	EXPECT_EQ(0, kvd_revoke(self->dev, self->proxy, 1000));
+}
+
+/* Two devices, 64-bit and 32-bit DMA masks, on one proxy. */
+TEST_F(umem, two_devices_each_mapped_for_itself)
+{
+	struct kvd_umem_info i64, i32;
+	struct kvd_exp_info ei;
+	int e, e2, h64, h32, round;
+
+	KVD_OPEN_EXP(self->exp);
+	e = exp_buf(self->exp, SIZE, 0, SEED_A);
+	ASSERT_GE(e, 0);
+	e2 = exp_buf(self->exp, SIZE, KVD_EXP_CREATE_NOPAGES, SEED_B);
+	ASSERT_GE(e2, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, e, 0));
+	h64 = imp_import(self->imp, self->proxy, 0);
+	ASSERT_GE(h64, 0);
+	h32 = imp_import(self->imp, self->proxy, KVD_UMEM_IMPORT_DEV32);
+	ASSERT_GE(h32, 0);
+
+	for (round = 0; round < 2; round++) {
+		int cur = round ? e2 : e;
+		uint32_t seed = round ? SEED_B : SEED_A;
+
+		ASSERT_EQ(0, imp_read(self->imp, h64, 0, self->buf, SIZE));
+		EXPECT_EQ(-1, pattern_check(self->buf, SIZE, seed));
+		ASSERT_EQ(0, imp_read(self->imp, h32, 0, self->buf, SIZE));
+		EXPECT_EQ(-1, pattern_check(self->buf, SIZE, seed));
+
+		ASSERT_EQ(0, umem_info(self->imp, h64, &i64));
+		ASSERT_EQ(0, umem_info(self->imp, h32, &i32));
+		EXPECT_EQ(0, strcmp(i64.dev_name, "kvd_umem.0"));
+		EXPECT_EQ(0, strcmp(i32.dev_name, "kvd_umem.1"));
+		EXPECT_EQ(~0ULL, i64.dma_mask);
+		EXPECT_EQ(0xffffffffULL, i32.dma_mask);
+		EXPECT_GE(i32.nmap, 1);
+		EXPECT_LE(i32.max_dma_end - 1, i32.dma_mask);
+		TH_LOG("round %d: highest DMA end 0x%llx (64-bit dev), 0x%llx (32-bit dev)",
+		       round, (unsigned long long)i64.max_dma_end,
+		       (unsigned long long)i32.max_dma_end);
+
+		/* The backing was mapped once for each importer's device. */
+		ASSERT_EQ(0, exp_info(self->exp, cur, &ei));
+		EXPECT_EQ(2, ei.attachments);
+		EXPECT_EQ(1, exp_dev_maps(&ei, "kvd_umem.0"));
+		EXPECT_EQ(1, exp_dev_maps(&ei, "kvd_umem.1"));
+		EXPECT_EQ(2, ei.maps);
+
+		if (!round)
+			ASSERT_EQ(0, kvd_replace(self->dev, self->proxy, e2, 0));
+	}
+	EXPECT_EQ(0, imp_release(self->imp, h64));
+	EXPECT_EQ(0, imp_release(self->imp, h32));
+	close(e);
+	close(e2);
+}
+
+TEST_HARNESS_MAIN
