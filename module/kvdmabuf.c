@@ -29,6 +29,7 @@
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/cred.h>
 #include <linux/debugfs.h>
 #include <linux/dma-buf.h>
 #include <linux/dma-resv.h>
@@ -134,6 +135,8 @@ struct kvd_proxy {
 	wait_queue_head_t wq;		/* stale_maps reached zero */
 	struct work_struct reap_work;
 	struct list_head global;	/* kvd_proxies; kvd_proxies_lock */
+	pid_t owner_pid;		/* creator's tgid, for LIST */
+	kuid_t owner_uid;		/* creator's euid: who may LIST it */
 };
 
 static const struct dma_buf_ops kvd_dmabuf_ops;
@@ -885,7 +888,8 @@ static long kvd_ioctl_version(void __user *uarg)
 		return -EINVAL;
 
 	arg.version = KVDMABUF_API_VERSION;
-	arg.features = KVDMABUF_FEATURE_REPLACE | KVDMABUF_FEATURE_EVENTS;
+	arg.features = KVDMABUF_FEATURE_REPLACE | KVDMABUF_FEATURE_EVENTS |
+		       KVDMABUF_FEATURE_LIST;
 	if (!kvd_core_pins_on_map)
 		arg.features |= KVDMABUF_FEATURE_MOVE_NOTIFY_CORE;
 	return kvd_copy_out(uarg, &arg, sizeof(arg), usize);
@@ -935,6 +939,8 @@ static long kvd_ioctl_create(struct kvd_ctx *ctx, void __user *uarg)
 	proxy->state = KVDMABUF_STATE_UNBACKED;
 	proxy->id = atomic64_inc_return(&kvd_next_id);
 	proxy->ctx = ctx;
+	proxy->owner_pid = task_tgid_nr(current);
+	proxy->owner_uid = current_euid();
 
 	exp_info.ops = &kvd_dmabuf_ops;
 	exp_info.size = arg.length;
@@ -1237,6 +1243,98 @@ static long kvd_ioctl_query(void __user *uarg)
 /* The size bits of the command are ignored: the struct's size field rules. */
 #define KVD_CMD(cmd)	((cmd) & ~(_IOC_SIZEMASK << _IOC_SIZESHIFT))
 
+/* A snapshot of @proxy for LIST; false when it is busy (only trylocked:
+ * a listing never waits behind a proxy while holding the global list). */
+static bool kvd_stat(struct kvd_proxy *proxy, struct kvdmabuf_proxy_stat *st)
+{
+	struct kvd_backing *b;
+	struct kvd_attach *ka;
+
+	st->id = proxy->id;
+	st->length = proxy->length;
+	st->owner_pid = proxy->owner_pid;
+	st->owner_uid = from_kuid_munged(&init_user_ns, proxy->owner_uid);
+	if (!mutex_trylock(&proxy->lock)) {
+		st->flags = KVDMABUF_STAT_BUSY;
+		return false;
+	}
+	list_for_each_entry(b, &proxy->stale, node)
+		st->stale_backings++;
+	if (!dma_resv_trylock(proxy->dmabuf->resv)) {
+		mutex_unlock(&proxy->lock);
+		st->stale_backings = 0;
+		st->flags = KVDMABUF_STAT_BUSY;
+		return false;
+	}
+	st->state = proxy->state;
+	st->generation = proxy->generation;
+	st->revoke_reason = proxy->revoke_reason;
+	st->live_mappings = proxy->live_maps;
+	list_for_each_entry(ka, &proxy->attachments, node) {
+		if (kvd_attach_blocking(ka))
+			st->pinned_importers++;
+		else
+			st->dynamic_importers++;
+	}
+	dma_resv_unlock(proxy->dmabuf->resv);
+	mutex_unlock(&proxy->lock);
+	return true;
+}
+
+static long kvd_ioctl_list(void __user *uarg)
+{
+	struct kvdmabuf_proxy_stat *stats;
+	struct kvdmabuf_list arg;
+	struct kvd_proxy *proxy;
+	bool all = capable(CAP_SYS_ADMIN);
+	kuid_t me = current_euid();
+	u32 usize, n = 0, room, i;
+	u8 __user *dst;
+	int ret;
+
+	ret = kvd_copy_in(&arg, sizeof(arg), KVDMABUF_LIST_SIZE_VER0, uarg,
+			  &usize);
+	if (ret)
+		return ret;
+	if (arg.flags || arg.reserved ||
+	    arg.stat_size < KVDMABUF_PROXY_STAT_SIZE_VER0)
+		return -EINVAL;
+	if (arg.stat_size > PAGE_SIZE)
+		return -E2BIG;
+	room = min_t(u32, arg.count, atomic_read(&kvd_nr_proxies));
+	stats = kvcalloc(room ?: 1, sizeof(*stats), GFP_KERNEL);
+	if (!stats)
+		return -ENOMEM;
+	if (mutex_lock_interruptible(&kvd_proxies_lock)) {
+		kvfree(stats);
+		return -EINTR;
+	}
+	list_for_each_entry(proxy, &kvd_proxies, global) {
+		if (!all && !uid_eq(proxy->owner_uid, me))
+			continue;
+		if (n < room)
+			kvd_stat(proxy, &stats[n]);
+		n++;
+	}
+	mutex_unlock(&kvd_proxies_lock);
+
+	/* each entry with the caller's size: truncated, or zero-extended */
+	dst = u64_to_user_ptr(arg.stats);
+	for (i = 0; i < min(n, room); i++, dst += arg.stat_size) {
+		if (copy_to_user(dst, &stats[i], min_t(size_t, sizeof(*stats),
+							arg.stat_size)) ||
+		    (arg.stat_size > sizeof(*stats) &&
+		     clear_user(dst + sizeof(*stats),
+				arg.stat_size - sizeof(*stats)))) {
+			kvfree(stats);
+			return -EFAULT;
+		}
+	}
+	kvfree(stats);
+	arg.count = n;
+	return kvd_copy_out(uarg, &arg, sizeof(arg), usize);
+}
+
 static long kvd_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 {
 	struct kvd_ctx *ctx = file->private_data;
@@ -1253,6 +1351,8 @@ static long kvd_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return kvd_ioctl_revoke(ctx, uarg);
 	case KVD_CMD(KVDMABUF_IOCTL_QUERY):
 		return kvd_ioctl_query(uarg);
+	case KVD_CMD(KVDMABUF_IOCTL_LIST):
+		return kvd_ioctl_list(uarg);
 	default:
 		return -ENOTTY;
 	}

@@ -4,10 +4,15 @@
 module loaded (PASS; rxe NICs found and reported without dma-buf MRs), with
 the module unloaded (module FAIL, exit 1), and for a user who cannot open
 /dev/kvdmabuf (permissions FAIL, exit 1); `--json` says the same;
-`kvdmabuf selftest` streams the TAP of the programs it runs and fails when
-one of them fails."""
+`kvdmabuf status` lists the proxies a user may see (its own; root: all)
+through the module's LIST ioctl, whose argument checks are tested here
+too; `kvdmabuf selftest` streams the TAP of the programs it runs and fails
+when one of them fails."""
+import errno
+import fcntl
 import json
 import os
+import struct
 import stat
 import subprocess
 import tempfile
@@ -90,6 +95,81 @@ def check_fails_for_a_user_without_access():
         os.chmod("/dev/kvdmabuf", stat.S_IMODE(mode))
 
 
+def _iowr(nr, size):
+    return (3 << 30) | (size << 16) | (0xDA << 8) | nr
+
+
+def create_proxy(length=1 << 20):
+    """KVDMABUF_IOCTL_CREATE by hand; returns (device fd, proxy fd, id)."""
+    dev = os.open("/dev/kvdmabuf", os.O_RDWR)
+    arg = bytearray(struct.pack("=IIQQIIQ", 40, 0, length, 0, 0, 0, 0))
+    fcntl.ioctl(dev, _iowr(0x01, 40), arg)
+    _, _, _, proxy_id, fd, _, _ = struct.unpack("=IIQQIIQ", arg)
+    return dev, fd, proxy_id
+
+
+def list_ioctl(flags=0, stat_size=72, count=0, reserved=0):
+    dev = os.open("/dev/kvdmabuf", os.O_RDONLY)
+    buf = bytearray(max(count, 1) * max(stat_size, 1))
+    addr = 0
+    if count:
+        import ctypes
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    arg = bytearray(struct.pack("=IIIIQQ", 32, flags, stat_size, count,
+                                addr, reserved))
+    try:
+        fcntl.ioctl(dev, _iowr(0x05, 32), arg)
+        return struct.unpack("=IIIIQQ", arg)[3]
+    except OSError as e:
+        return -e.errno
+    finally:
+        os.close(dev)
+
+
+def status_lists_what_the_user_may_see():
+    need_root()
+    check(list_ioctl(flags=1) == -errno.EINVAL)
+    check(list_ioctl(reserved=1) == -errno.EINVAL)
+    check(list_ioctl(stat_size=8) == -errno.EINVAL)
+    check(list_ioctl(stat_size=8192) == -errno.E2BIG)
+    before = list_ioctl()
+    dev, fd, my_id = create_proxy()
+    check(list_ioctl() == before + 1)
+    mode = os.stat("/dev/kvdmabuf").st_mode
+    os.chmod("/dev/kvdmabuf", 0o666)
+    r, w = os.pipe()
+    child = os.fork()
+    if not child:       # another user with a proxy of its own
+        os.setgid(65534)
+        os.setuid(65534)
+        d, f, i = create_proxy(2 << 20)
+        os.write(w, b"%d\n" % i)
+        os.read(r, 1)   # hold it until the parent has looked
+        os._exit(0)
+    try:
+        nobody_id = int(os.read(r, 64))
+        p = run(["status", "--json"])
+        mine = {x["id"]: x for x in json.loads(p.stdout)["proxies"]}
+        check(p.returncode == 0 and my_id in mine and nobody_id in mine)
+        check(mine[my_id]["state"] == "unbacked" and
+              mine[my_id]["length"] == 1 << 20 and
+              mine[my_id]["owner_pid"] == os.getpid(), str(mine[my_id]))
+        check(mine[nobody_id]["owner_uid"] == 65534)
+        p = run(["status", "--json"],
+                preexec_fn=lambda: (os.setgid(65534), os.setuid(65534)))
+        theirs = {x["id"] for x in json.loads(p.stdout)["proxies"]}
+        check(theirs == {nobody_id}, "uid 65534 sees %s" % theirs)
+        p = run(["status"])
+        check(p.returncode == 0 and "unbacked" in p.stdout)
+    finally:
+        os.write(w, b"x")
+        os.waitpid(child, 0)
+        os.chmod("/dev/kvdmabuf", stat.S_IMODE(mode))
+        os.close(fd)
+        os.close(dev)
+    check(list_ioctl() == before)
+
+
 def selftest_runs_programs_and_reports_failures():
     d = tempfile.mkdtemp()
     os.symlink(os.path.join(TOP, "tests", "smoke_vgem"),
@@ -117,5 +197,6 @@ if __name__ == "__main__":
         check_passes_with_the_module_loaded,
         check_fails_without_the_module,
         check_fails_for_a_user_without_access,
+        status_lists_what_the_user_may_see,
         selftest_runs_programs_and_reports_failures,
     ]))

@@ -58,7 +58,7 @@
 /**
  * KVDMABUF_API_VERSION_MINOR - compatible additions within a major
  */
-#define KVDMABUF_API_VERSION_MINOR	0
+#define KVDMABUF_API_VERSION_MINOR	1
 /**
  * KVDMABUF_API_VERSION - major << 16 | minor, as VERSION reports it
  */
@@ -84,6 +84,10 @@
  * pinned by the core while mapped (such pins are not counted as blocking).
  */
 #define KVDMABUF_FEATURE_MOVE_NOTIFY_CORE (1ULL << 2)
+/**
+ * KVDMABUF_FEATURE_LIST - KVDMABUF_IOCTL_LIST is supported (API 2.1)
+ */
+#define KVDMABUF_FEATURE_LIST		(1ULL << 3)
 
 /* Proxy states (struct kvdmabuf_query.state, struct kvdmabuf_event.state). */
 /**
@@ -397,6 +401,75 @@ struct kvdmabuf_event {
  */
 #define KVDMABUF_MAX_TIMEOUT_MS		60000
 
+/**
+ * KVDMABUF_STAT_BUSY - kvdmabuf_proxy_stat.flags: the proxy was busy (an
+ * ioctl or an importer callback held it); only id, length, owner_pid and
+ * owner_uid are filled in
+ */
+#define KVDMABUF_STAT_BUSY		(1U << 0)
+
+/**
+ * struct kvdmabuf_proxy_stat - one proxy in KVDMABUF_IOCTL_LIST
+ * @id: proxy id
+ * @length: proxy length in bytes
+ * @generation: as in struct kvdmabuf_query
+ * @state: KVDMABUF_STATE_*
+ * @revoke_reason: as in struct kvdmabuf_query
+ * @dynamic_importers: importer attachments holding no blocking pin
+ * @pinned_importers: importer attachments holding a blocking pin
+ * @live_mappings: importer mappings not yet unmapped
+ * @stale_backings: old backings still held for importers' mappings
+ * @owner_pid: thread-group id of the process that created the proxy
+ * @owner_uid: its effective uid (in the initial user namespace)
+ * @flags: KVDMABUF_STAT_* bits
+ * @pad: 0
+ * @reserved: 0
+ */
+struct kvdmabuf_proxy_stat {
+	__u64 id;
+	__u64 length;
+	__u64 generation;
+	__u32 state;
+	__u32 revoke_reason;
+	__u32 dynamic_importers;
+	__u32 pinned_importers;
+	__u32 live_mappings;
+	__u32 stale_backings;
+	__s32 owner_pid;
+	__u32 owner_uid;
+	__u32 flags;
+	__u32 pad;
+	__u64 reserved;
+};
+
+/**
+ * struct kvdmabuf_list - KVDMABUF_IOCTL_LIST argument
+ * @size: in: sizeof(struct kvdmabuf_list)
+ * @flags: in: must be 0
+ * @stat_size: in: sizeof(struct kvdmabuf_proxy_stat) as the caller knows
+ *	it (at least KVDMABUF_PROXY_STAT_SIZE_VER0, at most the page size);
+ *	each entry is written with that size, missing fields as zero
+ * @count: in: entries @stats has room for; out: proxies visible to the
+ *	caller, which may exceed the room given (call again with more)
+ * @stats: in: user address of the array
+ * @reserved: must be 0
+ *
+ * Lists the live proxies the caller may see: those created by a process
+ * with the caller's effective uid, or every proxy for CAP_SYS_ADMIN. Needs
+ * no debugfs. A proxy that is busy is listed with KVDMABUF_STAT_BUSY.
+ *
+ * Errors: -EFAULT; -EINVAL (size, flags, reserved, @stat_size too small);
+ * -E2BIG (@stat_size above the page size); -EINTR; -ENOMEM.
+ */
+struct kvdmabuf_list {
+	__u32 size;
+	__u32 flags;
+	__u32 stat_size;
+	__u32 count;
+	__u64 stats;
+	__u64 reserved;
+};
+
 /*
  * First published struct sizes, for the extensible-struct rules above;
  * a _VER1 size is that of the first revision that grew the struct.
@@ -426,6 +499,14 @@ struct kvdmabuf_event {
  * revoke_reason and p2p_backing_attachments
  */
 #define KVDMABUF_QUERY_SIZE_VER1	96
+/**
+ * KVDMABUF_LIST_SIZE_VER0 - first size of struct kvdmabuf_list
+ */
+#define KVDMABUF_LIST_SIZE_VER0		32
+/**
+ * KVDMABUF_PROXY_STAT_SIZE_VER0 - first size of struct kvdmabuf_proxy_stat
+ */
+#define KVDMABUF_PROXY_STAT_SIZE_VER0	72
 
 /**
  * KVDMABUF_IOCTL_MAGIC - ioctl type of the module's commands
@@ -455,5 +536,9 @@ struct kvdmabuf_event {
  * KVDMABUF_IOCTL_QUERY - read a proxy's state and counters
  */
 #define KVDMABUF_IOCTL_QUERY	_IOWR(KVDMABUF_IOCTL_MAGIC, 0x04, struct kvdmabuf_query)
+/**
+ * KVDMABUF_IOCTL_LIST - the proxies the caller may see (API 2.1)
+ */
+#define KVDMABUF_IOCTL_LIST	_IOWR(KVDMABUF_IOCTL_MAGIC, 0x05, struct kvdmabuf_list)
 
 #endif /* _UAPI_KVDMABUF_H */

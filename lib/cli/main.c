@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * kvdmabuf - the admin's command: is this node ready (check), do the
- * checks pass on this hardware (selftest).
+ * kvdmabuf - the admin's command: is this node ready (check), what do
+ * the proxies look like (status), do the checks pass on this hardware
+ * (selftest).
  */
 #include <stdio.h>
 #include <string.h>
@@ -12,6 +13,7 @@ static int usage(FILE *f)
 {
 	fprintf(f, "usage: kvdmabuf check [--json]    is this node ready for "
 		"kvdmabuf?\n"
+		"       kvdmabuf status [--json]   proxies this user may see\n"
 		"       kvdmabuf selftest [--list] run the installed self-tests "
 		"(TAP)\n"
 		"exit status: 0 pass, 1 something failed, 2 usage or setup "
@@ -25,6 +27,8 @@ int main(int argc, char **argv)
 		return usage(stderr);
 	if (!strcmp(argv[1], "check"))
 		return cmd_check(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "status"))
+		return cmd_status(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "selftest"))
 		return cmd_selftest(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))

@@ -27,6 +27,7 @@ int report_print(const struct report *r, bool json);
 void report_free(struct report *r);
 
 int cmd_check(int argc, char **argv);
+int cmd_status(int argc, char **argv);
 int cmd_selftest(int argc, char **argv);
 
 #endif
