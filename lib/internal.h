@@ -101,7 +101,12 @@ struct kvd_proxy_info {
 	uint32_t nr_pinned;
 	uint32_t nr_blocking_pins;
 	uint32_t nr_mappings;
+	uint32_t revoke_reason;  /* KVD_REVOKE_* */
 };
+/* Why the module revoked a proxy (its KVDMABUF_REVOKE_*). */
+#define KVD_REVOKE_NONE 0
+#define KVD_REVOKE_USER 1
+#define KVD_REVOKE_EXPORTER 2
 #define KVD_PROXY_EMPTY 0
 #define KVD_PROXY_BACKED 1
 #define KVD_PROXY_REVOKED 2

@@ -353,6 +353,13 @@ struct kvdmabuf_region_info {
 	 * and add it again.
 	 */
 	int broken;
+	/**
+	 * 1: the backing's exporter took the memory away from an awake
+	 * region (GPU reset, device unplug, a driver's eviction): the module
+	 * revoked the proxy and every transfer on it fails. Sleep and wake
+	 * it (with memory that exists again) or remove it.
+	 */
+	int backing_lost;
 };
 int kvdmabuf_region_info(struct kvdmabuf_region *region,
 			 struct kvdmabuf_region_info *info);

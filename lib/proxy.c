@@ -145,5 +145,8 @@ int kvd_proxy_dev_query(struct kvdmabuf_ctx *ctx, int proxy_fd,
 	info->nr_pinned = q.pinned_importers;
 	info->nr_blocking_pins = q.blocking_pins;
 	info->nr_mappings = q.live_mappings;
+	info->revoke_reason = q.revoke_reason == KVDMABUF_REVOKE_EXPORTER ?
+			      KVD_REVOKE_EXPORTER : q.revoke_reason ?
+			      KVD_REVOKE_USER : KVD_REVOKE_NONE;
 	return 0;
 }

@@ -486,6 +486,18 @@ int kvdmabuf_region_dmabuf(struct kvdmabuf_region *r, int *fd,
 	return rc;
 }
 
+/* Asked of the module: an awake region's proxy revoked by its exporter. */
+static int region_backing_lost(struct kvdmabuf_region *r)
+{
+	struct kvd_proxy_info pi;
+
+	if (r->proxy_fd < 0 || r->asleep ||
+	    r->ctx->ops->proxy_query(r->ctx, r->proxy_fd, &pi))
+		return 0;
+	return pi.state == KVD_PROXY_REVOKED &&
+	       pi.revoke_reason == KVD_REVOKE_EXPORTER;
+}
+
 int kvdmabuf_region_info(struct kvdmabuf_region *r,
 			 struct kvdmabuf_region_info *info)
 {
@@ -507,6 +519,7 @@ int kvdmabuf_region_info(struct kvdmabuf_region *r,
 	info->inflight = kvd_io_count(&r->io);
 	info->proxy_id = r->proxy_id;
 	info->broken = r->broken;
+	info->backing_lost = region_backing_lost(r);
 	pthread_mutex_unlock(&ctx->lock);
 	return 0;
 }

@@ -533,6 +533,35 @@ TEST_F(api, region_dmabuf_is_the_proxy)
 	EXPECT_EQ(-ENOENT, kvdmabuf_region_dmabuf(host, &fd, &off));
 }
 
+/*
+ * The exporter of a region's backing took the memory away (the module
+ * revoked the proxy, reason EXPORTER; the fake module stands for it):
+ * region_info says so, and a sleep + wake with new memory recovers it.
+ */
+TEST_F(api, backing_lost_to_its_exporter_is_reported_and_recovers)
+{
+	struct kvdmabuf_region *r;
+	struct kvdmabuf_region_info in;
+	int p;
+
+	ASSERT_EQ(0, add(self->ctx, self->mem, LEN, KVDMABUF_MEM_DRM, 0, "kv",
+			 &r));
+	ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
+	EXPECT_EQ(0, in.backing_lost);
+	p = (int)in.proxy_id - 1;
+	fw.px[p].state = KVD_PROXY_REVOKED;
+	fw.px[p].revoke_reason = KVD_REVOKE_EXPORTER;
+	ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
+	EXPECT_EQ(1, in.backing_lost);
+	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
+	ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
+	EXPECT_EQ(0, in.backing_lost);           /* asleep: nothing to lose */
+	ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
+	ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
+	EXPECT_EQ(0, in.backing_lost);
+	EXPECT_EQ(KVD_PROXY_BACKED, fw.px[p].state);
+}
+
 TEST(run_time_version_is_the_headers)
 {
 	EXPECT_EQ(KVDMABUF_VERSION, kvdmabuf_version());

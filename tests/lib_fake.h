@@ -63,6 +63,7 @@ struct fake_proxy {
 	uint64_t gen;
 	uint32_t dynamic, pinned;
 	uint64_t notifications;
+	uint32_t revoke_reason;  /* KVD_REVOKE_* */
 };
 
 enum fake_op { OP_EXPORT, OP_REG, OP_DEREG, OP_ATTACH, OP_REVOKE,
@@ -352,6 +353,7 @@ static int fake_proxy_attach(struct kvdmabuf_ctx *ctx, int pfd, int bfd,
 	if (fw.px[p].backing < 0)
 		return kvd_err(ctx, -EBADF, "fake: bad backing fd");
 	fw.px[p].state = KVD_PROXY_BACKED;
+	fw.px[p].revoke_reason = KVD_REVOKE_NONE;
 	fw.px[p].gen++;
 	return 0;
 }
@@ -390,6 +392,7 @@ static int fake_proxy_query(struct kvdmabuf_ctx *ctx, int pfd,
 	info->nr_dynamic = fw.px[p].dynamic;
 	info->nr_pinned = fw.px[p].pinned;
 	info->nr_blocking_pins = fw.px[p].pinned;
+	info->revoke_reason = fw.px[p].revoke_reason;
 	return 0;
 }
 

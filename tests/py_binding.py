@@ -48,6 +48,42 @@ def version_matches_the_library():
           str(kvdmabuf.version()))
 
 
+def struct_layouts_match_the_header():
+    """Every ctypes struct has the C struct's size and field offsets (a
+    shorter one would let the library write past it)."""
+    import ctypes
+    import subprocess
+    top = ktap.use_build_tree()
+    pairs = {"kvdmabuf_options": kvdmabuf._Options,
+             "kvdmabuf_region_desc": kvdmabuf._RegionDesc,
+             "kvdmabuf_region_info": kvdmabuf._RegionInfo,
+             "kvdmabuf_state": kvdmabuf._State}
+    src = ["#include <stdio.h>", "#include <stddef.h>",
+           "#include <kvdmabuf.h>", "int main(void) {"]
+    for cname, cls in pairs.items():
+        src.append('printf("%%s %%zu\\n", "%s", sizeof(struct %s));'
+                   % (cname, cname))
+        for f, _ in cls._fields_:
+            src.append('printf("%%s.%%s %%zu\\n", "%s", "%s", '
+                       'offsetof(struct %s, %s));' % (cname, f, cname, f))
+    src.append("return 0; }")
+    d = tempfile.mkdtemp()
+    with open(os.path.join(d, "l.c"), "w") as f:
+        f.write("\n".join(src))
+    subprocess.run(["cc", "-I" + os.path.join(top, "lib"), "-o",
+                    os.path.join(d, "l"), os.path.join(d, "l.c")],
+                   check=True)
+    out = subprocess.run([os.path.join(d, "l")], capture_output=True,
+                         text=True, check=True).stdout.split("\n")
+    got = dict(line.split() for line in out if line)
+    for cname, cls in pairs.items():
+        check(int(got[cname]) == ctypes.sizeof(cls),
+              "%s: C %s, ctypes %d" % (cname, got[cname], ctypes.sizeof(cls)))
+        for f, _ in cls._fields_:
+            check(int(got["%s.%s" % (cname, f)]) == getattr(cls, f).offset,
+                  "%s.%s offset differs" % (cname, f))
+
+
 def gate_and_open_errors_carry_the_message():
     ok, why = kvdmabuf.gate(config("protocol: TCP\n"))
     check(ok, why)
@@ -123,6 +159,7 @@ def sleep_start_and_drain_callbacks():
 if __name__ == "__main__":
     raise SystemExit(ktap.main([
         version_matches_the_library,
+        struct_layouts_match_the_header,
         gate_and_open_errors_carry_the_message,
         regions_sleep_and_wake,
         sleep_start_and_drain_callbacks,

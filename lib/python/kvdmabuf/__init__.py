@@ -125,6 +125,7 @@ class _RegionInfo(ctypes.Structure):
         ("inflight", ctypes.c_uint64),
         ("proxy_id", ctypes.c_uint64),
         ("broken", ctypes.c_int),
+        ("backing_lost", ctypes.c_int),
     ]
 
 
@@ -264,6 +265,7 @@ class RegionInfo:
         self.inflight: int = c.inflight
         self.proxy_id: int = c.proxy_id
         self.broken: int = c.broken
+        self.backing_lost: bool = bool(c.backing_lost)
 
     def __repr__(self) -> str:
         return "RegionInfo(%s)" % ", ".join(
