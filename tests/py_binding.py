@@ -9,6 +9,7 @@ The RDMA side (keys, pyverbs peers) is tests/py_engine.py, in the VM."""
 import errno
 import mmap
 import os
+import re
 import tempfile
 
 import ktap
@@ -76,7 +77,20 @@ def struct_layouts_match_the_header():
     out = subprocess.run([os.path.join(d, "l")], capture_output=True,
                          text=True, check=True).stdout.split("\n")
     got = dict(line.split() for line in out if line)
+    header = open(os.path.join(top, "lib", "kvdmabuf.h")).read()
     for cname, cls in pairs.items():
+        body = re.search(r"^struct %s \{(.*?)^\};" % cname, header,
+                         re.S | re.M).group(1)
+        body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+        names = []
+        for decl in body.split(";"):
+            for part in decl.split(","):
+                m = re.search(r"(\w+)\s*(\[[^]]*\])?\s*$", part.strip())
+                if m:
+                    names.append(m.group(1))
+        check(names == [f for f, _ in cls._fields_],
+              "%s: C fields %s, ctypes %s" % (cname, names,
+                                              [f for f, _ in cls._fields_]))
         check(int(got[cname]) == ctypes.sizeof(cls),
               "%s: C %s, ctypes %d" % (cname, got[cname], ctypes.sizeof(cls)))
         for f, _ in cls._fields_:
