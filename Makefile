@@ -60,7 +60,7 @@ BENCH_SRCS := $(sort $(wildcard tests/bench/*.c))
 BENCH := $(if $(BENCH_SRCS),tests/bench/kvdmabuf-bench)
 CYCLES ?= 3
 
-.PHONY: all lib cli tests asan modules clean check check-unit check-vm demo bench deps fuzz \
+.PHONY: all lib cli tests asan modules dkms-src clean check check-unit check-vm demo bench deps fuzz \
 	install modules_install
 
 all: lib cli tests modules
@@ -217,6 +217,16 @@ install: lib cli tests
 	printf '%s\n' $(SELFTESTS) >$(DESTDIR)$(SELFTESTDIR)/selftest.list
 	$(if $(wildcard tests/kmod/*.ko),install -m 0644 $(wildcard tests/kmod/*.ko) \
 		$(DESTDIR)$(SELFTESTDIR)/)
+
+# DKMS: the helper module's sources and dkms.conf under /usr/src, then
+# `dkms install kvdmabuf/$(VERSION)` builds it for every kernel.
+DKMS_SRC = $(DESTDIR)/usr/src/kvdmabuf-$(VERSION)
+dkms-src:
+	install -d $(DKMS_SRC)/module $(DKMS_SRC)/uapi
+	install -m 0644 module/kvdmabuf.c module/compat.h module/Kbuild \
+		module/Kbuild.probes $(DKMS_SRC)/module/
+	install -m 0644 uapi/kvdmabuf.h $(DKMS_SRC)/uapi/
+	sed 's/@VERSION@/$(VERSION)/' module/dkms.conf >$(DKMS_SRC)/dkms.conf
 
 # The release the modules are for: /lib/modules/RELEASE/build names it
 # (Debian's header trees report a shorter kernel.release of their own).

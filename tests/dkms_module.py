@@ -1,0 +1,64 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""dkms_module - the helper module as DKMS built and installed it (module/
+dkms.conf, tests/vm/dkms.sh in the Debian 13 root) loads with modprobe on
+this kernel and answers the version ioctl; then the lane's own build is
+loaded back. modprobe only finds modules under /lib/modules/RELEASE, where
+the DKMS file is the only kvdmabuf (the lane's is insmodded from its build
+tree), so a module loaded by modprobe is the DKMS one; modinfo names it."""
+import fcntl
+import glob
+import os
+import struct
+import subprocess
+
+import ktap
+from ktap import Skip, check
+
+TOP = ktap.use_build_tree()
+LANE_KO = os.path.join(os.environ.get("KVDMABUF_BUILD", TOP), "module",
+                       "kvdmabuf.ko")
+
+
+def sh(*cmd):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    for line in (p.stdout + p.stderr).splitlines():
+        print("# %s: %s" % (cmd[0], line))
+    return p
+
+
+def api_version():
+    fd = os.open("/dev/kvdmabuf", os.O_RDWR)
+    try:
+        arg = bytearray(struct.pack("=IIIIQQ", 32, 0, 0, 0, 0, 0))
+        fcntl.ioctl(fd, (3 << 30) | (32 << 16) | (0xDA << 8) | 0, arg)
+        return struct.unpack("=IIIIQQ", arg)[2]
+    finally:
+        os.close(fd)
+
+
+def dkms_module_loads_with_modprobe():
+    rel = os.uname().release
+    found = glob.glob("/lib/modules/%s/updates/dkms/kvdmabuf.ko*" % rel)
+    if not found:
+        raise Skip("no DKMS build for %s (tests/vm/dkms.sh builds for the "
+                   "Debian 13 lanes)" % rel)
+    if os.geteuid():
+        raise Skip("needs root")
+    check(sh("modinfo", "-F", "filename", "kvdmabuf").stdout.strip() ==
+          found[0], "modprobe would not pick the DKMS build")
+    check(sh("rmmod", "kvdmabuf").returncode == 0, "rmmod failed")
+    check(not os.path.exists("/sys/module/kvdmabuf"))
+    try:
+        check(sh("modprobe", "kvdmabuf").returncode == 0, "modprobe failed")
+        check(os.path.exists("/sys/module/kvdmabuf"))
+        check(api_version() >> 16 == 2, "API %x" % api_version())
+    finally:
+        sh("rmmod", "kvdmabuf")
+        check(sh("insmod", LANE_KO).returncode == 0,
+              "the lane's module did not load again")
+    check(api_version() >> 16 == 2)
+
+
+if __name__ == "__main__":
+    raise SystemExit(ktap.main([dkms_module_loads_with_modprobe]))
