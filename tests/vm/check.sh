@@ -6,7 +6,8 @@
 #   check.sh vm LANE       VM suite (tests/vm.list) on one kernel lane: 6.1
 #                          (Debian 12), 6.12 (Debian 13), 7.3 (Debian 13 with
 #                          the newest 7.x kernel of trixie-backports), debug
-#                          (lockdep, KASAN, dma-buf debug)
+#                          (that kernel's source with lockdep, KASAN, DMA API
+#                          and dma-buf debugging, 2 CPUs)
 #   check.sh all           unit + every lane (6.1, 6.12, 7.3, debug)
 #   check.sh run LANE PROG ARGS  one program of the build tree in a VM of LANE
 #                          (make demo, make fuzz); its status is the exit status
@@ -136,16 +137,28 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 			>"$blog" 2>&1 || rc=1
 		;;
 	debug)
-		dk=$("$here/debug-kernel.sh") || { account vm-debug 1 /dev/null 0; return; }
+		# The newest kernel, built from linux-source-7.x with lockdep,
+		# KASAN, DMA API and dma-buf debugging, on Debian 13's user
+		# space (its modules and tests are built in that root).
+		dk=$("$here/debug-kernel.sh") || { account vm-debug 1 /dev/null 0; exec 8>&-; return; }
+		root=$cache/trixie-root
 		kver=$(basename "$(newest "$dk"/mods/lib/modules/*)")
-		kernel=$dk/bzImage moddir=$dk/mods/lib/modules/$kver root=/
-		modroot=$dk/mods
+		kernel=$dk/bzImage moddir=$dk/mods/lib/modules/$kver
+		# The guest loads the kernel's modules from a copy in its root
+		# (tinyconfig: a few MiB), and finds its config where the
+		# tests look, as for an installed kernel.
+		modroot=/kvdmabuf-lanes/debug-kernel
+		rsync -a --delete "$dk/mods/" "$root$modroot/"
+		cp "$dk/build/.config" "$root/boot/config-$kver"
 		# KASAN and lockdep under TCG: slower, and the fuzzer's full run.
 		guest_env=(KVDMABUF_TIMEOUT_SCALE=4 KVDMABUF_PROGRAM_TIMEOUT=3600
 			KVDMABUF_FUZZ_SECONDS=60)
-		build=$lanes/lane-debug guest_build=$build
+		guest_build=/kvdmabuf-lanes/${lanes##*/}/lane-debug
+		build=$root$guest_build
 		sync_tree "$repo" "$build"
-		make -C "$build" -j"$jobs" all KDIR="$dk/build" ${KVDMABUF_MAKE_ARGS:-} >"$blog" 2>&1 || rc=1
+		# The kernel tree was built at /mnt/kvd-bind in the root.
+		make_in_root "$root" "$guest_build" /mnt/kvd-bind/build "$dk" \
+			>"$blog" 2>&1 || rc=1
 		;;
 	*)
 		echo "unknown lane $lane (6.1, 6.12, 7.3 or debug)" >&2
@@ -175,9 +188,10 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		echo "# built in $((SECONDS - t0))s; booting $kver"
 		local boot
 		for boot in 1 2; do
-			# Under KASAN and TCG ACPI's AML loops stall the boot.
+			# The debug kernel boots on q35 (its own ACPI tables and
+			# MP table: both CPUs online under TCG).
 			KVDMABUF_VM_LOCKED=1 KVDMABUF_VM_MODROOT=$modroot \
-			KVDMABUF_VM_APPEND=${modroot:+acpi=off} \
+			KVDMABUF_VM_MACHINE=${modroot:+q35} \
 			"$here/run-vm.sh" "$kernel" "$moddir" "$root" "$plog" \
 				"$vm_timeout" "${guest_env[@]}" /bin/bash \
 				"$guest_build/tests/vm/guest-run.sh" "$guest_build" \

@@ -4,7 +4,9 @@
 # there (a second run does not touch the network). Run as root.
 #
 #   deps.sh host    Debian 12 packages on this machine (also the 6.1 lane)
-#   deps.sh debug   + what building the debug-lane kernel needs
+#   deps.sh debug   + in that root, linux-source-7.x (trixie-backports) and
+#                   the kernel build tools: the debug-lane kernel is built
+#                   there, with Debian 13's gcc-14
 #   deps.sh 6.12    + a Debian 13 root (kernel 6.12, gcc-14, -dev packages)
 #                   built with debootstrap under $KVDMABUF_CACHE
 #   deps.sh 7.3     + in that root, from trixie-backports, the newest 7.x
@@ -23,7 +25,6 @@ HOST_PKGS="make gcc libc6-dev pkg-config linux-image-amd64 linux-headers-amd64
  util-linux coreutils locales python3 python3-pyverbs mandoc"
 
 
-DEBUG_PKGS="linux-source-6.1 flex bison bc libelf-dev libssl-dev"
 
 # Debian 13 root: built inside it are the 6.12 modules and the lane's tests;
 # the guest runs it as its user space.
@@ -43,9 +44,9 @@ BPO_KERNEL_STAMP=$TRIXIE_ROOT/.kvdmabuf-bpo-kernel-v1
 BPO_DEBUG_STAMP=$TRIXIE_ROOT/.kvdmabuf-bpo-debug-v1
 BPO_DEBUG_PKGS="flex bison bc libelf-dev libssl-dev cpio xz-utils"
 # Added to that root in place too (stamped the same way): what the Python
-# tests run on (python3, rdma-core's pyverbs).
-ROOT_EXTRA_PKGS="python3 python3-pyverbs"
-ROOT_EXTRA_STAMP=$TRIXIE_ROOT/.kvdmabuf-root-extras-v1
+# tests run on (python3, rdma-core's pyverbs) and DKMS (tests/vm/dkms.sh).
+ROOT_EXTRA_PKGS="python3 python3-pyverbs dkms"
+ROOT_EXTRA_STAMP=$TRIXIE_ROOT/.kvdmabuf-root-extras-v2
 
 need_root() {
 	if [ "$(id -u)" != 0 ]; then
@@ -202,7 +203,10 @@ host | 6.1)
 	bpo_kernel
 	;;
 debug)
-	host_deps $DEBUG_PKGS
+	host_deps
+	trixie_root
+	root_extras
+	bpo_debug
 	;;
 *)
 	echo "usage: $0 host|6.1|6.12|7.3|debug" >&2

@@ -22,6 +22,7 @@ guest_cmd="$*"
 here=$(cd "$(dirname "$0")" && pwd)
 mem=${KVDMABUF_VM_MEM:-3072}
 extra_append=${KVDMABUF_VM_APPEND:-}
+machine=${KVDMABUF_VM_MACHINE:-pc}
 # A kernel whose modules are not under ROOT's /lib/modules (the debug lane)
 # names the folder that holds lib/modules/VERSION, as ROOT sees it.
 modroot=${KVDMABUF_VM_MODROOT:-}
@@ -127,7 +128,7 @@ fi
 : >"$log"
 append="console=ttyS0 panic=-1 oops=panic rdinit=/init loglevel=4 tsc=reliable $extra_append"
 timeout -k 10 "$timeout_s" qemu-system-x86_64 \
-	-machine pc,accel=tcg -cpu max -smp 2 -m "$mem" \
+	-machine "$machine",accel=tcg -cpu max -smp 2 -m "$mem" \
 	-display none -monitor none -serial stdio -no-reboot -nic none \
 	-kernel "$kernel" -initrd "$work/initrd.gz" -append "$append" \
 	-fsdev local,id=kvdroot,path="$root",security_model=none,readonly=on,multidevs=remap \
