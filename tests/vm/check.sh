@@ -135,6 +135,9 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		sync_tree "$repo" "$build"
 		make_in_root "$root" "$guest_build" /lib/modules/"$kver"/build \
 			>"$blog" 2>&1 || rc=1
+		# The helper module through DKMS as well, for this kernel
+		# (tests/dkms_module.py loads it in the guest).
+		[ $rc = 0 ] && { "$here/dkms.sh" "$repo" "$kver" >>"$blog" 2>&1 || rc=1; }
 		;;
 	debug)
 		# The newest kernel, built from linux-source-7.x with lockdep,

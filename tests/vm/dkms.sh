@@ -6,7 +6,8 @@
 # the 7.x from backports). The guests of those lanes load the module from
 # /lib/modules/RELEASE/updates/dkms (tests/dkms_module.py).
 #
-#   dkms.sh REPO     prints one line per kernel; exit status 1 on a failure
+#   dkms.sh REPO [KVER]   every kernel of the root, or KVER alone; prints
+#                         one line per kernel; exit status 1 on a failure
 set -euo pipefail
 repo=$(cd "${1:?repository}" && pwd)
 cache=${KVDMABUF_CACHE:-/var/cache/kvdmabuf}
@@ -32,7 +33,8 @@ rm -rf "$root/usr/src/kvdmabuf-$ver"
 make -s -C "$repo" dkms-src DESTDIR="$root"
 in_root dkms add "kvdmabuf/$ver" >/dev/null
 rc=0
-for build in "$root"/lib/modules/*/build; do
+for build in "$root"/lib/modules/${2:-*}/build; do
+	[ -d "$build" ] || { echo "dkms: no headers for ${2:-any kernel} in $root" >&2; exit 1; }
 	kver=$(basename "$(dirname "$build")")
 	if in_root dkms install "kvdmabuf/$ver" -k "$kver" --force \
 		>"$cache/dkms-$kver.log" 2>&1; then
