@@ -3,9 +3,21 @@
  * demo.h - shared declarations of kvdmabuf-demo (make demo).
  *
  * Processes (all forked by main.c, one set per pass):
- *   store  - a KV store's memory server: host segments registered on rxe0
- *   A, B   - two serving engines on rxe1, each with a KV cache region;
- *            A sleeps and wakes like an engine, B never sleeps
+ *   store  - a KV store's memory server: its segments registered on the NIC
+ *   A, B   - two serving engines, each with a KV cache region; A sleeps
+ *            and wakes like an engine, B never sleeps and also reads A's
+ *            KV directly by A's key (a decode instance reading a prefill
+ *            instance's KV)
+ * Two NIC kinds, each run with kvdmabuf and as the baseline (4 passes):
+ *   rxe  - soft-RoCE (store on rxe0, engines on rxe1; B's peer QP on rxe0):
+ *          a pinning NIC without dma-buf MRs, A's regions are host memory,
+ *          kvdmabuf takes REREGISTER (keys change, republished)
+ *   umem - a move-capable NIC on /dev/kvd_umem (ib_core's dma-buf MR code,
+ *          dynamic imports as mlx5): one open file shared by the pass's
+ *          processes is the fabric, an import handle is a key, a transfer
+ *          moves bytes from (key, offset) to (key, offset) through both
+ *          MRs' DMA addresses. A's regions are vgem buffers (DRM) behind
+ *          kvdmabuf proxies: FOLLOW (keys unchanged)
  * The parent orchestrates them over SOCK_SEQPACKET socketpairs with
  * struct demo_msg requests and replies (ipc.c), and keeps the metadata (which
  * prompt is in which store slot) as a KV store's master does.
@@ -44,6 +56,10 @@ enum { DEMO_R_KV = 0, DEMO_R_W = 1, DEMO_NR_REGIONS = 2 };
 enum { DEMO_TAG_ALL = 0, DEMO_TAG_WEIGHTS = 1, DEMO_TAG_KV = 2 };
 /* Engine modes. */
 enum { DEMO_KVDMABUF = 1, DEMO_BASELINE = 2 };
+/* NIC kinds; pass index = kind * 2 + (baseline ? 1 : 0). */
+enum { DEMO_NIC_RXE = 0, DEMO_NIC_UMEM = 1, DEMO_NR_NICS = 2 };
+#define DEMO_NR_PASSES		(2 * DEMO_NR_NICS)
+#define DEMO_PEER_BLOCK0	32	/* B's blocks that receive A's KV */
 
 enum demo_op {
 	OP_INIT = 1,	/* store: a[0] = client count; engine: see engine.c */
@@ -60,6 +76,13 @@ enum demo_op {
 	OP_KEYS,	/* store: a[0] client, a[1] region, a[2] key gen,
 			 * a[3] rkey (republished keys) */
 	OP_STRESS,	/* engine: a[0] threads, start transfer threads */
+	OP_PEER_QP,	/* engine (rxe): create (or reset) its peer QP; reply
+			 * qp[0] */
+	OP_PEER_CONNECT, /* engine (rxe): connect the peer QP to qp[0] */
+	OP_PEEK,	/* B: read a[3] blocks of A's KV from a[1] + block
+			 * a[2] by key a[0] into its own blocks, check seeds
+			 * a[4] + i; reply a[0] delivered a[1] correct
+			 * a[2] errors a[3] access errors (key refused) */
 	OP_QUIT,
 };
 
@@ -137,12 +160,38 @@ int demo_rdma(struct demo_qp *q, int write, void *local, uint32_t len,
 const char *demo_wc_status(int status);
 /* 1 if the QP is in the error state, 0 if not, or -errno. */
 int demo_qp_in_error(struct demo_qp *q);
+/* Back to INIT (after an error), ready for demo_qp_connect(). */
+int demo_qp_reset(struct demo_qp *q);
+
+/* ---- umem.c: the move-capable NIC on /dev/kvd_umem ---- */
+/* Loads kvd_umem if needed and opens it: fd, or -errno (@why says). */
+int demo_umem_open(char *why, size_t len);
+/* The NIC moves @len bytes from (@src_key, @src_off) to (@dst_key,
+ * @dst_off), through both imports' DMA addresses. 0 or -errno of the
+ * access that failed (-ENODEV: a key whose memory is revoked). */
+int demo_umem_move(int fd, uint32_t src_key, uint64_t src_off,
+		   uint32_t dst_key, uint64_t dst_off, uint32_t len);
+/* A vgem buffer for a region: GEM handle, dma-buf fd, CPU mapping
+ * (populated). 0 or -errno. */
+struct demo_vbuf {
+	uint32_t handle;
+	int fd;
+	char *cpu;
+	size_t len;
+};
+int demo_vbuf_new(int drm, size_t len, struct demo_vbuf *b);
+void demo_vbuf_free(int drm, struct demo_vbuf *b);
 
 /* ---- store.c / engine.c ---- */
 int demo_store_serve(struct demo_msg *m, void *arg);
 struct demo_engine;
-struct demo_engine *demo_engine_new(const char *name, int mode,
-				    const char *config_path);
+/* Store: what its process needs. */
+struct demo_store_cfg {
+	int nic;		/* DEMO_NIC_* */
+	int umem_fd;		/* DEMO_NIC_UMEM: the shared /dev/kvd_umem */
+};
+struct demo_engine *demo_engine_new(const char *name, int mode, int nic,
+				    int umem_fd, const char *config_path);
 int demo_engine_serve(struct demo_msg *m, void *arg);
 
 /* ---- mem.c ---- */
@@ -150,16 +199,20 @@ long demo_resident(const void *addr, size_t len); /* bytes (mincore) */
 long demo_free_kb(void);  /* MemFree + per-CPU free lists, kB, -errno */
 
 /* ---- results (report.c) ---- */
-#define DEMO_MAX_ROWS 16
+#define DEMO_MAX_ROWS 20
+/* A cell: blocks correct, blocks whose transfer failed, of total; the
+ * rest were delivered without any error but hold the wrong bytes. */
 struct demo_count {
-	unsigned int ok, total;
+	unsigned int ok, errors, total;
 };
 struct demo_row {
 	const char *group;	/* printed once per group */
 	const char *phase;
-	struct demo_count c[2];	/* [0] kvdmabuf, [1] baseline */
-	bool used[2];
-	bool expect_bug;	/* baseline must show errors here */
+	struct demo_count c[DEMO_NR_PASSES];	/* by pass index */
+	bool used[DEMO_NR_PASSES];
+	bool expect_bug;	/* baseline must show the bug here */
+	char who;		/* 'A' or 'B': whose data goes wrong */
+	bool gate;		/* refusals, not data: not in the totals */
 };
 
 struct demo_mem {		/* memory of A at one point */
@@ -173,9 +226,9 @@ enum { DEMO_M_AWAKE, DEMO_M_ASLEEP, DEMO_M_WOKE, DEMO_NR_M };
 #define DEMO_MAX_MEMROWS 6
 struct demo_memrow {
 	const char *label;
-	struct demo_mem m[2][DEMO_NR_M];	/* [pass][point] */
-	long expect_asleep_pin_kb;		/* regions that stay awake */
-	long expect_asleep_res_kb;
+	struct demo_mem m[DEMO_NR_PASSES][DEMO_NR_M];	/* [pass][point] */
+	long expect_asleep_pin_kb[DEMO_NR_NICS];	/* regions that stay */
+	long expect_asleep_res_kb[DEMO_NR_NICS];	/* awake */
 };
 
 struct demo_stress {
@@ -198,9 +251,19 @@ struct demo_follow {
 	long backings_awake, backings_asleep;	/* module debugfs */
 	long shmem_awake_kb, shmem_asleep_kb, shmem_woke_kb;
 	long min_drop_kb;			/* smallest Shmem drop at sleep */
+	unsigned int free_wait_ms;		/* longest wait for that drop */
 	size_t len;
 	char err[300];
 	char lib[300];		/* what the library says of a DRM region */
+};
+
+/* Keys of A's kv_cache as B and the store see them, per pass. */
+struct demo_keys {
+	uint64_t gen_first, gen_last, republished, wakes;
+	uint32_t rkey_first, rkey_last;
+	/* B's stale-key probes after a wake (keys that changed) */
+	unsigned int stale_tried, stale_refused, stale_delivered;
+	char stale_status[64];	/* the completion a stale read got */
 };
 
 struct demo_results {
@@ -208,14 +271,15 @@ struct demo_results {
 	unsigned int nr_rows;
 	struct demo_memrow mem[DEMO_MAX_MEMROWS];
 	unsigned int nr_mem;
-	uint64_t key_gen_first, key_gen_last, republished;
-	uint64_t xfer_errors[2];
-	struct demo_stress stress;
+	struct demo_keys keys[DEMO_NR_PASSES];
+	uint64_t xfer_errors[DEMO_NR_PASSES];
+	struct demo_stress stress[DEMO_NR_NICS];
 	struct demo_follow follow;
-	bool pass_done[2];
-	char pass_err[2][400];
+	bool pass_done[DEMO_NR_PASSES];
+	char pass_err[DEMO_NR_PASSES][400];
 	unsigned int plain_cycles;
-	char mode[32];		/* mode libkvdmabuf chose for A's KV region */
+	char mode[DEMO_NR_NICS][32];	/* mode libkvdmabuf chose for A's KV */
+	char umem_skip[200];		/* why the umem NIC did not run */
 };
 
 struct demo_row *demo_row(struct demo_results *r, const char *group,

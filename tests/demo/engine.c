@@ -8,6 +8,13 @@
  * cuMemRelease keep the virtual address range) and at wake it maps fresh
  * memory at the same address (cuMemCreate + cuMemMap).
  *
+ * With the move-capable NIC (umem.c) the regions are vgem buffers instead:
+ * sleep frees the buffer (handle, dma-buf fd and CPU mapping dropped), wake
+ * creates a new one; kvdmabuf mode adds them as DRM regions through the
+ * library with the kvd_umem NIC as its backend (tests/lib_imp_nic.h: the
+ * library's dma-buf registration is a dynamic import of the proxy), so they
+ * take FOLLOW; the baseline imports each buffer once, directly.
+ *
  * Two modes:
  *  - kvdmabuf: regions registered through libkvdmabuf with
  *    KVDMABUF_REGION_RELEASED_AT_SLEEP (soft-RoCE has no dma-buf MRs, so
@@ -30,9 +37,9 @@
 #include <infiniband/verbs.h>
 
 #include "demo.h"
-#include "procfs.h"
 #include "../../lib/kvdmabuf.h"
-#include "vgem.h"
+#include "lib_imp_nic.h"
+#include "proxy_common.h"
 #include "verbs_pair.h"
 
 struct region {
@@ -48,6 +55,12 @@ struct region {
 	 * io_begin and io_end would block the drain it waits for. */
 	_Atomic uint32_t lkey;
 	struct ibv_mr *mr;              /* baseline mode */
+	/* umem: the current vgem buffer (addr is its CPU mapping), the
+	 * device address the library knows the region by, and the
+	 * baseline's import handle (-1: none) */
+	struct demo_vbuf vb;
+	uint64_t dev_addr;
+	int key;
 };
 
 struct stress_thread {
@@ -62,6 +75,16 @@ struct stress_thread {
 struct demo_engine {
 	const char *name;
 	int mode;
+	int nic_kind;                   /* DEMO_NIC_* */
+	int umem_fd;                    /* umem: the shared NIC */
+	int drm;                        /* umem: vgem, -1 */
+	struct imp_nic inic;            /* umem: the library's backend */
+	/* the peer path (rxe): A's QP on rxe1 answers B's reads; B reads
+	 * on rxe0 into its own buffer */
+	struct demo_nic peer_nic;
+	struct demo_qp peer;
+	char *peer_buf;
+	struct ibv_mr *peer_mr;
 	const char *config;
 	struct demo_nic nic;
 	struct demo_qp qp[DEMO_MAX_QPS];
@@ -78,16 +101,25 @@ struct demo_engine {
 	_Atomic int stop;
 };
 
-struct demo_engine *demo_engine_new(const char *name, int mode,
-				    const char *config_path)
+struct demo_engine *demo_engine_new(const char *name, int mode, int nic,
+				    int umem_fd, const char *config_path)
 {
 	struct demo_engine *e = calloc(1, sizeof(*e));
+	unsigned int i;
 
 	if (!e)
 		return NULL;
 	e->name = name;
 	e->mode = mode;
+	e->nic_kind = nic;
+	e->umem_fd = umem_fd;
+	e->drm = -1;
 	e->config = config_path;
+	for (i = 0; i < DEMO_NR_REGIONS; i++) {
+		e->reg[i].key = -1;
+		e->reg[i].vb.fd = -1;
+		e->reg[i].dev_addr = 0x100000000ull * (i + 1);
+	}
 	e->reg[DEMO_R_KV].tag = "kv_cache";
 	e->reg[DEMO_R_KV].len = DEMO_KV_LEN;
 	e->reg[DEMO_R_W].tag = "weights";
@@ -112,6 +144,19 @@ static bool tag_has(uint64_t sel, unsigned int r)
 static int region_map(struct demo_engine *e, struct region *r,
 		      struct demo_msg *m)
 {
+	if (e->nic_kind == DEMO_NIC_UMEM) {
+		int rc = demo_vbuf_new(e->drm, r->len, &r->vb);
+
+		if (rc)
+			return demo_fail(m, rc, "%s: vgem buffer for %s: %s",
+					 e->name, r->tag, strerror(-rc));
+		r->addr = r->vb.cpu;
+		r->mapped = true;
+		if (r == &e->reg[DEMO_R_W])
+			pattern_fill(r->addr, r->len, DEMO_W_SEED ^ 0xffu);
+		return 0;
+	}
+
 	/* populated: new physical memory, as cuMemCreate allocates it */
 	int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE |
 		    (r->addr ? MAP_FIXED : 0);
@@ -138,6 +183,15 @@ static int region_map(struct demo_engine *e, struct region *r,
 static int region_release(struct demo_engine *e, struct region *r,
 			  struct demo_msg *m)
 {
+	if (e->nic_kind == DEMO_NIC_UMEM) {
+		/* handle, dma-buf fd, mapping: what is left holding the
+		 * buffer is what the NIC holds */
+		demo_vbuf_free(e->drm, &r->vb);
+		r->addr = NULL;
+		r->mapped = false;
+		return 0;
+	}
+
 	void *p = mmap(r->addr, r->len, PROT_NONE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
 		       -1, 0);
@@ -210,8 +264,24 @@ static int xfer(struct demo_engine *e, unsigned int q, struct region *r,
 
 	if (e->mode == DEMO_KVDMABUF)
 		lkey = atomic_load(&r->lkey);
+	else if (e->nic_kind == DEMO_NIC_UMEM)
+		lkey = (uint32_t)r->key;
 	else
 		lkey = r->mr->lkey;
+	if (e->nic_kind == DEMO_NIC_UMEM) {
+		uint64_t loff = (uint64_t)block * DEMO_BLOCK;
+
+		rc = write ? demo_umem_move(e->umem_fd, lkey, loff, s->rkey,
+					    raddr, DEMO_BLOCK) :
+			     demo_umem_move(e->umem_fd, s->rkey, raddr, lkey,
+					    loff, DEMO_BLOCK);
+		if (rc)
+			snprintf(err, errlen, "%s: NIC %s of slot %u (key %u "
+				 "-> %u): %s", e->name, write ? "put" : "get",
+				 slot, write ? lkey : s->rkey,
+				 write ? s->rkey : lkey, strerror(-rc));
+		return rc;
+	}
 	rc = demo_rdma(&e->qp[q], write, r->addr + (size_t)block * DEMO_BLOCK,
 		       DEMO_BLOCK, lkey, raddr, s->rkey, &status);
 	if (rc)
@@ -348,7 +418,8 @@ static int stress_start(struct demo_engine *e, struct demo_msg *m)
 	unsigned int n = (unsigned int)m->a[0], i;
 	int rc;
 
-	if (n > DEMO_STRESS_THREADS || n + 1 > e->nqp || e->nst)
+	if (n > DEMO_STRESS_THREADS || e->nst ||
+	    (e->nic_kind == DEMO_NIC_RXE && n + 1 > e->nqp))
 		return demo_fail(m, -EINVAL, "%s: bad stress request",
 				 e->name);
 	atomic_store(&e->stop, 0);
@@ -417,6 +488,29 @@ static int engine_init(struct demo_engine *e, struct demo_msg *m)
 	if (!e->nqp || e->nqp > DEMO_MAX_QPS || !e->nreg ||
 	    e->nreg > DEMO_NR_REGIONS)
 		return demo_fail(m, -EINVAL, "%s: bad init request", e->name);
+	if (e->nic_kind == DEMO_NIC_UMEM) {
+		e->nqp = 0;
+		m->n = 0;
+		e->drm = vgem_open();
+		if (e->drm < 0)
+			return demo_fail(m, e->drm, "%s: no vgem device",
+					 e->name);
+		if (e->mode != DEMO_KVDMABUF)
+			return 0;
+		/* the library's NIC is the kvd_umem fabric: its dma-buf
+		 * registration is a dynamic import of the proxy */
+		e->inic.fd = e->umem_fd;
+		e->inic.pinned = 0;
+		memset(&o, 0, sizeof(o));
+		o.config_path = e->config;
+		o.key_change = on_keys;
+		o.key_change_arg = e;
+		rc = kvd_open_ops(&o, &imp_nic_ops, &e->inic, &e->ctx, m->text,
+				  sizeof(m->text));
+		if (rc)
+			e->ctx = NULL;
+		return rc;
+	}
 	rc = demo_nic_open(&e->nic, vp_dev_name(1), m->text, sizeof(m->text));
 	if (rc)
 		return rc;
@@ -451,6 +545,10 @@ static int engine_connect(struct demo_engine *e, struct demo_msg *m)
 	unsigned int i;
 	int rc;
 
+	if (e->nic_kind == DEMO_NIC_UMEM) {
+		memcpy(e->seg, m->seg, sizeof(e->seg));
+		return 0;
+	}
 	if (m->n != e->nqp)
 		return demo_fail(m, -EINVAL, "%s: %u peer QPs for %u QPs",
 				 e->name, m->n, e->nqp);
@@ -477,6 +575,18 @@ static int engine_regions(struct demo_engine *e, struct demo_msg *m)
 		rc = region_map(e, r, m);
 		if (rc)
 			return rc;
+		if (e->mode == DEMO_BASELINE &&
+		    e->nic_kind == DEMO_NIC_UMEM) {
+			/* registered once on this buffer, never refreshed */
+			r->key = imp_import(e->umem_fd, r->vb.fd, 0);
+			if (r->key < 0)
+				return demo_fail(m, r->key, "%s: kvd_umem "
+						 "import of %s: %s", e->name,
+						 r->tag, strerror(-r->key));
+			e->key_gen[i] = 1;
+			e->rkey[i] = (uint32_t)r->key;
+			continue;
+		}
 		if (e->mode == DEMO_BASELINE) {
 			r->mr = ibv_reg_mr(e->nic.pd, r->addr, r->len,
 					   IBV_ACCESS_LOCAL_WRITE |
@@ -497,6 +607,13 @@ static int engine_regions(struct demo_engine *e, struct demo_msg *m)
 		d.mem = KVDMABUF_MEM_HOST;
 		d.flags = KVDMABUF_REGION_RELEASED_AT_SLEEP;
 		d.tag = r->tag;
+		if (e->nic_kind == DEMO_NIC_UMEM) {
+			d.addr = (void *)(uintptr_t)r->dev_addr;
+			d.mem = KVDMABUF_MEM_DRM;
+			d.flags = 0;
+			d.drm_fd = e->drm;
+			d.drm_handle = r->vb.handle;
+		}
 		rc = kvdmabuf_region_add(e->ctx, &d, &r->kr);
 		if (rc) {
 			r->kr = NULL;
@@ -513,6 +630,8 @@ static int engine_regions(struct demo_engine *e, struct demo_msg *m)
 		e->rkey[i] = rkey;
 	}
 	keys_reply(e, m);
+	m->a[6] = e->nic_kind == DEMO_NIC_RXE ?
+		  (uintptr_t)e->reg[DEMO_R_KV].addr : 0;
 	/* the mode the library chose for the KV region (measured) */
 	if (e->mode == DEMO_KVDMABUF) {
 		struct kvdmabuf_region_info info;
@@ -583,6 +702,17 @@ static int engine_wake(struct demo_engine *e, struct demo_msg *m)
 			rc = region_map(e, &e->reg[i], m);
 			if (rc)
 				return rc;
+			/* the new buffer, for the library's next wake */
+			if (e->nic_kind == DEMO_NIC_UMEM && e->reg[i].kr) {
+				rc = kvdmabuf_region_set_drm_handle(
+					e->reg[i].kr, e->drm,
+					e->reg[i].vb.handle);
+				if (rc)
+					return demo_fail(m, rc, "%s: set DRM "
+							 "handle: %s", e->name,
+							 kvdmabuf_last_error(
+								 e->ctx));
+			}
 		}
 	if (e->mode == DEMO_KVDMABUF) {
 		rc = kvdmabuf_wake(e->ctx, tag_name(sel));
@@ -644,7 +774,17 @@ static int engine_quit(struct demo_engine *e, struct demo_msg *m)
 						strerror(rc));
 			r->mr = NULL;
 		}
-		if (r->addr)
+		if (r->key >= 0) {
+			rc = imp_release(e->umem_fd, r->key);
+			if (rc && !ret)
+				ret = demo_fail(m, rc, "%s: kvd_umem release "
+						"%s: %s", e->name, r->tag,
+						strerror(-rc));
+			r->key = -1;
+		}
+		if (e->nic_kind == DEMO_NIC_UMEM)
+			demo_vbuf_free(e->drm, &r->vb);
+		else if (r->addr)
 			munmap(r->addr, r->len);
 		r->addr = NULL;
 	}
@@ -652,8 +792,155 @@ static int engine_quit(struct demo_engine *e, struct demo_msg *m)
 	e->ctx = NULL;
 	for (i = 0; i < e->nqp; i++)
 		demo_qp_destroy(&e->qp[i]);
-	demo_nic_close(&e->nic);
+	if (e->peer.qp)
+		demo_qp_destroy(&e->peer);
+	if (e->peer_mr)
+		ibv_dereg_mr(e->peer_mr);
+	e->peer_mr = NULL;
+	free(e->peer_buf);
+	e->peer_buf = NULL;
+	if (e->peer_nic.ctx)
+		demo_nic_close(&e->peer_nic);
+	if (e->nic.ctx)
+		demo_nic_close(&e->nic);
+	if (e->drm >= 0)
+		close(e->drm);
+	e->drm = -1;
 	return ret;
+}
+
+/* ---- the peer path: B reads A's KV by A's key ---- */
+
+#define PEER_BLOCKS 8
+
+static int peer_qp(struct demo_engine *e, struct demo_msg *m)
+{
+	bool reader = m->a[0];
+	struct demo_nic *n = reader ? &e->peer_nic : &e->nic;
+	int rc;
+
+	if (e->nic_kind != DEMO_NIC_RXE)
+		return demo_fail(m, -EINVAL, "%s: peer QPs are for rxe",
+				 e->name);
+	if (e->peer.qp) {
+		/* after a stale key broke it */
+		rc = demo_qp_reset(&e->peer);
+		if (rc)
+			return demo_fail(m, rc, "%s: reset peer QP: %s",
+					 e->name, strerror(-rc));
+		goto reply;
+	}
+	if (reader) {
+		rc = demo_nic_open(&e->peer_nic, vp_dev_name(0), m->text,
+				   sizeof(m->text));
+		if (rc)
+			return rc;
+		e->peer_buf = malloc(PEER_BLOCKS * (size_t)DEMO_BLOCK);
+		if (!e->peer_buf)
+			return demo_fail(m, -ENOMEM, "%s: peer buffer", e->name);
+		e->peer_mr = ibv_reg_mr(e->peer_nic.pd, e->peer_buf,
+					PEER_BLOCKS * (size_t)DEMO_BLOCK,
+					IBV_ACCESS_LOCAL_WRITE);
+		if (!e->peer_mr)
+			return demo_fail(m, errno ? -errno : -EIO, "%s: "
+					 "ibv_reg_mr peer buffer: %s", e->name,
+					 strerror(errno));
+	}
+	rc = demo_qp_create(n, &e->peer);
+	if (rc)
+		return demo_fail(m, rc, "%s: create peer QP: %s", e->name,
+				 strerror(-rc));
+reply:
+	m->n = 1;
+	m->qp[0].qpn = e->peer.qp->qp_num;
+	memcpy(m->qp[0].gid, n->gid, sizeof(n->gid));
+	return 0;
+}
+
+static int peer_connect(struct demo_engine *e, struct demo_msg *m)
+{
+	int rc;
+
+	if (!e->peer.qp || m->n != 1)
+		return demo_fail(m, -EINVAL, "%s: bad peer connect", e->name);
+	rc = demo_qp_connect(&e->peer, &m->qp[0]);
+	return rc ? demo_fail(m, rc, "%s: connect peer QP: %s", e->name,
+			      strerror(-rc)) : 0;
+}
+
+/* B reads A's KV by the key it holds; see OP_PEEK. */
+static int peek(struct demo_engine *e, struct demo_msg *m)
+{
+	uint32_t rkey = (uint32_t)m->a[0], seed0 = (uint32_t)m->a[4];
+	uint64_t raddr = m->a[1];
+	unsigned int block0 = (unsigned int)m->a[2], n = (unsigned int)m->a[3];
+	unsigned int i, delivered = 0, correct = 0, errors = 0, access = 0;
+	struct region *r = &e->reg[DEMO_R_KV];
+	char err[200] = "";
+	int rc, status = 0;
+
+	if (n > PEER_BLOCKS || !e->nreg ||
+	    (e->nic_kind == DEMO_NIC_RXE && !e->peer.qp))
+		return demo_fail(m, -EINVAL, "%s: bad peek request", e->name);
+	for (i = 0; i < n; i++) {
+		uint64_t roff = (uint64_t)(block0 + i) * DEMO_BLOCK;
+		char *local;
+
+		if (e->nic_kind == DEMO_NIC_RXE) {
+			local = e->peer_buf + (size_t)i * DEMO_BLOCK;
+			memset(local, 0xa5, DEMO_BLOCK);
+			rc = demo_rdma(&e->peer, 0, local, DEMO_BLOCK,
+				       e->peer_mr->lkey, raddr + roff, rkey,
+				       &status);
+			if (rc == -EIO && status == IBV_WC_REM_ACCESS_ERR)
+				access++;
+			if (rc && !err[0])
+				snprintf(err, sizeof(err), "%s",
+					 rc == -EIO ? demo_wc_status(status) :
+					 strerror(-rc));
+		} else {
+			unsigned int blk = DEMO_PEER_BLOCK0 + i;
+
+			local = r->addr + (size_t)blk * DEMO_BLOCK;
+			rc = xfer_begin(e, r);
+			if (rc) {
+				errors++;
+				continue;
+			}
+			memset(local, 0xa5, DEMO_BLOCK);
+			rc = demo_umem_move(e->umem_fd, rkey, raddr + roff,
+					    e->mode == DEMO_KVDMABUF ?
+					    atomic_load(&r->lkey) :
+					    (uint32_t)r->key,
+					    (uint64_t)blk * DEMO_BLOCK,
+					    DEMO_BLOCK);
+			xfer_end(e, r);
+			if (rc == -ENODEV || rc == -ENOENT)
+				access++;
+			if (rc && !err[0])
+				snprintf(err, sizeof(err), "%s",
+					 strerror(-rc));
+		}
+		if (rc) {
+			errors++;
+			/* an RC QP is in the error state after that: the
+			 * rest counts as not delivered */
+			if (e->nic_kind == DEMO_NIC_RXE) {
+				errors += n - i - 1;
+				break;
+			}
+			continue;
+		}
+		delivered++;
+		if (pattern_check(local, DEMO_BLOCK, seed0 + i) < 0)
+			correct++;
+	}
+	m->a[0] = delivered;
+	m->a[1] = correct;
+	m->a[2] = errors;
+	m->a[3] = access;
+	snprintf(m->text, sizeof(m->text), "%s", err);
+	return 0;
 }
 
 int demo_engine_serve(struct demo_msg *m, void *arg)
@@ -679,6 +966,12 @@ int demo_engine_serve(struct demo_msg *m, void *arg)
 		return engine_mem(e, m);
 	case OP_STRESS:
 		return stress_start(e, m);
+	case OP_PEER_QP:
+		return peer_qp(e, m);
+	case OP_PEER_CONNECT:
+		return peer_connect(e, m);
+	case OP_PEEK:
+		return peek(e, m);
 	case OP_QUIT:
 		return engine_quit(e, m);
 	default:

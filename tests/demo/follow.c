@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../../lib/kvdmabuf.h"
 #include "demo.h"
@@ -115,7 +116,9 @@ void demo_follow_run(struct demo_follow *f, unsigned int cycles,
 	struct kvd_imp_counters ic;
 	struct kvdmabuf_query q;
 	uint64_t id0 = 0;
+	struct timespec ts = { 0, 10000000 };
 	long shmem, drop;
+	unsigned int w;
 	char *buf = NULL;
 	unsigned int c;
 	int rc;
@@ -194,7 +197,16 @@ void demo_follow_run(struct demo_follow *f, unsigned int cycles,
 				 strerror(-rc));
 			goto out;
 		}
+		/* the module may drop the backing from a worker (and the
+		 * last fput there is deferred): give it up to 1 s */
 		shmem = meminfo_kb("Shmem");
+		for (w = 0; w < 100 && f->shmem_awake_kb - shmem <
+		     (long)(FOLLOW_LEN / 1024) * 9 / 10; w++) {
+			nanosleep(&ts, NULL);
+			shmem = meminfo_kb("Shmem");
+		}
+		if (w * 10 > f->free_wait_ms)
+			f->free_wait_ms = w * 10;
 		f->shmem_asleep_kb = shmem;
 		f->backings_asleep = kvd_stat("backings");
 		drop = f->shmem_awake_kb - shmem;

@@ -1,39 +1,53 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * main.c - kvdmabuf-demo: two serving engines share a KV store over
- * soft-RoCE while one of them sleeps and wakes; first with libkvdmabuf,
- * then (same invocation) with registrations made once and never refreshed,
- * as transfer engines do today. Then the follow path (vgem buffers behind
- * kvdmabuf proxies, the test importer as a move-capable NIC).
+ * main.c - kvdmabuf-demo: two serving engines share a KV store while one
+ * of them sleeps and wakes, and the other also reads the sleeper's KV by
+ * its key. The same scenario runs on two NIC kinds: soft-RoCE (a pinning
+ * NIC without dma-buf MRs: REREGISTER, keys change) and a move-capable NIC
+ * on the kernel's dma-buf MR code (kvd_umem; vgem regions behind kvdmabuf
+ * proxies: FOLLOW, keys unchanged); on each, with libkvdmabuf and as the
+ * baseline (registered once, never refreshed, as transfer engines do
+ * today). Then the follow path alone (the test importer on a proxy).
  *
  *   kvdmabuf-demo [--cycles N] [--stress]
  *
  * Runs as root in the VM of `make demo` (rxe0/rxe1, vgem, kvdmabuf.ko,
- * kvd_importer.ko). Exit 0 only when every block is correct with
- * kvdmabuf, the baseline shows the bug, no memory is held while asleep and
- * (with --stress) no transfer is lost and memory does not drift.
+ * kvd_importer.ko; kvd_umem.ko is loaded from $KVDMABUF_BUILD). Exit 0
+ * only when every block is correct with kvdmabuf with no transfer error,
+ * the baseline shows the bug as wrong data delivered without an error on
+ * both NICs, no memory is held while asleep and (with --stress) no
+ * transfer is lost and memory does not drift.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "demo.h"
+#include "procfs.h"
 
 enum { CYC_PLAIN, CYC_SELECTIVE, CYC_KVONLY };
 
 struct pass {
 	int mode;
-	unsigned int idx;               /* 0 kvdmabuf, 1 baseline */
+	int nic;                        /* DEMO_NIC_* */
+	unsigned int idx;               /* nic * 2 + (baseline ? 1 : 0) */
+	int umem_fd;
+	struct demo_store_cfg scfg;
+	/* A's kv_cache as B knows it: the key it holds (the last one A
+	 * published) and the one before the last wake */
+	uint64_t a_raddr;
+	uint32_t a_rkey_held, a_rkey_prev;
 	struct demo_results *res;
 	const char *config;
 	bool stress;
 	struct demo_child store, a, b;
 	unsigned int next_slot;
 	uint32_t next_seed;
-	long memfree_ref;
+	long memfree_ref, shmem_ref;
 	uint64_t gen_seen[DEMO_NR_REGIONS];
 };
 
@@ -59,6 +73,16 @@ static uint32_t take_seeds(struct pass *p)
 	return s;
 }
 
+static const char *pass_name(const struct pass *p)
+{
+	static const char *const names[DEMO_NR_PASSES] = {
+		"rxe kvdmabuf", "rxe baseline", "umem kvdmabuf",
+		"umem baseline",
+	};
+
+	return names[p->idx];
+}
+
 /* put or get DEMO_PROMPTS blocks; *c counts correct blocks (puts: done) */
 static int xfer(struct pass *p, struct demo_child *c, int op, unsigned int slot,
 		uint32_t seed, unsigned int block, unsigned int region,
@@ -81,12 +105,12 @@ static int xfer(struct pass *p, struct demo_child *c, int op, unsigned int slot,
 		p->res->xfer_errors[p->idx] += m.a[3];
 		if (p->mode == DEMO_KVDMABUF || !no_cpu)
 			fprintf(stderr, "demo: %s pass: %s: %llu transfer "
-				"error(s): %s\n", p->idx ? "baseline" :
-				"kvdmabuf", c->name,
+				"error(s): %s\n", pass_name(p), c->name,
 				(unsigned long long)m.a[3], m.text);
 	}
 	if (cnt) {
 		cnt->ok += (unsigned int)m.a[1];
+		cnt->errors += (unsigned int)m.a[3];
 		cnt->total += DEMO_PROMPTS;
 	}
 	if (refused)
@@ -103,29 +127,167 @@ static struct demo_count *row(struct pass *p, const char *group,
 		return NULL;
 	r->used[p->idx] = true;
 	r->expect_bug |= expect_bug;
+	r->who = phase[0];
 	return &r->c[p->idx];
 }
 
-static int measure(struct pass *p, struct demo_mem *out)
+/* B reads A's blocks @block.. (seeds @seed..) by key @rkey. */
+static int peek(struct pass *p, uint32_t rkey, unsigned int block,
+		uint32_t seed, unsigned int n, struct demo_msg *m)
+{
+	msg_init(m, OP_PEEK);
+	m->a[0] = rkey;
+	m->a[1] = p->a_raddr;
+	m->a[2] = block;
+	m->a[3] = n;
+	m->a[4] = seed;
+	return demo_call(&p->b, m);
+}
+
+static int peek_row(struct pass *p, unsigned int block, uint32_t seed,
+		    struct demo_count *c)
 {
 	struct demo_msg m;
-	long free_kb;
+	int rc = peek(p, p->a_rkey_held, block, seed, DEMO_PROMPTS, &m);
+
+	if (rc)
+		return rc;
+	if (m.a[2]) {
+		p->res->xfer_errors[p->idx] += m.a[2];
+		fprintf(stderr, "demo: %s pass: B reading A's KV by key 0x%x: "
+			"%llu error(s): %s\n", pass_name(p), p->a_rkey_held,
+			(unsigned long long)m.a[2], m.text);
+	}
+	if (c) {
+		c->ok += (unsigned int)m.a[1];
+		c->errors += (unsigned int)m.a[2];
+		c->total += DEMO_PROMPTS;
+	}
+	return 0;
+}
+
+/* A's and B's peer QPs (rxe): create or reset, then connect. */
+static int peer_connect(struct pass *p)
+{
+	struct demo_qp_info ia, ib;
+	struct demo_msg m;
+	int rc;
+
+	if (p->nic != DEMO_NIC_RXE)
+		return 0;
+	msg_init(&m, OP_PEER_QP);
+	rc = demo_call(&p->a, &m);
+	if (rc)
+		return rc;
+	ia = m.qp[0];
+	msg_init(&m, OP_PEER_QP);
+	m.a[0] = 1;		/* B: the reader, on rxe0 */
+	rc = demo_call(&p->b, &m);
+	if (rc)
+		return rc;
+	ib = m.qp[0];
+	msg_init(&m, OP_PEER_CONNECT);
+	m.n = 1;
+	m.qp[0] = ib;
+	rc = demo_call(&p->a, &m);
+	if (rc)
+		return rc;
+	msg_init(&m, OP_PEER_CONNECT);
+	m.n = 1;
+	m.qp[0] = ia;
+	return demo_call(&p->b, &m);
+}
+
+/*
+ * After a wake that changed A's keys: B tries the key it held before, as
+ * a peer that cached it would. It must fail with an access error, never
+ * deliver the old pages. The probe breaks the peer QPs: reconnect them.
+ */
+static int stale_probe(struct pass *p)
+{
+	struct demo_keys *k = &p->res->keys[p->idx];
+	struct demo_msg m;
+	int rc;
+
+	if (p->a_rkey_prev == p->a_rkey_held)
+		return 0;
+	rc = peek(p, p->a_rkey_prev, 8, 0, 1, &m);
+	if (rc)
+		return rc;
+	k->stale_tried++;
+	k->stale_refused += m.a[3] ? 1 : 0;
+	k->stale_delivered += (unsigned int)m.a[0];
+	if (m.text[0])
+		snprintf(k->stale_status, sizeof(k->stale_status), "%.63s",
+			 m.text);
+	p->a_rkey_prev = p->a_rkey_held;
+	return m.a[0] ? 0 : peer_connect(p);
+}
+
+/*
+ * Free memory once it stops moving (3 reads 10 ms apart within 256 KiB,
+ * at most 1 s): the module drops a revoked backing from a kernel worker
+ * when the importer's unmap wins the race with the revoke's own reap, and
+ * the final fput of a file dropped in a worker is itself deferred, so the
+ * pages come back a few milliseconds after the sleep returned.
+ */
+static long settled_free_kb(void)
+{
+	struct timespec ts = { 0, 10000000 };
+	long v = demo_free_kb(), prev = v;
+	unsigned int i, still = 0;
+
+	for (i = 0; v >= 0 && i < 100 && still < 2; i++) {
+		nanosleep(&ts, NULL);
+		v = demo_free_kb();
+		still = labs(v - prev) <= 256 ? still + 1 : 0;
+		prev = v;
+	}
+	return v;
+}
+
+static int measure(struct pass *p, struct demo_mem *out, bool settle)
+{
+	struct demo_msg m;
+	long free_kb, shmem;
 	int rc;
 
 	msg_init(&m, OP_MEM);
 	rc = demo_call(&p->a, &m);
 	if (rc)
 		return rc;
-	free_kb = demo_free_kb();
-	if (free_kb < 0) {
+	free_kb = settle ? settled_free_kb() : demo_free_kb();
+	shmem = meminfo_kb("Shmem");
+	if (free_kb < 0 || shmem < 0) {
 		fprintf(stderr, "demo: free memory (/proc/meminfo): %s\n",
-			strerror((int)-free_kb));
-		return (int)free_kb;
+			strerror((int)-(free_kb < 0 ? free_kb : shmem)));
+		return (int)(free_kb < 0 ? free_kb : shmem);
 	}
 	out->valid = true;
 	out->pin_kb = (long)m.a[0];
-	out->res_kb = (long)((m.a[1] + m.a[2]) / 1024);
+	/* vgem buffers are shmem, mapped without struct pages in the
+	 * process (mincore sees none): count what Shmem gained since */
+	if (p->nic == DEMO_NIC_UMEM)
+		out->res_kb = shmem - p->shmem_ref;
+	else
+		out->res_kb = (long)((m.a[1] + m.a[2]) / 1024);
 	out->held_kb = p->memfree_ref - free_kb;
+	if (settle && p->mode == DEMO_KVDMABUF &&
+	    out->held_kb > out->res_kb + 8 * 1024) {
+		static const char *const keys[] = {
+			"AnonPages", "Shmem", "Slab", "VmallocUsed",
+			"PageTables", "KernelStack", "Mlocked", "Unevictable",
+			"Buffers", "Cached",
+		};
+		unsigned int i;
+
+		fprintf(stderr, "demo: %s: %ld KiB held while asleep, %ld "
+			"resident:", pass_name(p), out->held_kb, out->res_kb);
+		for (i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+			fprintf(stderr, " %s %ld", keys[i],
+				meminfo_kb(keys[i]));
+		fprintf(stderr, "\n");
+	}
 	return 0;
 }
 
@@ -140,6 +302,10 @@ static int republish(struct pass *p, const struct demo_msg *w)
 		if (w->a[2 * i] == p->gen_seen[i])
 			continue;
 		p->gen_seen[i] = w->a[2 * i];
+		if (i == DEMO_R_KV) {
+			p->a_rkey_prev = p->a_rkey_held;
+			p->a_rkey_held = (uint32_t)w->a[1];
+		}
 		msg_init(&m, OP_KEYS);
 		m.a[0] = 0;
 		m.a[1] = i;
@@ -148,17 +314,17 @@ static int republish(struct pass *p, const struct demo_msg *w)
 		rc = demo_call(&p->store, &m);
 		if (rc)
 			return rc;
-		if (p->mode == DEMO_KVDMABUF)
-			p->res->republished = m.a[0];
+		p->res->keys[p->idx].republished = m.a[0];
 	}
-	if (p->mode == DEMO_KVDMABUF)
-		p->res->key_gen_last = w->a[0];
+	p->res->keys[p->idx].gen_last = w->a[0];
+	p->res->keys[p->idx].rkey_last = p->a_rkey_held;
+	p->res->keys[p->idx].wakes++;
 	return 0;
 }
 
 static int sleep_wake(struct pass *p, int op, uint64_t tag)
 {
-	struct demo_stress *s = &p->res->stress;
+	struct demo_stress *s = &p->res->stress[p->nic];
 	struct demo_msg m;
 	int rc;
 
@@ -202,6 +368,9 @@ static int control_phase(struct pass *p)
 			    row(p, g, "B gets KV that A put", false), NULL);
 	rc = rc ? rc : xfer(p, &p->a, OP_GET, s1, k1, 16, DEMO_R_KV, false,
 			    row(p, g, "A gets its own KV back", false), NULL);
+	/* A's blocks 8.. hold k1: B reads them by A's key */
+	rc = rc ? rc : peek_row(p, 8, k1, row(p, g, "B reads A's KV by A's key",
+					       false));
 	return rc;
 }
 
@@ -216,7 +385,7 @@ static int cycle(struct pass *p, int kind, unsigned int n, unsigned int of)
 	uint64_t tag = kind == CYC_KVONLY ? DEMO_TAG_KV : DEMO_TAG_ALL;
 	struct demo_memrow *mr = NULL;
 	struct demo_mem scratch[DEMO_NR_M], *mm;
-	struct demo_stress *s = &p->res->stress;
+	struct demo_stress *s = &p->res->stress[p->nic];
 	unsigned int sb = take_slots(p), sa = take_slots(p), refused = 0;
 	uint32_t kb = take_seeds(p), ka = take_seeds(p);
 	struct demo_count *c;
@@ -231,14 +400,20 @@ static int cycle(struct pass *p, int kind, unsigned int n, unsigned int of)
 	} else if (kind == CYC_KVONLY) {
 		mr = demo_memrow(p->res, "KV-only release");
 		if (mr) {
-			mr->expect_asleep_pin_kb = DEMO_W_LEN / 1024;
-			mr->expect_asleep_res_kb = DEMO_W_LEN / 1024;
+			/* weights stay awake (pinned only by the NIC that
+			 * pins) */
+			mr->expect_asleep_pin_kb[DEMO_NIC_RXE] =
+				DEMO_W_LEN / 1024;
+			mr->expect_asleep_res_kb[DEMO_NIC_RXE] =
+				DEMO_W_LEN / 1024;
+			mr->expect_asleep_res_kb[DEMO_NIC_UMEM] =
+				DEMO_W_LEN / 1024;
 		}
 	}
 	memset(scratch, 0, sizeof(scratch));
 	mm = mr ? mr->m[p->idx] : scratch;
 
-	rc = measure(p, &mm[DEMO_M_AWAKE]);
+	rc = measure(p, &mm[DEMO_M_AWAKE], false);
 	if (rc)
 		return rc;
 	if (p->stress && p->mode == DEMO_KVDMABUF) {
@@ -249,7 +424,7 @@ static int cycle(struct pass *p, int kind, unsigned int n, unsigned int of)
 			return rc;
 	}
 	rc = sleep_wake(p, OP_SLEEP, tag);
-	rc = rc ? rc : measure(p, &mm[DEMO_M_ASLEEP]);
+	rc = rc ? rc : measure(p, &mm[DEMO_M_ASLEEP], true);
 	/* B keeps serving while A sleeps */
 	rc = rc ? rc : xfer(p, &p->b, OP_PUT, sb, kb, 0, DEMO_R_KV, false,
 			    NULL, NULL);
@@ -270,12 +445,14 @@ static int cycle(struct pass *p, int kind, unsigned int n, unsigned int of)
 		if (c) {
 			c->ok += refused;
 			c->total += DEMO_PROMPTS;
+			demo_row(p->res, g, "KV transfers refused while "
+				 "asleep")->gate = true;
 		}
 		rc = sleep_wake(p, OP_WAKE, DEMO_TAG_KV);
 	} else {
 		rc = sleep_wake(p, OP_WAKE, tag);
 	}
-	rc = rc ? rc : measure(p, &mm[DEMO_M_WOKE]);
+	rc = rc ? rc : measure(p, &mm[DEMO_M_WOKE], false);
 	if (rc)
 		return rc;
 	if (p->stress && p->mode == DEMO_KVDMABUF) {
@@ -298,6 +475,13 @@ static int cycle(struct pass *p, int kind, unsigned int n, unsigned int of)
 	rc = rc ? rc : xfer(p, &p->a, OP_GET, sa, ka, 16, DEMO_R_KV, false,
 			    row(p, g, "A gets its own post-wake KV back",
 				true), NULL);
+	/* a peer (decode instance) reads A's post-wake KV (A's blocks 8..,
+	 * seeds ka) by the key it holds; then by the key from before the
+	 * wake, where the keys changed */
+	rc = rc ? rc : peek_row(p, 8, ka,
+				row(p, g, "B reads A's post-wake KV by A's key",
+				    true));
+	rc = rc ? rc : stale_probe(p);
 	return rc;
 }
 
@@ -331,15 +515,17 @@ static int run_pass(struct pass *p, unsigned int cycles)
 	long ref;
 	int rc, st;
 
-	ea = demo_engine_new("A", p->mode, p->config);
-	eb = demo_engine_new("B", p->mode, p->config);
+	ea = demo_engine_new("A", p->mode, p->nic, p->umem_fd, p->config);
+	eb = demo_engine_new("B", p->mode, p->nic, p->umem_fd, p->config);
 	if (!ea || !eb) {
 		free(ea);
 		free(eb);
 		return -ENOMEM;
 	}
 	p->next_seed = 0x1000;
-	rc = demo_spawn(&p->store, "store", demo_store_serve, NULL);
+	p->scfg.nic = p->nic;
+	p->scfg.umem_fd = p->umem_fd;
+	rc = demo_spawn(&p->store, "store", demo_store_serve, &p->scfg);
 	rc = rc ? rc : demo_spawn(&p->a, "A", demo_engine_serve, ea);
 	rc = rc ? rc : demo_spawn(&p->b, "B", demo_engine_serve, eb);
 	if (rc)
@@ -350,6 +536,7 @@ static int run_pass(struct pass *p, unsigned int cycles)
 				      p->stress ? DEMO_MAX_QPS : 1,
 				      DEMO_NR_REGIONS);
 	rc = rc ? rc : connect_engine(p, &p->b, 1, 1, 1);
+	rc = rc ? rc : peer_connect(p);
 	if (rc)
 		goto out;
 	msg_init(&m, OP_REGIONS);
@@ -362,16 +549,22 @@ static int run_pass(struct pass *p, unsigned int cycles)
 		goto out;
 	}
 	p->memfree_ref = ref;
+	p->shmem_ref = meminfo_kb("Shmem");
 	msg_init(&m, OP_REGIONS);
 	rc = demo_call(&p->a, &m);
 	if (rc)
 		goto out;
 	if (p->mode == DEMO_KVDMABUF)
-		snprintf(p->res->mode, sizeof(p->res->mode), "%.31s", m.text);
+		snprintf(p->res->mode[p->nic], sizeof(p->res->mode[0]),
+			 "%.31s", m.text);
 	p->gen_seen[DEMO_R_KV] = m.a[0];
 	p->gen_seen[DEMO_R_W] = m.a[2];
-	if (p->mode == DEMO_KVDMABUF)
-		p->res->key_gen_first = p->res->key_gen_last = m.a[0];
+	p->a_raddr = m.a[6];
+	p->a_rkey_held = p->a_rkey_prev = (uint32_t)m.a[1];
+	p->res->keys[p->idx].gen_first = p->res->keys[p->idx].gen_last =
+		m.a[0];
+	p->res->keys[p->idx].rkey_first = p->res->keys[p->idx].rkey_last =
+		p->a_rkey_held;
 
 	rc = control_phase(p);
 	for (i = 1; !rc && i <= cycles; i++)
@@ -443,7 +636,7 @@ int main(int argc, char **argv)
 	char config[128];
 	struct utsname u;
 	bool stress = false, ok;
-	int rc;
+	int rc, umem_fd;
 
 	for (i = 1; i < (unsigned int)argc; i++) {
 		if (!strcmp(argv[i], "--cycles")) {
@@ -472,13 +665,17 @@ int main(int argc, char **argv)
 	if (uname(&u))
 		memset(&u, 0, sizeof(u));
 	res.plain_cycles = cycles;
-	printf("kvdmabuf demo: engines A and B share a KV store over soft-RoCE "
-	       "(kernel %s)\n", u.release);
-	printf("  store: %d host segments on rxe0; A, B: KV cache %lu MiB on "
-	       "rxe1, A also weights %lu MiB\n", DEMO_SEGMENTS,
+	printf("kvdmabuf demo: engines A and B share a KV store (kernel %s)\n",
+	       u.release);
+	printf("  store: %d segments; A, B: KV cache %lu MiB, A also weights "
+	       "%lu MiB; B also reads A's KV by A's key\n", DEMO_SEGMENTS,
 	       DEMO_KV_LEN >> 20, DEMO_W_LEN >> 20);
 	printf("  A sleeps and wakes (memory really freed, new memory at the "
 	       "same address); B never sleeps\n");
+	printf("  NIC 1, pinning: soft-RoCE (store rxe0, engines rxe1), host "
+	       "memory, no dma-buf MRs\n");
+	printf("  NIC 2, move-capable: kvd_umem (ib_core dma-buf MRs, dynamic "
+	       "as mlx5), vgem regions, moves by key and offset\n");
 	printf("  %u prompts per phase, KV block %u KiB; %u sleep/wake "
 	       "cycle%s, 1 selective wake, 1 KV-only release%s\n",
 	       DEMO_PROMPTS, DEMO_BLOCK / 1024, cycles, cycles == 1 ? "" : "s",
@@ -489,27 +686,37 @@ int main(int argc, char **argv)
 	rc = write_config(config, sizeof(config));
 	if (rc)
 		return 1;
-	for (i = 0; i < 2; i++) {
+	umem_fd = demo_umem_open(res.umem_skip, sizeof(res.umem_skip));
+	for (i = 0; i < DEMO_NR_PASSES; i++) {
 		struct pass p;
 
 		memset(&p, 0, sizeof(p));
-		p.mode = i ? DEMO_BASELINE : DEMO_KVDMABUF;
+		p.nic = (int)(i / 2);
+		p.mode = i % 2 ? DEMO_BASELINE : DEMO_KVDMABUF;
 		p.idx = i;
 		p.res = &res;
 		p.config = config;
-		p.stress = stress && !i;
-		printf("  running the %s pass ...\n", i ?
-		       "baseline (registered once, never refreshed)" :
-		       "kvdmabuf");
+		p.stress = stress && p.mode == DEMO_KVDMABUF;
+		p.umem_fd = umem_fd;
+		if (p.nic == DEMO_NIC_UMEM && umem_fd < 0) {
+			snprintf(res.pass_err[i], sizeof(res.pass_err[i]),
+				 "%s pass not run: %s", pass_name(&p),
+				 res.umem_skip);
+			continue;
+		}
+		printf("  running the %s pass%s ...\n", pass_name(&p),
+		       i % 2 ? " (registered once, never refreshed)" : "");
 		fflush(stdout);
 		rc = run_pass(&p, cycles);
 		if (rc)
 			snprintf(res.pass_err[i], sizeof(res.pass_err[i]),
 				 "%s pass stopped: %s (messages above)",
-				 i ? "baseline" : "kvdmabuf", strerror(-rc));
+				 pass_name(&p), strerror(-rc));
 		else
 			res.pass_done[i] = true;
 	}
+	if (umem_fd >= 0)
+		close(umem_fd);
 	printf("  running the follow path (vgem + test importer) ...\n");
 	fflush(stdout);
 	demo_follow_run(&res.follow, cycles, config);

@@ -223,3 +223,24 @@ int demo_qp_in_error(struct demo_qp *q)
 		return rc > 0 ? -rc : -EIO;
 	return a.qp_state == IBV_QPS_ERR;
 }
+
+int demo_qp_reset(struct demo_qp *q)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RESET };
+	struct ibv_wc wc;
+	int rc;
+
+	rc = ibv_modify_qp(q->qp, &a, IBV_QP_STATE);
+	if (rc)
+		return rc > 0 ? -rc : -EIO;
+	while (ibv_poll_cq(q->cq, 1, &wc) > 0)
+		;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+			    IBV_ACCESS_REMOTE_READ;
+	rc = ibv_modify_qp(q->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+			   IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+	return rc ? (rc > 0 ? -rc : -EIO) : 0;
+}

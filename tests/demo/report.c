@@ -43,7 +43,7 @@ struct demo_memrow *demo_memrow(struct demo_results *r, const char *label)
 
 struct verdict {
 	bool ok;
-	char why[1024];
+	char why[2048];
 	size_t len;
 };
 
@@ -71,13 +71,21 @@ static void fail(struct verdict *v, const char *fmt, ...)
 		v->len = sizeof(v->why) - 1;
 }
 
+static const char *const pass_names[DEMO_NR_PASSES] = {
+	"rxe kvdmabuf", "rxe baseline", "umem kvdmabuf", "umem baseline",
+};
+
 static void cell(char *buf, size_t len, const struct demo_row *r,
 		 unsigned int pass)
 {
+	const struct demo_count *c = &r->c[pass];
+
 	if (!r->used[pass])
 		snprintf(buf, len, "-");
+	else if (c->errors)
+		snprintf(buf, len, "%u/%u e%u", c->ok, c->total, c->errors);
 	else
-		snprintf(buf, len, "%u/%u", r->c[pass].ok, r->c[pass].total);
+		snprintf(buf, len, "%u/%u", c->ok, c->total);
 }
 
 static long mib(long kb)
@@ -94,15 +102,21 @@ static void memcell(char *buf, size_t len, const struct demo_mem *m)
 			 mib(m->res_kb), mib(m->held_kb));
 }
 
+#define COLS "%-40s %10s %10s   %10s %10s\n"
+
 static void print_rows(struct demo_results *r, struct verdict *v,
 		       struct demo_count *tot)
 {
 	const char *group = NULL;
-	unsigned int i, p, bug_a = 0, bug_b = 0;
-	char c0[24], c1[24];
+	unsigned int i, p, bug[DEMO_NR_PASSES][2];
+	char c[DEMO_NR_PASSES][32];
 
-	printf("\n%-46s %12s %12s\n", "phase (8 prompts each)", "kvdmabuf",
-	       "baseline");
+	memset(bug, 0, sizeof(bug));
+	printf("\n%-40s %21s   %21s\n", "", "soft-RoCE: pins,",
+	       "kvd_umem: dma-buf MR,");
+	printf("%-40s %21s   %21s\n", "", "keys change", "moves, same keys");
+	printf(COLS, "phase (8 prompts each)", "kvdmabuf", "baseline",
+	       "kvdmabuf", "baseline");
 	for (i = 0; i < r->nr_rows; i++) {
 		const struct demo_row *w = &r->rows[i];
 
@@ -113,39 +127,71 @@ static void print_rows(struct demo_results *r, struct verdict *v,
 			else
 				printf("%s\n", group);
 		}
-		cell(c0, sizeof(c0), w, 0);
-		cell(c1, sizeof(c1), w, 1);
-		printf("  %-44s %12s %12s\n", w->phase, c0, c1);
-		for (p = 0; p < 2; p++) {
-			tot[p].ok += w->c[p].ok;
-			tot[p].total += w->c[p].total;
+		for (p = 0; p < DEMO_NR_PASSES; p++)
+			cell(c[p], sizeof(c[p]), w, p);
+		printf("  %-38s %10s %10s   %10s %10s%s\n", w->phase, c[0],
+		       c[1], c[2], c[3], w->gate ? "  (gate)" : "");
+		for (p = 0; p < DEMO_NR_PASSES; p++) {
+			const struct demo_count *x = &w->c[p];
+
+			if (!w->used[p])
+				continue;
+			if (p % 2 == 0 && (x->ok != x->total || x->errors))
+				fail(v, "%s: %s / %s: %u/%u correct, %u "
+				     "transfer errors", pass_names[p],
+				     w->group, w->phase, x->ok, x->total,
+				     x->errors);
+			if (w->gate)
+				continue;	/* refusals, not data */
+			tot[p].ok += x->ok;
+			tot[p].errors += x->errors;
+			tot[p].total += x->total;
+			if (p % 2 == 0)
+				continue;
+			if (!w->expect_bug && x->ok != x->total)
+				fail(v, "%s already wrong before any sleep "
+				     "(%s: %u/%u): the setup is broken",
+				     pass_names[p], w->phase, x->ok,
+				     x->total);
+			/* the bug: wrong bytes, delivered without an error */
+			if (w->expect_bug)
+				bug[p][w->who == 'B'] += x->total - x->ok -
+							 x->errors;
 		}
-		if (w->used[0] && w->c[0].ok != w->c[0].total)
-			fail(v, "kvdmabuf: %s / %s: %u/%u", w->group, w->phase,
-			     w->c[0].ok, w->c[0].total);
-		if (!w->used[1])
-			continue;
-		if (!w->expect_bug && w->c[1].ok != w->c[1].total)
-			fail(v, "baseline already wrong before any sleep "
-			     "(%s: %u/%u): the setup is broken", w->phase,
-			     w->c[1].ok, w->c[1].total);
-		if (w->expect_bug && w->phase[0] == 'A')
-			bug_a += w->c[1].total - w->c[1].ok;
-		if (w->expect_bug && w->phase[0] == 'B')
-			bug_b += w->c[1].total - w->c[1].ok;
 	}
-	snprintf(c0, sizeof(c0), "%u/%u", tot[0].ok, tot[0].total);
-	snprintf(c1, sizeof(c1), "%u/%u", tot[1].ok, tot[1].total);
-	printf("%-46s %12s %12s\n", "all blocks", c0, c1);
-	if (r->pass_done[1] && !bug_a)
-		fail(v, "baseline did not reproduce wrong blocks on A after "
-		     "a wake");
-	if (r->pass_done[1] && !bug_b)
-		fail(v, "baseline did not reproduce wrong blocks on B "
-		     "(through A's stale puts)");
-	if (r->xfer_errors[0])
-		fail(v, "kvdmabuf: %llu transfer errors",
-		     (unsigned long long)r->xfer_errors[0]);
+	for (p = 0; p < DEMO_NR_PASSES; p++)
+		snprintf(c[p], sizeof(c[p]), "%u/%u", tot[p].ok,
+			 tot[p].total);
+	printf(COLS, "all data blocks (gate row not counted)", c[0], c[1],
+	       c[2], c[3]);
+	for (p = 0; p < DEMO_NR_PASSES; p++)
+		snprintf(c[p], sizeof(c[p]), "%u", tot[p].total - tot[p].ok -
+			 tot[p].errors);
+	printf(COLS, "  wrong, delivered without any error", c[0], c[1],
+	       c[2], c[3]);
+	for (p = 0; p < DEMO_NR_PASSES; p++)
+		snprintf(c[p], sizeof(c[p]), "%llu",
+			 (unsigned long long)r->xfer_errors[p]);
+	printf(COLS, "  transfer errors (puts and gets)", c[0], c[1], c[2],
+	       c[3]);
+	for (p = 0; p < DEMO_NR_PASSES; p++) {
+		if (p % 2 == 0) {
+			if (r->xfer_errors[p])
+				fail(v, "%s: %llu transfer errors",
+				     pass_names[p],
+				     (unsigned long long)r->xfer_errors[p]);
+			continue;
+		}
+		if (!r->pass_done[p])
+			continue;
+		if (!bug[p][0])
+			fail(v, "%s did not reproduce wrong blocks delivered "
+			     "silently on A after a wake", pass_names[p]);
+		if (!bug[p][1])
+			fail(v, "%s did not reproduce wrong blocks delivered "
+			     "silently on B (A's stale puts, A's stale key)",
+			     pass_names[p]);
+	}
 }
 
 /* free memory is a system-wide figure: small noise from other activity */
@@ -157,76 +203,146 @@ static void print_mem(struct demo_results *r, struct verdict *v,
 	unsigned int i, p;
 	char a[64], s[64], w[64];
 
-	printf("\nmemory of engine A, MiB: pinned (VmPin) / resident (its "
-	       "regions) / held (drop in free memory)\n");
-	printf("%-32s %-16s %-16s %-16s\n", "", "awake", "asleep",
+	printf("\nmemory of engine A, MiB: pinned (VmPin) / resident (rxe: "
+	       "its regions' pages, mincore; umem: Shmem its vgem buffers "
+	       "add) / held (drop in free memory)\n");
+	printf("%-36s %-16s %-16s %-16s\n", "", "awake", "asleep",
 	       "after wake");
 	for (i = 0; i < r->nr_mem; i++) {
 		const struct demo_memrow *m = &r->mem[i];
 
-		for (p = 0; p < 2; p++) {
+		for (p = 0; p < DEMO_NR_PASSES; p++) {
 			const struct demo_mem *x = m->m[p];
+			unsigned int nic = p / 2;
+			long exp_pin = m->expect_asleep_pin_kb[nic];
+			long exp_res = m->expect_asleep_res_kb[nic];
 
 			memcell(a, sizeof(a), &x[DEMO_M_AWAKE]);
 			memcell(s, sizeof(s), &x[DEMO_M_ASLEEP]);
 			memcell(w, sizeof(w), &x[DEMO_M_WOKE]);
-			printf("%-22s %-9s %-16s %-16s %-16s\n",
-			       p ? "" : m->label, p ? "baseline" : "kvdmabuf",
-			       a, s, w);
-		}
-		/* kvdmabuf: nothing of the sleeping regions held */
-		if (m->m[0][DEMO_M_ASLEEP].valid) {
-			const struct demo_mem *x = m->m[0];
+			printf("%-22s %-13s %-16s %-16s %-16s\n",
+			       p ? "" : m->label, pass_names[p], a, s, w);
+			if (!x[DEMO_M_ASLEEP].valid)
+				continue;
+			if (p % 2) {
+				/* baseline: the old memory stays */
+				long extra = nic == DEMO_NIC_RXE ?
+					x[DEMO_M_ASLEEP].pin_kb - exp_pin :
+					x[DEMO_M_ASLEEP].held_kb - exp_res -
+					HELD_SLACK_KB;
 
-			if (x[DEMO_M_ASLEEP].pin_kb != m->expect_asleep_pin_kb ||
-			    x[DEMO_M_ASLEEP].res_kb != m->expect_asleep_res_kb)
-				fail(v, "kvdmabuf: %s: asleep %ld KiB pinned, "
-				     "%ld KiB resident (expected %ld, %ld)",
-				     m->label, x[DEMO_M_ASLEEP].pin_kb,
-				     x[DEMO_M_ASLEEP].res_kb,
-				     m->expect_asleep_pin_kb,
-				     m->expect_asleep_res_kb);
+				if (extra <= 0)
+					fail(v, "%s: %s: nothing held while "
+					     "asleep (bug not reproduced)",
+					     pass_names[p], m->label);
+				if (nic == DEMO_NIC_UMEM)
+					extra += HELD_SLACK_KB;
+				if (extra > asleep_base[nic])
+					asleep_base[nic] = extra;
+				continue;
+			}
+			/* kvdmabuf: nothing of the sleeping regions held
+			 * (umem: resident is a Shmem figure, in MiB) */
+			if (x[DEMO_M_ASLEEP].pin_kb != exp_pin ||
+			    (nic == DEMO_NIC_RXE ?
+			     x[DEMO_M_ASLEEP].res_kb != exp_res :
+			     mib(x[DEMO_M_ASLEEP].res_kb) != mib(exp_res)))
+				fail(v, "%s: %s: asleep %ld KiB pinned, %ld "
+				     "KiB resident (expected %ld, %ld)",
+				     pass_names[p], m->label,
+				     x[DEMO_M_ASLEEP].pin_kb,
+				     x[DEMO_M_ASLEEP].res_kb, exp_pin, exp_res);
 			if (x[DEMO_M_WOKE].valid &&
 			    (x[DEMO_M_WOKE].pin_kb != x[DEMO_M_AWAKE].pin_kb ||
-			     x[DEMO_M_WOKE].res_kb != x[DEMO_M_AWAKE].res_kb))
-				fail(v, "kvdmabuf: %s: after wake %ld/%ld KiB "
+			     (nic == DEMO_NIC_RXE ?
+			      x[DEMO_M_WOKE].res_kb != x[DEMO_M_AWAKE].res_kb :
+			      mib(x[DEMO_M_WOKE].res_kb) !=
+			      mib(x[DEMO_M_AWAKE].res_kb))))
+				fail(v, "%s: %s: after wake %ld/%ld KiB "
 				     "pinned/resident, before sleep %ld/%ld",
-				     m->label, x[DEMO_M_WOKE].pin_kb,
+				     pass_names[p], m->label,
+				     x[DEMO_M_WOKE].pin_kb,
 				     x[DEMO_M_WOKE].res_kb,
 				     x[DEMO_M_AWAKE].pin_kb,
 				     x[DEMO_M_AWAKE].res_kb);
-			if (x[DEMO_M_ASLEEP].held_kb >
-			    m->expect_asleep_res_kb + HELD_SLACK_KB)
-				fail(v, "kvdmabuf: %s: free memory still %ld "
-				     "KiB lower while asleep (expected %ld)",
-				     m->label, x[DEMO_M_ASLEEP].held_kb,
-				     m->expect_asleep_res_kb);
-		}
-		if (m->m[1][DEMO_M_ASLEEP].valid) {
-			long extra = m->m[1][DEMO_M_ASLEEP].pin_kb -
-				     m->expect_asleep_pin_kb;
-
-			if (extra <= 0)
-				fail(v, "baseline: %s: nothing pinned while "
-				     "asleep (bug not reproduced)", m->label);
-			if (extra > *asleep_base)
-				*asleep_base = extra;
+			if (x[DEMO_M_ASLEEP].held_kb > exp_res + HELD_SLACK_KB)
+				fail(v, "%s: %s: free memory still %ld KiB "
+				     "lower while asleep (expected %ld)",
+				     pass_names[p], m->label,
+				     x[DEMO_M_ASLEEP].held_kb, exp_res);
 		}
 	}
 }
 
-static void print_stress(struct demo_results *r, struct verdict *v)
+static void print_keys(struct demo_results *r, struct verdict *v)
 {
-	struct demo_stress *s = &r->stress;
+	const struct demo_keys *k;
+	unsigned int p;
 
+	printf("\nkeys of A's kv_cache, as B and the store hold them:\n");
+	for (p = 0; p < DEMO_NR_PASSES; p++) {
+		k = &r->keys[p];
+		if (!r->pass_done[p])
+			continue;
+		printf("  %-14s key 0x%x -> 0x%x, generation %llu -> %llu "
+		       "over %llu wakes, republished %llu times%s%s\n",
+		       pass_names[p], k->rkey_first, k->rkey_last,
+		       (unsigned long long)k->gen_first,
+		       (unsigned long long)k->gen_last,
+		       (unsigned long long)k->wakes,
+		       (unsigned long long)k->republished,
+		       p % 2 ? "" : ", mode ",
+		       p % 2 ? "" : r->mode[p / 2][0] ? r->mode[p / 2] : "?");
+		if (k->stale_tried)
+			printf("  %-14s B's previous key after each wake: %u/%u "
+			       "refused with an access error (%s), %u blocks "
+			       "of old pages read\n", "", k->stale_refused,
+			       k->stale_tried, k->stale_status,
+			       k->stale_delivered);
+	}
+	/* rxe kvdmabuf: REREGISTER, keys change and stale ones fail */
+	k = &r->keys[0];
+	if (r->pass_done[0]) {
+		if (strcmp(r->mode[DEMO_NIC_RXE], "reregister"))
+			fail(v, "rxe kvdmabuf: mode '%s', expected reregister",
+			     r->mode[DEMO_NIC_RXE]);
+		if (k->gen_last == k->gen_first || !k->stale_tried)
+			fail(v, "rxe kvdmabuf: A's keys never changed at a "
+			     "wake");
+		if (k->stale_refused != k->stale_tried || k->stale_delivered)
+			fail(v, "rxe kvdmabuf: stale key: %u/%u refused, %u "
+			     "blocks of old pages read", k->stale_refused,
+			     k->stale_tried, k->stale_delivered);
+	}
+	/* umem kvdmabuf: FOLLOW, the same key throughout */
+	k = &r->keys[2];
+	if (r->pass_done[2]) {
+		if (strcmp(r->mode[DEMO_NIC_UMEM], "follow"))
+			fail(v, "umem kvdmabuf: mode '%s', expected follow",
+			     r->mode[DEMO_NIC_UMEM]);
+		if (k->gen_last != k->gen_first || k->rkey_last != k->rkey_first
+		    || !k->wakes)
+			fail(v, "umem kvdmabuf: A's key changed (FOLLOW keeps "
+			     "it)");
+	}
+}
+
+static void print_stress(struct demo_results *r, struct verdict *v,
+			 unsigned int nic)
+{
+	struct demo_stress *s = &r->stress[nic];
+	const char *name = pass_names[nic * 2];
+
+	if (!r->pass_done[nic * 2])
+		return;
 	if (!s->ran) {
-		fail(v, "stress: did not run");
+		fail(v, "%s: stress did not run", name);
 		return;
 	}
-	printf("\nstress (kvdmabuf): %llu transfers begun on 4 threads up to "
+	printf("\nstress (%s): %llu transfers begun on 4 threads up to "
 	       "%llu sleeps, %llu completed correct, %llu failed, %llu wrong "
 	       "-> %llu lost; up to %llu in flight when a sleep began, "
-	       "%llu refused once closed\n",
+	       "%llu refused once closed\n", name,
 	       (unsigned long long)s->begun, (unsigned long long)s->sleeps,
 	       (unsigned long long)s->completed, (unsigned long long)s->failed,
 	       (unsigned long long)s->wrong,
@@ -243,19 +359,21 @@ static void print_stress(struct demo_results *r, struct verdict *v)
 	       mib(s->res_last_kb), mib(s->held_first_kb),
 	       mib(s->held_last_kb));
 	if (s->failed || s->wrong || s->begun != s->completed)
-		fail(v, "stress: %llu of %llu transfers lost or wrong",
-		     (unsigned long long)(s->begun - s->completed),
+		fail(v, "%s: stress: %llu of %llu transfers lost or wrong",
+		     name, (unsigned long long)(s->begun - s->completed),
 		     (unsigned long long)s->begun);
 	if (!s->begun)
-		fail(v, "stress: no transfer ran");
+		fail(v, "%s: stress: no transfer ran", name);
 	if (s->qp_errors)
-		fail(v, "stress: %llu QPs broke at a sleep",
+		fail(v, "%s: stress: %llu QPs broke at a sleep", name,
 		     (unsigned long long)s->qp_errors);
+	/* umem: resident is a Shmem figure, compared in MiB */
 	if (s->pin_first_kb != s->pin_last_kb ||
-	    s->res_first_kb != s->res_last_kb ||
+	    (nic == DEMO_NIC_RXE ? s->res_first_kb != s->res_last_kb :
+	     mib(s->res_first_kb) != mib(s->res_last_kb)) ||
 	    labs(s->held_last_kb - s->held_first_kb) > HELD_SLACK_KB)
-		fail(v, "stress: memory drifted (pinned %ld -> %ld KiB, "
-		     "resident %ld -> %ld KiB, held %ld -> %ld KiB)",
+		fail(v, "%s: stress: memory drifted (pinned %ld -> %ld KiB, "
+		     "resident %ld -> %ld KiB, held %ld -> %ld KiB)", name,
 		     s->pin_first_kb, s->pin_last_kb, s->res_first_kb,
 		     s->res_last_kb, s->held_first_kb, s->held_last_kb);
 }
@@ -289,9 +407,9 @@ static void print_follow(struct demo_results *r, struct verdict *v)
 	       (unsigned long long)f->failed_maps, f->backings_awake,
 	       f->backings_asleep);
 	printf("  Shmem awake / asleep / after wake: %ld / %ld / %ld MiB "
-	       "(old vgem buffer freed while asleep)\n",
-	       mib(f->shmem_awake_kb), mib(f->shmem_asleep_kb),
-	       mib(f->shmem_woke_kb));
+	       "(old vgem buffer freed while asleep, within %u ms of the "
+	       "revoke)\n", mib(f->shmem_awake_kb), mib(f->shmem_asleep_kb),
+	       mib(f->shmem_woke_kb), f->free_wait_ms);
 	if (f->err[0])
 		fail(v, "follow path: %s", f->err);
 	if (!f->total || f->correct != f->total)
@@ -316,32 +434,33 @@ static void print_follow(struct demo_results *r, struct verdict *v)
 bool demo_report(struct demo_results *r, bool stress)
 {
 	struct verdict v = { .ok = true };
-	struct demo_count tot[2] = { { 0, 0 }, { 0, 0 } };
-	long asleep_base = 0;
+	struct demo_count tot[DEMO_NR_PASSES];
+	long asleep_base[DEMO_NR_NICS] = { 0, 0 };
 	unsigned int p;
 
-	for (p = 0; p < 2; p++)
+	memset(tot, 0, sizeof(tot));
+	for (p = 0; p < DEMO_NR_PASSES; p++)
 		if (!r->pass_done[p])
 			fail(&v, "%s", r->pass_err[p]);
 	print_rows(r, &v, tot);
-	print_mem(r, &v, &asleep_base);
-	printf("\nA's regions: mode '%s' (chosen by libkvdmabuf: soft-RoCE has "
-	       "no dma-buf MRs); keys of its kv_cache: generation %llu -> "
-	       "%llu, new keys republished to the store %llu times\n",
-	       r->mode[0] ? r->mode : "?",
-	       (unsigned long long)r->key_gen_first,
-	       (unsigned long long)r->key_gen_last,
-	       (unsigned long long)r->republished);
-	if (stress)
-		print_stress(r, &v);
+	print_mem(r, &v, asleep_base);
+	print_keys(r, &v);
+	if (stress) {
+		print_stress(r, &v, DEMO_NIC_RXE);
+		print_stress(r, &v, DEMO_NIC_UMEM);
+	}
 	print_follow(r, &v);
 	printf("\n");
 	if (v.ok)
-		printf("verdict: PASS - kvdmabuf %u/%u blocks correct, nothing "
-		       "pinned or resident while asleep; baseline %u/%u "
-		       "correct with %ld MiB still pinned while asleep (the "
-		       "bug, reproduced)\n", tot[0].ok, tot[0].total,
-		       tot[1].ok, tot[1].total, mib(asleep_base));
+		printf("verdict: PASS - kvdmabuf %u/%u (soft-RoCE) and %u/%u "
+		       "(move-capable NIC, same keys) blocks correct, 0 "
+		       "transfer errors, nothing held while asleep;\n  "
+		       "baseline %u/%u and %u/%u correct, the rest wrong data "
+		       "delivered without an error, with %ld and %ld MiB "
+		       "still held while asleep (the bug, reproduced)\n",
+		       tot[0].ok, tot[0].total, tot[2].ok, tot[2].total,
+		       tot[1].ok, tot[1].total, tot[3].ok, tot[3].total,
+		       mib(asleep_base[0]), mib(asleep_base[1]));
 	else
 		printf("verdict: FAIL - %s\n", v.why);
 	fflush(stdout);

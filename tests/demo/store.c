@@ -6,6 +6,10 @@
  * its slots; the store itself only publishes its segments and records the
  * keys engines republish after a wake. Slot s lives in segment
  * s % DEMO_SEGMENTS at offset (s / DEMO_SEGMENTS) * DEMO_BLOCK.
+ *
+ * With the move-capable NIC (umem) the segments are vgem buffers imported
+ * on the shared /dev/kvd_umem: a segment's key is its import handle and
+ * its address is 0 (transfers address it by offset).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -15,13 +19,17 @@
 #include <infiniband/verbs.h>
 
 #include "demo.h"
-#include "vgem.h"
+#include "proxy_common.h"
 #include "verbs_pair.h"
 
 #define STORE_CLIENTS 2
 #define SEG_LEN ((size_t)DEMO_SLOTS / DEMO_SEGMENTS * DEMO_BLOCK)
 
 struct store {
+	const struct demo_store_cfg *cfg;
+	int drm;
+	struct demo_vbuf vb[DEMO_SEGMENTS];
+	int key[DEMO_SEGMENTS];		/* umem: import handles, -1 none */
 	struct demo_nic nic;
 	void *seg[DEMO_SEGMENTS];
 	struct ibv_mr *mr[DEMO_SEGMENTS];
@@ -51,11 +59,44 @@ static void store_cleanup(void)
 	for (i = 0; i < DEMO_SEGMENTS; i++) {
 		if (st.mr[i])
 			ibv_dereg_mr(st.mr[i]);
-		if (st.seg[i])
+		if (st.cfg && st.cfg->nic == DEMO_NIC_UMEM) {
+			if (st.key[i] >= 0)
+				imp_release(st.cfg->umem_fd, st.key[i]);
+			demo_vbuf_free(st.drm, &st.vb[i]);
+		} else if (st.seg[i]) {
 			munmap(st.seg[i], SEG_LEN);
+		}
 	}
+	if (st.cfg && st.cfg->nic == DEMO_NIC_UMEM && st.drm >= 0)
+		close(st.drm);
 	demo_nic_close(&st.nic);
 	memset(&st, 0, sizeof(st));
+}
+
+static int store_init_umem(struct demo_msg *m)
+{
+	unsigned int i;
+	int rc;
+
+	st.drm = vgem_open();
+	if (st.drm < 0)
+		return demo_fail(m, st.drm, "store: no vgem device");
+	for (i = 0; i < DEMO_SEGMENTS; i++) {
+		rc = demo_vbuf_new(st.drm, SEG_LEN, &st.vb[i]);
+		if (rc)
+			return demo_fail(m, rc, "store: vgem segment: %s",
+					 strerror(-rc));
+		st.seg[i] = st.vb[i].cpu;
+		st.key[i] = imp_import(st.cfg->umem_fd, st.vb[i].fd, 0);
+		if (st.key[i] < 0)
+			return demo_fail(m, st.key[i], "store: kvd_umem import "
+					 "of segment %u: %s", i,
+					 strerror(-st.key[i]));
+	}
+	for (i = 0; i < DEMO_PROMPTS; i++)
+		pattern_fill(slot_addr(DEMO_SLOT_W + i), DEMO_BLOCK,
+			     DEMO_W_SEED + i);
+	return 0;
 }
 
 static int store_init(struct demo_msg *m)
@@ -63,6 +104,11 @@ static int store_init(struct demo_msg *m)
 	unsigned int i;
 	int rc;
 
+	for (i = 0; i < DEMO_SEGMENTS; i++)
+		st.key[i] = -1;
+	st.drm = -1;
+	if (st.cfg->nic == DEMO_NIC_UMEM)
+		return store_init_umem(m);
 	rc = demo_nic_open(&st.nic, vp_dev_name(0), m->text, sizeof(m->text));
 	if (rc)
 		return rc;
@@ -96,7 +142,17 @@ static int store_connect(struct demo_msg *m)
 	struct demo_qp_info peer[DEMO_MAX_QPS];
 	int rc;
 
-	if (c >= STORE_CLIENTS || st.nqp[c] || !n || n > DEMO_MAX_QPS)
+	if (c >= STORE_CLIENTS || st.nqp[c] || n > DEMO_MAX_QPS)
+		return demo_fail(m, -EINVAL, "store: bad connect request");
+	if (st.cfg->nic == DEMO_NIC_UMEM) {
+		for (i = 0; i < DEMO_SEGMENTS; i++) {
+			m->seg[i].addr = 0;
+			m->seg[i].rkey = (uint32_t)st.key[i];
+		}
+		m->n = 0;
+		return 0;
+	}
+	if (!n)
 		return demo_fail(m, -EINVAL, "store: bad connect request");
 	memcpy(peer, m->qp, sizeof(peer));
 	for (i = 0; i < n; i++) {
@@ -123,7 +179,7 @@ int demo_store_serve(struct demo_msg *m, void *arg)
 {
 	unsigned int c, r;
 
-	(void)arg;
+	st.cfg = arg;
 	switch (m->op) {
 	case OP_INIT:
 		return store_init(m);
