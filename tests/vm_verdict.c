@@ -102,6 +102,10 @@ FIXTURE_VARIANT_ADD(report, atomic_sleep) {
 FIXTURE_VARIANT_ADD(report, refcount) {
 	.line = "[   12.3] refcount_t: underflow; use-after-free.",
 };
+/* The test importers' own reports of a broken contract. */
+FIXTURE_VARIANT_ADD(report, importer_pinned_move) {
+	.line = "[   12.3] kvd_importer: move notification on a pinned import",
+};
 
 FIXTURE_SETUP(report)
 {
