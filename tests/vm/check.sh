@@ -101,7 +101,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 	local lane=$1
 	local log=$logs/vm-$lane.log t0=$SECONDS rc=0
 	local kver kernel moddir root build guest_build blog=$logs/build-$lane.log
-	local modroot= dk
+	local modroot= dk machine=pc
 	# Environment of the guest's tests (NAME=VALUE words for env).
 	local guest_env=(KVDMABUF_FUZZ_SECONDS=10)
 	"$here/deps.sh" "$lane" || { account "vm-$lane" 1 /dev/null 0; return; }
@@ -125,7 +125,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		root=$cache/trixie-root
 		case $lane in
 		6.12) kver=$(newest "$root"/lib/modules/6.12.*) ;;
-		7.3) kver=$(newest "$root"/lib/modules/7.*) ;;
+		7.3) kver=$(newest "$root"/lib/modules/7.*-amd64) ;;
 		esac
 		kver=$(basename "$kver")
 		# One build tree per checkout and lane, as for the other lanes.
@@ -147,12 +147,14 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		root=$cache/trixie-root
 		kver=$(basename "$(newest "$dk"/mods/lib/modules/*)")
 		kernel=$dk/bzImage moddir=$dk/mods/lib/modules/$kver
-		# The guest loads the kernel's modules from a copy in its root
-		# (tinyconfig: a few MiB), and finds its config where the
-		# tests look, as for an installed kernel.
-		modroot=/kvdmabuf-lanes/debug-kernel
-		rsync -a --delete "$dk/mods/" "$root$modroot/"
+		# Installed in the root the guest runs, as a kernel package
+		# would be (its own release name; tinyconfig: a few MiB of
+		# modules): the tests' own modprobe finds them, and its config
+		# is where the tests look.
+		rsync -a --delete "$dk/mods/lib/modules/$kver/" "$root/lib/modules/$kver/"
 		cp "$dk/build/.config" "$root/boot/config-$kver"
+		# q35: its ACPI tables show both CPUs under TCG.
+		machine=q35
 		# KASAN and lockdep under TCG: slower, and the fuzzer's full run.
 		guest_env=(KVDMABUF_TIMEOUT_SCALE=4 KVDMABUF_PROGRAM_TIMEOUT=3600
 			KVDMABUF_FUZZ_SECONDS=60)
@@ -194,7 +196,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 			# The debug kernel boots on q35 (its own ACPI tables and
 			# MP table: both CPUs online under TCG).
 			KVDMABUF_VM_LOCKED=1 KVDMABUF_VM_MODROOT=$modroot \
-			KVDMABUF_VM_MACHINE=${modroot:+q35} \
+			KVDMABUF_VM_MACHINE=$machine \
 			"$here/run-vm.sh" "$kernel" "$moddir" "$root" "$plog" \
 				"$vm_timeout" "${guest_env[@]}" /bin/bash \
 				"$guest_build/tests/vm/guest-run.sh" "$guest_build" \
