@@ -137,17 +137,17 @@ def status_lists_what_the_user_may_see():
     check(list_ioctl() == before + 1)
     mode = os.stat("/dev/kvdmabuf").st_mode
     os.chmod("/dev/kvdmabuf", 0o666)
-    r, w = os.pipe()
+    to_parent, to_child = os.pipe(), os.pipe()
     child = os.fork()
     if not child:       # another user with a proxy of its own
         os.setgid(65534)
         os.setuid(65534)
         d, f, i = create_proxy(2 << 20)
-        os.write(w, b"%d\n" % i)
-        os.read(r, 1)   # hold it until the parent has looked
+        os.write(to_parent[1], b"%d\n" % i)
+        os.read(to_child[0], 1)   # hold it until the parent has looked
         os._exit(0)
     try:
-        nobody_id = int(os.read(r, 64))
+        nobody_id = int(os.read(to_parent[0], 64))
         p = run(["status", "--json"])
         mine = {x["id"]: x for x in json.loads(p.stdout)["proxies"]}
         check(p.returncode == 0 and my_id in mine and nobody_id in mine)
@@ -162,7 +162,7 @@ def status_lists_what_the_user_may_see():
         p = run(["status"])
         check(p.returncode == 0 and "unbacked" in p.stdout)
     finally:
-        os.write(w, b"x")
+        os.write(to_child[1], b"x")
         os.waitpid(child, 0)
         os.chmod("/dev/kvdmabuf", stat.S_IMODE(mode))
         os.close(fd)

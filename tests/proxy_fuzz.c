@@ -597,7 +597,7 @@ static int args_expected(const struct args_err *e)
 /* ATTACH or REPLACE on proxy slot @op->b with a fresh or shared backing. */
 static int do_attach(struct world *w, const struct op *op)
 {
-	struct kvdmabuf_attach u[2];	/* room for a longer struct */
+	struct kvdmabuf_attach u[4];	/* room for pick_size()'s 64-byte tail */
 	const struct devf *d = pick_devf(w, op->c);
 	struct pslot *ps = NULL;
 	struct bslot *bs = NULL;
@@ -792,7 +792,7 @@ out:
 
 static int do_revoke(struct world *w, const struct op *op)
 {
-	struct kvdmabuf_revoke u[2];
+	struct kvdmabuf_revoke u[4];	/* room for pick_size()'s 64-byte tail */
 	const struct devf *d = pick_devf(w, op->c);
 	struct pslot *ps = NULL;
 	struct pmodel *m = NULL;
@@ -872,7 +872,7 @@ static int do_revoke(struct world *w, const struct op *op)
 
 static int do_query(struct world *w, const struct op *op)
 {
-	struct kvdmabuf_query u[2];
+	struct kvdmabuf_query u[4];	/* room for pick_size()'s 64-byte tail */
 	const struct devf *d = pick_devf(w, op->c);
 	struct pslot *ps = NULL;
 	struct pmodel *m = NULL;
@@ -917,7 +917,7 @@ static int do_query(struct world *w, const struct op *op)
 
 static int do_create(struct world *w, const struct op *op)
 {
-	struct kvdmabuf_create u[2];
+	struct kvdmabuf_create u[4];	/* room for pick_size()'s 64-byte tail */
 	const struct devf *d = pick_devf(w, op->c);
 	struct pslot *ps = &w->p[op->b % PSLOTS];
 	struct args_err e = { 0 };
@@ -1317,7 +1317,7 @@ out:
 
 static int do_version(struct world *w, const struct op *op)
 {
-	struct kvdmabuf_version u[2];
+	struct kvdmabuf_version u[4];	/* room for pick_size()'s 64-byte tail */
 	struct args_err e = { 0 };
 	int ret;
 
