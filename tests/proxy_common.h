@@ -351,25 +351,6 @@ static inline int kvd_wait_state(int dev, int proxy, uint32_t state,
 
 /* ---- backings ---- */
 
-/* A vgem dma-buf of @size bytes filled with pattern @seed; fd or -errno. */
-static inline int vgem_pattern_buf(int drm, uint64_t size, uint32_t seed)
-{
-	void *p;
-	int fd = vgem_dmabuf(drm, size);
-
-	if (fd < 0)
-		return fd;
-	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (p == MAP_FAILED) {
-		int ret = -errno;
-
-		close(fd);
-		return ret;
-	}
-	pattern_fill(p, size, seed);
-	munmap(p, size);
-	return fd;
-}
 
 /* Compares @len bytes of dma-buf @fd at @off with @expect (1 if equal). */
 static inline int dmabuf_equals(int fd, uint64_t off, const void *expect,

@@ -102,4 +102,24 @@ static inline long pattern_check(const void *buf, size_t len, uint32_t seed)
 	return -1;
 }
 
+/* A vgem dma-buf of @size bytes filled with pattern @seed; fd or -errno. */
+static inline int vgem_pattern_buf(int drm, uint64_t size, uint32_t seed)
+{
+	void *p;
+	int fd = vgem_dmabuf(drm, size);
+
+	if (fd < 0)
+		return fd;
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		int ret = -errno;
+
+		close(fd);
+		return ret;
+	}
+	pattern_fill(p, size, seed);
+	munmap(p, size);
+	return fd;
+}
+
 #endif /* KVDMABUF_TESTS_VGEM_H */
