@@ -531,16 +531,22 @@ void kvd_fire_key_callbacks(struct kvdmabuf_ctx *ctx,
 	char saved[KVD_ERRMAX];
 	unsigned int i, nc = 0;
 
+	if (!ctx->key_change) {
+		for (i = 0; i < n; i++)
+			t[i]->keys_changed = false;
+		return;
+	}
 	changed = calloc(n + 1, sizeof(*changed));
 	for (i = 0; i < n; i++) {
 		if (!t[i]->keys_changed)
 			continue;
-		t[i]->keys_changed = false;
-		if (changed)
+		if (changed) {
+			t[i]->keys_changed = false;
 			changed[nc] = t[i];
+		}
 		nc++;
 	}
-	if (!nc || !ctx->key_change) {
+	if (!nc) {
 		free(changed);
 		return;
 	}
@@ -554,10 +560,12 @@ void kvd_fire_key_callbacks(struct kvdmabuf_ctx *ctx,
 		ctx->key_change(changed, nc, ctx->key_change_arg);
 	} else {
 		/* out of memory: the same news, one region at a time */
-		for (i = 0; i < n; i++)
-			if (t[i]->mode == KVDMABUF_MODE_REREGISTER &&
-			    !t[i]->asleep && !t[i]->broken)
-				ctx->key_change(&t[i], 1, ctx->key_change_arg);
+		for (i = 0; i < n; i++) {
+			if (!t[i]->keys_changed)
+				continue;
+			t[i]->keys_changed = false;
+			ctx->key_change(&t[i], 1, ctx->key_change_arg);
+		}
 	}
 	pthread_mutex_lock(&ctx->lock);
 	memcpy(kvd_msg(ctx), saved, sizeof(saved));
