@@ -101,7 +101,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 	local lane=$1
 	local log=$logs/vm-$lane.log t0=$SECONDS rc=0
 	local kver kernel moddir root build guest_build blog=$logs/build-$lane.log
-	local modroot= dk machine=pc
+	local modroot= dk machine=pc iommu=0
 	# Environment of the guest's tests (NAME=VALUE words for env).
 	local guest_env=(KVDMABUF_FUZZ_SECONDS=10)
 	"$here/deps.sh" "$lane" || { account "vm-$lane" 1 /dev/null 0; return; }
@@ -116,6 +116,8 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		kver=$(basename "$(dirname "$kver")")
 		kernel=/boot/vmlinuz-$kver moddir=/lib/modules/$kver root=/
 		build=$lanes/lane-6.1 guest_build=$build
+		# The IOMMU variant (tests/proxy_edu) on the oldest kernel.
+		machine=q35 iommu=1
 		sync_tree "$repo" "$build"
 		make -C "$build" -j"$jobs" all KDIR="$moddir/build" ${KVDMABUF_MAKE_ARGS:-} >"$blog" 2>&1 || rc=1
 		;;
@@ -125,7 +127,8 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		root=$cache/trixie-root
 		case $lane in
 		6.12) kver=$(newest "$root"/lib/modules/6.12.*) ;;
-		7.3) kver=$(newest "$root"/lib/modules/7.*-amd64) ;;
+		# The IOMMU variant (tests/proxy_edu) on the newest kernel.
+		7.3) kver=$(newest "$root"/lib/modules/7.*-amd64) machine=q35 iommu=1 ;;
 		esac
 		kver=$(basename "$kver")
 		# One build tree per checkout and lane, as for the other lanes.
@@ -153,8 +156,9 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		# is where the tests look.
 		rsync -a --delete "$dk/mods/lib/modules/$kver/" "$root/lib/modules/$kver/"
 		cp "$dk/build/.config" "$root/boot/config-$kver"
-		# q35: its ACPI tables show both CPUs under TCG.
-		machine=q35
+		# q35: its ACPI tables show both CPUs under TCG; and the
+		# IOMMU variant, under lockdep, KASAN and DMA API debugging.
+		machine=q35 iommu=1
 		# KASAN and lockdep under TCG: slower, and the fuzzer's full run.
 		guest_env=(KVDMABUF_TIMEOUT_SCALE=4 KVDMABUF_PROGRAM_TIMEOUT=3600
 			KVDMABUF_FUZZ_SECONDS=60)
@@ -196,7 +200,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 			# The debug kernel boots on q35 (its own ACPI tables and
 			# MP table: both CPUs online under TCG).
 			KVDMABUF_VM_LOCKED=1 KVDMABUF_VM_MODROOT=$modroot \
-			KVDMABUF_VM_MACHINE=$machine \
+			KVDMABUF_VM_MACHINE=$machine KVDMABUF_VM_IOMMU=$iommu \
 			"$here/run-vm.sh" "$kernel" "$moddir" "$root" "$plog" \
 				"$vm_timeout" "${guest_env[@]}" /bin/bash \
 				"$guest_build/tests/vm/guest-run.sh" "$guest_build" \

@@ -14,6 +14,11 @@
 # copied from there into a small busybox initramfs built for each run.
 # Runs are serialised with a lock: two emulated guests on a 2-core machine
 # only slow each other down.
+#
+# KVDMABUF_VM_MACHINE: qemu machine (pc or q35). KVDMABUF_VM_IOMMU=1 (q35
+# only) adds an emulated intel-iommu in strict mode and qemu's edu PCI
+# device, a DMA engine behind it (tests/proxy_edu). virtio-9p does not use
+# the IOMMU (no VIRTIO_F_ACCESS_PLATFORM), so the root stays as fast.
 set -euo pipefail
 
 kernel=$1 moddir=$2 root=$3 log=$4 timeout_s=$5
@@ -23,6 +28,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 mem=${KVDMABUF_VM_MEM:-3072}
 extra_append=${KVDMABUF_VM_APPEND:-}
 machine=${KVDMABUF_VM_MACHINE:-pc}
+iommu_args=()
+if [ "${KVDMABUF_VM_IOMMU:-0}" = 1 ]; then
+	[ "$machine" = q35 ] || { echo "run-vm: the IOMMU needs -machine q35" >&2; exit 1; }
+	# The IOMMU before any PCI device it translates for.
+	iommu_args=(-device intel-iommu -device edu)
+	extra_append="$extra_append intel_iommu=on iommu.strict=1"
+fi
 # A kernel whose modules are not under ROOT's /lib/modules (the debug lane)
 # names the folder that holds lib/modules/VERSION, as ROOT sees it.
 modroot=${KVDMABUF_VM_MODROOT:-}
@@ -129,6 +141,7 @@ fi
 append="console=ttyS0 panic=-1 oops=panic rdinit=/init loglevel=4 tsc=reliable $extra_append"
 timeout -k 10 "$timeout_s" qemu-system-x86_64 \
 	-machine "$machine",accel=tcg -cpu max -smp 2 -m "$mem" \
+	"${iommu_args[@]}" \
 	-display none -monitor none -serial stdio -no-reboot -nic none \
 	-kernel "$kernel" -initrd "$work/initrd.gz" -append "$append" \
 	-fsdev local,id=kvdroot,path="$root",security_model=none,readonly=on,multidevs=remap \
