@@ -77,8 +77,13 @@ struct kvd_ctx {
 	bool closed;
 };
 
-/* A backing dma-buf as used by one proxy. */
+/*
+ * A backing dma-buf as used by one proxy. Referenced by the proxy while it
+ * is current or stale, and by whoever builds a slot for it with no lock
+ * held (the exporter's attach, pin and map may take long).
+ */
 struct kvd_backing {
+	struct kref ref;
 	struct list_head node;		/* proxy->stale; proxy->lock */
 	struct dma_buf *dmabuf;		/* reference held */
 	u64 offset;
@@ -95,16 +100,23 @@ struct kvd_slot {
 	struct list_head node;		/* backing->slots */
 	struct kvd_backing *b;
 	struct kvd_proxy *proxy;
-	struct kvd_attach *ka;
+	struct kvd_attach *ka;		/* reference held */
 	struct dma_buf_attachment *bat;
 	struct sg_table *bsgt;
 	bool dying;			/* unpinning; backing resv */
 };
 
-/* attach->priv of an importer attachment to a proxy. */
+/*
+ * attach->priv of an importer attachment to a proxy. Referenced by the
+ * attachment list and by each slot, so that a slot built with no lock held
+ * outlives a concurrent detach (which sets @detached).
+ */
 struct kvd_attach {
+	struct kref ref;
 	struct list_head node;		/* proxy->attachments; proxy->lock */
-	struct dma_buf_attachment *attach;
+	struct dma_buf_attachment *attach;	/* until detach */
+	struct device *dev;		/* the importer's device */
+	bool detached;			/* proxy->lock */
 	struct kvd_slot *cur;		/* proxy->lock + resv to write */
 	unsigned int pins;		/* resv */
 	unsigned int maps;		/* resv */
@@ -121,7 +133,11 @@ struct kvd_proxy {
 	struct kvd_ctx *ctx;		/* reference held */
 	u64 id;
 	u64 length;
-	struct mutex lock;		/* ioctls, attach/detach callbacks */
+	/*
+	 * ioctls, attach/detach callbacks; never held across an exporter's
+	 * attach, pin or map of a backing, nor across a wait.
+	 */
+	struct mutex lock;
 	struct list_head attachments;	/* struct kvd_attach; lock */
 	struct list_head stale;		/* old backings still mapped; lock */
 	struct kvd_backing *backing;	/* lock + resv to write */
@@ -285,26 +301,44 @@ static const struct dma_buf_attach_ops kvd_backing_attach_ops = {
 	.KVD_IMPORTER_NOTIFY_OP = kvd_backing_notify,
 };
 
-static int kvd_slot_create(struct kvd_backing *b, struct kvd_attach *ka,
-			   u64 length)
+static void kvd_attach_free(struct kref *ref)
+{
+	kfree(container_of(ref, struct kvd_attach, ref));
+}
+
+static void kvd_attach_put(struct kvd_attach *ka)
+{
+	kref_put(&ka->ref, kvd_attach_free);
+}
+
+/*
+ * The module's attachment to @b for importer attachment @ka: the
+ * exporter's attach, pin and map, which may take long (amdgpu migrates
+ * the buffer), so called with no lock of ours held. The slot is not yet
+ * on b->slots.
+ */
+static struct kvd_slot *kvd_slot_create(struct kvd_proxy *proxy,
+					struct kvd_backing *b,
+					struct kvd_attach *ka)
 {
 	struct dma_resv *bresv = b->dmabuf->resv;
 	struct kvd_slot *slot;
 	int ret;
 
+	lockdep_assert_not_held(&proxy->lock);
 	slot = kzalloc(sizeof(*slot), GFP_KERNEL);
 	if (!slot)
-		return -ENOMEM;
+		return ERR_PTR(-ENOMEM);
 
 	slot->b = b;
 	slot->ka = ka;
-	slot->proxy = ka->attach->dmabuf->priv;
+	slot->proxy = proxy;
 	/*
 	 * Dynamic and p2p: a static attachment would make exporters such as
 	 * amdgpu or xe migrate the buffer to system memory and pin it there,
 	 * and would never hear of the backing being moved or revoked.
 	 */
-	slot->bat = dma_buf_dynamic_attach(b->dmabuf, ka->attach->dev,
+	slot->bat = dma_buf_dynamic_attach(b->dmabuf, ka->dev,
 					   &kvd_backing_attach_ops, slot);
 	if (IS_ERR(slot->bat)) {
 		ret = PTR_ERR(slot->bat);
@@ -325,14 +359,14 @@ static int kvd_slot_create(struct kvd_backing *b, struct kvd_attach *ka,
 		goto err_unpin;
 	}
 	/* An exporter may map less than its size: refuse it now, not at a fault. */
-	if (kvd_sgt_dma_len(slot->bsgt) < b->offset + length) {
+	if (kvd_sgt_dma_len(slot->bsgt) < b->offset + proxy->length) {
 		ret = -ERANGE;
 		goto err_unmap;
 	}
 	dma_resv_unlock(bresv);
-	list_add_tail(&slot->node, &b->slots);
+	kref_get(&ka->ref);
 	atomic_inc(&kvd_nr_slots);
-	return 0;
+	return slot;
 
 err_unmap:
 	slot->dying = true;
@@ -345,22 +379,30 @@ err_unlock:
 	dma_buf_detach(b->dmabuf, slot->bat);
 err_free:
 	kfree(slot);
-	return ret;
+	return ERR_PTR(ret);
 }
 
-static void kvd_slot_destroy(struct kvd_backing *b, struct kvd_slot *slot)
+/* Undoes kvd_slot_create(); the slot is off b->slots. */
+static void kvd_slot_destroy(struct kvd_slot *slot)
 {
+	struct kvd_backing *b = slot->b;
 	struct dma_resv *bresv = b->dmabuf->resv;
 
-	list_del(&slot->node);
 	dma_resv_lock(bresv, NULL);
 	slot->dying = true;
 	dma_buf_unmap_attachment(slot->bat, slot->bsgt, DMA_BIDIRECTIONAL);
 	dma_buf_unpin(slot->bat);
 	dma_resv_unlock(bresv);
 	dma_buf_detach(b->dmabuf, slot->bat);
+	kvd_attach_put(slot->ka);
 	kfree(slot);
 	atomic_dec(&kvd_nr_slots);
+}
+
+static void kvd_slot_unlink(struct kvd_slot *slot)
+{
+	list_del(&slot->node);
+	kvd_slot_destroy(slot);
 }
 
 /* Attachments of @b that are dynamic and peer-to-peer (all of them). */
@@ -387,43 +429,109 @@ static struct kvd_slot *kvd_slot_find(struct kvd_backing *b,
 	return NULL;
 }
 
-static void kvd_backing_destroy(struct kvd_backing *b)
+static void kvd_backing_free(struct kref *ref)
 {
-	struct kvd_slot *slot, *tmp;
+	struct kvd_backing *b = container_of(ref, struct kvd_backing, ref);
 
-	list_for_each_entry_safe(slot, tmp, &b->slots, node)
-		kvd_slot_destroy(b, slot);
+	WARN_ON_ONCE(!list_empty(&b->slots));
 	dma_buf_put(b->dmabuf);
 	kfree(b);
 	atomic_dec(&kvd_nr_backings);
 }
 
-/* Attach to and map a new backing for every importer attachment. */
-static struct kvd_backing *kvd_backing_create(struct kvd_proxy *proxy,
-					      struct dma_buf *dmabuf, u64 offset)
+static void kvd_backing_put(struct kvd_backing *b)
+{
+	kref_put(&b->ref, kvd_backing_free);
+}
+
+/*
+ * The proxy lets go of @b (off every list): its slots go now (proxy->lock
+ * held if it was ever published), the memory when the last builder that
+ * still references it lets go too.
+ */
+static void kvd_backing_retire(struct kvd_backing *b)
+{
+	struct kvd_slot *slot, *tmp;
+
+	list_for_each_entry_safe(slot, tmp, &b->slots, node)
+		kvd_slot_unlink(slot);
+	kvd_backing_put(b);
+}
+
+/* A new backing, not yet published; takes over the caller's @dmabuf ref. */
+static struct kvd_backing *kvd_backing_alloc(struct dma_buf *dmabuf,
+					     u64 offset)
 {
 	struct kvd_backing *b;
-	struct kvd_attach *ka;
-	int ret;
 
 	b = kzalloc(sizeof(*b), GFP_KERNEL);
 	if (!b)
-		return ERR_PTR(-ENOMEM);
+		return NULL;
+	kref_init(&b->ref);
 	INIT_LIST_HEAD(&b->slots);
 	INIT_LIST_HEAD(&b->node);
 	b->dmabuf = dmabuf;
 	b->offset = offset;
 	atomic_inc(&kvd_nr_backings);
-
-	list_for_each_entry(ka, &proxy->attachments, node) {
-		ret = kvd_slot_create(b, ka, proxy->length);
-		if (ret) {
-			get_dma_buf(dmabuf);	/* the caller keeps its own */
-			kvd_backing_destroy(b);
-			return ERR_PTR(ret);
-		}
-	}
 	return b;
+}
+
+/*
+ * Gives @b, not yet published, a slot for every importer attachment of
+ * the proxy, calling the exporter with proxy->lock dropped; importers that
+ * attach meanwhile get theirs in the next round, the slots of those that
+ * detach go. Returns 0 with proxy->lock held and a slot in @b for every
+ * attachment, or -errno with it dropped.
+ */
+static int kvd_backing_build(struct kvd_proxy *proxy, struct kvd_backing *b)
+{
+	struct kvd_slot *slot, *tmp;
+	struct kvd_attach *ka, **todo;
+	unsigned int n, i;
+	int ret;
+
+	mutex_lock(&proxy->lock);
+	for (;;) {
+		list_for_each_entry_safe(slot, tmp, &b->slots, node)
+			if (slot->ka->detached)
+				kvd_slot_unlink(slot);
+		n = 0;
+		list_for_each_entry(ka, &proxy->attachments, node)
+			if (!kvd_slot_find(b, ka))
+				n++;
+		if (!n)
+			return 0;
+		todo = kcalloc(n, sizeof(*todo), GFP_KERNEL);
+		if (!todo) {
+			mutex_unlock(&proxy->lock);
+			return -ENOMEM;
+		}
+		i = 0;
+		list_for_each_entry(ka, &proxy->attachments, node) {
+			if (!kvd_slot_find(b, ka)) {
+				kref_get(&ka->ref);
+				todo[i++] = ka;
+			}
+		}
+		mutex_unlock(&proxy->lock);
+
+		/* Only this thread sees b->slots until b is published. */
+		ret = 0;
+		for (i = 0; i < n; i++) {
+			if (!ret) {
+				slot = kvd_slot_create(proxy, b, todo[i]);
+				if (IS_ERR(slot))
+					ret = PTR_ERR(slot);
+				else
+					list_add_tail(&slot->node, &b->slots);
+			}
+			kvd_attach_put(todo[i]);
+		}
+		kfree(todo);
+		if (ret)
+			return ret;
+		mutex_lock(&proxy->lock);
+	}
 }
 
 /*
@@ -447,7 +555,7 @@ static void kvd_reap(struct kvd_proxy *proxy)
 			continue;
 		list_del(&b->node);
 		pr_debug("proxy %llu: dropping backing %p\n", proxy->id, b->dmabuf);
-		kvd_backing_destroy(b);
+		kvd_backing_retire(b);
 	}
 }
 
@@ -592,7 +700,9 @@ static unsigned int kvd_blocking_pins(struct kvd_proxy *proxy)
 static int kvd_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
 {
 	struct kvd_proxy *proxy = dmabuf->priv;
+	struct kvd_backing *b;
 	struct kvd_attach *ka;
+	struct kvd_slot *slot;
 	int ret;
 
 	/*
@@ -608,15 +718,34 @@ static int kvd_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
 	ka = kzalloc(sizeof(*ka), GFP_KERNEL);
 	if (!ka)
 		return -ENOMEM;
+	kref_init(&ka->ref);
 	ka->attach = attach;
+	ka->dev = attach->dev;
 
+	/*
+	 * A slot in the current backing, built with proxy->lock dropped (the
+	 * exporter may take long); if the backing changed meanwhile, again
+	 * for the new one. Not yet on dmabuf->attachments: nothing maps it.
+	 */
 	mutex_lock(&proxy->lock);
-	if (proxy->backing) {
-		ret = kvd_slot_create(proxy->backing, ka, proxy->length);
-		if (ret)
-			goto err_unlock;
-		/* Not yet on dmabuf->attachments: nothing maps it yet. */
-		ka->cur = kvd_slot_find(proxy->backing, ka);
+	while ((b = proxy->backing)) {
+		kref_get(&b->ref);
+		mutex_unlock(&proxy->lock);
+		slot = kvd_slot_create(proxy, b, ka);
+		mutex_lock(&proxy->lock);
+		if (proxy->backing == b) {
+			kvd_backing_put(b);
+			if (IS_ERR(slot)) {
+				ret = PTR_ERR(slot);
+				goto err_unlock;
+			}
+			list_add_tail(&slot->node, &b->slots);
+			ka->cur = slot;
+			break;
+		}
+		if (!IS_ERR(slot))
+			kvd_slot_destroy(slot);
+		kvd_backing_put(b);
 	}
 	list_add_tail(&ka->node, &proxy->attachments);
 	attach->priv = ka;
@@ -627,7 +756,7 @@ static int kvd_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
 
 err_unlock:
 	mutex_unlock(&proxy->lock);
-	kfree(ka);
+	kvd_attach_put(ka);
 	return ret;
 }
 
@@ -640,22 +769,25 @@ static void kvd_detach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach
 
 	mutex_lock(&proxy->lock);
 	list_del(&ka->node);
+	/* A backing being built drops its slot for @ka when it sees this. */
+	ka->detached = true;
+	ka->attach = NULL;
 	if (proxy->backing) {
 		slot = kvd_slot_find(proxy->backing, ka);
 		if (slot)
-			kvd_slot_destroy(proxy->backing, slot);
+			kvd_slot_unlink(slot);
 	}
 	list_for_each_entry(b, &proxy->stale, node) {
 		slot = kvd_slot_find(b, ka);
 		if (slot)
-			kvd_slot_destroy(b, slot);
+			kvd_slot_unlink(slot);
 	}
 	kvd_reap(proxy);
 	mutex_unlock(&proxy->lock);
 	WARN_ON_ONCE(ka->maps || ka->pins);
-	kfree(ka);
 	pr_debug("proxy %llu: importer %s detached\n", proxy->id,
 		 dev_name(attach->dev));
+	kvd_attach_put(ka);
 }
 
 static int kvd_pin(struct dma_buf_attachment *attach)
@@ -788,11 +920,11 @@ static void kvd_release(struct dma_buf *dmabuf)
 	cancel_work_sync(&proxy->reap_work);
 	mutex_lock(&proxy->lock);
 	if (proxy->backing)
-		kvd_backing_destroy(proxy->backing);
+		kvd_backing_retire(proxy->backing);
 	proxy->backing = NULL;
 	list_for_each_entry_safe(b, tmp, &proxy->stale, node) {
 		list_del(&b->node);
-		kvd_backing_destroy(b);
+		kvd_backing_retire(b);
 	}
 	mutex_unlock(&proxy->lock);
 	/* Every backing attachment is gone: no new invalidation can come. */
@@ -990,6 +1122,17 @@ err_count:
 	return ret;
 }
 
+/* May a backing be attached now (@flags of struct kvdmabuf_attach)? */
+static int kvd_attach_check(struct kvd_proxy *proxy, u32 flags)
+{
+	lockdep_assert_held(&proxy->lock);
+	if (proxy->state != KVDMABUF_STATE_BACKED)
+		return 0;
+	if (!(flags & KVDMABUF_ATTACH_REPLACE))
+		return -EEXIST;
+	return kvd_stale_room(proxy) ? 0 : -EAGAIN;
+}
+
 static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 {
 	struct kvd_backing *b, *old = NULL;
@@ -1035,29 +1178,39 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 		goto out_backing;
 	}
 
+	/* Fail early, before any exporter work; checked again below. */
 	mutex_lock(&proxy->lock);
-	if (proxy->state == KVDMABUF_STATE_BACKED &&
-	    !(arg.flags & KVDMABUF_ATTACH_REPLACE)) {
-		ret = -EEXIST;
-		goto out_unlock;
-	}
-	if (proxy->state == KVDMABUF_STATE_BACKED && !kvd_stale_room(proxy)) {
-		ret = -EAGAIN;
-		goto out_unlock;
-	}
+	ret = kvd_attach_check(proxy, arg.flags);
+	mutex_unlock(&proxy->lock);
+	if (ret)
+		goto out_backing;
 
-	/* Attach and map the new backing for every importer, unlocked. */
-	b = kvd_backing_create(proxy, backing, arg.offset);
-	if (IS_ERR(b)) {
-		ret = PTR_ERR(b);
-		goto out_unlock;
+	/*
+	 * Attach and map the new backing for every importer with proxy->lock
+	 * dropped; it comes back held, and the state may have changed
+	 * meanwhile (another ioctl, the exporter of the old backing).
+	 */
+	b = kvd_backing_alloc(backing, arg.offset);
+	if (!b) {
+		ret = -ENOMEM;
+		goto out_backing;
 	}
 	backing = NULL;		/* b owns the reference now */
+	ret = kvd_backing_build(proxy, b);
+	if (ret) {
+		kvd_backing_retire(b);
+		goto out_proxy;
+	}
+	ret = kvd_attach_check(proxy, arg.flags);
+	if (ret) {
+		kvd_backing_retire(b);
+		goto out_unlock;
+	}
 
 	dma_resv_lock(proxy->dmabuf->resv, NULL);
 	if (kvd_blocking_pins(proxy)) {
 		dma_resv_unlock(proxy->dmabuf->resv);
-		kvd_backing_destroy(b);
+		kvd_backing_retire(b);
 		ret = -EBUSY;
 		goto out_unlock;
 	}
@@ -1065,6 +1218,9 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 	proxy->backing = b;
 	list_for_each_entry(ka, &proxy->attachments, node)
 		ka->cur = kvd_slot_find(b, ka);
+	/* Its exporter invalidated it while it was being built. */
+	if (READ_ONCE(b->invalidated))
+		schedule_work(&proxy->inval_work);
 	proxy->state = KVDMABUF_STATE_BACKED;
 	proxy->revoke_reason = KVDMABUF_REVOKE_NONE;
 	proxy->generation++;

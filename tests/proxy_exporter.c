@@ -11,6 +11,8 @@
  * The exporter poisons the pages it left, so an importer that kept old
  * addresses would read 0xde bytes: they never do.
  */
+#include <pthread.h>
+
 #include "harness.h"
 #include "proxy_common.h"
 
@@ -211,6 +213,107 @@ TEST_F(exp, static_importer_refused)
 	errno = 0;
 	EXPECT_NE(0, drmPrimeFDToHandle(self->drm, self->proxy, &handle));
 	EXPECT_EQ(EOPNOTSUPP, errno);
+}
+
+/* A replace in another thread, to watch what can happen meanwhile. */
+struct slow_replace {
+	int dev, proxy, backing;
+	int ret;
+	int tid;		/* atomic */
+	int done;		/* atomic */
+};
+
+/* Is thread @tid asleep in the kernel, uninterruptibly (state D)? */
+static int thread_in_d_state(int tid)
+{
+	char path[64], buf[512], *p;
+	FILE *f;
+	int d = 0;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	if (fgets(buf, sizeof(buf), f)) {
+		p = strrchr(buf, ')');
+		d = p && p[1] == ' ' && p[2] == 'D';
+	}
+	fclose(f);
+	return d;
+}
+
+static void *slow_replace_fn(void *p)
+{
+	struct slow_replace *r = p;
+
+	__atomic_store_n(&r->tid, (int)syscall(SYS_gettid), __ATOMIC_RELEASE);
+	r->ret = kvd_replace(r->dev, r->proxy, r->backing, 0);
+	__atomic_store_n(&r->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/*
+ * The exporter's attach, pin and map of a new backing run without the
+ * proxy's lock: while a replace waits for a slow map (1.5 s per importer),
+ * importers attach (MR registration) and detach (deregistration, exit)
+ * and QUERY answers, all before the replace ends. The importer that
+ * attached meanwhile follows the new backing too; the one that detached
+ * leaves nothing behind.
+ */
+TEST_F_TIMEOUT(exp, slow_backing_map_blocks_no_importer, 60)
+{
+	struct slow_replace r = { .dev = self->dev, .proxy = self->proxy };
+	struct kvdmabuf_query q;
+	struct kvd_exp_info i;
+	pthread_t tid;
+	int h2, h3, n;
+
+	r.backing = exp_buf(self->exp, SIZE,
+			    variant->flags | KVD_EXP_CREATE_SLOW_MAP, SEED_B);
+	ASSERT_GE(r.backing, 0);
+	ASSERT_EQ(0, pthread_create(&tid, NULL, slow_replace_fn, &r));
+	/*
+	 * Until the replace sleeps in the exporter's map (msleep: state D,
+	 * seen twice 50 ms apart). Not exp_info(): it takes the backing's
+	 * resv, which the map holds.
+	 */
+	for (n = 0; n < 100; n++) {
+		int tid = __atomic_load_n(&r.tid, __ATOMIC_ACQUIRE);
+
+		usleep(50000);
+		if (tid && thread_in_d_state(tid)) {
+			usleep(50000);
+			if (thread_in_d_state(tid))
+				break;
+		}
+	}
+	ASSERT_LT(n, 100);
+	ASSERT_EQ(0, __atomic_load_n(&r.done, __ATOMIC_ACQUIRE));
+
+	h2 = imp_import(self->imp, self->proxy, 0);	/* attach callback */
+	h3 = imp_import(self->imp, self->proxy, 0);
+	EXPECT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(0, imp_release(self->imp, h3));	/* detach callback */
+	/* Still inside the map: nothing above waited for it. */
+	EXPECT_EQ(0, __atomic_load_n(&r.done, __ATOMIC_ACQUIRE));
+	ASSERT_GE(h2, 0);
+	ASSERT_GE(h3, 0);
+	EXPECT_EQ(KVDMABUF_STATE_BACKED, q.state);
+
+	ASSERT_EQ(0, pthread_join(tid, NULL));
+	EXPECT_EQ(0, r.ret);
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_B));
+	ASSERT_EQ(0, imp_read(self->imp, h2, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_B));
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(2, q.dynamic_importers);
+	EXPECT_EQ(2, q.backing_attachments);
+	EXPECT_EQ(0, q.stale_backings);
+	EXPECT_EQ(0, imp_release(self->imp, h2));
+	ASSERT_EQ(0, exp_info(self->exp, r.backing, &i));
+	EXPECT_EQ(1, i.attachments);	/* the fixture's importer's only */
+	close(r.backing);
 }
 
 TEST_HARNESS_MAIN

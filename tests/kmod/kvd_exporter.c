@@ -14,6 +14,7 @@
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/delay.h>
 #include <linux/dma-buf.h>
 #include <linux/dma-mapping.h>
 #include <linux/dma-resv.h>
@@ -40,6 +41,7 @@ struct kvd_exp_pages {
 struct kvd_exp_buf {
 	struct dma_buf *dmabuf;
 	bool nopages;
+	bool slow_map;
 	/* All below: dmabuf->resv. */
 	struct kvd_exp_pages *cur;
 	struct list_head retired;	/* moved away from, kept until release */
@@ -181,6 +183,8 @@ static struct sg_table *kvd_exp_map(struct dma_buf_attachment *attach,
 	dma_resv_assert_held(attach->dmabuf->resv);
 	if (buf->revoked)
 		return ERR_PTR(-ENODEV);
+	if (buf->slow_map)
+		msleep(KVD_EXP_SLOW_MAP_MS);
 	map = kzalloc(sizeof(*map), GFP_KERNEL);
 	if (!map)
 		return ERR_PTR(-ENOMEM);
@@ -267,7 +271,8 @@ static long kvd_exp_create(void __user *uarg)
 
 	if (copy_from_user(&arg, uarg, sizeof(arg)))
 		return -EFAULT;
-	if (arg.flags & ~KVD_EXP_CREATE_NOPAGES || arg.pad || arg.pad2)
+	if (arg.flags & ~(KVD_EXP_CREATE_NOPAGES | KVD_EXP_CREATE_SLOW_MAP) ||
+	    arg.pad || arg.pad2)
 		return -EINVAL;
 	if (!arg.size || !PAGE_ALIGNED(arg.size) ||
 	    arg.size > KVD_EXP_MAX_SIZE)
@@ -277,6 +282,7 @@ static long kvd_exp_create(void __user *uarg)
 		return -ENOMEM;
 	INIT_LIST_HEAD(&buf->retired);
 	buf->nopages = arg.flags & KVD_EXP_CREATE_NOPAGES;
+	buf->slow_map = arg.flags & KVD_EXP_CREATE_SLOW_MAP;
 	buf->cur = kvd_exp_pages_alloc(arg.size >> PAGE_SHIFT);
 	if (!buf->cur) {
 		kfree(buf);

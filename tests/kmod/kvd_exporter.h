@@ -17,11 +17,17 @@
 #define KVD_EXPORTER_PATH		"/dev/kvd_exporter"
 
 #define KVD_EXP_CREATE_NOPAGES		(1U << 0)
+/*
+ * Every map sleeps KVD_EXP_SLOW_MAP_MS first: an exporter whose map is
+ * slow (amdgpu migrating a buffer into place).
+ */
+#define KVD_EXP_CREATE_SLOW_MAP		(1U << 1)
+#define KVD_EXP_SLOW_MAP_MS		1500
 
 /**
  * struct kvd_exp_create - KVD_EXP_IOCTL_CREATE argument
  * @size: in: bytes, multiple of the page size, at most 64 MiB
- * @flags: in: KVD_EXP_CREATE_NOPAGES or 0
+ * @flags: in: KVD_EXP_CREATE_* or 0
  * @fd: out: the dma-buf fd (O_CLOEXEC)
  * @pad: must be 0
  */
