@@ -254,6 +254,8 @@ static void target(int status, const char *name, const char *fmt, ...)
 /* Exit status from the targets: 1 when one FAILed (or, rc, a
  * measurement could not be made). */
 static int g_sanity;
+/* sleep/wake cycles per new buffer: INNER, 2 with --sanity */
+static int g_inner = INNER;
 
 static int targets_rc(int rc)
 {
@@ -562,8 +564,8 @@ static int run_proxy(struct sz_res *s, int pinned, int reps)
 	 * between sleep and wake the same memory with new bytes (same kernel
 	 * work: the backing is dropped at sleep, attached and mapped again at
 	 * wake) */
-	for (rep = -1; rep < reps * INNER; rep++) {
-		bool newbuf = rep < 0 || rep % INNER == 0;
+	for (rep = -1; rep < reps * g_inner; rep++) {
+		bool newbuf = rep < 0 || rep % g_inner == 0;
 		int64_t t0, t1, t2, t3;
 
 		t0 = now_ns();
@@ -791,8 +793,8 @@ static int run_rxe(struct sz_res *s, int reps)
 		ERR("rxe region not in mode reregister");
 		goto out;
 	}
-	for (rep = -1; rep < reps * INNER; rep++) {
-		bool newbuf = rep < 0 || rep % INNER == 0;
+	for (rep = -1; rep < reps * g_inner; rep++) {
+		bool newbuf = rep < 0 || rep % g_inner == 0;
 		int64_t t0, t1, t2, t3;
 
 		t0 = now_ns();
@@ -1667,12 +1669,12 @@ static int run_io(void)
 	if (!rc)
 		kvdmabuf_io_end(r);
 	for (i = 0; i < 9 && !rc; i++) {
+		long j, nclk = g_sanity ? 5000 : 5000000;
 		int64_t t0 = now_ns();
-		long j;
 
-		for (j = 0; j < 5000000; j++)
+		for (j = 0; j < nclk; j++)
 			sink += (uint64_t)now_ns();
-		clk[i] = (double)(now_ns() - t0) / 5000000;
+		clk[i] = (double)(now_ns() - t0) / (double)nclk;
 	}
 	if (!rc && pthread_barrier_init(&bar, NULL, 2))
 		rc = ERR("barrier");
@@ -2091,6 +2093,7 @@ int main(int argc, char **argv)
 		4096, 64 * 1024, MIB, 16 * MIB, 64 * MIB, 256 * MIB,
 	};
 	static const int scale_n[] = { 10, 100, SCALE_MAX_N };
+	static const int scale_n_sanity[] = { 4, 16 };
 	static struct sz_res res[MAX_SIZES];
 	uint64_t sizes[MAX_SIZES] = { 64 * MIB, 256 * MIB, GIB, 4 * GIB };
 	int nsizes = 4, host_only = 0, c, i, rc = 0, sizes_given = 0;
@@ -2146,6 +2149,7 @@ int main(int argc, char **argv)
 			nsizes = 1;
 		}
 		reps_small = reps_big = 1;
+		g_inner = 2;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	printf("# kvdmabuf-bench (issues 7, 13): %s%s\n", host_only ?
@@ -2195,7 +2199,7 @@ int main(int argc, char **argv)
 	       "GiB, %d from 2 GiB) x %d sleep/wake cycles each (the first on "
 	       "the new buffer; every cycle new bytes), after one warm-up "
 	       "cycle\n", total_kb / 1024, reps_small, reps_big,
-	       (reps_big + 1) / 2, INNER);
+	       (reps_big + 1) / 2, g_inner);
 	printf("# fig 1: (a) rxe ibv_reg_mr of host memory; (b) prime export + "
 	       "kvd_umem import of the new buffer (ib_umem_dmabuf_get) + first "
 	       "4 KiB access (map); (c) FOLLOW = library wake + first 4 KiB "
@@ -2247,7 +2251,7 @@ int main(int argc, char **argv)
 	}
 	printf("# fig 2/3/5 extra done in %.1f s\n", (now_ns() - t_size) / 1e9);
 	t_size = now_ns();
-	if (run_scale(scale_n, g_sanity ? 2 : 3)) {
+	if (g_sanity ? run_scale(scale_n_sanity, 2) : run_scale(scale_n, 3)) {
 		rc = 1;
 		goto out;
 	}
