@@ -164,7 +164,10 @@ def bench_vm():
               "per region")
     need(lines, "scale_rereg_rxe", 2, ("regions", "wake_ns", "sleep_ns"))
     g = need(lines, "scale_growth", 1, ("from", "to", "follow_ratio",
+                                        "follow_max_min",
                                         "rereg_rxe_ratio"))[0]
+    per = [d["wake_first_per_region_ns"] for d in sf]
+    close(g["follow_max_min"], max(per) / min(per), "scale max/min")
     close(g["follow_ratio"], sf[-1]["wake_first_per_region_ns"] /
           sf[0]["wake_first_per_region_ns"], "scale growth")
     need(lines, "drain_latency", 2, ("ns", "p99_ns", "max_ns"))
