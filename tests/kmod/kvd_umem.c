@@ -466,6 +466,60 @@ err_put:
 	return ret;
 }
 
+/*
+ * Benchmarks: unmap + map an import @reps times under its resv, each step
+ * timed here, so that user space compares the re-map through a proxy with
+ * the re-map of the backing itself without the ioctl's own cost.
+ */
+static long kvd_umem_remap(struct kvd_umem_file *f, void __user *uarg)
+{
+	struct kvd_umem_remap arg;
+	struct kvd_umem_imp *imp;
+	u64 *ns, t0, t1, t2;
+	u32 i;
+	long ret = 0;
+
+	if (copy_from_user(&arg, uarg, sizeof(arg)))
+		return -EFAULT;
+	if (!arg.reps || arg.reps > KVD_UMEM_MAX_REMAP_REPS || arg.pad)
+		return -EINVAL;
+	imp = kvd_umem_lookup(f, arg.handle);
+	if (!imp)
+		return -ENOENT;
+	if (imp->pinned || imp->lazy)
+		return -EINVAL;
+	ns = kvmalloc_array(2 * (size_t)arg.reps, sizeof(*ns), GFP_KERNEL);
+	if (!ns)
+		return -ENOMEM;
+	for (i = 0; i < arg.reps && !ret; i++) {
+		ret = dma_resv_lock_interruptible(kvd_umem_resv(imp), NULL);
+		if (ret)
+			break;
+		t0 = ktime_get_ns();
+		if (imp->umd->sgt)
+			ib_umem_dmabuf_unmap_pages(imp->umd);
+		t1 = ktime_get_ns();
+		ret = kvd_umem_map(imp);
+		t2 = ktime_get_ns();
+		if (ret)
+			imp->failed++;
+		arg.nmap = imp->umd->sgt ? imp->umd->umem.sgt_append.sgt.nents : 0;
+		dma_resv_unlock(kvd_umem_resv(imp));
+		ns[i] = t1 - t0;
+		ns[arg.reps + i] = t2 - t1;
+		cond_resched();
+	}
+	if (!ret &&
+	    ((arg.unmap_ns && copy_to_user(u64_to_user_ptr(arg.unmap_ns), ns,
+					   arg.reps * sizeof(*ns))) ||
+	     (arg.map_ns && copy_to_user(u64_to_user_ptr(arg.map_ns),
+					 ns + arg.reps, arg.reps * sizeof(*ns))) ||
+	     copy_to_user(uarg, &arg, sizeof(arg))))
+		ret = -EFAULT;
+	kvfree(ns);
+	return ret;
+}
+
 static long kvd_umem_ioctl(struct file *file, unsigned int cmd,
 			   unsigned long arg)
 {
@@ -492,6 +546,9 @@ static long kvd_umem_ioctl(struct file *file, unsigned int cmd,
 		break;
 	case KVD_UMEM_IOCTL_INFO:
 		ret = kvd_umem_info(f, uarg);
+		break;
+	case KVD_UMEM_IOCTL_REMAP:
+		ret = kvd_umem_remap(f, uarg);
 		break;
 	default:
 		ret = -ENOTTY;

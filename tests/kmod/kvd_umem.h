@@ -61,4 +61,37 @@ struct kvd_umem_info {
 
 #define KVD_UMEM_IOCTL_INFO	_IOWR(KVD_IMP_IOCTL_MAGIC, 0x20, struct kvd_umem_info)
 
+/* KVD_UMEM_IOCTL_REMAP: at most this many repetitions per call. */
+#define KVD_UMEM_MAX_REMAP_REPS		4096
+
+/**
+ * struct kvd_umem_remap - KVD_UMEM_IOCTL_REMAP argument (benchmarks)
+ * @handle: in: a dynamic (not pinned, not lazy) import
+ * @reps: in: repetitions, 1..KVD_UMEM_MAX_REMAP_REPS
+ * @unmap_ns: in: user address of __u64[@reps]: per repetition, the ns of
+ *	ib_umem_dmabuf_unmap_pages() (what the invalidation callback runs;
+ *	0 when the import was not mapped)
+ * @map_ns: in: user address of __u64[@reps]: per repetition, the ns of
+ *	ib_umem_dmabuf_map_pages() + ib_umem_find_best_pgsz() (an mlx5 page
+ *	fault's re-map and MR page list walk)
+ * @nmap: out: DMA entries of the last mapping
+ * @pad: must be 0
+ *
+ * Each repetition takes the dma-buf's resv, unmaps the import if mapped,
+ * maps it again and drops the resv; both steps are timed in the kernel
+ * (ktime_get_ns()). The import's maps counter grows by @reps. Errors:
+ * -ENOENT no such handle, -EINVAL pinned or lazy import, bad @reps or
+ * @pad, -EFAULT, or the map's error (the import is then left unmapped).
+ */
+struct kvd_umem_remap {
+	__u32 handle;
+	__u32 reps;
+	__u64 unmap_ns;
+	__u64 map_ns;
+	__u32 nmap;
+	__u32 pad;
+};
+
+#define KVD_UMEM_IOCTL_REMAP	_IOWR(KVD_IMP_IOCTL_MAGIC, 0x28, struct kvd_umem_remap)
+
 #endif /* _UAPI_KVD_UMEM_H */

@@ -1,0 +1,188 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""bench_sanity - the benchmark runs and says something well-formed (make
+check, in every VM lane): tests/bench/kvdmabuf-bench --sanity, with tiny
+sizes and repetitions, host figures and VM figures. Checked: exit status 0,
+every figure's BENCH line present, every number finite, times positive,
+ratios equal to the quotient of the figures they are made of, every target
+reported with a known status. Never a timing threshold: --sanity prints the
+targets but does not judge them, and neither does this test.
+"""
+import math
+import os
+import subprocess
+import sys
+import time
+
+import ktap
+from ktap import Skip, check
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.join(HERE, "bench", "kvdmabuf-bench")
+STATUSES = {"PASS", "FAIL", "UNMEASURED"}
+
+
+def run(args, timeout=300):
+    check(os.access(BENCH, os.X_OK), "%s not built" % BENCH)
+    t0 = time.monotonic()
+    p = subprocess.run([BENCH] + args, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, universal_newlines=True,
+                       timeout=timeout)
+    for line in p.stdout.splitlines():
+        print("# | " + line)
+    print("# kvdmabuf-bench %s: %.1f s, exit status %d"
+          % (" ".join(args), time.monotonic() - t0, p.returncode))
+    return p.returncode, p.stdout
+
+
+def parse(out):
+    """BENCH lines as a list of dicts (numbers as float where they parse)."""
+    lines = []
+    for line in out.splitlines():
+        if not line.startswith("BENCH "):
+            continue
+        d = {}
+        for word in line.split()[1:]:
+            check("=" in word, "malformed BENCH word %r in %r" % (word, line))
+            k, v = word.split("=", 1)
+            check(k not in d, "key %s twice in %r" % (k, line))
+            try:
+                x = float(v)
+                check(math.isfinite(x), "%s=%s not finite: %r" % (k, v, line))
+                d[k] = x
+            except ValueError:
+                d[k] = v
+        check("name" in d or "target" in d, "BENCH line without name: %r"
+              % line)
+        lines.append(d)
+    return lines
+
+
+def named(lines, name):
+    return [d for d in lines if d.get("name") == name]
+
+
+def need(lines, name, count=1, keys=()):
+    got = named(lines, name)
+    check(len(got) >= count, "%d BENCH lines name=%s, want >= %d"
+          % (len(got), name, count))
+    for d in got:
+        for k in keys:
+            check(k in d, "name=%s lacks %s: %r" % (name, k, d))
+            check(isinstance(d[k], float), "name=%s %s not a number: %r"
+                  % (name, k, d))
+        for k, v in d.items():
+            # times and sizes are positive; an overhead is a difference
+            if (k.endswith("ns") or k.endswith("ns_per_gib")) \
+                    and "overhead" not in k and k != "hold_ns":
+                check(v > 0, "name=%s %s=%s not > 0" % (name, k, v))
+            if k.startswith("ratio") or k.endswith("_ratio"):
+                check(v > 0, "name=%s %s=%s not > 0" % (name, k, v))
+            if k.startswith("bytes"):
+                check(v >= 0, "name=%s %s=%s < 0" % (name, k, v))
+    return got
+
+
+def close(a, b, what):
+    check(abs(a - b) <= 0.01 * abs(b) + 1e-3, "%s: %s vs %s" % (what, a, b))
+
+
+def targets(lines, want):
+    got = {d["target"]: d.get("status") for d in lines if "target" in d}
+    for name, st in got.items():
+        check(st in STATUSES, "target %s status %r" % (name, st))
+    for name in want:
+        check(name in got, "target %s not reported (have %s)"
+              % (name, sorted(got)))
+
+
+def bench_host():
+    rc, out = run(["--host-only", "--sanity"])
+    check(rc == 0, "exit status %d" % rc)
+    lines = parse(out)
+    io = need(lines, "io_pair", 3, ("threads", "ns"))
+    check({d["threads"] for d in io} == {1.0, 2.0}, "io_pair threads")
+    need(lines, "clock_gettime", 1, ("ns",))
+    need(lines, "drain_latency", 2, ("ns", "p99_ns", "max_ns", "samples"))
+    for d in named(lines, "drain_latency"):
+        check(d["ns"] <= d["p99_ns"] <= d["max_ns"], "drain median <= p99 "
+              "<= max: %r" % d)
+    targets(lines, ["io_begin+io_end<=50ns", "drain_latency_p99<1ms",
+                    "drain_latency_max<10ms"])
+    check("==== targets (host) ====" in out, "no targets table")
+
+
+def bench_vm():
+    if not os.path.exists("/dev/kvdmabuf"):
+        raise Skip("/dev/kvdmabuf absent: the VM lanes run this")
+    rc, out = run(["--sanity"])
+    check(rc == 0, "exit status %d" % rc)
+    lines = parse(out)
+    size = ("size",)
+    # fig 1: the three wakes and their ratio, on the same size
+    fw = need(lines, "follow_wake", 1, size + ("ns", "reps"))[0]
+    ff = need(lines, "follow_first_access", 1, size + ("ns",))[0]
+    fl = need(lines, "dmabuf_mr_register", 1,
+              size + ("ns", "ns_without_export"))[0]
+    need(lines, "cold_export", 1, size + ("ns",))
+    vs = need(lines, "follow_vs_register", 1,
+              size + ("ratio", "ratio_p99", "overhead_ns",
+                      "overhead_p99_ns"))[0]
+    check(vs["ratio"] <= vs["ratio_p99"], "median ratio <= p99: %r" % vs)
+    check(fl["ns_without_export"] <= fl["ns"], "(b) without export <= (b)")
+    need(lines, "rereg_umem_pinned_wake", 1, size + ("ns",))
+    rw = need(lines, "rereg_rxe_wake", 1, size + ("ns",))[0]
+    vr = need(lines, "follow_vs_rereg_rxe", 1, size + ("ratio",))[0]
+    close(vr["ratio"], (fw["ns"] + ff["ns"]) / rw["ns"],
+          "FOLLOW/(a) = (wake + first access) / rxe wake")
+    for n in ("sleep_follow", "sleep_rereg_umem_pinned", "sleep_rereg_rxe",
+              "sleep_host", "sleep_noreg"):
+        need(lines, n, 1, size + ("ns",))
+    for n in ("held_follow", "held_rereg_umem_pinned", "held_rereg_rxe",
+              "held_noreg", "held_host"):
+        need(lines, n, 1, size + ("bytes",))
+    # fig 3: map/unmap through the proxy vs direct, per size
+    mu = need(lines, "map_unmap", 3,
+              size + ("proxy_ns", "direct_ns", "ratio", "proxy_p99_ns",
+                      "direct_p99_ns", "proxy_map_ns", "direct_map_ns",
+                      "proxy_unmap_ns", "direct_unmap_ns", "nmap_proxy",
+                      "nmap_direct", "samples"))
+    check(len({d["size"] for d in mu}) == len(mu), "map sizes distinct")
+    for d in mu:
+        close(d["ratio"], d["proxy_ns"] / d["direct_ns"], "map ratio")
+        check(d["nmap_proxy"] == d["nmap_direct"] > 0,
+              "proxy and direct map the same DMA entries: %r" % d)
+        check(d["proxy_ns"] <= d["proxy_p99_ns"], "median <= p99")
+    # fig 7: scale
+    sf = need(lines, "scale_follow", 2,
+              ("regions", "sleep_ns", "wake_ns", "first_access_ns",
+               "wake_first_per_region_ns", "cycles"))
+    check([d["regions"] for d in sf] == [4.0, 16.0], "scale 4, 16 (--sanity)")
+    for d in sf:
+        close(d["wake_first_per_region_ns"],
+              (d["wake_ns"] + d["first_access_ns"]) / d["regions"],
+              "per region")
+    need(lines, "scale_rereg_rxe", 2, ("regions", "wake_ns", "sleep_ns"))
+    g = need(lines, "scale_growth", 1, ("from", "to", "follow_ratio",
+                                        "follow_max_min",
+                                        "rereg_rxe_ratio"))[0]
+    per = [d["wake_first_per_region_ns"] for d in sf]
+    close(g["follow_max_min"], max(per) / min(per), "scale max/min")
+    close(g["follow_ratio"], sf[-1]["wake_first_per_region_ns"] /
+          sf[0]["wake_first_per_region_ns"], "scale growth")
+    need(lines, "drain_latency", 2, ("ns", "p99_ns", "max_ns"))
+    targets(lines, ["wake_overhead@64MiB<=1.10x", "held_bytes_follow",
+                    "held_bytes_rereg_umem", "held_bytes_rereg_rxe",
+                    "held_bytes_noreg", "scale_per_region<=1.5x",
+                    "drain_latency_p99<1ms"])
+    check("==== targets (vm) ====" in out, "no targets table")
+
+
+def bench_usage():
+    rc, _ = run(["--sizes", "3"])
+    check(rc == 2, "a size not a multiple of 64 MiB: status %d, want 2"
+          % rc)
+
+
+if __name__ == "__main__":
+    sys.exit(ktap.main([bench_usage, bench_host, bench_vm]))
