@@ -9,6 +9,7 @@
 
 #include <linux/dma-buf.h>
 #include <linux/module.h>
+#include <linux/scatterlist.h>
 
 /*
  * Namespace import: MODULE_IMPORT_NS(DMA_BUF) up to 6.12, a string literal
@@ -85,5 +86,41 @@ static inline bool kvd_attach_revocable(struct dma_buf_attachment *attach)
 	return attach->importer_ops && attach->importer_ops->KVD_IMPORTER_NOTIFY_OP;
 }
 #endif
+
+/*
+ * Is a pin of this importer revocable, i.e. may the exporter take the
+ * mapping away for good with an invalidation (the importer unmaps and
+ * unpins in its callback, as ib_umem_dmabuf_revoke_locked() does for
+ * irdma)? Only since the revoke series: before it, a pinned importer's
+ * move_notify (ib_umem_dmabuf_get_pinned()'s) only logs an error.
+ */
+#ifdef KVD_HAVE_ATTACH_REVOCABLE
+#define kvd_pin_revocable(attach)	dma_buf_attach_revocable(attach)
+#else
+#define kvd_pin_revocable(attach)	false
+#endif
+
+/*
+ * Carry the bus-address mark of a DMA segment (PCI peer-to-peer through a
+ * switch: no IOMMU mapping behind the address) from @src to @dst. Kernels
+ * without sg dma_flags have no such mark.
+ */
+#if defined(KVD_HAVE_SG_DMA_IS_BUS_ADDRESS)
+#define kvd_sg_is_bus_address(sg)	sg_dma_is_bus_address(sg)
+#elif defined(KVD_HAVE_SG_IS_DMA_BUS_ADDRESS)
+#define kvd_sg_is_bus_address(sg)	sg_is_dma_bus_address(sg)
+#else
+#define kvd_sg_is_bus_address(sg)	false
+#endif
+
+static inline void kvd_sg_copy_bus_address(struct scatterlist *dst,
+					   struct scatterlist *src)
+{
+#if defined(KVD_HAVE_SG_DMA_IS_BUS_ADDRESS) || \
+	defined(KVD_HAVE_SG_IS_DMA_BUS_ADDRESS)
+	if (kvd_sg_is_bus_address(src))
+		sg_dma_mark_bus_address(dst);
+#endif
+}
 
 #endif /* _KVD_COMPAT_H */
