@@ -113,6 +113,15 @@ static inline bool kvd_attach_revocable(struct dma_buf_attachment *attach)
 #define kvd_sg_is_bus_address(sg)	false
 #endif
 
+/* Can this kernel mark a DMA segment as a bus address at all? */
+#if (defined(KVD_HAVE_SG_DMA_IS_BUS_ADDRESS) || \
+     defined(KVD_HAVE_SG_IS_DMA_BUS_ADDRESS)) && \
+	defined(CONFIG_NEED_SG_DMA_FLAGS)
+#define KVD_SG_BUS_ADDRESS_MARKS	1
+#else
+#define KVD_SG_BUS_ADDRESS_MARKS	0
+#endif
+
 static inline void kvd_sg_copy_bus_address(struct scatterlist *dst,
 					   struct scatterlist *src)
 {
