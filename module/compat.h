@@ -92,7 +92,9 @@ static inline bool kvd_attach_revocable(struct dma_buf_attachment *attach)
  * mapping away for good with an invalidation (the importer unmaps and
  * unpins in its callback, as ib_umem_dmabuf_revoke_locked() does for
  * irdma)? Only since the revoke series: before it, a pinned importer's
- * move_notify (ib_umem_dmabuf_get_pinned()'s) only logs an error.
+ * move_notify (ib_umem_dmabuf_get_pinned()'s) only logs an error, and
+ * nothing tells it from one that revokes (Debian's 6.12 has ib_core's
+ * revocable umems without dma_buf_attach_revocable()): every pin blocks.
  */
 #ifdef KVD_HAVE_ATTACH_REVOCABLE
 #define kvd_pin_revocable(attach)	dma_buf_attach_revocable(attach)

@@ -943,6 +943,9 @@ static long kvd_ioctl_version(void __user *uarg)
 		       KVDMABUF_FEATURE_LIST;
 	if (!kvd_core_pins_on_map)
 		arg.features |= KVDMABUF_FEATURE_MOVE_NOTIFY_CORE;
+#ifdef KVD_HAVE_ATTACH_REVOCABLE
+	arg.features |= KVDMABUF_FEATURE_REVOCABLE_PINS;
+#endif
 	return kvd_copy_out(uarg, &arg, sizeof(arg), usize);
 }
 

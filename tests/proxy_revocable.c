@@ -14,7 +14,9 @@
  *   KVD_IMP_IMPORT_NO_NOTIFY) may attach, but cannot map the proxy unless
  *   it holds a pin (-EOPNOTSUPP); pinned, it blocks REVOKE and REPLACE.
  *
- * On kernels without these APIs each test skips and says which is missing.
+ * On kernels without these APIs each test skips and says which is missing
+ * (KVDMABUF_FEATURE_REVOCABLE_PINS tells whether the module can know a
+ * revocable pin).
  */
 #include "harness.h"
 #include "proxy_common.h"
@@ -81,9 +83,23 @@ FIXTURE_TEARDOWN(rev)
 			     KVD_IMPORTER_PATH, strerror(errno));	\
 	} while (0)
 
-/* Imports pinned and revocable, or skips where ib_core cannot. */
+static uint64_t kvd_features(int dev)
+{
+	struct kvdmabuf_version v = { .size = sizeof(v) };
+
+	return kvd_ioctl(dev, KVDMABUF_IOCTL_VERSION, &v) ? 0 : v.features;
+}
+
+/*
+ * Imports pinned and revocable, or skips where ib_core cannot, or where
+ * the dma-buf core cannot tell such an importer (then its pin blocks like
+ * any other: Debian's 6.12 has the umems but not dma_buf_attach_revocable()).
+ */
 #define IMPORT_REVOCABLE(h)						\
 	do {								\
+		if (!(kvd_features(self->dev) & KVDMABUF_FEATURE_REVOCABLE_PINS)) \
+			SKIP(return, "the dma-buf core cannot tell revocable pins " \
+			     "(no dma_buf_attach_revocable(), Linux 7.1+): every pin blocks"); \
 		h = imp_import(self->umem, self->proxy,			\
 			       KVD_UMEM_IMPORT_PINNED_REVOCABLE);	\
 		if (h == -EOPNOTSUPP)					\

@@ -93,6 +93,15 @@
  * KVDMABUF_FEATURE_LIST - KVDMABUF_IOCTL_LIST is supported (API 2.1)
  */
 #define KVDMABUF_FEATURE_LIST		(1ULL << 3)
+/**
+ * KVDMABUF_FEATURE_REVOCABLE_PINS - the module tells revocable pins apart
+ * (API 2.2; built for a dma-buf core with dma_buf_attach_revocable(),
+ * Linux 7.1+): REVOKE revokes pinned revocable importers for good instead
+ * of failing with -EBUSY. Without it every pin blocks REVOKE and ATTACH,
+ * even that of an importer which could give its mapping up (Debian's
+ * 6.12 has ib_core's revocable dma-buf umems without that core API).
+ */
+#define KVDMABUF_FEATURE_REVOCABLE_PINS	(1ULL << 4)
 
 /* Proxy states (struct kvdmabuf_query.state, struct kvdmabuf_event.state). */
 /**
