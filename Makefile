@@ -96,7 +96,7 @@ $(LIB_SO): $(LIB_OBJS) $(LIB_MAP)
 
 comma := ,
 
-tests/%: tests/%.c tests/harness.h $(LIB_A) $(LIB_HDRS) $(wildcard tests/*.h)
+tests/%: tests/%.c tests/harness.h $(LIB_A) $(LIB_HDRS) $(wildcard tests/*.h tests/kmod/*.h)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LIB_A) $(LDLIBS)
 

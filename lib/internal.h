@@ -100,6 +100,7 @@ struct kvd_proxy_info {
 	uint32_t nr_dynamic;
 	uint32_t nr_pinned;
 	uint32_t nr_blocking_pins;
+	uint32_t nr_revocable_pins; /* API 2.2+: pins a revoke ends for good */
 	uint32_t nr_mappings;
 	uint32_t revoke_reason;  /* KVD_REVOKE_* */
 };

@@ -90,6 +90,10 @@ int kvd_proxy_dev_attach(struct kvdmabuf_ctx *ctx, int proxy_fd,
 	a.offset = offset;
 	a.timeout_ms = ctx->revoke_timeout_ms;
 	rc = xioctl(ctx->module_fd, KVDMABUF_IOCTL_ATTACH, &a);
+	if (rc == -EBUSY)
+		return kvd_err(ctx, rc, "kvdmabuf attach (proxy fd %d): an "
+			       "importer holds a pin (it cannot follow a new "
+			       "backing)", proxy_fd);
 	if (rc)
 		return kvd_err(ctx, rc, "kvdmabuf attach (proxy fd %d, backing "
 			       "fd %d, offset %llu) failed: %s", proxy_fd,
@@ -144,6 +148,8 @@ int kvd_proxy_dev_query(struct kvdmabuf_ctx *ctx, int proxy_fd,
 	info->nr_dynamic = q.dynamic_importers;
 	info->nr_pinned = q.pinned_importers;
 	info->nr_blocking_pins = q.blocking_pins;
+	/* 0 from a module older than API 2.2 (its pins all block). */
+	info->nr_revocable_pins = q.revocable_pins;
 	info->nr_mappings = q.live_mappings;
 	info->revoke_reason = q.revoke_reason == KVDMABUF_REVOKE_EXPORTER ?
 			      KVD_REVOKE_EXPORTER : q.revoke_reason ?

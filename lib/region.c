@@ -268,7 +268,11 @@ static int region_setup(struct kvdmabuf_region *r)
 	return kvd_region_measure_mode(r);
 }
 
-/* Measured, never assumed: FOLLOW only if nothing pins the proxy. */
+/*
+ * Measured, never assumed: FOLLOW only if nothing pins the proxy. A
+ * revocable pin (irdma on Linux 7.1+) counts: such a NIC never maps again
+ * after a revoke, so its MRs must be registered anew at every wake.
+ */
 int kvd_region_measure_mode(struct kvdmabuf_region *r)
 {
 	struct kvd_proxy_info pi;
@@ -279,7 +283,8 @@ int kvd_region_measure_mode(struct kvdmabuf_region *r)
 	rc = r->ctx->ops->proxy_query(r->ctx, r->proxy_fd, &pi);
 	if (rc)
 		return rc;
-	r->mode = !pi.nr_pinned && !pi.nr_blocking_pins ?
+	r->mode = !pi.nr_pinned && !pi.nr_blocking_pins &&
+		  !pi.nr_revocable_pins ?
 		  KVDMABUF_MODE_FOLLOW : KVDMABUF_MODE_REREGISTER;
 	return 0;
 }

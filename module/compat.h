@@ -9,6 +9,7 @@
 
 #include <linux/dma-buf.h>
 #include <linux/module.h>
+#include <linux/scatterlist.h>
 
 /*
  * Namespace import: MODULE_IMPORT_NS(DMA_BUF) up to 6.12, a string literal
@@ -85,5 +86,52 @@ static inline bool kvd_attach_revocable(struct dma_buf_attachment *attach)
 	return attach->importer_ops && attach->importer_ops->KVD_IMPORTER_NOTIFY_OP;
 }
 #endif
+
+/*
+ * Is a pin of this importer revocable, i.e. may the exporter take the
+ * mapping away for good with an invalidation (the importer unmaps and
+ * unpins in its callback, as ib_umem_dmabuf_revoke_locked() does for
+ * irdma)? Only since the revoke series: before it, a pinned importer's
+ * move_notify (ib_umem_dmabuf_get_pinned()'s) only logs an error, and
+ * nothing tells it from one that revokes (Debian's 6.12 has ib_core's
+ * revocable umems without dma_buf_attach_revocable()): every pin blocks.
+ */
+#ifdef KVD_HAVE_ATTACH_REVOCABLE
+#define kvd_pin_revocable(attach)	dma_buf_attach_revocable(attach)
+#else
+#define kvd_pin_revocable(attach)	false
+#endif
+
+/*
+ * Carry the bus-address mark of a DMA segment (PCI peer-to-peer through a
+ * switch: no IOMMU mapping behind the address) from @src to @dst. Kernels
+ * without sg dma_flags have no such mark.
+ */
+#if defined(KVD_HAVE_SG_DMA_IS_BUS_ADDRESS)
+#define kvd_sg_is_bus_address(sg)	sg_dma_is_bus_address(sg)
+#elif defined(KVD_HAVE_SG_IS_DMA_BUS_ADDRESS)
+#define kvd_sg_is_bus_address(sg)	sg_is_dma_bus_address(sg)
+#else
+#define kvd_sg_is_bus_address(sg)	false
+#endif
+
+/* Can this kernel mark a DMA segment as a bus address at all? */
+#if (defined(KVD_HAVE_SG_DMA_IS_BUS_ADDRESS) || \
+     defined(KVD_HAVE_SG_IS_DMA_BUS_ADDRESS)) && \
+	defined(CONFIG_NEED_SG_DMA_FLAGS)
+#define KVD_SG_BUS_ADDRESS_MARKS	1
+#else
+#define KVD_SG_BUS_ADDRESS_MARKS	0
+#endif
+
+static inline void kvd_sg_copy_bus_address(struct scatterlist *dst,
+					   struct scatterlist *src)
+{
+#if defined(KVD_HAVE_SG_DMA_IS_BUS_ADDRESS) || \
+	defined(KVD_HAVE_SG_IS_DMA_BUS_ADDRESS)
+	if (kvd_sg_is_bus_address(src))
+		sg_dma_mark_bus_address(dst);
+#endif
+}
 
 #endif /* _KVD_COMPAT_H */

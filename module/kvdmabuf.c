@@ -58,6 +58,11 @@ module_param(max_proxies, uint, 0644);
 MODULE_PARM_DESC(max_proxies,
 		 "Maximum number of live proxies per open device fd (default: 1024)");
 
+static unsigned int max_proxies_total = 65536;
+module_param(max_proxies_total, uint, 0644);
+MODULE_PARM_DESC(max_proxies_total,
+		 "Maximum number of live proxies of all device fds together (default: 65536)");
+
 #define KVD_EVENT_QUEUE		64
 #define KVD_MAX_LENGTH		((u64)MAX_LFS_FILESIZE & PAGE_MASK)
 
@@ -120,6 +125,8 @@ struct kvd_attach {
 	struct kvd_slot *cur;		/* proxy->lock + resv to write */
 	unsigned int pins;		/* resv */
 	unsigned int maps;		/* resv */
+	bool notified;			/* has an invalidation callback */
+	bool revocable;			/* its pins give way to a revoke */
 };
 
 /* One importer map: the table handed out and what it was built from. */
@@ -679,11 +686,30 @@ static void kvd_inval_work(struct work_struct *work)
 	mutex_unlock(&proxy->lock);
 }
 
-static unsigned int kvd_attach_blocking(struct kvd_attach *ka)
+/*
+ * Explicit pins (dma_buf_pin()) of an importer attachment, those the core
+ * takes around a map left out. A pin of a revocable importer
+ * (dma_buf_attach_revocable(), Linux 7.1+) does not block a revoke: the
+ * revoke's invalidation takes the mapping away for good and the importer
+ * unpins. It still blocks a replace: a pinned importer never maps again,
+ * so it could not follow the new backing.
+ */
+static unsigned int kvd_attach_pins(struct kvd_attach *ka)
 {
 	return ka->pins - (kvd_core_pins_on_map ? ka->maps : 0);
 }
 
+static unsigned int kvd_attach_blocking(struct kvd_attach *ka)
+{
+	return ka->revocable ? 0 : kvd_attach_pins(ka);
+}
+
+static unsigned int kvd_attach_revocable_pins(struct kvd_attach *ka)
+{
+	return ka->revocable ? kvd_attach_pins(ka) : 0;
+}
+
+/* Pins that make a revoke fail with -EBUSY. */
 static unsigned int kvd_blocking_pins(struct kvd_proxy *proxy)
 {
 	struct kvd_attach *ka;
@@ -692,6 +718,18 @@ static unsigned int kvd_blocking_pins(struct kvd_proxy *proxy)
 	dma_resv_assert_held(proxy->dmabuf->resv);
 	list_for_each_entry(ka, &proxy->attachments, node)
 		n += kvd_attach_blocking(ka);
+	return n;
+}
+
+/* Pins that make an attach or a replace fail with -EBUSY: all of them. */
+static unsigned int kvd_all_pins(struct kvd_proxy *proxy)
+{
+	struct kvd_attach *ka;
+	unsigned int n = 0;
+
+	dma_resv_assert_held(proxy->dmabuf->resv);
+	list_for_each_entry(ka, &proxy->attachments, node)
+		n += kvd_attach_pins(ka);
 	return n;
 }
 
@@ -721,6 +759,15 @@ static int kvd_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
 	kref_init(&ka->ref);
 	ka->attach = attach;
 	ka->dev = attach->dev;
+	/*
+	 * Since Linux 7.1 an importer may come without an invalidation
+	 * callback: it is never told of a revoke or replace. It may attach
+	 * and pin (ib_umem_dmabuf_get_pinned() does so), but map refuses it
+	 * unless it holds a pin (which keeps the backing where it is).
+	 */
+	ka->notified = attach->importer_ops &&
+		       attach->importer_ops->KVD_IMPORTER_NOTIFY_OP;
+	ka->revocable = kvd_pin_revocable(attach);
 
 	/*
 	 * A slot in the current backing, built with proxy->lock dropped (the
@@ -826,6 +873,9 @@ static struct sg_table *kvd_map_dma_buf(struct dma_buf_attachment *attach,
 	int ret;
 
 	dma_resv_assert_held(attach->dmabuf->resv);
+	/* Never told of a move: only a pin keeps its mapping valid. */
+	if (!ka->notified && !kvd_attach_pins(ka))
+		return ERR_PTR(-EOPNOTSUPP);
 	if (proxy->state != KVDMABUF_STATE_BACKED || !ka->cur)
 		return ERR_PTR(-ENODEV);
 
@@ -866,6 +916,7 @@ static struct sg_table *kvd_map_dma_buf(struct dma_buf_attachment *attach,
 			sg_dma_address(dsg) = sg_dma_address(sg) +
 					      (seg_start - pos);
 			sg_dma_len(dsg) = seg_end - seg_start;
+			kvd_sg_copy_bus_address(dsg, sg);
 			dsg = sg_next(dsg);
 		}
 		pos += sg_dma_len(sg);
@@ -1024,7 +1075,27 @@ static long kvd_ioctl_version(void __user *uarg)
 		       KVDMABUF_FEATURE_LIST;
 	if (!kvd_core_pins_on_map)
 		arg.features |= KVDMABUF_FEATURE_MOVE_NOTIFY_CORE;
+#ifdef KVD_HAVE_ATTACH_REVOCABLE
+	arg.features |= KVDMABUF_FEATURE_REVOCABLE_PINS;
+#endif
 	return kvd_copy_out(uarg, &arg, sizeof(arg), usize);
+}
+
+/*
+ * Count one more live proxy unless max_proxies_total are live (the bound
+ * may be lowered at run time below the count: nothing is created then).
+ */
+static bool kvd_reserve_proxy(void)
+{
+	unsigned int limit = min_t(unsigned int, READ_ONCE(max_proxies_total),
+				   INT_MAX);
+	int n = atomic_read(&kvd_nr_proxies);
+
+	do {
+		if (n >= (int)limit)
+			return false;
+	} while (!atomic_try_cmpxchg(&kvd_nr_proxies, &n, n + 1));
+	return true;
 }
 
 static long kvd_ioctl_create(struct kvd_ctx *ctx, void __user *uarg)
@@ -1054,11 +1125,16 @@ static long kvd_ioctl_create(struct kvd_ctx *ctx, void __user *uarg)
 	}
 	ctx->nr_proxies++;
 	spin_unlock(&ctx->lock);
+	/* Reopening the device must not get around the per-fd bound. */
+	if (!kvd_reserve_proxy()) {
+		ret = -ENOSPC;
+		goto err_count;
+	}
 
 	proxy = kzalloc(sizeof(*proxy), GFP_KERNEL);
 	if (!proxy) {
 		ret = -ENOMEM;
-		goto err_count;
+		goto err_total;
 	}
 	mutex_init(&proxy->lock);
 	INIT_LIST_HEAD(&proxy->attachments);
@@ -1086,7 +1162,6 @@ static long kvd_ioctl_create(struct kvd_ctx *ctx, void __user *uarg)
 	proxy->dmabuf = dmabuf;
 	/* From here on, .release undoes everything. */
 	kref_get(&ctx->ref);
-	atomic_inc(&kvd_nr_proxies);
 	mutex_lock(&kvd_proxies_lock);
 	list_add_tail(&proxy->global, &kvd_proxies);
 	mutex_unlock(&kvd_proxies_lock);
@@ -1115,6 +1190,8 @@ static long kvd_ioctl_create(struct kvd_ctx *ctx, void __user *uarg)
 err_free:
 	mutex_destroy(&proxy->lock);
 	kfree(proxy);
+err_total:
+	atomic_dec(&kvd_nr_proxies);
 err_count:
 	spin_lock(&ctx->lock);
 	ctx->nr_proxies--;
@@ -1208,7 +1285,8 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 	}
 
 	dma_resv_lock(proxy->dmabuf->resv, NULL);
-	if (kvd_blocking_pins(proxy)) {
+	if (kvd_all_pins(proxy)) {
+		/* Revocable pins too: a pinned importer cannot follow. */
 		dma_resv_unlock(proxy->dmabuf->resv);
 		kvd_backing_retire(b);
 		ret = -EBUSY;
@@ -1299,6 +1377,11 @@ static long kvd_ioctl_revoke(struct kvd_ctx *ctx, void __user *uarg)
 		goto out_unlock;
 	}
 	dma_resv_lock(proxy->dmabuf->resv, NULL);
+	/*
+	 * Only pins that cannot be revoked refuse it. Revocable importers
+	 * holding a pin get the invalidation below as a permanent revoke:
+	 * they unmap and unpin in their callback and never map again.
+	 */
 	if (kvd_blocking_pins(proxy)) {
 		dma_resv_unlock(proxy->dmabuf->resv);
 		ret = -EBUSY;
@@ -1377,14 +1460,20 @@ static long kvd_ioctl_query(void __user *uarg)
 	arg.dynamic_importers = 0;
 	arg.pinned_importers = 0;
 	arg.blocking_pins = 0;
+	arg.revocable_pins = 0;
+	arg.revocable_importers = 0;
 	list_for_each_entry(ka, &proxy->attachments, node) {
 		unsigned int n = kvd_attach_blocking(ka);
+		unsigned int r = kvd_attach_revocable_pins(ka);
 
-		if (n)
+		if (n || r)
 			arg.pinned_importers++;
 		else
 			arg.dynamic_importers++;
+		if (!n && r)
+			arg.revocable_importers++;
 		arg.blocking_pins += n;
+		arg.revocable_pins += r;
 	}
 	arg.live_mappings = proxy->live_maps;
 	arg.notifications = proxy->notifications;
@@ -1427,10 +1516,15 @@ static bool kvd_stat(struct kvd_proxy *proxy, struct kvdmabuf_proxy_stat *st)
 	st->revoke_reason = proxy->revoke_reason;
 	st->live_mappings = proxy->live_maps;
 	list_for_each_entry(ka, &proxy->attachments, node) {
-		if (kvd_attach_blocking(ka))
+		unsigned int r = kvd_attach_revocable_pins(ka);
+
+		if (kvd_attach_blocking(ka) || r)
 			st->pinned_importers++;
 		else
 			st->dynamic_importers++;
+		if (r && !kvd_attach_blocking(ka))
+			st->revocable_importers++;
+		st->revocable_pins += r;
 	}
 	dma_resv_unlock(proxy->dmabuf->resv);
 	mutex_unlock(&proxy->lock);

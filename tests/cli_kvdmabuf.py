@@ -154,6 +154,9 @@ def status_lists_what_the_user_may_see():
         check(mine[my_id]["state"] == "unbacked" and
               mine[my_id]["length"] == 1 << 20 and
               mine[my_id]["owner_pid"] == os.getpid(), str(mine[my_id]))
+        check(mine[my_id]["pinned_importers"] == 0 and
+              mine[my_id]["revocable_importers"] == 0 and
+              mine[my_id]["revocable_pins"] == 0, str(mine[my_id]))
         check(mine[nobody_id]["owner_uid"] == 65534)
         p = run(["status", "--json"],
                 preexec_fn=lambda: (os.setgid(65534), os.setuid(65534)))

@@ -62,6 +62,7 @@ struct fake_proxy {
 	int state;           /* KVD_PROXY_* */
 	uint64_t gen;
 	uint32_t dynamic, pinned;
+	uint32_t revocable;  /* of pinned: revocable pins (nic_pins 2) */
 	uint64_t notifications;
 	uint32_t revoke_reason;  /* KVD_REVOKE_* */
 };
@@ -76,7 +77,7 @@ static const char *const fake_op_name[OP_NR] = {
 struct fake_world {
 	unsigned int nr_nics;
 	int nic_dmabuf[KVDMABUF_MAX_NICS];   /* has dma-buf MRs */
-	int nic_pins[KVDMABUF_MAX_NICS];     /* importer pins */
+	int nic_pins[KVDMABUF_MAX_NICS];     /* importer pins; 2: revocable */
 	int module;                          /* fake module present */
 	int real_export;                     /* CUDA/DRM through the library */
 	struct fake_mr mr[FAKE_MAX_MR];
@@ -237,6 +238,8 @@ static int fake_reg_dmabuf(struct kvdmabuf_ctx *ctx, unsigned int nic, int fd,
 			fw.px[p].pinned++;
 		else
 			fw.px[p].dynamic++;
+		if (m->pins == 2)
+			fw.px[p].revocable++;
 	} else {
 		m->ref_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 	}
@@ -276,6 +279,8 @@ static int fake_dereg(struct kvdmabuf_ctx *ctx, unsigned int nic,
 			fw.px[m->proxy].pinned--;
 		else
 			fw.px[m->proxy].dynamic--;
+		if (m->pins == 2)
+			fw.px[m->proxy].revocable--;
 	}
 	if (m->ref_fd >= 0)
 		close(m->ref_fd);
@@ -366,7 +371,8 @@ static int fake_proxy_revoke(struct kvdmabuf_ctx *ctx, int pfd,
 	(void)timeout_ms;
 	if (p < 0)
 		return kvd_err(ctx, -EINVAL, "fake: not a proxy");
-	if (fw.px[p].pinned)
+	/* As the module (API 2.2): revocable pins do not block a revoke. */
+	if (fw.px[p].pinned - fw.px[p].revocable)
 		return kvd_err(ctx, -EBUSY, "fake: importer pins the proxy");
 	if (fw.px[p].backing >= 0)
 		close(fw.px[p].backing);
@@ -391,7 +397,8 @@ static int fake_proxy_query(struct kvdmabuf_ctx *ctx, int pfd,
 	info->generation = fw.px[p].gen;
 	info->nr_dynamic = fw.px[p].dynamic;
 	info->nr_pinned = fw.px[p].pinned;
-	info->nr_blocking_pins = fw.px[p].pinned;
+	info->nr_blocking_pins = fw.px[p].pinned - fw.px[p].revocable;
+	info->nr_revocable_pins = fw.px[p].revocable;
 	info->revoke_reason = fw.px[p].revoke_reason;
 	return 0;
 }

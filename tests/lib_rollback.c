@@ -38,6 +38,8 @@ FIXTURE_VARIANT(rb) {
 FIXTURE_VARIANT_ADD(rb, follow) { .module = 1, .pins = 0 };
 /* pinning NICs behind the module: REREGISTER through the proxy */
 FIXTURE_VARIANT_ADD(rb, pinning_nic) { .module = 1, .pins = 1 };
+/* pinning NICs that a revoke ends for good (irdma, Linux 7.1+): REREGISTER */
+FIXTURE_VARIANT_ADD(rb, revocable_pinning_nic) { .module = 1, .pins = 2 };
 /* no module: REREGISTER on the backing dma-buf */
 FIXTURE_VARIANT_ADD(rb, no_module) { .module = 0, .pins = 0 };
 
@@ -281,6 +283,22 @@ TEST_F(rb, add_failure_leaves_nothing)
 	fake_proxy_gc();
 	EXPECT_EQ(fds, fds_open());
 	munmap(m, LEN);
+}
+
+/* The mode is measured: any pin, revocable or not, means REREGISTER. */
+TEST_F(rb, mode_of_device_regions)
+{
+	struct kvdmabuf_region_info in;
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		ASSERT_EQ(0, info_of(self->r[i], &in));
+		if (!variant->module)
+			EXPECT_EQ(KVDMABUF_MODE_REREGISTER, in.mode);
+		else
+			EXPECT_EQ(variant->pins ? KVDMABUF_MODE_REREGISTER :
+				  KVDMABUF_MODE_FOLLOW, in.mode);
+	}
 }
 
 /* A pin on a proxy that appears after the mode was chosen (another

@@ -4,7 +4,7 @@
  * errno, as a table: bad fds, foreign dma-bufs, a proxy as backing,
  * offset/size overflow, bad sizes, unknown flags, non-zero reserved and
  * padding fields, short and long struct sizes, NULL argument, unknown
- * command, the per-fd proxy limit. Also: control (attach, replace,
+ * command, the per-fd and module-wide proxy limits, old QUERY sizes. Also: control (attach, replace,
  * revoke) only from the creating device fd, the bound on stale backings,
  * CREATE and read() hitting -EFAULT lose nothing, the move-notify feature
  * bit.
@@ -363,6 +363,103 @@ TEST_F(misc, proxy_limit_per_fd)
 	ASSERT_NOT_NULL(f);
 	fputs(old, f);
 	fclose(f);
+}
+
+/* Writes @val to module parameter @param; 0 or -errno. */
+static int param_write(const char *param, const char *val)
+{
+	FILE *f = fopen(param, "we");
+	int ret = 0;
+
+	if (!f)
+		return -errno;
+	if (fputs(val, f) < 0)
+		ret = -EIO;
+	if (fclose(f) && !ret)
+		ret = -errno;
+	return ret;
+}
+
+/* Reopening the device does not get around the bound: one for all fds. */
+TEST_F(misc, proxy_limit_total)
+{
+	const char *param = "/sys/module/kvdmabuf/parameters/max_proxies_total";
+	char old[32] = "", val[32];
+	int devs[3], fds[3], i, ret;
+	long live;
+	FILE *f;
+
+	f = fopen(param, "re");
+	if (!f)
+		TH_LOG("%s: %s (module without max_proxies_total)", param,
+		       strerror(errno));
+	ASSERT_NOT_NULL(f);
+	ASSERT_NOT_NULL(fgets(old, sizeof(old), f));
+	fclose(f);
+	if (access(param, W_OK))
+		SKIP(return, "cannot write %s (needs root)", param);
+	live = kvd_stat("proxies");
+	if (live < 0)
+		SKIP(return, "no %s/stats: %s", KVD_DEBUGFS, strerror(-live));
+
+	/* Room for two more proxies, whatever this process already holds. */
+	snprintf(val, sizeof(val), "%ld\n", live + 2);
+	ASSERT_EQ(0, param_write(param, val));
+	for (i = 0; i < 3; i++) {
+		devs[i] = kvd_dev_open();
+		fds[i] = -1;
+	}
+	for (i = 0; i < 2; i++) {
+		ASSERT_GE(devs[i], 0);
+		fds[i] = kvd_create(devs[i], KVD_PAGE, NULL);
+		EXPECT_GE(fds[i], 0);
+	}
+	ASSERT_GE(devs[2], 0);
+	ret = kvd_create(devs[2], KVD_PAGE, NULL);
+	EXPECT_EQ(-ENOSPC, ret);
+	if (ret >= 0)
+		close(ret);
+	/* A freed proxy gives its slot back, to any fd. */
+	close(fds[0]);
+	fds[0] = -1;
+	fds[2] = kvd_create(devs[2], KVD_PAGE, NULL);
+	EXPECT_GE(fds[2], 0);
+	EXPECT_EQ(live + 2, kvd_stat("proxies"));
+
+	for (i = 0; i < 3; i++) {
+		if (fds[i] >= 0)
+			close(fds[i]);
+		if (devs[i] >= 0)
+			close(devs[i]);
+	}
+	ASSERT_EQ(0, param_write(param, old));
+}
+
+/* QUERY grew twice (API 2.1, 2.2): every published size still works. */
+TEST_F(misc, query_old_sizes)
+{
+	static const uint32_t sizes[] = {
+		KVDMABUF_QUERY_SIZE_VER0, KVDMABUF_QUERY_SIZE_VER1,
+		KVDMABUF_QUERY_SIZE_VER2,
+	};
+	union kvd_arg a;
+	unsigned int i;
+	int proxy;
+
+	ASSERT_EQ(KVDMABUF_QUERY_SIZE_VER2, sizeof(struct kvdmabuf_query));
+	proxy = kvd_create(self->dev, KVD_PAGE, NULL);
+	ASSERT_GE(proxy, 0);
+	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		memset(&a, 0xee, sizeof(a));
+		memset(&a, 0, sizes[i]);
+		a.query.size = sizes[i];
+		a.query.proxy_fd = (uint32_t)proxy;
+		ASSERT_EQ(0, kvd_ioctl(self->dev, KVDMABUF_IOCTL_QUERY, &a));
+		EXPECT_EQ(KVD_PAGE, a.query.length);
+		/* Not one byte beyond the caller's size. */
+		EXPECT_EQ(0xee, a.raw[sizes[i]]);
+	}
+	close(proxy);
 }
 
 TEST_F(misc, proxy_cannot_be_mmapped)

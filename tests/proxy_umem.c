@@ -5,7 +5,8 @@
  * proxy is revoked and is made again, with PAGE_SIZE blocks, for the new
  * backing (same umem, new bytes); and two importer devices with different
  * DMA masks (64 and 32 bits) on one proxy each get a mapping made for
- * their own device (the exporter records the device of every map).
+ * their own device (the exporter records the device of every map); and
+ * bus-address marks of the backing's segments reach the importers.
  */
 #define KVD_IMP_UMEM 1
 
@@ -172,6 +173,58 @@ TEST_F(umem, two_devices_each_mapped_for_itself)
 	EXPECT_EQ(0, imp_release(self->imp, h32));
 	close(e);
 	close(e2);
+}
+
+/*
+ * A backing whose segments are bus addresses (PCI peer-to-peer through a
+ * switch: no IOMMU mapping behind them) gives importers of the proxy
+ * segments marked the same way, as a direct import of it would.
+ */
+TEST_F(umem, bus_address_marks_are_carried)
+{
+	struct kvd_umem_info i;
+	int e, direct, h;
+
+	KVD_OPEN_EXP(self->exp);
+	e = exp_buf(self->exp, SIZE, KVD_EXP_CREATE_NOPAGES |
+		    KVD_EXP_CREATE_BUS_ADDR, SEED_A);
+	if (e == -EOPNOTSUPP)
+		SKIP(return, "no bus-address marks in this kernel's scatterlists "
+		     "(CONFIG_NEED_SG_DMA_FLAGS, 6.2+)");
+	ASSERT_GE(e, 0);
+
+	/* The control: the marks reach a direct importer of the backing. */
+	direct = imp_import(self->imp, e, 0);
+	ASSERT_GE(direct, 0);
+	ASSERT_EQ(0, imp_read(self->imp, direct, 0, self->buf, SIZE));
+	ASSERT_EQ(0, umem_info(self->imp, direct, &i));
+	ASSERT_GE(i.nmap, 1);
+	if (!i.bus_addr_nents) {
+		imp_release(self->imp, direct);
+		close(e);
+		SKIP(return, "the dma-buf core hands importers copies without "
+		     "bus-address marks (CONFIG_DMABUF_DEBUG)");
+	}
+	EXPECT_EQ(i.nmap, i.bus_addr_nents);
+	EXPECT_EQ(0, imp_release(self->imp, direct));
+
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, e, 0));
+	h = imp_import(self->imp, self->proxy, 0);
+	ASSERT_GE(h, 0);
+	ASSERT_EQ(0, imp_read(self->imp, h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_A));
+	ASSERT_EQ(0, umem_info(self->imp, h, &i));
+	ASSERT_GE(i.nmap, 1);
+	EXPECT_EQ(i.nmap, i.bus_addr_nents);
+
+	/* A backing with struct pages: no mark. */
+	ASSERT_EQ(0, kvd_replace(self->dev, self->proxy, self->b, 0));
+	ASSERT_EQ(0, imp_read(self->imp, h, 0, self->buf, SIZE));
+	ASSERT_EQ(0, umem_info(self->imp, h, &i));
+	ASSERT_GE(i.nmap, 1);
+	EXPECT_EQ(0, i.bus_addr_nents);
+	EXPECT_EQ(0, imp_release(self->imp, h));
+	close(e);
 }
 
 TEST_HARNESS_MAIN

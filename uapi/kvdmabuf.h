@@ -57,8 +57,13 @@
 #define KVDMABUF_API_VERSION_MAJOR	2
 /**
  * KVDMABUF_API_VERSION_MINOR - compatible additions within a major
+ *
+ * 1: KVDMABUF_IOCTL_LIST. 2: revocable pins (Linux 7.1+ importers that
+ * pin and can be revoked) in QUERY and LIST; mapping refused to an
+ * importer without an invalidation callback that holds no pin;
+ * max_proxies_total.
  */
-#define KVDMABUF_API_VERSION_MINOR	1
+#define KVDMABUF_API_VERSION_MINOR	2
 /**
  * KVDMABUF_API_VERSION - major << 16 | minor, as VERSION reports it
  */
@@ -88,6 +93,15 @@
  * KVDMABUF_FEATURE_LIST - KVDMABUF_IOCTL_LIST is supported (API 2.1)
  */
 #define KVDMABUF_FEATURE_LIST		(1ULL << 3)
+/**
+ * KVDMABUF_FEATURE_REVOCABLE_PINS - the module tells revocable pins apart
+ * (API 2.2; built for a dma-buf core with dma_buf_attach_revocable(),
+ * Linux 7.1+): REVOKE revokes pinned revocable importers for good instead
+ * of failing with -EBUSY. Without it every pin blocks REVOKE and ATTACH,
+ * even that of an importer which could give its mapping up (Debian's
+ * 6.12 has ib_core's revocable dma-buf umems without that core API).
+ */
+#define KVDMABUF_FEATURE_REVOCABLE_PINS	(1ULL << 4)
 
 /* Proxy states (struct kvdmabuf_query.state, struct kvdmabuf_event.state). */
 /**
@@ -170,7 +184,9 @@ struct kvdmabuf_version {
  *
  * Errors: -EFAULT; -EINVAL (size, flags, pad, reserved, length zero or not
  * page aligned); -E2BIG; -EFBIG (length larger than the kernel can map);
- * -ENOSPC (the device fd already owns ``max_proxies`` live proxies);
+ * -ENOSPC (the device fd already owns ``max_proxies`` live proxies, or
+ * ``max_proxies_total`` proxies of all device fds together are live: module
+ * parameters, 1024 and 65536 by default);
  * -ENOMEM; -EMFILE/-ENFILE (no free fd). The fd is installed only after
  * the struct was written back: on -EFAULT no fd and no proxy is left.
  */
@@ -228,8 +244,9 @@ struct kvdmabuf_create {
  * (backing smaller than @offset + length, by its size or by the length of
  * its mapping for an importer's device); -EEXIST (already backed, no
  * REPLACE); -EAGAIN (REPLACE of a backed proxy that already holds
- * KVDMABUF_MAX_STALE_BACKINGS old backings: nothing changed); -EBUSY (REPLACE while an importer holds a blocking pin: nothing
- * changed); -EINTR (REPLACE of a backed proxy only; signal while waiting:
+ * KVDMABUF_MAX_STALE_BACKINGS old backings: nothing changed); -EBUSY (an
+ * importer holds a pin, blocking or revocable: a pinned importer never
+ * maps again, so it could not follow a new backing; nothing changed); -EINTR (REPLACE of a backed proxy only; signal while waiting:
  * the swap was made, the old backing is dropped when its last mapping
  * goes); -ETIMEDOUT (same, on timeout). A plain attach (nothing to
  * replace) never waits and never fails after the swap: stale backings of
@@ -262,7 +279,11 @@ struct kvdmabuf_attach {
  *
  * Marks the proxy revoked and sends a move notification to the importers
  * under the proxy's reservation lock; from then on pin and map fail with
- * -ENODEV. Then waits for every fence on the proxy's reservation object
+ * -ENODEV. Revocable importers that hold a pin (Linux 7.1+:
+ * dma_buf_attach_revocable(), such as irdma's dma-buf MRs) take that
+ * notification as a permanent revoke: they unmap and unpin in their
+ * callback and never map the proxy again (their memory region is dead and
+ * must be registered anew). They do not make the revoke fail. Then waits for every fence on the proxy's reservation object
  * (DMA_RESV_USAGE_BOOKKEEP: importers such as DRM drivers track their DMA
  * with them), then until no importer mapping of the backing remains (both
  * within @timeout_ms), and drops every attachment to the backing and the
@@ -274,8 +295,9 @@ struct kvdmabuf_attach {
  * Errors: -EFAULT; -EINVAL (size, flags, reserved, @timeout_ms above
  * KVDMABUF_MAX_TIMEOUT_MS, not a proxy); -E2BIG; -EBADF; -EPERM (the proxy was not created by this device fd); -EAGAIN
  * (the proxy is backed and already holds KVDMABUF_MAX_STALE_BACKINGS old
- * backings: nothing changed); -EBUSY (an importer holds a blocking pin:
- * nothing changed); -EINTR (signal while waiting) and -ETIMEDOUT
+ * backings: nothing changed); -EBUSY (an importer that cannot be revoked
+ * holds a pin, see @blocking_pins of struct kvdmabuf_query: nothing
+ * changed); -EINTR (signal while waiting) and -ETIMEDOUT
  * (timeout): the proxy *is* revoked; the backing is dropped once the
  * fences have signaled and the last mapping is gone, by the last unmap or
  * by the next ATTACH, REVOKE or QUERY of the proxy
@@ -302,10 +324,13 @@ struct kvdmabuf_revoke {
  * @id: out: proxy id
  * @generation: out: incremented by every attach, replace and revoke
  * @offset: out: offset into the current backing (0 when not backed)
- * @dynamic_importers: out: importer attachments holding no blocking pin
- * @pinned_importers: out: importer attachments holding a blocking pin
- * @blocking_pins: out: sum of blocking pins (explicit dma_buf_pin() calls;
- *	pins the core takes around a map are not counted)
+ * @dynamic_importers: out: importer attachments holding no pin
+ * @pinned_importers: out: importer attachments holding a pin, blocking or
+ *	revocable (such importers never follow a replace: a library should
+ *	register their memory anew after each one)
+ * @blocking_pins: out: sum of blocking pins (explicit dma_buf_pin() calls
+ *	of importers that cannot be revoked; pins the core takes around a map
+ *	are not counted): they make REVOKE and ATTACH fail with -EBUSY
  * @live_mappings: out: importer mappings (sg tables) not yet unmapped
  * @notifications: out: move notifications sent to the importers (one per
  *	revoke or replace, whatever the number of importers)
@@ -318,6 +343,16 @@ struct kvdmabuf_revoke {
  *	dynamic, peer-to-peer capable attachments (since _VER1; the module
  *	makes no other kind: each is pinned while the module maps it, and a
  *	move notification on it revokes the proxy)
+ * @revocable_pins: out: sum of the pins of revocable importers (since
+ *	_VER2; Linux 7.1+ only, 0 before): they make ATTACH (REPLACE) fail
+ *	with -EBUSY but not REVOKE, which revokes those importers for good
+ * @revocable_importers: out: how many of @pinned_importers hold only
+ *	revocable pins (since _VER2)
+ *
+ * An importer without an invalidation callback (allowed since Linux 7.1)
+ * is never told of a revoke or replace: it may attach and pin, but its
+ * map fails with -EOPNOTSUPP unless it holds a pin, and its pin is a
+ * blocking one.
  *
  * Errors: -EFAULT; -EINVAL (size, flags, reserved, not a proxy); -E2BIG;
  * -EBADF.
@@ -341,6 +376,8 @@ struct kvdmabuf_query {
 	__u64 reserved;
 	__u32 revoke_reason;
 	__u32 p2p_backing_attachments;
+	__u32 revocable_pins;
+	__u32 revocable_importers;
 };
 
 /**
@@ -415,8 +452,9 @@ struct kvdmabuf_event {
  * @generation: as in struct kvdmabuf_query
  * @state: KVDMABUF_STATE_*
  * @revoke_reason: as in struct kvdmabuf_query
- * @dynamic_importers: importer attachments holding no blocking pin
- * @pinned_importers: importer attachments holding a blocking pin
+ * @dynamic_importers: importer attachments holding no pin
+ * @pinned_importers: importer attachments holding a pin (as in struct
+ *	kvdmabuf_query: blocking or revocable)
  * @live_mappings: importer mappings not yet unmapped
  * @stale_backings: old backings still held for importers' mappings
  * @owner_pid: thread-group id of the process that created the proxy
@@ -424,6 +462,9 @@ struct kvdmabuf_event {
  * @flags: KVDMABUF_STAT_* bits
  * @pad: 0
  * @reserved: 0
+ * @revocable_importers: how many of @pinned_importers hold only revocable
+ *	pins (since _VER1)
+ * @revocable_pins: sum of their pins (since _VER1)
  */
 struct kvdmabuf_proxy_stat {
 	__u64 id;
@@ -440,6 +481,8 @@ struct kvdmabuf_proxy_stat {
 	__u32 flags;
 	__u32 pad;
 	__u64 reserved;
+	__u32 revocable_importers;
+	__u32 revocable_pins;
 };
 
 /**
@@ -500,6 +543,11 @@ struct kvdmabuf_list {
  */
 #define KVDMABUF_QUERY_SIZE_VER1	96
 /**
+ * KVDMABUF_QUERY_SIZE_VER2 - size of struct kvdmabuf_query with
+ * revocable_pins and revocable_importers (API 2.2)
+ */
+#define KVDMABUF_QUERY_SIZE_VER2	104
+/**
  * KVDMABUF_LIST_SIZE_VER0 - first size of struct kvdmabuf_list
  */
 #define KVDMABUF_LIST_SIZE_VER0		32
@@ -507,6 +555,11 @@ struct kvdmabuf_list {
  * KVDMABUF_PROXY_STAT_SIZE_VER0 - first size of struct kvdmabuf_proxy_stat
  */
 #define KVDMABUF_PROXY_STAT_SIZE_VER0	72
+/**
+ * KVDMABUF_PROXY_STAT_SIZE_VER1 - size of struct kvdmabuf_proxy_stat with
+ * revocable_importers and revocable_pins (API 2.2)
+ */
+#define KVDMABUF_PROXY_STAT_SIZE_VER1	80
 
 /**
  * KVDMABUF_IOCTL_MAGIC - ioctl type of the module's commands

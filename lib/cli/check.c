@@ -187,6 +187,10 @@ static void probe_follow(struct report *r, struct kvdmabuf_ctx *ctx,
 			   strerror(errno));
 	else if (kvd_proxy_dev_query(ctx, proxy, &pi))
 		report_add(r, V_WARN, item, "%s", kvd_msg(ctx));
+	else if (pi.nr_revocable_pins && !pi.nr_blocking_pins)
+		report_add(r, V_INFO, item, "pins dma-bufs, revocably: regions "
+			   "use REREGISTER (a sleep ends its MRs; new keys at "
+			   "every wake)");
 	else if (pi.nr_pinned || pi.nr_blocking_pins)
 		report_add(r, V_INFO, item, "pins dma-bufs: regions use "
 			   "REREGISTER (new keys at every wake)");

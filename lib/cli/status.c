@@ -82,9 +82,9 @@ int cmd_status(int argc, char **argv)
 	if (json)
 		printf("{\"proxies\": [");
 	else
-		printf("%8s %12s %-9s %6s %7s %6s %8s %6s %8s %6s\n", "id",
-		       "bytes", "state", "gen", "dynamic", "pinned", "mappings",
-		       "stale", "pid", "uid");
+		printf("%8s %12s %-9s %6s %7s %6s %9s %8s %6s %8s %6s\n",
+		       "id", "bytes", "state", "gen", "dynamic", "pinned",
+		       "revocable", "mappings", "stale", "pid", "uid");
 	for (i = 0; i < n; i++) {
 		const struct kvdmabuf_proxy_stat *s = &st[i];
 		const char *state = s->flags & KVDMABUF_STAT_BUSY ? "busy" :
@@ -94,23 +94,26 @@ int cmd_status(int argc, char **argv)
 			printf("%s\n  {\"id\": %llu, \"length\": %llu, "
 			       "\"state\": \"%s\", \"generation\": %llu, "
 			       "\"dynamic_importers\": %u, "
-			       "\"pinned_importers\": %u, \"live_mappings\": %u, "
+			       "\"pinned_importers\": %u, "
+			       "\"revocable_importers\": %u, "
+			       "\"revocable_pins\": %u, \"live_mappings\": %u, "
 			       "\"stale_backings\": %u, \"owner_pid\": %d, "
 			       "\"owner_uid\": %u}", i ? "," : "",
 			       (unsigned long long)s->id,
 			       (unsigned long long)s->length, state,
 			       (unsigned long long)s->generation,
 			       s->dynamic_importers, s->pinned_importers,
+			       s->revocable_importers, s->revocable_pins,
 			       s->live_mappings, s->stale_backings,
 			       s->owner_pid, s->owner_uid);
 		else
-			printf("%8llu %12llu %-9s %6llu %7u %6u %8u %6u %8d "
-			       "%6u\n", (unsigned long long)s->id,
+			printf("%8llu %12llu %-9s %6llu %7u %6u %9u %8u %6u "
+			       "%8d %6u\n", (unsigned long long)s->id,
 			       (unsigned long long)s->length, state,
 			       (unsigned long long)s->generation,
 			       s->dynamic_importers, s->pinned_importers,
-			       s->live_mappings, s->stale_backings,
-			       s->owner_pid, s->owner_uid);
+			       s->revocable_importers, s->live_mappings,
+			       s->stale_backings, s->owner_pid, s->owner_uid);
 	}
 	if (json)
 		printf("\n]}\n");

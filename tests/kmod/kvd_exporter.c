@@ -41,6 +41,7 @@ struct kvd_exp_pages {
 struct kvd_exp_buf {
 	struct dma_buf *dmabuf;
 	bool nopages;
+	bool bus_addr;			/* nopages: segments marked bus addresses */
 	bool slow_map;
 	/* All below: dmabuf->resv. */
 	struct kvd_exp_pages *cur;
@@ -205,6 +206,11 @@ static struct sg_table *kvd_exp_map(struct dma_buf_attachment *attach,
 			}
 			sg_dma_address(sg) = addr;
 			sg_dma_len(sg) = PAGE_SIZE;
+#if KVD_SG_BUS_ADDRESS_MARKS
+			/* Only a mark: unmapped page by page all the same. */
+			if (buf->bus_addr)
+				sg_dma_mark_bus_address(sg);
+#endif
 		}
 	} else {
 		for_each_sgtable_sg(&map->sgt, sg, i)
@@ -271,9 +277,15 @@ static long kvd_exp_create(void __user *uarg)
 
 	if (copy_from_user(&arg, uarg, sizeof(arg)))
 		return -EFAULT;
-	if (arg.flags & ~(KVD_EXP_CREATE_NOPAGES | KVD_EXP_CREATE_SLOW_MAP) ||
+	if (arg.flags & ~(KVD_EXP_CREATE_NOPAGES | KVD_EXP_CREATE_BUS_ADDR |
+			  KVD_EXP_CREATE_SLOW_MAP) ||
 	    arg.pad || arg.pad2)
 		return -EINVAL;
+	if ((arg.flags & KVD_EXP_CREATE_BUS_ADDR) &&
+	    !(arg.flags & KVD_EXP_CREATE_NOPAGES))
+		return -EINVAL;
+	if ((arg.flags & KVD_EXP_CREATE_BUS_ADDR) && !KVD_SG_BUS_ADDRESS_MARKS)
+		return -EOPNOTSUPP;
 	if (!arg.size || !PAGE_ALIGNED(arg.size) ||
 	    arg.size > KVD_EXP_MAX_SIZE)
 		return -EINVAL;
@@ -282,6 +294,7 @@ static long kvd_exp_create(void __user *uarg)
 		return -ENOMEM;
 	INIT_LIST_HEAD(&buf->retired);
 	buf->nopages = arg.flags & KVD_EXP_CREATE_NOPAGES;
+	buf->bus_addr = arg.flags & KVD_EXP_CREATE_BUS_ADDR;
 	buf->slow_map = arg.flags & KVD_EXP_CREATE_SLOW_MAP;
 	buf->cur = kvd_exp_pages_alloc(arg.size >> PAGE_SHIFT);
 	if (!buf->cur) {

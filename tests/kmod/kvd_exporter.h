@@ -18,16 +18,24 @@
 
 #define KVD_EXP_CREATE_NOPAGES		(1U << 0)
 /*
+ * With NOPAGES only: mark every DMA segment as a bus address
+ * (sg_dma_mark_bus_address(), as PCI peer-to-peer through a switch is
+ * marked). -EOPNOTSUPP on kernels without sg dma_flags
+ * (CONFIG_NEED_SG_DMA_FLAGS, 6.2+).
+ */
+#define KVD_EXP_CREATE_BUS_ADDR		(1U << 1)
+/*
  * Every map sleeps KVD_EXP_SLOW_MAP_MS first: an exporter whose map is
  * slow (amdgpu migrating a buffer into place).
  */
-#define KVD_EXP_CREATE_SLOW_MAP		(1U << 1)
+#define KVD_EXP_CREATE_SLOW_MAP		(1U << 2)
 #define KVD_EXP_SLOW_MAP_MS		1500
 
 /**
  * struct kvd_exp_create - KVD_EXP_IOCTL_CREATE argument
  * @size: in: bytes, multiple of the page size, at most 64 MiB
- * @flags: in: KVD_EXP_CREATE_* or 0
+ * @flags: in: KVD_EXP_CREATE_NOPAGES (optionally with
+ *	KVD_EXP_CREATE_BUS_ADDR), KVD_EXP_CREATE_SLOW_MAP, or 0
  * @fd: out: the dma-buf fd (O_CLOEXEC)
  * @pad: must be 0
  */

@@ -8,7 +8,11 @@
  * but move_notify only marks the mapping stale and the next access unmaps
  * it first (an importer that defers its unmap). Pinned:
  * dma_buf_pin() and one map at import, kept until release; move_notify only
- * counts. Accesses copy through the DMA addresses of the current mapping,
+ * counts (Linux 7.1+: no invalidation callback at all, the shape of 7.x's
+ * ib_umem_dmabuf_get_pinned(), since an importer with one declares itself
+ * revocable). No-notify (7.1+ only): no invalidation callback, dynamic
+ * unless pinned; the proxy refuses to map it while it holds no pin.
+ * Accesses copy through the DMA addresses of the current mapping,
  * taken as CPU physical addresses (true in a VM without IOMMU).
  *
  * Locking: imp_file->lock -> dma-buf resv. User memory is only touched
@@ -92,6 +96,13 @@ static const struct dma_buf_attach_ops kvd_imp_attach_ops = {
 	.KVD_IMPORTER_NOTIFY_OP = kvd_imp_move_notify,
 };
 
+#ifdef KVD_HAVE_ATTACH_REVOCABLE
+/* Linux 7.1+: the callback is optional; without it, never told of moves. */
+static const struct dma_buf_attach_ops kvd_imp_attach_no_notify_ops = {
+	.allow_peer2peer = true,
+};
+#endif
+
 /* resv held. */
 static int kvd_imp_map(struct kvd_imp *imp)
 {
@@ -130,18 +141,24 @@ static void kvd_imp_destroy(struct kvd_imp *imp)
 
 static long kvd_imp_import(struct kvd_imp_file *f, void __user *uarg)
 {
+	const struct dma_buf_attach_ops *ops;
 	struct kvd_imp_import arg;
 	struct kvd_imp *imp;
 	int slot, ret;
 
 	if (copy_from_user(&arg, uarg, sizeof(arg)))
 		return -EFAULT;
-	if (arg.flags & ~(KVD_IMP_IMPORT_PINNED | KVD_IMP_IMPORT_LAZY) ||
+	if (arg.flags & ~(KVD_IMP_IMPORT_PINNED | KVD_IMP_IMPORT_LAZY |
+			  KVD_IMP_IMPORT_NO_NOTIFY) ||
 	    arg.pad)
 		return -EINVAL;
-	if ((arg.flags & KVD_IMP_IMPORT_PINNED) &&
-	    (arg.flags & KVD_IMP_IMPORT_LAZY))
+	if ((arg.flags & KVD_IMP_IMPORT_LAZY) &&
+	    (arg.flags & (KVD_IMP_IMPORT_PINNED | KVD_IMP_IMPORT_NO_NOTIFY)))
 		return -EINVAL;
+#ifndef KVD_HAVE_ATTACH_REVOCABLE
+	if (arg.flags & KVD_IMP_IMPORT_NO_NOTIFY)
+		return -EOPNOTSUPP;	/* the core requires the callback */
+#endif
 
 	for (slot = 0; slot < KVD_IMP_MAX_IMPORTS; slot++)
 		if (!f->imports[slot])
@@ -159,8 +176,14 @@ static long kvd_imp_import(struct kvd_imp_file *f, void __user *uarg)
 		ret = PTR_ERR(imp->dmabuf);
 		goto err_free;
 	}
+	ops = &kvd_imp_attach_ops;
+#ifdef KVD_HAVE_ATTACH_REVOCABLE
+	/* A pinned importer with a callback would claim to be revocable. */
+	if (imp->pinned || (arg.flags & KVD_IMP_IMPORT_NO_NOTIFY))
+		ops = &kvd_imp_attach_no_notify_ops;
+#endif
 	imp->attach = dma_buf_dynamic_attach(imp->dmabuf, &kvd_imp_pdev->dev,
-					     &kvd_imp_attach_ops, imp);
+					     ops, imp);
 	if (IS_ERR(imp->attach)) {
 		ret = PTR_ERR(imp->attach);
 		goto err_put;

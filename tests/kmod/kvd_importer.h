@@ -23,15 +23,25 @@
  * unmaps it and maps again (an importer that defers its unmap).
  */
 #define KVD_IMP_IMPORT_LAZY		(1U << 1)
+/*
+ * Linux 7.1+ only (-EOPNOTSUPP before): attach without an invalidation
+ * callback (never told of a move). Alone: dynamic, which a kvdmabuf proxy
+ * refuses to map (-EOPNOTSUPP); with KVD_IMP_IMPORT_PINNED: what a pinned
+ * import is anyway on 7.1+ (a pinned import with a callback would declare
+ * itself revocable; before 7.1 it has a callback that only counts).
+ */
+#define KVD_IMP_IMPORT_NO_NOTIFY	(1U << 2)
 
 /**
  * struct kvd_imp_import - KVD_IMP_IOCTL_IMPORT argument
  * @fd: in: dma-buf fd
- * @flags: in: KVD_IMP_IMPORT_PINNED, KVD_IMP_IMPORT_LAZY or 0 (dynamic)
+ * @flags: in: KVD_IMP_IMPORT_PINNED, KVD_IMP_IMPORT_LAZY or 0 (dynamic),
+ *	optionally KVD_IMP_IMPORT_NO_NOTIFY (not with LAZY)
  * @handle: out: import handle for the other ioctls
  * @pad: must be 0
  *
- * Errors: -EINVAL (flags, both flags, pad, not a dma-buf), -EBADF, -ENOSPC (too many
+ * Errors: -EINVAL (flags, LAZY with another flag, pad, not a dma-buf),
+ * -EOPNOTSUPP (NO_NOTIFY before Linux 7.1), -EBADF, -ENOSPC (too many
  * imports on this fd), errors of dma_buf_dynamic_attach(), dma_buf_pin()
  * and, pinned, of the map.
  */

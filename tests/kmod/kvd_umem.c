@@ -5,7 +5,9 @@
  * run: ib_umem_dmabuf_get() + ib_umem_dmabuf_map_pages() /
  * ib_umem_dmabuf_unmap_pages() (the dynamic path of mlx5, with its
  * sg-table trimming and fence wait), ib_umem_dmabuf_get_pinned() (the
- * pinned path of efa, bnxt_re, irdma) and ib_umem_find_best_pgsz() with
+ * pinned path of efa, bnxt_re), on 7.1+ the pinned revocable path of
+ * irdma (ib_umem_dmabuf_get_pinned_revocable_and_lock()) and
+ * ib_umem_find_best_pgsz() with
  * the DMA block iterator (how a driver builds its MR page list).
  *
  * The ib_devices are allocated with ib_alloc_device() and never
@@ -67,6 +69,7 @@ struct kvd_umem_imp {
 	bool pinned;
 	bool lazy;
 	bool stale;			/* lazy: notified, not yet unmapped; resv */
+	u32 revokes;			/* pinned revocable: callbacks; resv */
 	unsigned long pgsz;		/* resv, as all below */
 	u64 maps;
 	u64 invalidations;
@@ -121,6 +124,34 @@ static const struct dma_buf_attach_ops kvd_umem_attach_ops = {
 	.KVD_IMPORTER_NOTIFY_OP = kvd_umem_invalidate,
 };
 
+#ifdef KVD_HAVE_UMEM_PINNED_REVOCABLE
+/*
+ * irdma's revoke callback (irdma_umem_dmabuf_revoke()) stops the MR; ib_core
+ * then unmaps and unpins the umem. Called under the dma-buf's resv, at most
+ * once, also from ib_umem_release() when nothing revoked it before.
+ */
+static void kvd_umem_revoke(void *priv)
+{
+	struct kvd_umem_imp *imp = priv;
+
+	imp->revokes++;
+	imp->invalidations++;
+}
+
+/* Returns with the dma-buf's resv held, as irdma gets it. */
+static struct ib_umem_dmabuf *
+kvd_umem_get_pinned_revocable(struct kvd_umem_imp *imp, size_t size, int fd)
+{
+	struct ib_umem_dmabuf *umd;
+
+	umd = ib_umem_dmabuf_get_pinned_revocable_and_lock(imp->ibdev, 0, size,
+							   fd, KVD_UMEM_ACCESS);
+	if (!IS_ERR(umd))
+		ib_umem_dmabuf_set_revoke_locked(umd, kvd_umem_revoke, imp);
+	return umd;
+}
+#endif
+
 /* resv held: map if not mapped (an mlx5 page fault), pick the page size. */
 static int kvd_umem_map(struct kvd_umem_imp *imp)
 {
@@ -169,11 +200,16 @@ static long kvd_umem_import(struct kvd_umem_file *f, void __user *uarg)
 	if (copy_from_user(&arg, uarg, sizeof(arg)))
 		return -EFAULT;
 	if (arg.flags & ~(KVD_IMP_IMPORT_PINNED | KVD_IMP_IMPORT_LAZY |
-			  KVD_UMEM_IMPORT_DEV32) || arg.pad)
+			  KVD_UMEM_IMPORT_DEV32 |
+			  KVD_UMEM_IMPORT_PINNED_REVOCABLE) || arg.pad)
 		return -EINVAL;
-	if ((arg.flags & KVD_IMP_IMPORT_PINNED) &&
-	    (arg.flags & KVD_IMP_IMPORT_LAZY))
+	if (hweight32(arg.flags & (KVD_IMP_IMPORT_PINNED | KVD_IMP_IMPORT_LAZY |
+				   KVD_UMEM_IMPORT_PINNED_REVOCABLE)) > 1)
 		return -EINVAL;
+#ifndef KVD_HAVE_UMEM_PINNED_REVOCABLE
+	if (arg.flags & KVD_UMEM_IMPORT_PINNED_REVOCABLE)
+		return -EOPNOTSUPP;
+#endif
 
 	for (slot = 0; slot < KVD_UMEM_MAX_IMPORTS; slot++)
 		if (!f->imports[slot])
@@ -191,10 +227,16 @@ static long kvd_umem_import(struct kvd_umem_file *f, void __user *uarg)
 	imp = kzalloc(sizeof(*imp), GFP_KERNEL);
 	if (!imp)
 		return -ENOMEM;
-	imp->pinned = arg.flags & KVD_IMP_IMPORT_PINNED;
+	imp->pinned = arg.flags & (KVD_IMP_IMPORT_PINNED |
+				   KVD_UMEM_IMPORT_PINNED_REVOCABLE);
 	imp->lazy = arg.flags & KVD_IMP_IMPORT_LAZY;
 	imp->ibdev = &kvd_umem_ib[arg.flags & KVD_UMEM_IMPORT_DEV32 ? 1 : 0]->ibdev;
 
+#ifdef KVD_HAVE_UMEM_PINNED_REVOCABLE
+	if (arg.flags & KVD_UMEM_IMPORT_PINNED_REVOCABLE)
+		umd = kvd_umem_get_pinned_revocable(imp, size, arg.fd);
+	else
+#endif
 	if (imp->pinned)
 		umd = ib_umem_dmabuf_get_pinned(imp->ibdev, 0, size, arg.fd,
 						KVD_UMEM_ACCESS);
@@ -207,7 +249,9 @@ static long kvd_umem_import(struct kvd_umem_file *f, void __user *uarg)
 		return ret;
 	}
 	imp->umd = umd;
-	dma_resv_lock(kvd_umem_resv(imp), NULL);
+	/* The pinned revocable umem comes with the resv held. */
+	if (!(arg.flags & KVD_UMEM_IMPORT_PINNED_REVOCABLE))
+		dma_resv_lock(kvd_umem_resv(imp), NULL);
 	if (imp->pinned) {
 		/* get_pinned() mapped it already. */
 		imp->maps++;
@@ -366,12 +410,19 @@ static long kvd_umem_info(struct kvd_umem_file *f, void __user *uarg)
 	arg.dma_mask = dma_get_mask(dev);
 	strscpy(arg.dev_name, dev_name(dev), sizeof(arg.dev_name));
 	dma_resv_lock(kvd_umem_resv(imp), NULL);
+	arg.revokes = imp->revokes;
+#ifdef KVD_HAVE_UMEM_PINNED_REVOCABLE
+	arg.revoked = imp->umd->revoked;
+#endif
 	if (imp->umd->sgt) {
 		arg.nmap = imp->umd->umem.sgt_append.sgt.nents;
-		for_each_sgtable_dma_sg(&imp->umd->umem.sgt_append.sgt, sg, i)
+		for_each_sgtable_dma_sg(&imp->umd->umem.sgt_append.sgt, sg, i) {
 			arg.max_dma_end = max_t(u64, arg.max_dma_end,
 						sg_dma_address(sg) +
 						sg_dma_len(sg));
+			if (kvd_sg_is_bus_address(sg))
+				arg.bus_addr_nents++;
+		}
 		arg.pgsz = imp->pgsz;
 	}
 	dma_resv_unlock(kvd_umem_resv(imp));

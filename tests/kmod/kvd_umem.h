@@ -15,7 +15,12 @@
  * - lazy (KVD_IMP_IMPORT_LAZY): dynamic, but the callback only marks the
  *   mapping stale and the next access unmaps it first;
  * - pinned (KVD_IMP_IMPORT_PINNED): ib_umem_dmabuf_get_pinned(), the path
- *   of efa, bnxt_re and irdma (pinned and mapped until release).
+ *   of efa and bnxt_re (pinned and mapped until release);
+ * - pinned revocable (KVD_UMEM_IMPORT_PINNED_REVOCABLE, Linux 7.1+ ib_core
+ *   only, -EOPNOTSUPP before): ib_umem_dmabuf_get_pinned_revocable_and_lock()
+ *   with a revoke callback set by ib_umem_dmabuf_set_revoke_locked(), the
+ *   path of irdma: an invalidation unmaps and unpins the umem for good
+ *   (KVD_UMEM_IOCTL_INFO counts the callbacks; later accesses fail).
  *
  * Accesses walk the umem's DMA blocks of the page size that
  * ib_umem_find_best_pgsz() picks (PAGE_SIZE, as mlx5 does for dma-buf
@@ -38,6 +43,8 @@
 
 /* Import with the second device (32-bit DMA mask). */
 #define KVD_UMEM_IMPORT_DEV32		(1U << 8)
+/* Pinned and revocable (irdma), see above. */
+#define KVD_UMEM_IMPORT_PINNED_REVOCABLE	(1U << 9)
 
 #define KVD_UMEM_DEVNAME_LEN		32
 
@@ -49,6 +56,11 @@
  * @max_dma_end: out: highest DMA address + 1 of the current mapping
  * @pgsz: out: page size ib_umem_find_best_pgsz() picked at the last map
  * @dev_name: out: name of the device the import maps for
+ * @revokes: out: revoke callbacks of a pinned revocable import
+ * @revoked: out: 1 once ib_core revoked the umem (it never maps again)
+ * @bus_addr_nents: out: entries of the current mapping marked as bus
+ *	addresses (sg_dma_is_bus_address())
+ * @pad: 0
  */
 struct kvd_umem_info {
 	__u32 handle;
@@ -57,6 +69,10 @@ struct kvd_umem_info {
 	__u64 max_dma_end;
 	__u64 pgsz;
 	char dev_name[KVD_UMEM_DEVNAME_LEN];
+	__u32 revokes;
+	__u32 revoked;
+	__u32 bus_addr_nents;
+	__u32 pad;
 };
 
 #define KVD_UMEM_IOCTL_INFO	_IOWR(KVD_IMP_IOCTL_MAGIC, 0x20, struct kvd_umem_info)
