@@ -21,7 +21,8 @@
  *
  * Imports are dynamic and peer-to-peer capable, with a move callback that
  * unmaps at once (an mlx5-like NIC); PINNED pins and maps at import until
- * release. The DMA runs with the buffer's resv held, so a revoke's
+ * release (on 7.1+ without a callback: a pinning NIC that is not
+ * revocable). The DMA runs with the buffer's resv held, so a revoke's
  * notification waits for a transfer in flight, as a NIC's would for its
  * fence.
  *
@@ -151,6 +152,16 @@ static const struct dma_buf_attach_ops kvd_edu_attach_ops = {
 	.KVD_IMPORTER_NOTIFY_OP = kvd_edu_move_notify,
 };
 
+#ifdef KVD_HAVE_ATTACH_REVOCABLE
+/*
+ * Linux 7.1+: a pinned importer with a callback would claim to be
+ * revocable (dma_buf_attach_revocable()); this one is a plain pinning NIC.
+ */
+static const struct dma_buf_attach_ops kvd_edu_pinned_ops = {
+	.allow_peer2peer = true,
+};
+#endif
+
 /* resv held. */
 static int kvd_edu_map(struct kvd_edu_imp *imp)
 {
@@ -191,6 +202,7 @@ static struct kvd_edu_imp *kvd_edu_lookup(struct kvd_edu_file *f, u32 h)
 
 static long kvd_edu_import(struct kvd_edu_file *f, void __user *uarg)
 {
+	const struct dma_buf_attach_ops *ops;
 	struct kvd_imp_import arg;
 	struct kvd_edu_imp *imp;
 	int slot, ret;
@@ -214,8 +226,13 @@ static long kvd_edu_import(struct kvd_edu_file *f, void __user *uarg)
 		ret = PTR_ERR(imp->dmabuf);
 		goto err_free;
 	}
+	ops = &kvd_edu_attach_ops;
+#ifdef KVD_HAVE_ATTACH_REVOCABLE
+	if (imp->pinned)
+		ops = &kvd_edu_pinned_ops;
+#endif
 	imp->attach = dma_buf_dynamic_attach(imp->dmabuf, &kvd_edu->pdev->dev,
-					     &kvd_edu_attach_ops, imp);
+					     ops, imp);
 	if (IS_ERR(imp->attach)) {
 		ret = PTR_ERR(imp->attach);
 		goto err_put;
