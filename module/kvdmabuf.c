@@ -119,7 +119,6 @@ struct kvd_slot {
 struct kvd_attach {
 	struct kref ref;
 	struct list_head node;		/* proxy->attachments; proxy->lock */
-	struct dma_buf_attachment *attach;	/* until detach */
 	struct device *dev;		/* the importer's device */
 	bool detached;			/* proxy->lock */
 	struct kvd_slot *cur;		/* proxy->lock + resv to write */
@@ -709,28 +708,29 @@ static unsigned int kvd_attach_revocable_pins(struct kvd_attach *ka)
 	return ka->revocable ? kvd_attach_pins(ka) : 0;
 }
 
-/* Pins that make a revoke fail with -EBUSY. */
-static unsigned int kvd_blocking_pins(struct kvd_proxy *proxy)
+/* @count summed over the proxy's importer attachments. */
+static unsigned int kvd_sum_pins(struct kvd_proxy *proxy,
+				 unsigned int (*count)(struct kvd_attach *ka))
 {
 	struct kvd_attach *ka;
 	unsigned int n = 0;
 
 	dma_resv_assert_held(proxy->dmabuf->resv);
 	list_for_each_entry(ka, &proxy->attachments, node)
-		n += kvd_attach_blocking(ka);
+		n += count(ka);
 	return n;
+}
+
+/* Pins that make a revoke fail with -EBUSY. */
+static unsigned int kvd_blocking_pins(struct kvd_proxy *proxy)
+{
+	return kvd_sum_pins(proxy, kvd_attach_blocking);
 }
 
 /* Pins that make an attach or a replace fail with -EBUSY: all of them. */
 static unsigned int kvd_all_pins(struct kvd_proxy *proxy)
 {
-	struct kvd_attach *ka;
-	unsigned int n = 0;
-
-	dma_resv_assert_held(proxy->dmabuf->resv);
-	list_for_each_entry(ka, &proxy->attachments, node)
-		n += kvd_attach_pins(ka);
-	return n;
+	return kvd_sum_pins(proxy, kvd_attach_pins);
 }
 
 /* ---- dma_buf_ops ---- */
@@ -757,7 +757,6 @@ static int kvd_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
 	if (!ka)
 		return -ENOMEM;
 	kref_init(&ka->ref);
-	ka->attach = attach;
 	ka->dev = attach->dev;
 	/*
 	 * Since Linux 7.1 an importer may come without an invalidation
@@ -818,7 +817,6 @@ static void kvd_detach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach
 	list_del(&ka->node);
 	/* A backing being built drops its slot for @ka when it sees this. */
 	ka->detached = true;
-	ka->attach = NULL;
 	if (proxy->backing) {
 		slot = kvd_slot_find(proxy->backing, ka);
 		if (slot)
