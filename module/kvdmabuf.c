@@ -109,6 +109,9 @@ struct kvd_slot {
 	struct dma_buf_attachment *bat;
 	struct sg_table *bsgt;
 	bool dying;			/* unpinning; backing resv */
+	bool whole;			/* the proxy's window is all of bsgt */
+	bool lent;			/* bsgt is an importer's map; proxy resv */
+	struct list_head lent_node;	/* ka->lent; proxy resv */
 };
 
 /*
@@ -124,11 +127,15 @@ struct kvd_attach {
 	struct kvd_slot *cur;		/* proxy->lock + resv to write */
 	unsigned int pins;		/* resv */
 	unsigned int maps;		/* resv */
+	struct list_head lent;		/* slots whose bsgt it maps; resv */
 	bool notified;			/* has an invalidation callback */
 	bool revocable;			/* its pins give way to a revoke */
 };
 
-/* One importer map: the table handed out and what it was built from. */
+/*
+ * One importer map built as a copy of a window of the backing's table (a
+ * proxy narrower than its backing, or a second map of one attachment).
+ */
 struct kvd_map {
 	struct sg_table sgt;
 	struct kvd_backing *backing;
@@ -329,6 +336,7 @@ static struct kvd_slot *kvd_slot_create(struct kvd_proxy *proxy,
 {
 	struct dma_resv *bresv = b->dmabuf->resv;
 	struct kvd_slot *slot;
+	u64 len;
 	int ret;
 
 	lockdep_assert_not_held(&proxy->lock);
@@ -339,6 +347,7 @@ static struct kvd_slot *kvd_slot_create(struct kvd_proxy *proxy,
 	slot->b = b;
 	slot->ka = ka;
 	slot->proxy = proxy;
+	INIT_LIST_HEAD(&slot->lent_node);
 	/*
 	 * Dynamic and p2p: a static attachment would make exporters such as
 	 * amdgpu or xe migrate the buffer to system memory and pin it there,
@@ -365,10 +374,12 @@ static struct kvd_slot *kvd_slot_create(struct kvd_proxy *proxy,
 		goto err_unpin;
 	}
 	/* An exporter may map less than its size: refuse it now, not at a fault. */
-	if (kvd_sgt_dma_len(slot->bsgt) < b->offset + proxy->length) {
+	len = kvd_sgt_dma_len(slot->bsgt);
+	if (len < b->offset + proxy->length) {
 		ret = -ERANGE;
 		goto err_unmap;
 	}
+	slot->whole = !b->offset && len == proxy->length;
 	dma_resv_unlock(bresv);
 	kref_get(&ka->ref);
 	atomic_inc(&kvd_nr_slots);
@@ -394,6 +405,7 @@ static void kvd_slot_destroy(struct kvd_slot *slot)
 	struct kvd_backing *b = slot->b;
 	struct dma_resv *bresv = b->dmabuf->resv;
 
+	WARN_ON_ONCE(slot->lent);	/* the importer unmaps before detach */
 	dma_resv_lock(bresv, NULL);
 	slot->dying = true;
 	dma_buf_unmap_attachment(slot->bat, slot->bsgt, DMA_BIDIRECTIONAL);
@@ -744,8 +756,9 @@ static int kvd_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
 	int ret;
 
 	/*
-	 * Importer tables hold DMA addresses only, without struct pages:
-	 * only peer-to-peer capable (hence dynamic) importers can take them.
+	 * Importer tables are DMA addresses of memory that may be a device's
+	 * (CUDA, VRAM): only peer-to-peer capable (hence dynamic) importers
+	 * can take them.
 	 */
 	if (!attach->peer2peer) {
 		pr_debug("proxy %llu: refusing importer %s without peer2peer\n",
@@ -757,6 +770,7 @@ static int kvd_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
 	if (!ka)
 		return -ENOMEM;
 	kref_init(&ka->ref);
+	INIT_LIST_HEAD(&ka->lent);
 	ka->dev = attach->dev;
 	/*
 	 * Since Linux 7.1 an importer may come without an invalidation
@@ -856,31 +870,44 @@ static void kvd_unpin(struct dma_buf_attachment *attach)
 		ka->pins--;
 }
 
-static struct sg_table *kvd_map_dma_buf(struct dma_buf_attachment *attach,
-					enum dma_data_direction dir)
+/*
+ * The table an importer's map gets for @slot: the slot's own, lent as it
+ * is, when the proxy's window is all of it and no other map of this
+ * attachment holds it. Each attachment has its own slot, hence its own
+ * table, mapped for its own device; it goes back to the exporter only
+ * after the importer returned it (stale backings wait for live maps).
+ * A copy costs an allocation and two walks per map, that is per wake and
+ * importer (for 64 MiB of vgem under TCG, 70-90 us: more than ib_umem's
+ * own map), which is why the common case lends.
+ */
+static struct sg_table *kvd_map_lend(struct kvd_attach *ka,
+				     struct kvd_slot *slot)
 {
-	struct kvd_proxy *proxy = attach->dmabuf->priv;
-	struct kvd_attach *ka = attach->priv;
-	u64 start, end, pos, seg_start, seg_end;
+	if (!slot->whole || slot->lent)
+		return NULL;
+	slot->lent = true;
+	list_add(&slot->lent_node, &ka->lent);
+	return slot->bsgt;
+}
+
+/*
+ * A copy of the proxy's window of the backing's table: DMA addresses,
+ * lengths and bus-address marks, no struct page. An importer may edit
+ * what it is given in place (ib_umem trims its first and last entry until
+ * unmap): a second map of an attachment whose table is lent would copy
+ * those edits, so an importer that does that must map an attachment once
+ * at a time (ib_umem does).
+ */
+static struct sg_table *kvd_map_copy(struct kvd_backing *b,
+				     struct sg_table *bsgt, u64 length)
+{
+	u64 start = b->offset, end = b->offset + length;
+	u64 pos, seg_start, seg_end;
 	struct scatterlist *sg, *dsg;
-	struct kvd_backing *b;
-	struct sg_table *bsgt;
 	struct kvd_map *map;
 	unsigned int nents = 0;
 	unsigned int i;
 	int ret;
-
-	dma_resv_assert_held(attach->dmabuf->resv);
-	/* Never told of a move: only a pin keeps its mapping valid. */
-	if (!ka->notified && !kvd_attach_pins(ka))
-		return ERR_PTR(-EOPNOTSUPP);
-	if (proxy->state != KVDMABUF_STATE_BACKED || !ka->cur)
-		return ERR_PTR(-ENODEV);
-
-	b = proxy->backing;
-	bsgt = ka->cur->bsgt;
-	start = b->offset;
-	end = b->offset + proxy->length;
 
 	pos = 0;
 	for_each_sgtable_dma_sg(bsgt, sg, i) {
@@ -904,7 +931,6 @@ static struct sg_table *kvd_map_dma_buf(struct dma_buf_attachment *attach,
 		return ERR_PTR(ret);
 	}
 
-	/* DMA addresses and lengths only: no struct page in this table. */
 	dsg = map->sgt.sgl;
 	pos = 0;
 	for_each_sgtable_dma_sg(bsgt, sg, i) {
@@ -923,10 +949,57 @@ static struct sg_table *kvd_map_dma_buf(struct dma_buf_attachment *attach,
 	}
 	map->sgt.nents = nents;
 	map->backing = b;
+	return &map->sgt;
+}
+
+static struct sg_table *kvd_map_dma_buf(struct dma_buf_attachment *attach,
+					enum dma_data_direction dir)
+{
+	struct kvd_proxy *proxy = attach->dmabuf->priv;
+	struct kvd_attach *ka = attach->priv;
+	struct kvd_backing *b;
+	struct sg_table *sgt;
+
+	dma_resv_assert_held(attach->dmabuf->resv);
+	/* Never told of a move: only a pin keeps its mapping valid. */
+	if (!ka->notified && !kvd_attach_pins(ka))
+		return ERR_PTR(-EOPNOTSUPP);
+	if (proxy->state != KVDMABUF_STATE_BACKED || !ka->cur)
+		return ERR_PTR(-ENODEV);
+
+	b = proxy->backing;
+	sgt = kvd_map_lend(ka, ka->cur);
+	if (!sgt) {
+		sgt = kvd_map_copy(b, ka->cur->bsgt, proxy->length);
+		if (IS_ERR(sgt))
+			return sgt;
+	}
 	b->live_maps++;
 	proxy->live_maps++;
 	ka->maps++;
-	return &map->sgt;
+	return sgt;
+}
+
+/* The backing @sgt was mapped from: a lent table's slot, or a copy's. */
+static struct kvd_backing *kvd_map_return(struct kvd_attach *ka,
+					  struct sg_table *sgt)
+{
+	struct kvd_backing *b;
+	struct kvd_slot *slot;
+	struct kvd_map *map;
+
+	list_for_each_entry(slot, &ka->lent, lent_node) {
+		if (slot->bsgt == sgt) {
+			list_del_init(&slot->lent_node);
+			slot->lent = false;
+			return slot->b;
+		}
+	}
+	map = container_of(sgt, struct kvd_map, sgt);
+	b = map->backing;
+	sg_free_table(&map->sgt);
+	kfree(map);
+	return b;
 }
 
 static void kvd_unmap_dma_buf(struct dma_buf_attachment *attach,
@@ -934,14 +1007,12 @@ static void kvd_unmap_dma_buf(struct dma_buf_attachment *attach,
 			      enum dma_data_direction dir)
 {
 	struct kvd_proxy *proxy = attach->dmabuf->priv;
-	struct kvd_map *map = container_of(sgt, struct kvd_map, sgt);
 	struct kvd_attach *ka = attach->priv;
-	struct kvd_backing *b = map->backing;
+	struct kvd_backing *b;
 	bool stale;
 
 	dma_resv_assert_held(attach->dmabuf->resv);
-	sg_free_table(&map->sgt);
-	kfree(map);
+	b = kvd_map_return(ka, sgt);
 	ka->maps--;
 	proxy->live_maps--;
 	stale = b != proxy->backing;
