@@ -6,7 +6,9 @@
  * backing (same umem, new bytes); and two importer devices with different
  * DMA masks (64 and 32 bits) on one proxy each get a mapping made for
  * their own device (the exporter records the device of every map); and
- * bus-address marks of the backing's segments reach the importers.
+ * bus-address marks of the backing's segments reach the importers; and
+ * an MR inside the proxy, whose ib_umem edits the table it maps in place,
+ * leaves the table of another MR of the same device alone, map after map.
  */
 #define KVD_IMP_UMEM 1
 
@@ -16,6 +18,7 @@
 #define SIZE		(32 * KVD_PAGE)
 #define SEED_A		0x5a
 #define SEED_B		0x5b
+#define INNER_SIZE	(1024 * KVD_PAGE)	/* room for multi-page entries */
 
 static int umem_info(int imp, int h, struct kvd_umem_info *i)
 {
@@ -225,6 +228,102 @@ TEST_F(umem, bus_address_marks_are_carried)
 	EXPECT_EQ(0, i.bus_addr_nents);
 	EXPECT_EQ(0, imp_release(self->imp, h));
 	close(e);
+}
+
+/* @len bytes of pattern @seed as they lie at byte @off of its buffer. */
+static int pattern_at(const char *got, size_t len, uint32_t seed, size_t off,
+		      char *ref)
+{
+	pattern_fill(ref, off + len, seed);
+	return memcmp(got, ref + off, len);
+}
+
+static int umem_remap(int imp, int h, uint32_t reps)
+{
+	uint64_t ns[8];
+	struct kvd_umem_remap a = {
+		.handle = (uint32_t)h, .reps = reps,
+		.unmap_ns = (uintptr_t)ns, .map_ns = (uintptr_t)ns,
+	};
+
+	if (reps > 8)
+		return -EINVAL;
+	return kvd_ioctl(imp, KVD_UMEM_IOCTL_REMAP, &a);
+}
+
+/*
+ * The module lends each importer attachment its own mapping of the backing
+ * when the proxy spans all of it. ib_umem edits what it maps in place (an
+ * MR that starts KVD_UMEM_INNER_GAP into the dma-buf moves the first
+ * entry's start, and cuts the last one short) until it unmaps: a table
+ * shared between attachments, or one not handed back as it was lent,
+ * would make the whole-buffer MR of the same device read bytes from the
+ * wrong place. Re-mapped (unmap + map) and moved to a new backing and back.
+ */
+TEST_F(umem, inner_mr_edits_do_not_reach_other_maps)
+{
+	size_t last = INNER_SIZE - 2 * KVD_UMEM_INNER_GAP - KVD_PAGE;
+	int a, b, proxy, hi, hw, round, edited = 0;
+	struct kvd_umem_info i;
+	char *ref;
+
+	ref = malloc(INNER_SIZE);
+	ASSERT_NE(NULL, ref);
+	a = vgem_pattern_buf(self->drm, INNER_SIZE, SEED_A);
+	ASSERT_GE(a, 0);
+	b = vgem_pattern_buf(self->drm, INNER_SIZE, SEED_B);
+	ASSERT_GE(b, 0);
+	proxy = kvd_create(self->dev, INNER_SIZE, NULL);
+	ASSERT_GE(proxy, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, proxy, a, 0));
+	hi = imp_import(self->imp, proxy, KVD_UMEM_IMPORT_INNER);
+	ASSERT_GE(hi, 0);
+	hw = imp_import(self->imp, proxy, 0);
+	ASSERT_GE(hw, 0);
+
+	for (round = 0; round < 4; round++) {
+		uint32_t seed = round & 1 ? SEED_B : SEED_A;
+
+		/* The inner MR first: its edit is in place while the
+		 * whole-buffer MR maps and reads. */
+		ASSERT_EQ(0, imp_read(self->imp, hi, 0, self->buf, KVD_PAGE));
+		EXPECT_EQ(0, pattern_at(self->buf, KVD_PAGE, seed,
+					KVD_UMEM_INNER_GAP, ref));
+		ASSERT_EQ(0, imp_read(self->imp, hi, last, self->buf, KVD_PAGE));
+		EXPECT_EQ(0, pattern_at(self->buf, KVD_PAGE, seed,
+					KVD_UMEM_INNER_GAP + last, ref));
+		ASSERT_EQ(0, umem_info(self->imp, hi, &i));
+		if (i.first_sg_offset || i.last_sg_trim)
+			edited++;
+		ASSERT_EQ(0, imp_read(self->imp, hw, 0, self->buf, KVD_PAGE));
+		EXPECT_EQ(0, pattern_at(self->buf, KVD_PAGE, seed, 0, ref));
+		ASSERT_EQ(0, imp_read(self->imp, hw, INNER_SIZE - KVD_PAGE,
+				      self->buf, KVD_PAGE));
+		EXPECT_EQ(0, pattern_at(self->buf, KVD_PAGE, seed,
+					INNER_SIZE - KVD_PAGE, ref));
+
+		/* Unmap and map again: the same table, lent again. */
+		ASSERT_EQ(0, umem_remap(self->imp, hi, 4));
+		ASSERT_EQ(0, umem_remap(self->imp, hw, 4));
+		ASSERT_EQ(0, imp_read(self->imp, hw, 0, self->buf, KVD_PAGE));
+		EXPECT_EQ(0, pattern_at(self->buf, KVD_PAGE, seed, 0, ref));
+		ASSERT_EQ(0, imp_read(self->imp, hi, 0, self->buf, KVD_PAGE));
+		EXPECT_EQ(0, pattern_at(self->buf, KVD_PAGE, seed,
+					KVD_UMEM_INNER_GAP, ref));
+
+		ASSERT_EQ(0, kvd_replace(self->dev, proxy, round & 1 ? a : b, 0));
+	}
+	TH_LOG("the inner MR's map edited its table in place in %d of 4 rounds",
+	       edited);
+	EXPECT_EQ(0, imp_release(self->imp, hi));
+	EXPECT_EQ(0, imp_release(self->imp, hw));
+	close(proxy);
+	close(a);
+	close(b);
+	free(ref);
+	if (!edited)
+		SKIP(return, "every first and last entry was one page: ib_umem "
+		     "had nothing to edit in place, so this proved nothing");
 }
 
 TEST_HARNESS_MAIN

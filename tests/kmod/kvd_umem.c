@@ -194,14 +194,18 @@ static long kvd_umem_import(struct kvd_umem_file *f, void __user *uarg)
 	struct kvd_imp_import arg;
 	struct kvd_umem_imp *imp;
 	struct dma_buf *dmabuf;
+	unsigned long offset;
 	size_t size;
 	int slot, ret;
 
 	if (copy_from_user(&arg, uarg, sizeof(arg)))
 		return -EFAULT;
 	if (arg.flags & ~(KVD_IMP_IMPORT_PINNED | KVD_IMP_IMPORT_LAZY |
-			  KVD_UMEM_IMPORT_DEV32 |
+			  KVD_UMEM_IMPORT_DEV32 | KVD_UMEM_IMPORT_INNER |
 			  KVD_UMEM_IMPORT_PINNED_REVOCABLE) || arg.pad)
+		return -EINVAL;
+	if ((arg.flags & KVD_UMEM_IMPORT_INNER) &&
+	    (arg.flags & (KVD_IMP_IMPORT_LAZY | KVD_UMEM_IMPORT_PINNED_REVOCABLE)))
 		return -EINVAL;
 	if (hweight32(arg.flags & (KVD_IMP_IMPORT_PINNED | KVD_IMP_IMPORT_LAZY |
 				   KVD_UMEM_IMPORT_PINNED_REVOCABLE)) > 1)
@@ -223,6 +227,13 @@ static long kvd_umem_import(struct kvd_umem_file *f, void __user *uarg)
 		return PTR_ERR(dmabuf);
 	size = dmabuf->size;
 	dma_buf_put(dmabuf);
+	offset = 0;
+	if (arg.flags & KVD_UMEM_IMPORT_INNER) {
+		if (size <= 2 * KVD_UMEM_INNER_GAP)
+			return -EINVAL;
+		offset = KVD_UMEM_INNER_GAP;
+		size -= 2 * KVD_UMEM_INNER_GAP;
+	}
 
 	imp = kzalloc(sizeof(*imp), GFP_KERNEL);
 	if (!imp)
@@ -238,10 +249,10 @@ static long kvd_umem_import(struct kvd_umem_file *f, void __user *uarg)
 	else
 #endif
 	if (imp->pinned)
-		umd = ib_umem_dmabuf_get_pinned(imp->ibdev, 0, size, arg.fd,
-						KVD_UMEM_ACCESS);
+		umd = ib_umem_dmabuf_get_pinned(imp->ibdev, offset, size,
+						arg.fd, KVD_UMEM_ACCESS);
 	else
-		umd = ib_umem_dmabuf_get(imp->ibdev, 0, size, arg.fd,
+		umd = ib_umem_dmabuf_get(imp->ibdev, offset, size, arg.fd,
 					 KVD_UMEM_ACCESS, &kvd_umem_attach_ops);
 	if (IS_ERR(umd)) {
 		ret = PTR_ERR(umd);
@@ -415,6 +426,8 @@ static long kvd_umem_info(struct kvd_umem_file *f, void __user *uarg)
 	arg.revoked = imp->umd->revoked;
 #endif
 	if (imp->umd->sgt) {
+		arg.first_sg_offset = imp->umd->first_sg_offset;
+		arg.last_sg_trim = imp->umd->last_sg_trim;
 		arg.nmap = imp->umd->umem.sgt_append.sgt.nents;
 		for_each_sgtable_dma_sg(&imp->umd->umem.sgt_append.sgt, sg, i) {
 			arg.max_dma_end = max_t(u64, arg.max_dma_end,

@@ -30,6 +30,12 @@
  * Two devices: import flag KVD_UMEM_IMPORT_DEV32 imports with a second
  * ib_device whose dma_device has a 32-bit DMA mask (the default one has a
  * 64-bit mask). KVD_UMEM_IOCTL_INFO tells what an import mapped for.
+ *
+ * An MR inside the dma-buf: with KVD_UMEM_IMPORT_INNER (dynamic or pinned
+ * only) the MR covers [KVD_UMEM_INNER_GAP, size - KVD_UMEM_INNER_GAP) and
+ * access offsets count from its first byte. ib_umem then edits the table
+ * it maps in place (its first entry starts later, its last ends earlier)
+ * and undoes that before it unmaps; KVD_UMEM_IOCTL_INFO reports the edit.
  */
 #ifndef _UAPI_KVD_UMEM_H
 #define _UAPI_KVD_UMEM_H
@@ -45,6 +51,9 @@
 #define KVD_UMEM_IMPORT_DEV32		(1U << 8)
 /* Pinned and revocable (irdma), see above. */
 #define KVD_UMEM_IMPORT_PINNED_REVOCABLE	(1U << 9)
+/* The MR leaves KVD_UMEM_INNER_GAP bytes out at both ends, see above. */
+#define KVD_UMEM_IMPORT_INNER		(1U << 10)
+#define KVD_UMEM_INNER_GAP		8192
 
 #define KVD_UMEM_DEVNAME_LEN		32
 
@@ -60,7 +69,9 @@
  * @revoked: out: 1 once ib_core revoked the umem (it never maps again)
  * @bus_addr_nents: out: entries of the current mapping marked as bus
  *	addresses (sg_dma_is_bus_address())
- * @pad: 0
+ * @first_sg_offset: out: bytes ib_umem cut off the front of the first entry
+ *	of the table it maps (in place, until unmap)
+ * @last_sg_trim: out: bytes it cut off the end of the last one
  */
 struct kvd_umem_info {
 	__u32 handle;
@@ -72,6 +83,8 @@ struct kvd_umem_info {
 	__u32 revokes;
 	__u32 revoked;
 	__u32 bus_addr_nents;
+	__u32 first_sg_offset;
+	__u32 last_sg_trim;
 	__u32 pad;
 };
 
