@@ -23,7 +23,6 @@
 
 #include <linux/dma-buf.h>
 #include <linux/dma-direct.h>
-#include <linux/dma-fence.h>
 #include <linux/dma-mapping.h>
 #include <linux/dma-resv.h>
 #include <linux/highmem.h>
@@ -37,6 +36,7 @@
 #include <linux/workqueue.h>
 
 #include "compat.h"
+#include "kvd_imp_fence.h"
 #include "kvd_importer.h"
 
 #define KVD_IMP_MAX_IMPORTS	64
@@ -54,19 +54,10 @@ struct kvd_imp {
 	u64 accesses;
 };
 
-/* A fence on an imported buffer's resv, signaled by a delayed work. */
-struct kvd_imp_fence_obj {
-	struct dma_fence base;		/* first: dma_fence_free() frees all */
-	spinlock_t lock;
-	struct delayed_work work;
-	struct list_head node;		/* kvd_imp_file.fences */
-};
-
 struct kvd_imp_file {
 	struct mutex lock;		/* imports[], fences */
 	struct kvd_imp *imports[KVD_IMP_MAX_IMPORTS];
-	struct list_head fences;
-	unsigned int nr_fences;
+	struct kvd_imp_fences fences;
 };
 
 static struct platform_device *kvd_imp_pdev;
@@ -353,31 +344,10 @@ static long kvd_imp_release(struct kvd_imp_file *f, void __user *uarg)
 	return 0;
 }
 
-static const char *kvd_imp_fence_name(struct dma_fence *fence)
-{
-	return "kvd_importer";
-}
-
-static const struct dma_fence_ops kvd_imp_fence_ops = {
-	.get_driver_name = kvd_imp_fence_name,
-	.get_timeline_name = kvd_imp_fence_name,
-};
-
-static void kvd_imp_fence_work(struct work_struct *work)
-{
-	struct kvd_imp_fence_obj *kf =
-		container_of(to_delayed_work(work), struct kvd_imp_fence_obj,
-			     work);
-
-	dma_fence_signal(&kf->base);
-}
-
 static long kvd_imp_fence(struct kvd_imp_file *f, void __user *uarg)
 {
-	struct kvd_imp_fence_obj *kf;
 	struct kvd_imp_fence arg;
 	struct kvd_imp *imp;
-	int ret;
 
 	if (copy_from_user(&arg, uarg, sizeof(arg)))
 		return -EFAULT;
@@ -386,40 +356,7 @@ static long kvd_imp_fence(struct kvd_imp_file *f, void __user *uarg)
 	imp = kvd_imp_lookup(f, arg.handle);
 	if (!imp)
 		return -ENOENT;
-	if (f->nr_fences >= KVD_IMP_MAX_FENCES)
-		return -ENOSPC;
-
-	kf = kzalloc(sizeof(*kf), GFP_KERNEL);
-	if (!kf)
-		return -ENOMEM;
-	spin_lock_init(&kf->lock);
-	INIT_DELAYED_WORK(&kf->work, kvd_imp_fence_work);
-	/* A context of its own: the resv keeps it beside any other fence. */
-	dma_fence_init(&kf->base, &kvd_imp_fence_ops, &kf->lock,
-		       dma_fence_context_alloc(1), 1);
-
-	ret = dma_resv_lock_interruptible(imp->dmabuf->resv, NULL);
-	if (ret)
-		goto err_put;
-	ret = dma_resv_reserve_fences(imp->dmabuf->resv, 1);
-	if (ret) {
-		dma_resv_unlock(imp->dmabuf->resv);
-		goto err_put;
-	}
-	dma_resv_add_fence(imp->dmabuf->resv, &kf->base,
-			   DMA_RESV_USAGE_BOOKKEEP);
-	dma_resv_unlock(imp->dmabuf->resv);
-
-	list_add_tail(&kf->node, &f->fences);
-	f->nr_fences++;
-	schedule_delayed_work(&kf->work, msecs_to_jiffies(arg.delay_ms));
-	return 0;
-
-err_put:
-	/* Never published: signal it so that freeing it is legal. */
-	dma_fence_signal(&kf->base);
-	dma_fence_put(&kf->base);
-	return ret;
+	return kvd_imp_fence_add(&f->fences, imp->dmabuf->resv, arg.delay_ms);
 }
 
 static long kvd_imp_ioctl(struct file *file, unsigned int cmd,
@@ -461,7 +398,7 @@ static int kvd_imp_open(struct inode *inode, struct file *file)
 	if (!f)
 		return -ENOMEM;
 	mutex_init(&f->lock);
-	INIT_LIST_HEAD(&f->fences);
+	kvd_imp_fences_init(&f->fences);
 	file->private_data = f;
 	return nonseekable_open(inode, file);
 }
@@ -469,15 +406,9 @@ static int kvd_imp_open(struct inode *inode, struct file *file)
 static int kvd_imp_file_release(struct inode *inode, struct file *file)
 {
 	struct kvd_imp_file *f = file->private_data;
-	struct kvd_imp_fence_obj *kf, *tmp;
 	int i;
 
-	list_for_each_entry_safe(kf, tmp, &f->fences, node) {
-		cancel_delayed_work_sync(&kf->work);
-		dma_fence_signal(&kf->base);
-		list_del(&kf->node);
-		dma_fence_put(&kf->base);
-	}
+	kvd_imp_fences_release(&f->fences);
 	for (i = 0; i < KVD_IMP_MAX_IMPORTS; i++)
 		if (f->imports[i])
 			kvd_imp_destroy(f->imports[i]);

@@ -31,7 +31,6 @@
 
 #include <linux/dma-buf.h>
 #include <linux/dma-direct.h>
-#include <linux/dma-fence.h>
 #include <linux/dma-mapping.h>
 #include <linux/dma-resv.h>
 #include <linux/highmem.h>
@@ -48,6 +47,7 @@
 #include <rdma/iter.h>
 
 #include "compat.h"
+#include "kvd_imp_fence.h"
 #include "kvd_umem.h"
 
 #define KVD_UMEM_MAX_IMPORTS	64
@@ -77,18 +77,10 @@ struct kvd_umem_imp {
 	u64 accesses;
 };
 
-struct kvd_umem_fence_obj {
-	struct dma_fence base;		/* first: dma_fence_free() frees all */
-	spinlock_t lock;
-	struct delayed_work work;
-	struct list_head node;
-};
-
 struct kvd_umem_file {
 	struct mutex lock;		/* imports[], fences */
 	struct kvd_umem_imp *imports[KVD_UMEM_MAX_IMPORTS];
-	struct list_head fences;
-	unsigned int nr_fences;
+	struct kvd_imp_fences fences;
 };
 
 static struct dma_resv *kvd_umem_resv(struct kvd_umem_imp *imp)
@@ -461,33 +453,11 @@ static long kvd_umem_release(struct kvd_umem_file *f, void __user *uarg)
 	return 0;
 }
 
-static const char *kvd_umem_fence_name(struct dma_fence *fence)
-{
-	return "kvd_umem";
-}
-
-static const struct dma_fence_ops kvd_umem_fence_ops = {
-	.get_driver_name = kvd_umem_fence_name,
-	.get_timeline_name = kvd_umem_fence_name,
-};
-
-static void kvd_umem_fence_work(struct work_struct *work)
-{
-	struct kvd_umem_fence_obj *kf =
-		container_of(to_delayed_work(work), struct kvd_umem_fence_obj,
-			     work);
-
-	dma_fence_signal(&kf->base);
-}
-
 /* A BOOKKEEP fence on the dma-buf's resv, as a DRM importer tracks DMA. */
 static long kvd_umem_fence(struct kvd_umem_file *f, void __user *uarg)
 {
-	struct kvd_umem_fence_obj *kf;
 	struct kvd_imp_fence arg;
 	struct kvd_umem_imp *imp;
-	struct dma_resv *resv;
-	int ret;
 
 	if (copy_from_user(&arg, uarg, sizeof(arg)))
 		return -EFAULT;
@@ -496,38 +466,7 @@ static long kvd_umem_fence(struct kvd_umem_file *f, void __user *uarg)
 	imp = kvd_umem_lookup(f, arg.handle);
 	if (!imp)
 		return -ENOENT;
-	if (f->nr_fences >= KVD_IMP_MAX_FENCES)
-		return -ENOSPC;
-
-	kf = kzalloc(sizeof(*kf), GFP_KERNEL);
-	if (!kf)
-		return -ENOMEM;
-	spin_lock_init(&kf->lock);
-	INIT_DELAYED_WORK(&kf->work, kvd_umem_fence_work);
-	dma_fence_init(&kf->base, &kvd_umem_fence_ops, &kf->lock,
-		       dma_fence_context_alloc(1), 1);
-
-	resv = kvd_umem_resv(imp);
-	ret = dma_resv_lock_interruptible(resv, NULL);
-	if (ret)
-		goto err_put;
-	ret = dma_resv_reserve_fences(resv, 1);
-	if (ret) {
-		dma_resv_unlock(resv);
-		goto err_put;
-	}
-	dma_resv_add_fence(resv, &kf->base, DMA_RESV_USAGE_BOOKKEEP);
-	dma_resv_unlock(resv);
-
-	list_add_tail(&kf->node, &f->fences);
-	f->nr_fences++;
-	schedule_delayed_work(&kf->work, msecs_to_jiffies(arg.delay_ms));
-	return 0;
-
-err_put:
-	dma_fence_signal(&kf->base);
-	dma_fence_put(&kf->base);
-	return ret;
+	return kvd_imp_fence_add(&f->fences, kvd_umem_resv(imp), arg.delay_ms);
 }
 
 /*
@@ -629,7 +568,7 @@ static int kvd_umem_open(struct inode *inode, struct file *file)
 	if (!f)
 		return -ENOMEM;
 	mutex_init(&f->lock);
-	INIT_LIST_HEAD(&f->fences);
+	kvd_imp_fences_init(&f->fences);
 	file->private_data = f;
 	return nonseekable_open(inode, file);
 }
@@ -637,15 +576,9 @@ static int kvd_umem_open(struct inode *inode, struct file *file)
 static int kvd_umem_file_release(struct inode *inode, struct file *file)
 {
 	struct kvd_umem_file *f = file->private_data;
-	struct kvd_umem_fence_obj *kf, *tmp;
 	int i;
 
-	list_for_each_entry_safe(kf, tmp, &f->fences, node) {
-		cancel_delayed_work_sync(&kf->work);
-		dma_fence_signal(&kf->base);
-		list_del(&kf->node);
-		dma_fence_put(&kf->base);
-	}
+	kvd_imp_fences_release(&f->fences);
 	for (i = 0; i < KVD_UMEM_MAX_IMPORTS; i++)
 		if (f->imports[i])
 			kvd_umem_destroy(f->imports[i]);
