@@ -1508,10 +1508,10 @@ static int run_scale(const int *ns, int nn)
 	double f1, fN, fmin, fmax, r1 = 0, rN = 0;
 
 	printf("# fig 7: %d KiB regions; sleep/wake cycles after one warm-up: "
-	       "at least 5 and 1000 region-wakes per count of regions (few "
+	       "at least 9 and 3000 region-wakes per count of regions (few "
 	       "regions are quick and noisy)\n", SCALE_REGION >> 10);
 	for (i = 0; i < nn; i++) {
-		cycles = g_sanity ? 1 : ns[i] >= 200 ? 5 : 1000 / ns[i];
+		cycles = g_sanity ? 1 : ns[i] >= 333 ? 9 : 3000 / ns[i];
 		sr[i].n = ns[i];
 		if (scale_follow(ns[i], cycles, &sr[i]) ||
 		    scale_rxe(ns[i], cycles, &sr[i], why, sizeof(why)))
