@@ -110,8 +110,7 @@ struct kvd_slot {
 	struct sg_table *bsgt;
 	bool dying;			/* unpinning; backing resv */
 	bool whole;			/* the proxy's window is all of bsgt */
-	bool lent;			/* bsgt is an importer's map; proxy resv */
-	struct list_head lent_node;	/* ka->lent; proxy resv */
+	struct list_head lent_node;	/* on ka->lent while lent; proxy resv */
 };
 
 /*
@@ -405,7 +404,8 @@ static void kvd_slot_destroy(struct kvd_slot *slot)
 	struct kvd_backing *b = slot->b;
 	struct dma_resv *bresv = b->dmabuf->resv;
 
-	WARN_ON_ONCE(slot->lent);	/* the importer unmaps before detach */
+	/* the importer unmaps before detach */
+	WARN_ON_ONCE(!list_empty(&slot->lent_node));
 	dma_resv_lock(bresv, NULL);
 	slot->dying = true;
 	dma_buf_unmap_attachment(slot->bat, slot->bsgt, DMA_BIDIRECTIONAL);
@@ -883,9 +883,8 @@ static void kvd_unpin(struct dma_buf_attachment *attach)
 static struct sg_table *kvd_map_lend(struct kvd_attach *ka,
 				     struct kvd_slot *slot)
 {
-	if (!slot->whole || slot->lent)
+	if (!slot->whole || !list_empty(&slot->lent_node))
 		return NULL;
-	slot->lent = true;
 	list_add(&slot->lent_node, &ka->lent);
 	return slot->bsgt;
 }
@@ -991,7 +990,6 @@ static struct kvd_backing *kvd_map_return(struct kvd_attach *ka,
 	list_for_each_entry(slot, &ka->lent, lent_node) {
 		if (slot->bsgt == sgt) {
 			list_del_init(&slot->lent_node);
-			slot->lent = false;
 			return slot->b;
 		}
 	}
