@@ -21,7 +21,8 @@
  *  5. bytes of the old memory still held after sleep, per mode;
  *  6. drain latency: last in-flight transfer ends -> sleep proceeds;
  *  7. scale: sleep + wake of 10, 100, 1000 small regions, FOLLOW (kvd_umem)
- *     and REREGISTER (rxe), total and per region.
+ *     and REREGISTER (rxe), total and per region; the counts take turns
+ *     so that the machine's drift weighs on each alike.
  *
  * The VM run (default) measures 1, 2, 3, 5, 6 and 7 with vgem, the kvdmabuf
  * module, kvd_umem and rxe0; --host-only measures 4 and 6 (pure user
@@ -1233,11 +1234,27 @@ static const struct kvd_ops umem_nic_ops = {
 	.proxy_query = kvd_proxy_dev_query,
 };
 
-struct scale_res {
-	int n, cycles;
-	double f_sleep, f_wake, f_first;	/* medians, total ns */
-	double r_sleep, r_wake;
-	int rxe;
+/* One count of regions, FOLLOW on kvd_umem and REREGISTER on rxe. */
+struct scale_set {
+	int n;
+	/* FOLLOW: regions on proxies, two sets of vgem buffers */
+	struct umem_nic un;
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region **r;
+	struct dbuf *b[2];
+	uint32_t *key0;
+	unsigned char *got;
+	int set;
+	/* REREGISTER: host regions released at sleep */
+	struct kvdmabuf_ctx *rctx;
+	struct kvdmabuf_region **rr;
+	uint64_t *kg;
+	char *mem;
+	/* samples (total ns per cycle) and their count */
+	double *sl, *wk, *fa, *rsl, *rwk;
+	int m, rm, cap;
+	/* medians */
+	double f_sleep, f_wake, f_first, r_sleep, r_wake;
 };
 
 static double ns_per(double ns, int n)
@@ -1245,305 +1262,323 @@ static double ns_per(double ns, int n)
 	return ns / n;
 }
 
-/*
- * FOLLOW at scale: @n regions of SCALE_REGION on kvd_umem (dynamic MRs on
- * proxies), two sets of vgem buffers; each cycle sleeps all, moves every
- * region to the other set (new bytes: the next generation), wakes all and
- * reads every region's first page (each MR's re-map), then checks every
- * region's bytes and that no key changed.
- */
-static int scale_follow(int n, int cycles, struct scale_res *sr)
+static int scale_alloc(struct scale_set *s, int n, int cap)
 {
-	struct umem_nic un = { .nfd = 0 };
-	struct kvdmabuf_options o = { 0 };
-	struct kvdmabuf_ctx *ctx = NULL;
-	struct kvdmabuf_region **r = NULL;
-	struct dbuf *b[2] = { NULL, NULL };
-	double *sl = NULL, *wk = NULL, *fa = NULL;
-	uint32_t *key0 = NULL;
-	unsigned char *got = NULL;
-	static char buf[BLK];
-	unsigned int gen;
-	char err[512];
-	const char *path;
-	int i, rep, set = 0, rc = -1, m = 0, k;
-
-	r = calloc((size_t)n, sizeof(*r));
-	b[0] = calloc((size_t)n, sizeof(**b));
-	b[1] = calloc((size_t)n, sizeof(**b));
-	key0 = calloc((size_t)n, sizeof(*key0));
-	got = calloc((size_t)n, 1);
-	sl = calloc((size_t)cycles, sizeof(double));
-	wk = calloc((size_t)cycles, sizeof(double));
-	fa = calloc((size_t)cycles, sizeof(double));
-	if (!r || !b[0] || !b[1] || !key0 || !got || !sl || !wk || !fa) {
-		ERR("out of memory");
-		goto out;
-	}
-	path = write_cfg("protocol: rdma\nmodule: require\ndrain_timeout_s: 5\n");
-	if (!path) {
-		ERR("cannot write a config in /tmp");
-		goto out;
-	}
-	o.config_path = path;
-	k = kvd_open_ops(&o, &umem_nic_ops, &un, &ctx, err, sizeof(err));
-	unlink(path);
-	if (k) {
-		ERR("kvdmabuf open (kvd_umem NIC): %s", err);
-		goto out;
-	}
-	gen = ++g_gen;
-	for (i = 0; i < n; i++) {
-		struct kvdmabuf_region_desc d = { 0 };
-
-		if (dbuf_new(&b[0][i], g_drm, SCALE_REGION, NULL, gen + i) ||
-		    dbuf_new(&b[1][i], g_drm, SCALE_REGION, NULL, 0))
-			goto out;
-		d.addr = b[0][i].addr;
-		d.len = SCALE_REGION;
-		d.mem = KVDMABUF_MEM_DRM;
-		d.drm_fd = g_drm;
-		d.drm_handle = b[0][i].h;
-		d.tag = "kv_cache";
-		if (kvdmabuf_region_add(ctx, &d, &r[i])) {
-			ERR("region %d add: %s", i, kvdmabuf_last_error(ctx));
-			goto out;
-		}
-		if (kvdmabuf_region_keys(r[i], 0, &key0[i], NULL, NULL)) {
-			ERR("region %d keys", i);
-			goto out;
-		}
-	}
-	for (rep = -1; rep < cycles; rep++) {
-		int64_t t0, t1, t2, t3;
-
-		t0 = now_ns();
-		if (kvdmabuf_sleep(ctx, NULL)) {
-			ERR("sleep (%d regions): %s", n, kvdmabuf_last_error(ctx));
-			goto out;
-		}
-		t1 = now_ns();
-		set ^= 1;
-		gen = ++g_gen;
-		for (i = 0; i < n; i++) {
-			dbuf_fill(&b[set][i], gen + i);
-			if (kvdmabuf_region_set_drm_handle(r[i], g_drm,
-							   b[set][i].h)) {
-				ERR("set_drm_handle: %s",
-				    kvdmabuf_last_error(ctx));
-				goto out;
-			}
-		}
-		t2 = now_ns();
-		if (kvdmabuf_wake(ctx, NULL)) {
-			ERR("wake (%d regions): %s", n, kvdmabuf_last_error(ctx));
-			goto out;
-		}
-		t3 = now_ns();
-		for (i = 0; i < n; i++) {
-			if (umem_nic_read(&un, key0[i], 0, buf, BLK)) {
-				ERR("region %d first access after wake: %s", i,
-				    strerror(errno));
-				goto out;
-			}
-			got[i] = (unsigned char)buf[0];
-		}
-		if (rep >= 0) {
-			sl[m] = (double)(t1 - t0);
-			wk[m] = (double)(t3 - t2);
-			fa[m] = (double)(now_ns() - t3);
-			m++;
-		}
-		for (i = 0; i < n; i++) {
-			uint32_t key;
-
-			if (got[i] != gen_byte(gen + (unsigned int)i, 0)) {
-				ERR("region %d read %u after wake, not generation "
-				    "%u's %u", i, got[i], gen + i,
-				    gen_byte(gen + (unsigned int)i, 0));
-				goto out;
-			}
-			if (kvdmabuf_region_keys(r[i], 0, &key, NULL, NULL) ||
-			    key != key0[i]) {
-				ERR("region %d: FOLLOW key changed", i);
-				goto out;
-			}
-		}
-	}
-	sr->cycles = m;
-	sr->f_sleep = median_big(sl, m);
-	sr->f_wake = median_big(wk, m);
-	sr->f_first = median_big(fa, m);
-	rc = 0;
-out:
-	for (i = 0; r && i < n; i++)
-		if (r[i] && kvdmabuf_region_remove(r[i]) && !rc)
-			rc = ERR("region remove: %s", kvdmabuf_last_error(ctx));
-	if (ctx)
-		kvdmabuf_close(ctx);
-	for (k = 0; k < 2; k++)
-		for (i = 0; b[k] && i < n; i++)
-			dbuf_free(&b[k][i]);
-	for (i = 0; i < un.nfd; i++)
-		close(un.fd[i]);
-	free(r);
-	free(b[0]);
-	free(b[1]);
-	free(key0);
-	free(got);
-	free(sl);
-	free(wk);
-	free(fa);
-	return rc;
+	s->n = n;
+	s->cap = cap;
+	s->r = calloc((size_t)n, sizeof(*s->r));
+	s->b[0] = calloc((size_t)n, sizeof(**s->b));
+	s->b[1] = calloc((size_t)n, sizeof(**s->b));
+	s->key0 = calloc((size_t)n, sizeof(*s->key0));
+	s->got = calloc((size_t)n, 1);
+	s->rr = calloc((size_t)n, sizeof(*s->rr));
+	s->kg = calloc((size_t)n, sizeof(*s->kg));
+	s->sl = calloc((size_t)cap, sizeof(double));
+	s->wk = calloc((size_t)cap, sizeof(double));
+	s->fa = calloc((size_t)cap, sizeof(double));
+	s->rsl = calloc((size_t)cap, sizeof(double));
+	s->rwk = calloc((size_t)cap, sizeof(double));
+	if (!s->r || !s->b[0] || !s->b[1] || !s->key0 || !s->got || !s->rr ||
+	    !s->kg || !s->sl || !s->wk || !s->fa || !s->rsl || !s->rwk)
+		return ERR("out of memory");
+	return 0;
 }
 
 /*
- * REREGISTER at scale on rxe: @n host regions of SCALE_REGION released at
- * sleep (ibv_dereg_mr), registered again at wake (ibv_reg_mr); checked:
- * every region's key generation advanced and its memory is pinned again.
+ * FOLLOW at scale: @s->n regions of SCALE_REGION on kvd_umem (dynamic MRs
+ * on proxies) over the first set of vgem buffers.
  */
-static int scale_rxe(int n, int cycles, struct scale_res *sr, char *why,
-		     size_t whylen)
+static int scale_follow_init(struct scale_set *s, unsigned int gen)
 {
-	struct kvdmabuf_ctx *ctx = NULL;
-	struct kvdmabuf_region **r = NULL;
-	uint64_t *kg = NULL;
-	double *sl = NULL, *wk = NULL;
-	char *mem = NULL;
-	int i, rep, rc = -1, m = 0;
+	struct kvdmabuf_options o = { 0 };
+	char err[512];
+	const char *path;
+	int i, k;
 
-	if (rxe_ctx(&ctx, why, whylen))
-		return 0;	/* reported as skipped */
-	sr->rxe = 1;
-	r = calloc((size_t)n, sizeof(*r));
-	kg = calloc((size_t)n, sizeof(*kg));
-	sl = calloc((size_t)cycles, sizeof(double));
-	wk = calloc((size_t)cycles, sizeof(double));
-	mem = anon_map(NULL, (size_t)n * SCALE_REGION);
-	if (!r || !kg || !sl || !wk || !mem) {
-		ERR("out of memory");
-		goto out;
-	}
-	for (i = 0; i < n; i++) {
+	path = write_cfg("protocol: rdma\nmodule: require\ndrain_timeout_s: 5\n");
+	if (!path)
+		return ERR("cannot write a config in /tmp");
+	o.config_path = path;
+	k = kvd_open_ops(&o, &umem_nic_ops, &s->un, &s->ctx, err, sizeof(err));
+	unlink(path);
+	if (k)
+		return ERR("kvdmabuf open (kvd_umem NIC): %s", err);
+	for (i = 0; i < s->n; i++) {
 		struct kvdmabuf_region_desc d = { 0 };
 
-		d.addr = mem + (size_t)i * SCALE_REGION;
+		if (dbuf_new(&s->b[0][i], g_drm, SCALE_REGION, NULL, gen + i) ||
+		    dbuf_new(&s->b[1][i], g_drm, SCALE_REGION, NULL, 0))
+			return -1;
+		d.addr = s->b[0][i].addr;
+		d.len = SCALE_REGION;
+		d.mem = KVDMABUF_MEM_DRM;
+		d.drm_fd = g_drm;
+		d.drm_handle = s->b[0][i].h;
+		d.tag = "kv_cache";
+		if (kvdmabuf_region_add(s->ctx, &d, &s->r[i]))
+			return ERR("region %d add: %s", i,
+				   kvdmabuf_last_error(s->ctx));
+		if (kvdmabuf_region_keys(s->r[i], 0, &s->key0[i], NULL, NULL))
+			return ERR("region %d keys", i);
+	}
+	return 0;
+}
+
+/*
+ * One FOLLOW cycle: sleep all, move every region to the other set of
+ * buffers (new bytes: the next generation), wake all and read every
+ * region's first page (each MR's re-map); then check every region's bytes
+ * and that no key changed. Recorded unless it is the warm-up.
+ */
+static int scale_follow_cycle(struct scale_set *s, bool record)
+{
+	static char buf[BLK];
+	int64_t t0, t1, t2, t3, t4;
+	unsigned int gen;
+	int i, n = s->n;
+
+	t0 = now_ns();
+	if (kvdmabuf_sleep(s->ctx, NULL))
+		return ERR("sleep (%d regions): %s", n,
+			   kvdmabuf_last_error(s->ctx));
+	t1 = now_ns();
+	s->set ^= 1;
+	gen = ++g_gen;
+	for (i = 0; i < n; i++) {
+		dbuf_fill(&s->b[s->set][i], gen + (unsigned int)i);
+		if (kvdmabuf_region_set_drm_handle(s->r[i], g_drm,
+						   s->b[s->set][i].h))
+			return ERR("set_drm_handle: %s",
+				   kvdmabuf_last_error(s->ctx));
+	}
+	t2 = now_ns();
+	if (kvdmabuf_wake(s->ctx, NULL))
+		return ERR("wake (%d regions): %s", n,
+			   kvdmabuf_last_error(s->ctx));
+	t3 = now_ns();
+	for (i = 0; i < n; i++) {
+		if (umem_nic_read(&s->un, s->key0[i], 0, buf, BLK))
+			return ERR("region %d first access after wake: %s", i,
+				   strerror(errno));
+		s->got[i] = (unsigned char)buf[0];
+	}
+	t4 = now_ns();
+	if (record && s->m < s->cap) {
+		s->sl[s->m] = (double)(t1 - t0);
+		s->wk[s->m] = (double)(t3 - t2);
+		s->fa[s->m] = (double)(t4 - t3);
+		s->m++;
+	}
+	for (i = 0; i < n; i++) {
+		unsigned char want = gen_byte(gen + (unsigned int)i, 0);
+		uint32_t key;
+
+		if (s->got[i] != want)
+			return ERR("region %d read %u after wake, not generation "
+				   "%u's %u", i, s->got[i], gen + i, want);
+		if (kvdmabuf_region_keys(s->r[i], 0, &key, NULL, NULL) ||
+		    key != s->key0[i])
+			return ERR("region %d: FOLLOW key changed", i);
+	}
+	return 0;
+}
+
+/*
+ * REREGISTER at scale on rxe: @s->n host regions of SCALE_REGION released
+ * at sleep (ibv_dereg_mr), registered again at wake (ibv_reg_mr). Returns
+ * 1 (and @why) when rxe cannot be used.
+ */
+static int scale_rxe_init(struct scale_set *s, char *why, size_t whylen)
+{
+	int i;
+
+	if (rxe_ctx(&s->rctx, why, whylen))
+		return 1;
+	s->mem = anon_map(NULL, (size_t)s->n * SCALE_REGION);
+	if (!s->mem)
+		return ERR("out of memory");
+	for (i = 0; i < s->n; i++) {
+		struct kvdmabuf_region_desc d = { 0 };
+
+		d.addr = s->mem + (size_t)i * SCALE_REGION;
 		d.len = SCALE_REGION;
 		d.mem = KVDMABUF_MEM_HOST;
 		d.flags = KVDMABUF_REGION_RELEASED_AT_SLEEP;
 		d.tag = "kv_cache";
-		if (kvdmabuf_region_add(ctx, &d, &r[i])) {
-			ERR("rxe region %d add: %s", i, kvdmabuf_last_error(ctx));
-			goto out;
-		}
+		if (kvdmabuf_region_add(s->rctx, &d, &s->rr[i]))
+			return ERR("rxe region %d add: %s", i,
+				   kvdmabuf_last_error(s->rctx));
 	}
-	for (rep = -1; rep < cycles; rep++) {
-		int64_t t0, t1, t2, t3;
-		long pin0, pin1;
+	return 0;
+}
 
-		for (i = 0; i < n; i++)
-			if (kvdmabuf_region_keys(r[i], 0, NULL, NULL, &kg[i])) {
-				ERR("rxe region %d keys", i);
-				goto out;
-			}
-		t0 = now_ns();
-		if (kvdmabuf_sleep(ctx, NULL)) {
-			ERR("rxe sleep (%d regions): %s", n,
-			    kvdmabuf_last_error(ctx));
-			goto out;
-		}
-		t1 = now_ns();
-		pin0 = vmpin_kb();
-		t2 = now_ns();
-		if (kvdmabuf_wake(ctx, NULL)) {
-			ERR("rxe wake (%d regions): %s", n,
-			    kvdmabuf_last_error(ctx));
-			goto out;
-		}
-		t3 = now_ns();
-		pin1 = vmpin_kb();
-		for (i = 0; i < n; i++) {
-			uint64_t g;
+/* Checked: every region's key generation advanced and its memory is
+ * pinned again. */
+static int scale_rxe_cycle(struct scale_set *s, bool record)
+{
+	int64_t t0, t1, t2, t3;
+	long pin0, pin1;
+	int i, n = s->n;
 
-			if (kvdmabuf_region_keys(r[i], 0, NULL, NULL, &g) ||
-			    g == kg[i]) {
-				ERR("rxe region %d: not registered again at wake", i);
-				goto out;
-			}
-		}
-		if (pin0 < 0 || pin1 < 0 ||
-		    (uint64_t)(pin1 - pin0) * 1024 < (uint64_t)n * SCALE_REGION) {
-			ERR("rxe wake pinned %ld KiB for %d regions of %d KiB",
-			    pin1 - pin0, n, SCALE_REGION >> 10);
-			goto out;
-		}
-		if (rep >= 0) {
-			sl[m] = (double)(t1 - t0);
-			wk[m] = (double)(t3 - t2);
-			m++;
-		}
+	for (i = 0; i < n; i++)
+		if (kvdmabuf_region_keys(s->rr[i], 0, NULL, NULL, &s->kg[i]))
+			return ERR("rxe region %d keys", i);
+	t0 = now_ns();
+	if (kvdmabuf_sleep(s->rctx, NULL))
+		return ERR("rxe sleep (%d regions): %s", n,
+			   kvdmabuf_last_error(s->rctx));
+	t1 = now_ns();
+	pin0 = vmpin_kb();
+	t2 = now_ns();
+	if (kvdmabuf_wake(s->rctx, NULL))
+		return ERR("rxe wake (%d regions): %s", n,
+			   kvdmabuf_last_error(s->rctx));
+	t3 = now_ns();
+	pin1 = vmpin_kb();
+	for (i = 0; i < n; i++) {
+		uint64_t g;
+
+		if (kvdmabuf_region_keys(s->rr[i], 0, NULL, NULL, &g) ||
+		    g == s->kg[i])
+			return ERR("rxe region %d: not registered again at "
+				   "wake", i);
 	}
-	sr->r_sleep = median_big(sl, m);
-	sr->r_wake = median_big(wk, m);
-	rc = 0;
-out:
-	for (i = 0; r && i < n; i++)
-		if (r[i] && kvdmabuf_region_remove(r[i]) && !rc)
-			rc = ERR("rxe region remove: %s", kvdmabuf_last_error(ctx));
-	kvdmabuf_close(ctx);
-	if (mem)
-		munmap(mem, (size_t)n * SCALE_REGION);
-	free(r);
-	free(kg);
-	free(sl);
-	free(wk);
+	if (pin0 < 0 || pin1 < 0 ||
+	    (uint64_t)(pin1 - pin0) * 1024 < (uint64_t)n * SCALE_REGION)
+		return ERR("rxe wake pinned %ld KiB for %d regions of %d KiB",
+			   pin1 - pin0, n, SCALE_REGION >> 10);
+	if (record && s->rm < s->cap) {
+		s->rsl[s->rm] = (double)(t1 - t0);
+		s->rwk[s->rm] = (double)(t3 - t2);
+		s->rm++;
+	}
+	return 0;
+}
+
+static int scale_fini(struct scale_set *s, int rc)
+{
+	int i, k;
+
+	for (i = 0; s->r && i < s->n; i++)
+		if (s->r[i] && kvdmabuf_region_remove(s->r[i]) && !rc)
+			rc = ERR("region remove: %s",
+				 kvdmabuf_last_error(s->ctx));
+	for (i = 0; s->rr && i < s->n; i++)
+		if (s->rr[i] && kvdmabuf_region_remove(s->rr[i]) && !rc)
+			rc = ERR("rxe region remove: %s",
+				 kvdmabuf_last_error(s->rctx));
+	if (s->ctx)
+		kvdmabuf_close(s->ctx);
+	if (s->rctx)
+		kvdmabuf_close(s->rctx);
+	for (k = 0; k < 2; k++)
+		for (i = 0; s->b[k] && i < s->n; i++)
+			dbuf_free(&s->b[k][i]);
+	for (i = 0; i < s->un.nfd; i++)
+		close(s->un.fd[i]);
+	if (s->mem)
+		munmap(s->mem, (size_t)s->n * SCALE_REGION);
+	free(s->r);
+	free(s->b[0]);
+	free(s->b[1]);
+	free(s->key0);
+	free(s->got);
+	free(s->rr);
+	free(s->kg);
+	free(s->sl);
+	free(s->wk);
+	free(s->fa);
+	free(s->rsl);
+	free(s->rwk);
 	return rc;
 }
 
+#define SCALE_ROUNDS 9
+#define SCALE_REGION_WAKES 3000
+
+/*
+ * Every count's regions exist at once and the counts take turns, round
+ * by round: a count's cycles are spread over the whole run, so that a
+ * change in the machine's speed meanwhile (a guest under TCG on a shared
+ * host drifts by tens of percent within minutes) weighs on every count
+ * alike instead of on whichever ran last. Each round runs
+ * SCALE_REGION_WAKES / SCALE_ROUNDS region-wakes per count, one cycle at
+ * least.
+ */
 static int run_scale(const int *ns, int nn)
 {
-	struct scale_res sr[4] = { { 0 } };
+	struct scale_set sr[4];
 	char why[600] = "", what[72];
-	int i, cycles;
+	int i, c, per_round, round, rounds, rc = -1, rxe;
 	double f1, fN, fmin, fmax, r1 = 0, rN = 0;
 
-	printf("# fig 7: %d KiB regions; sleep/wake cycles after one warm-up: "
-	       "at least 9 and 3000 region-wakes per count of regions (few "
-	       "regions are quick and noisy)\n", SCALE_REGION >> 10);
+	memset(sr, 0, sizeof(sr));
+	rounds = g_sanity ? 1 : SCALE_ROUNDS;
+	printf("# fig 7: %d KiB regions; every count's regions at once, the "
+	       "counts in turn over %d rounds of %d region-wakes each (one "
+	       "cycle at least), after one warm-up cycle\n", SCALE_REGION >> 10,
+	       rounds, SCALE_REGION_WAKES / SCALE_ROUNDS);
+	rxe = 1;
 	for (i = 0; i < nn; i++) {
-		cycles = g_sanity ? 1 : ns[i] >= 333 ? 9 : 3000 / ns[i];
-		sr[i].n = ns[i];
-		if (scale_follow(ns[i], cycles, &sr[i]) ||
-		    scale_rxe(ns[i], cycles, &sr[i], why, sizeof(why)))
-			return -1;
+		per_round = g_sanity ? 1 : (SCALE_REGION_WAKES / SCALE_ROUNDS +
+					    ns[i] - 1) / ns[i];
+		if (scale_alloc(&sr[i], ns[i], rounds * per_round) ||
+		    scale_follow_init(&sr[i], ++g_gen) ||
+		    scale_follow_cycle(&sr[i], false))
+			goto out;
+		if (rxe) {
+			c = scale_rxe_init(&sr[i], why, sizeof(why));
+			if (c < 0)
+				goto out;
+			rxe = !c;
+			if (rxe && scale_rxe_cycle(&sr[i], false))
+				goto out;
+		}
+	}
+	for (round = 0; round < rounds; round++) {
+		for (i = 0; i < nn; i++) {
+			per_round = sr[i].cap / rounds;
+			for (c = 0; c < per_round; c++)
+				if (scale_follow_cycle(&sr[i], true))
+					goto out;
+			for (c = 0; rxe && c < per_round; c++)
+				if (scale_rxe_cycle(&sr[i], true))
+					goto out;
+		}
+	}
+	for (i = 0; i < nn; i++) {
+		struct scale_set *s = &sr[i];
+
+		s->f_sleep = median_big(s->sl, s->m);
+		s->f_wake = median_big(s->wk, s->m);
+		s->f_first = median_big(s->fa, s->m);
+		s->r_sleep = median_big(s->rsl, s->rm);
+		s->r_wake = median_big(s->rwk, s->rm);
 		snprintf(what, sizeof(what), "%d regions FOLLOW sleep / wake / "
-			 "first access", ns[i]);
+			 "first access", s->n);
 		row_add("7", what, "64KiB", "%.2f / %.2f / %.2f ms; per region "
-			"%.1f / %.1f / %.1f us", sr[i].f_sleep / 1e6,
-			sr[i].f_wake / 1e6, sr[i].f_first / 1e6,
-			ns_per(sr[i].f_sleep, ns[i]) / 1e3,
-			ns_per(sr[i].f_wake, ns[i]) / 1e3,
-			ns_per(sr[i].f_first, ns[i]) / 1e3);
+			"%.1f / %.1f / %.1f us", s->f_sleep / 1e6,
+			s->f_wake / 1e6, s->f_first / 1e6,
+			ns_per(s->f_sleep, s->n) / 1e3,
+			ns_per(s->f_wake, s->n) / 1e3,
+			ns_per(s->f_first, s->n) / 1e3);
 		bench_line("name=scale_follow regions=%d size=%d sleep_ns=%.0f "
 			   "wake_ns=%.0f first_access_ns=%.0f "
-			   "wake_first_per_region_ns=%.0f cycles=%d", ns[i],
-			   SCALE_REGION, sr[i].f_sleep, sr[i].f_wake,
-			   sr[i].f_first,
-			   ns_per(sr[i].f_wake + sr[i].f_first, ns[i]),
-			   sr[i].cycles);
+			   "wake_first_per_region_ns=%.0f cycles=%d", s->n,
+			   SCALE_REGION, s->f_sleep, s->f_wake, s->f_first,
+			   ns_per(s->f_wake + s->f_first, s->n), s->m);
 		snprintf(what, sizeof(what), "%d regions REREGISTER rxe sleep "
-			 "/ wake", ns[i]);
-		if (sr[i].rxe) {
+			 "/ wake", s->n);
+		if (rxe) {
 			row_add("7", what, "64KiB", "%.2f / %.2f ms; per region "
-				"%.1f / %.1f us", sr[i].r_sleep / 1e6,
-				sr[i].r_wake / 1e6,
-				ns_per(sr[i].r_sleep, ns[i]) / 1e3,
-				ns_per(sr[i].r_wake, ns[i]) / 1e3);
+				"%.1f / %.1f us", s->r_sleep / 1e6,
+				s->r_wake / 1e6, ns_per(s->r_sleep, s->n) / 1e3,
+				ns_per(s->r_wake, s->n) / 1e3);
 			bench_line("name=scale_rereg_rxe regions=%d size=%d "
 				   "sleep_ns=%.0f wake_ns=%.0f "
-				   "wake_per_region_ns=%.0f", ns[i],
-				   SCALE_REGION, sr[i].r_sleep, sr[i].r_wake,
-				   ns_per(sr[i].r_wake, ns[i]));
+				   "wake_per_region_ns=%.0f cycles=%d", s->n,
+				   SCALE_REGION, s->r_sleep, s->r_wake,
+				   ns_per(s->r_wake, s->n), s->rm);
 		} else {
 			row_add("7", what, "64KiB", "skipped: %.80s", why);
 		}
@@ -1557,7 +1592,7 @@ static int run_scale(const int *ns, int nn)
 		fmin = f < fmin ? f : fmin;
 		fmax = f > fmax ? f : fmax;
 	}
-	if (sr[0].rxe) {
+	if (rxe) {
 		r1 = ns_per(sr[0].r_wake, sr[0].n);
 		rN = ns_per(sr[nn - 1].r_wake, sr[nn - 1].n);
 	}
@@ -1565,15 +1600,19 @@ static int run_scale(const int *ns, int nn)
 		 sr[0].n, sr[nn - 1].n);
 	row_add("7", what, "64KiB", "FOLLOW wake+first %.3f x (max/min over "
 		"the counts %.3f x); REREGISTER rxe wake %.3f x", fN / f1,
-		fmax / fmin, sr[0].rxe ? rN / r1 : 0);
+		fmax / fmin, rxe ? rN / r1 : 0);
 	bench_line("name=scale_growth from=%d to=%d follow_ratio=%.4f "
 		   "follow_max_min=%.4f rereg_rxe_ratio=%.4f", sr[0].n,
-		   sr[nn - 1].n, fN / f1, fmax / fmin, sr[0].rxe ? rN / r1 : 0);
+		   sr[nn - 1].n, fN / f1, fmax / fmin, rxe ? rN / r1 : 0);
 	target(fmax / fmin <= 1.5 ? T_PASS : T_FAIL, "scale_per_region<=1.5x",
 	       "FOLLOW (wake + first access) per region from %d to %d "
 	       "regions: %.1f to %.1f us, max/min over the counts %.3f x",
 	       sr[0].n, sr[nn - 1].n, f1 / 1e3, fN / 1e3, fmax / fmin);
-	return 0;
+	rc = 0;
+out:
+	for (i = 0; i < nn; i++)
+		rc = scale_fini(&sr[i], rc);
+	return rc;
 }
 
 /* ---- figure 4: io_begin + io_end ---- */
