@@ -255,6 +255,44 @@ static inline int imp_fence(int imp, int h, uint32_t delay_ms)
 			SKIP(return, "no vgem device (modprobe vgem)");	\
 	} while (0)
 
+/*
+ * The proxy tests' common fixture: the module's device, vgem, pattern
+ * buffers A and B of @size (seeds @sa and @sb) and an unbacked proxy of
+ * @size, in the fixture's fields dev, drm, a, b and proxy. Every one is -1
+ * until opened: KVD_PROXY_TEARDOWN may follow a set-up that stopped
+ * anywhere (a fixture sets its own other fds to -1 before this).
+ */
+#define KVD_PROXY_SETUP(self, size, sa, sb)				\
+	do {								\
+		(self)->dev = (self)->drm = -1;				\
+		(self)->proxy = (self)->a = (self)->b = -1;		\
+		KVD_OPEN_DEV((self)->dev);				\
+		KVD_OPEN_VGEM((self)->drm);				\
+		(self)->a = vgem_pattern_buf((self)->drm, size, sa);	\
+		ASSERT_GE((self)->a, 0);				\
+		(self)->b = vgem_pattern_buf((self)->drm, size, sb);	\
+		ASSERT_GE((self)->b, 0);				\
+		(self)->proxy = kvd_create((self)->dev, size, NULL);	\
+		ASSERT_GE((self)->proxy, 0);				\
+	} while (0)
+
+static inline void kvd_close(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+/* The proxy first: the device file goes last. */
+#define KVD_PROXY_TEARDOWN(self)					\
+	do {								\
+		kvd_close(&(self)->proxy);				\
+		kvd_close(&(self)->a);					\
+		kvd_close(&(self)->b);					\
+		kvd_close(&(self)->drm);				\
+		kvd_close(&(self)->dev);				\
+	} while (0)
+
 /* ---- /dev/kvd_exporter: a dynamic exporter that moves and revokes ---- */
 
 static inline int exp_open(void)

@@ -100,12 +100,12 @@ FIXTURE_SETUP(edu)
 {
 	int ret;
 
-	self->dev = self->edu = self->drm = self->kmsg = -1;
-	self->proxy = self->a = self->b = -1;
+	self->edu = self->kmsg = -1;
+	KVD_PROXY_SETUP(self, SIZE, SEED_A, SEED_B);
 	if (!edu_present())
 		SKIP(return, "no edu PCI device (qemu -device edu)");
-	KVD_OPEN_DEV(self->dev);
-	KVD_OPEN_VGEM(self->drm);
+	pattern_fill(self->expect_a, SIZE, SEED_A);
+	pattern_fill(self->expect_b, SIZE, SEED_B);
 	ret = kvd_test_module_load("kvd_edu", NULL, KVD_EDU_PATH);
 	if (ret)
 		TH_LOG("loading kvd_edu: %s", strerror(-ret));
@@ -120,26 +120,13 @@ FIXTURE_SETUP(edu)
 	ASSERT_EQ(1, self->info.strict);
 	self->kmsg = kmsg_from_now();
 	ASSERT_GE(self->kmsg, 0);
-
-	pattern_fill(self->expect_a, SIZE, SEED_A);
-	pattern_fill(self->expect_b, SIZE, SEED_B);
-	self->a = vgem_pattern_buf(self->drm, SIZE, SEED_A);
-	ASSERT_GE(self->a, 0);
-	self->b = vgem_pattern_buf(self->drm, SIZE, SEED_B);
-	ASSERT_GE(self->b, 0);
-	self->proxy = kvd_create(self->dev, SIZE, NULL);
-	ASSERT_GE(self->proxy, 0);
 }
 
 FIXTURE_TEARDOWN(edu)
 {
-	int fds[] = { self->proxy, self->a, self->b, self->drm, self->edu,
-		      self->dev, self->kmsg };
-	size_t i;
-
-	for (i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
-		if (fds[i] >= 0)
-			close(fds[i]);
+	kvd_close(&self->edu);
+	kvd_close(&self->kmsg);
+	KVD_PROXY_TEARDOWN(self);
 }
 
 /* @len bytes read by the edu's DMA at @off equal @expect + @off. */

@@ -25,39 +25,21 @@ FIXTURE(follow) {
 
 FIXTURE_SETUP(follow)
 {
-	self->dev = self->imp = self->drm = -1;
-	self->proxy = self->a = self->b = self->h = -1;
-	KVD_OPEN_DEV(self->dev);
-	KVD_OPEN_IMP(self->imp);
-	KVD_OPEN_VGEM(self->drm);
+	self->imp = self->h = -1;
 	self->buf = malloc(SIZE);
 	self->expect = malloc(SIZE);
 	ASSERT_NOT_NULL(self->buf);
 	ASSERT_NOT_NULL(self->expect);
-	self->a = vgem_pattern_buf(self->drm, SIZE, SEED_A);
-	ASSERT_GE(self->a, 0);
-	self->b = vgem_pattern_buf(self->drm, SIZE, SEED_B);
-	ASSERT_GE(self->b, 0);
-	self->proxy = kvd_create(self->dev, SIZE, NULL);
-	ASSERT_GE(self->proxy, 0);
+	KVD_PROXY_SETUP(self, SIZE, SEED_A, SEED_B);
+	KVD_OPEN_IMP(self->imp);
 }
 
 FIXTURE_TEARDOWN(follow)
 {
 	if (self->h >= 0)
 		imp_release(self->imp, self->h);
-	if (self->proxy >= 0)
-		close(self->proxy);
-	if (self->a >= 0)
-		close(self->a);
-	if (self->b >= 0)
-		close(self->b);
-	if (self->drm >= 0)
-		close(self->drm);
-	if (self->imp >= 0)
-		close(self->imp);
-	if (self->dev >= 0)
-		close(self->dev);
+	kvd_close(&self->imp);
+	KVD_PROXY_TEARDOWN(self);
 	free(self->buf);
 	free(self->expect);
 }

@@ -21,34 +21,16 @@ FIXTURE(pin) {
 
 FIXTURE_SETUP(pin)
 {
-	self->dev = self->imp = self->drm = -1;
-	self->proxy = self->a = self->b = -1;
-	KVD_OPEN_DEV(self->dev);
+	self->imp = -1;
+	KVD_PROXY_SETUP(self, SIZE, SEED_A, SEED_B);
 	KVD_OPEN_IMP(self->imp);
-	KVD_OPEN_VGEM(self->drm);
-	self->a = vgem_pattern_buf(self->drm, SIZE, SEED_A);
-	ASSERT_GE(self->a, 0);
-	self->b = vgem_pattern_buf(self->drm, SIZE, SEED_B);
-	ASSERT_GE(self->b, 0);
-	self->proxy = kvd_create(self->dev, SIZE, NULL);
-	ASSERT_GE(self->proxy, 0);
 	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, self->a, 0));
 }
 
 FIXTURE_TEARDOWN(pin)
 {
-	if (self->proxy >= 0)
-		close(self->proxy);
-	if (self->a >= 0)
-		close(self->a);
-	if (self->b >= 0)
-		close(self->b);
-	if (self->drm >= 0)
-		close(self->drm);
-	if (self->imp >= 0)
-		close(self->imp);
-	if (self->dev >= 0)
-		close(self->dev);
+	kvd_close(&self->imp);
+	KVD_PROXY_TEARDOWN(self);
 }
 
 TEST_F(pin, pinned_importer_blocks_revoke_and_replace)
