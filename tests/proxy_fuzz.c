@@ -16,13 +16,14 @@
  * current backing, pinned and lazily mapped imports, the creating device
  * file). Every call is checked against that model, not against the union
  * of the errnos the uapi lists for it: -EBUSY only while a pin is held,
- * -ETIMEDOUT only where an importer still maps a stale backing, -EAGAIN
- * only with KVDMABUF_MAX_STALE_BACKINGS stale backings held, -EPERM only
- * for control from another device file, -EINTR never (nothing signals the
- * workers); and a success that the state forbids fails (a revoke or
- * replace under a pin, an attach of a backed proxy, a generation that is
- * not the model's). Every backing is filled with a pattern of its own, so
- * an importer read that returns another generation's bytes fails.
+ * -ETIMEDOUT only where an importer still maps a stale backing (and 0
+ * from a revoke, or a replace of a backed proxy, only once none does),
+ * -EAGAIN only with KVDMABUF_MAX_STALE_BACKINGS stale backings held,
+ * -EPERM only for control from another device file, -EINTR never (nothing
+ * signals the workers); and a success that the state forbids fails (a
+ * revoke or replace under a pin, an attach of a backed proxy, a generation
+ * that is not the model's). Every backing is filled with a pattern of its
+ * own, so an importer read that returns another generation's bytes fails.
  *
  * At the end it prints per operation kind the successes and errnos, and
  * fails when a kind has fewer successes than its floor (scaled by the run
