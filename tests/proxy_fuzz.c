@@ -39,6 +39,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -548,6 +549,36 @@ static int imp_do_release(int imp, int handle)
 	return imp_ioctl(imp, KVD_IMP_IOCTL_RELEASE, &rl);
 }
 
+/*
+ * The proxy an ioctl targets, by selector @sel: junk one time in eight
+ * (*@junk set), else proxy slot @sel >> 3's fd with the slot's lock and
+ * its model's (if any) held in *@psp and *@mp. False when that slot is
+ * empty: nothing locked, nothing to do.
+ */
+static bool lock_proxy(struct world *w, uint64_t sel, __u32 *fd,
+		       struct pslot **psp, struct pmodel **mp, int *junk)
+{
+	struct pslot *ps;
+
+	if (sel % 8 == 7) {
+		*fd = (__u32)junk_fd(w, sel >> 3);
+		*junk = 1;
+		return true;
+	}
+	ps = &w->p[(sel >> 3) % PSLOTS];
+	pthread_mutex_lock(&ps->lock);
+	if (ps->fd < 0) {
+		pthread_mutex_unlock(&ps->lock);
+		return false;
+	}
+	*psp = ps;
+	*mp = ps->m;
+	if (*mp)
+		pthread_mutex_lock(&(*mp)->lock);
+	*fd = (__u32)ps->fd;
+	return true;
+}
+
 /* Empties import slot @s (its lock held): release, update the model. */
 static void islot_release(struct world *w, int s)
 {
@@ -619,21 +650,8 @@ static int do_attach(struct world *w, const struct op *op)
 	u->size = pick_size(op->a, sizeof(*u), u, &e.size);
 
 	/* The proxy: a slot of ours, or junk one time in eight. */
-	if (op->b % 8 == 7) {
-		u->proxy_fd = (uint32_t)junk_fd(w, op->b >> 3);
-		junk_proxy = 1;
-	} else {
-		ps = &w->p[(op->b >> 3) % PSLOTS];
-		pthread_mutex_lock(&ps->lock);
-		if (ps->fd < 0) {
-			pthread_mutex_unlock(&ps->lock);
-			return 1;	/* nothing to attach: not counted */
-		}
-		m = ps->m;
-		if (m)
-			pthread_mutex_lock(&m->lock);
-		u->proxy_fd = (uint32_t)ps->fd;
-	}
+	if (!lock_proxy(w, op->b, &u->proxy_fd, &ps, &m, &junk_proxy))
+		return 1;	/* nothing to attach: not counted */
 
 	/* The backing: a fresh pattern buffer, a shared one, the proxy
 	 * itself (ELOOP) or junk. */
@@ -803,21 +821,8 @@ static int do_revoke(struct world *w, const struct op *op)
 	e.inval = u->flags || u->reserved ||
 		  u->timeout_ms > KVDMABUF_MAX_TIMEOUT_MS;
 	u->size = pick_size(op->a, sizeof(*u), u, &e.size);
-	if (op->b % 8 == 7) {
-		u->proxy_fd = (uint32_t)junk_fd(w, op->b >> 3);
-		junk_proxy = 1;
-	} else {
-		ps = &w->p[(op->b >> 3) % PSLOTS];
-		pthread_mutex_lock(&ps->lock);
-		if (ps->fd < 0) {
-			pthread_mutex_unlock(&ps->lock);
-			return 1;
-		}
-		m = ps->m;
-		if (m)
-			pthread_mutex_lock(&m->lock);
-		u->proxy_fd = (uint32_t)ps->fd;
-	}
+	if (!lock_proxy(w, op->b, &u->proxy_fd, &ps, &m, &junk_proxy))
+		return 1;
 	ret = ioctl(d->fd, KVDMABUF_IOCTL_REVOKE, u) ? -errno : 0;
 
 	want = args_expected(&e);
@@ -873,32 +878,20 @@ static int do_query(struct world *w, const struct op *op)
 	struct pslot *ps = NULL;
 	struct pmodel *m = NULL;
 	struct args_err e = { 0 };
-	int ret, want;
+	int ret, want, junk_proxy = 0;
 
 	memset(u, 0, sizeof(u));
 	u->flags = op->y % 8 ? 0 : pick_flags(op->y >> 3);
 	u->reserved = pick_junk(op->flags, 16);
 	e.inval = u->flags || u->reserved;
 	u->size = pick_size(op->a, sizeof(*u), u, &e.size);
-	if (op->b % 8 == 7) {
-		u->proxy_fd = (uint32_t)junk_fd(w, op->b >> 3);
-	} else {
-		ps = &w->p[(op->b >> 3) % PSLOTS];
-		pthread_mutex_lock(&ps->lock);
-		if (ps->fd < 0) {
-			pthread_mutex_unlock(&ps->lock);
-			return 1;
-		}
-		m = ps->m;
-		if (m)
-			pthread_mutex_lock(&m->lock);
-		u->proxy_fd = (uint32_t)ps->fd;
-	}
+	if (!lock_proxy(w, op->b, &u->proxy_fd, &ps, &m, &junk_proxy))
+		return 1;
 	ret = ioctl(d->fd, KVDMABUF_IOCTL_QUERY, u) ? -errno : 0;
 	want = args_expected(&e);
 	if (want)
 		want_err("query", ret, want);
-	else if (!ps)
+	else if (junk_proxy)
 		want_one_of("query", ret, junk_fd_errs);
 	else if (ret)
 		BAD("query of a live proxy: %s", ename(-ret));
