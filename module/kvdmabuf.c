@@ -503,6 +503,7 @@ static struct kvd_backing *kvd_backing_alloc(struct dma_buf *dmabuf,
  */
 static int kvd_backing_build(struct kvd_proxy *proxy, struct kvd_backing *b)
 {
+	struct kvd_attach *few[4];	/* a proxy has an importer or two */
 	struct kvd_slot *slot, *tmp;
 	struct kvd_attach *ka, **todo;
 	unsigned int n, i;
@@ -519,7 +520,8 @@ static int kvd_backing_build(struct kvd_proxy *proxy, struct kvd_backing *b)
 				n++;
 		if (!n)
 			return 0;
-		todo = kcalloc(n, sizeof(*todo), GFP_KERNEL);
+		todo = n <= ARRAY_SIZE(few) ? few :
+		       kcalloc(n, sizeof(*todo), GFP_KERNEL);
 		if (!todo) {
 			mutex_unlock(&proxy->lock);
 			return -ENOMEM;
@@ -545,7 +547,8 @@ static int kvd_backing_build(struct kvd_proxy *proxy, struct kvd_backing *b)
 			}
 			kvd_attach_put(todo[i]);
 		}
-		kfree(todo);
+		if (todo != few)
+			kfree(todo);
 		if (ret)
 			return ret;
 		mutex_lock(&proxy->lock);
