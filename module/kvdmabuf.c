@@ -242,7 +242,9 @@ static void kvd_event(struct kvd_proxy *proxy, u32 state)
 	}
 	ctx->count++;
 	spin_unlock(&ctx->lock);
-	wake_up_interruptible(&ctx->wq);
+	/* Most contexts never read events: no wake-up lock per change. */
+	if (wq_has_sleeper(&ctx->wq))
+		wake_up_interruptible(&ctx->wq);
 }
 
 /*
@@ -1758,6 +1760,8 @@ static __poll_t kvd_poll(struct file *file, poll_table *wait)
 	struct kvd_ctx *ctx = file->private_data;
 
 	poll_wait(file, &ctx->wq, wait);
+	/* Pairs with wq_has_sleeper() in kvd_event(), as sock_poll_wait(). */
+	smp_mb();
 	return READ_ONCE(ctx->count) ? EPOLLIN | EPOLLRDNORM : 0;
 }
 

@@ -598,6 +598,49 @@ TEST_F(follow, event_queue_overflow_is_flagged)
 	close(dev2);
 }
 
+/*
+ * A reader that sleeps on an empty queue, in poll() and in a blocking
+ * read(), is woken by the next transition: the module skips the wake-up
+ * when nobody waits, which must not lose a waiter that is just going to
+ * sleep. The transition comes from a child sharing the device fd, 200 ms
+ * after the parent started waiting.
+ */
+TEST_F_TIMEOUT(follow, a_sleeping_reader_wakes_on_the_next_event, 60)
+{
+	struct pollfd pfd = { .events = POLLIN };
+	struct kvdmabuf_event ev[4];
+	int round, dev2, proxy, status;
+	pid_t pid;
+
+	dev2 = kvd_dev_open();
+	ASSERT_GE(dev2, 0);
+	proxy = kvd_create(dev2, SIZE, NULL);
+	ASSERT_GE(proxy, 0);
+	pfd.fd = dev2;
+	for (round = 0; round < 4; round++) {
+		/* attach, revoke, attach, revoke; poll, read, read, poll */
+		int attach = round % 2 == 0, by_poll = attach == (round < 2);
+
+		EXPECT_EQ(0, poll(&pfd, 1, 0));
+		pid = fork();
+		ASSERT_GE(pid, 0);
+		if (!pid) {
+			usleep(200 * 1000);
+			_exit(attach ? kvd_attach(dev2, proxy, self->a, 0) != 0 :
+				       kvd_revoke(dev2, proxy, 1000) != 0);
+		}
+		if (by_poll)
+			EXPECT_EQ(1, poll(&pfd, 1, 20 * 1000));
+		ASSERT_EQ((int)sizeof(ev[0]), read(dev2, ev, sizeof(ev)));
+		EXPECT_EQ(attach ? KVDMABUF_STATE_BACKED :
+			  KVDMABUF_STATE_REVOKED, ev[0].state);
+		ASSERT_EQ(pid, waitpid(pid, &status, 0));
+		EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	close(proxy);
+	close(dev2);
+}
+
 /* Finds the debugfs line of proxy @id; returns 1 and fills @state. */
 static int debugfs_proxy_state(uint64_t id, char *state, size_t len)
 {
