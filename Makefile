@@ -223,7 +223,7 @@ install: lib cli tests
 DKMS_SRC = $(DESTDIR)/usr/src/kvdmabuf-$(VERSION)
 dkms-src:
 	install -d $(DKMS_SRC)/module $(DKMS_SRC)/uapi
-	install -m 0644 module/kvdmabuf.c module/compat.h module/Kbuild \
+	install -m 0644 module/*.c module/*.h module/Kbuild \
 		module/Kbuild.probes $(DKMS_SRC)/module/
 	install -m 0644 uapi/kvdmabuf.h $(DKMS_SRC)/uapi/
 	sed 's/@VERSION@/$(VERSION)/' module/dkms.conf >$(DKMS_SRC)/dkms.conf

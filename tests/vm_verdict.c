@@ -76,7 +76,7 @@ FIXTURE_VARIANT(report) {
 };
 
 FIXTURE_VARIANT_ADD(report, warning) {
-	.line = "[   12.3] WARNING: CPU: 1 PID: 77 at module/kvdmabuf.c:300 kvd_detach+0x1",
+	.line = "[   12.3] WARNING: CPU: 1 PID: 77 at module/kvd_ops.c:100 kvd_detach+0x1",
 };
 FIXTURE_VARIANT_ADD(report, bug) {
 	.line = "[   12.3] BUG: unable to handle page fault for address: 0000",

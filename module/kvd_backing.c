@@ -1,0 +1,423 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Backings and their slots: the dma-bufs a proxy forwards to, and the
+ * module's own attachment to each of them per importer attachment. Built
+ * with no lock of ours held (an exporter's attach, pin and map may take
+ * long), published and retired under proxy->lock.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/scatterlist.h>
+#include <linux/slab.h>
+
+#include "kvd.h"
+
+/* Bytes of DMA address space a mapping covers. */
+static u64 kvd_sgt_dma_len(struct sg_table *sgt)
+{
+	struct scatterlist *sg;
+	unsigned int i;
+	u64 len = 0;
+
+	for_each_sgtable_dma_sg(sgt, sg, i)
+		len += sg_dma_len(sg);
+	return len;
+}
+
+/*
+ * The backing's exporter moved or revoked it (device reset, unplug, a
+ * revocable exporter): called with the backing's resv held, so only note
+ * it and let a work item revoke the proxy under proxy->lock.
+ */
+static void kvd_backing_notify(struct dma_buf_attachment *bat)
+{
+	struct kvd_slot *slot = bat->importer_priv;
+
+	dma_resv_assert_held(bat->dmabuf->resv);
+	if (slot->dying)
+		return;		/* our own unpin let it move: nothing to follow */
+	WRITE_ONCE(slot->b->invalidated, true);
+	schedule_work(&slot->proxy->inval_work);
+}
+
+static const struct dma_buf_attach_ops kvd_backing_attach_ops = {
+	.allow_peer2peer = true,
+	.KVD_IMPORTER_NOTIFY_OP = kvd_backing_notify,
+};
+
+/*
+ * The module's attachment to @b for importer attachment @ka: the
+ * exporter's attach, pin and map, which may take long (amdgpu migrates
+ * the buffer), so called with no lock of ours held. The slot is not yet
+ * on b->slots.
+ */
+struct kvd_slot *kvd_slot_create(struct kvd_proxy *proxy,
+				 struct kvd_backing *b,
+				 struct kvd_attach *ka)
+{
+	struct dma_resv *bresv = b->dmabuf->resv;
+	struct kvd_slot *slot;
+	u64 len;
+	int ret;
+
+	lockdep_assert_not_held(&proxy->lock);
+	slot = kzalloc(sizeof(*slot), GFP_KERNEL);
+	if (!slot)
+		return ERR_PTR(-ENOMEM);
+
+	slot->b = b;
+	slot->ka = ka;
+	slot->proxy = proxy;
+	INIT_LIST_HEAD(&slot->lent_node);
+	/*
+	 * Dynamic and p2p: a static attachment would make exporters such as
+	 * amdgpu or xe migrate the buffer to system memory and pin it there,
+	 * and would never hear of the backing being moved or revoked.
+	 */
+	slot->bat = dma_buf_dynamic_attach(b->dmabuf, ka->dev,
+					   &kvd_backing_attach_ops, slot);
+	if (IS_ERR(slot->bat)) {
+		ret = PTR_ERR(slot->bat);
+		goto err_free;
+	}
+	/*
+	 * Pinned while the module maps it (importers map the proxy at any
+	 * time from the module's table). Only the backing's resv is taken
+	 * here, never inside or around the proxy's.
+	 */
+	dma_resv_lock(bresv, NULL);
+	ret = dma_buf_pin(slot->bat);
+	if (ret)
+		goto err_unlock;
+	slot->bsgt = dma_buf_map_attachment(slot->bat, DMA_BIDIRECTIONAL);
+	if (IS_ERR_OR_NULL(slot->bsgt)) {
+		ret = slot->bsgt ? PTR_ERR(slot->bsgt) : -EIO;
+		goto err_unpin;
+	}
+	/* An exporter may map less than its size: refuse it now, not at a fault. */
+	len = kvd_sgt_dma_len(slot->bsgt);
+	if (len < b->offset + proxy->length) {
+		ret = -ERANGE;
+		goto err_unmap;
+	}
+	slot->whole = !b->offset && len == proxy->length;
+	dma_resv_unlock(bresv);
+	kref_get(&ka->ref);
+	atomic_inc(&kvd_nr_slots);
+	return slot;
+
+err_unmap:
+	slot->dying = true;
+	dma_buf_unmap_attachment(slot->bat, slot->bsgt, DMA_BIDIRECTIONAL);
+err_unpin:
+	slot->dying = true;
+	dma_buf_unpin(slot->bat);
+err_unlock:
+	dma_resv_unlock(bresv);
+	dma_buf_detach(b->dmabuf, slot->bat);
+err_free:
+	kfree(slot);
+	return ERR_PTR(ret);
+}
+
+/* Undoes kvd_slot_create(); the slot is off b->slots. */
+void kvd_slot_destroy(struct kvd_slot *slot)
+{
+	struct kvd_backing *b = slot->b;
+	struct dma_resv *bresv = b->dmabuf->resv;
+
+	/* the importer unmaps before detach */
+	WARN_ON_ONCE(!list_empty(&slot->lent_node));
+	dma_resv_lock(bresv, NULL);
+	slot->dying = true;
+	dma_buf_unmap_attachment(slot->bat, slot->bsgt, DMA_BIDIRECTIONAL);
+	dma_buf_unpin(slot->bat);
+	dma_resv_unlock(bresv);
+	dma_buf_detach(b->dmabuf, slot->bat);
+	kvd_attach_put(slot->ka);
+	kfree(slot);
+	atomic_dec(&kvd_nr_slots);
+}
+
+void kvd_slot_unlink(struct kvd_slot *slot)
+{
+	list_del(&slot->node);
+	kvd_slot_destroy(slot);
+}
+
+/* Attachments of @b that are dynamic and peer-to-peer (all of them). */
+unsigned int kvd_count_p2p(struct kvd_backing *b)
+{
+	struct kvd_slot *slot;
+	unsigned int n = 0;
+
+	list_for_each_entry(slot, &b->slots, node)
+		if (dma_buf_attachment_is_dynamic(slot->bat) &&
+		    slot->bat->peer2peer)
+			n++;
+	return n;
+}
+
+struct kvd_slot *kvd_slot_find(struct kvd_backing *b,
+			       struct kvd_attach *ka)
+{
+	struct kvd_slot *slot;
+
+	list_for_each_entry(slot, &b->slots, node)
+		if (slot->ka == ka)
+			return slot;
+	return NULL;
+}
+
+static void kvd_backing_free(struct kref *ref)
+{
+	struct kvd_backing *b = container_of(ref, struct kvd_backing, ref);
+
+	WARN_ON_ONCE(!list_empty(&b->slots));
+	dma_buf_put(b->dmabuf);
+	kfree(b);
+	atomic_dec(&kvd_nr_backings);
+}
+
+void kvd_backing_put(struct kvd_backing *b)
+{
+	kref_put(&b->ref, kvd_backing_free);
+}
+
+/*
+ * The proxy lets go of @b (off every list): its slots go now (proxy->lock
+ * held if it was ever published), the memory when the last builder that
+ * still references it lets go too.
+ */
+void kvd_backing_retire(struct kvd_backing *b)
+{
+	struct kvd_slot *slot, *tmp;
+
+	list_for_each_entry_safe(slot, tmp, &b->slots, node)
+		kvd_slot_unlink(slot);
+	kvd_backing_put(b);
+}
+
+/* A new backing, not yet published; takes over the caller's @dmabuf ref. */
+struct kvd_backing *kvd_backing_alloc(struct dma_buf *dmabuf,
+				      u64 offset)
+{
+	struct kvd_backing *b;
+
+	b = kzalloc(sizeof(*b), GFP_KERNEL);
+	if (!b)
+		return NULL;
+	kref_init(&b->ref);
+	INIT_LIST_HEAD(&b->slots);
+	INIT_LIST_HEAD(&b->node);
+	b->dmabuf = dmabuf;
+	b->offset = offset;
+	atomic_inc(&kvd_nr_backings);
+	return b;
+}
+
+/*
+ * Gives @b, not yet published, a slot for every importer attachment of
+ * the proxy, calling the exporter with proxy->lock dropped; importers that
+ * attach meanwhile get theirs in the next round, the slots of those that
+ * detach go. Returns 0 with proxy->lock held and a slot in @b for every
+ * attachment, or -errno with it dropped.
+ */
+int kvd_backing_build(struct kvd_proxy *proxy, struct kvd_backing *b)
+{
+	struct kvd_attach *few[4];	/* a proxy has an importer or two */
+	struct kvd_slot *slot, *tmp;
+	struct kvd_attach *ka, **todo;
+	unsigned int n, i;
+	int ret;
+
+	mutex_lock(&proxy->lock);
+	for (;;) {
+		list_for_each_entry_safe(slot, tmp, &b->slots, node)
+			if (slot->ka->detached)
+				kvd_slot_unlink(slot);
+		n = 0;
+		list_for_each_entry(ka, &proxy->attachments, node)
+			if (!kvd_slot_find(b, ka))
+				n++;
+		if (!n)
+			return 0;
+		todo = n <= ARRAY_SIZE(few) ? few :
+		       kcalloc(n, sizeof(*todo), GFP_KERNEL);
+		if (!todo) {
+			mutex_unlock(&proxy->lock);
+			return -ENOMEM;
+		}
+		i = 0;
+		list_for_each_entry(ka, &proxy->attachments, node) {
+			if (!kvd_slot_find(b, ka)) {
+				kref_get(&ka->ref);
+				todo[i++] = ka;
+			}
+		}
+		mutex_unlock(&proxy->lock);
+
+		/* Only this thread sees b->slots until b is published. */
+		ret = 0;
+		for (i = 0; i < n; i++) {
+			if (!ret) {
+				slot = kvd_slot_create(proxy, b, todo[i]);
+				if (IS_ERR(slot))
+					ret = PTR_ERR(slot);
+				else
+					list_add_tail(&slot->node, &b->slots);
+			}
+			kvd_attach_put(todo[i]);
+		}
+		if (todo != few)
+			kfree(todo);
+		if (ret)
+			return ret;
+		mutex_lock(&proxy->lock);
+	}
+}
+
+/*
+ * Drop the stale backings no importer map refers to any more, once the
+ * fences importers track their DMA with (any usage, BOOKKEEP included) on
+ * the proxy's reservation object have all signaled: an importer may still
+ * be doing DMA to a backing it has already unmapped.
+ */
+void kvd_reap(struct kvd_proxy *proxy)
+{
+	struct kvd_backing *b, *tmp;
+
+	lockdep_assert_held(&proxy->lock);
+	if (list_empty(&proxy->stale) ||
+	    !dma_resv_test_signaled(proxy->dmabuf->resv,
+				    DMA_RESV_USAGE_BOOKKEEP))
+		return;
+	/* No map is ever built from a stale backing: zero stays zero. */
+	list_for_each_entry_safe(b, tmp, &proxy->stale, node) {
+		if (READ_ONCE(b->live_maps))
+			continue;
+		list_del(&b->node);
+		pr_debug("proxy %llu: dropping backing %p\n", proxy->id, b->dmabuf);
+		kvd_backing_retire(b);
+	}
+}
+
+/*
+ * Can one more backing go stale? Reaps idle ones first; at most
+ * KVDMABUF_MAX_STALE_BACKINGS old backings are held per proxy.
+ */
+bool kvd_stale_room(struct kvd_proxy *proxy)
+{
+	kvd_reap(proxy);
+	return kvd_count(&proxy->stale) < KVDMABUF_MAX_STALE_BACKINGS;
+}
+
+/*
+ * The documented revoke order, after the invalidation: wait for the
+ * fences on the proxy's reservation object (DMA_RESV_USAGE_BOOKKEEP: every
+ * fence), then until no importer maps a stale backing any more. Bounded by
+ * @timeout_ms in all, interruptible. Called without any lock: importer
+ * attach/detach callbacks (MR registration, deregistration, process exit)
+ * must not block behind it. The caller holds a reference to the proxy's
+ * dma-buf.
+ */
+static int kvd_wait_idle(struct kvd_proxy *proxy, u32 timeout_ms)
+{
+	struct dma_resv *resv = proxy->dmabuf->resv;
+	long left;
+
+	lockdep_assert_not_held(&proxy->lock);
+	if (!timeout_ms)
+		return dma_resv_test_signaled(resv, DMA_RESV_USAGE_BOOKKEEP) &&
+		       !READ_ONCE(proxy->stale_maps) ? 0 : -ETIMEDOUT;
+
+	/* The remaining time when the fences have signaled. */
+	left = dma_resv_wait_timeout(resv, DMA_RESV_USAGE_BOOKKEEP, true,
+				     msecs_to_jiffies(timeout_ms));
+	if (left == -ERESTARTSYS)
+		return -EINTR;
+	if (left < 0)
+		return left;
+	if (!left)
+		return -ETIMEDOUT;
+	if (!READ_ONCE(proxy->stale_maps))
+		return 0;
+	left = wait_event_interruptible_timeout(proxy->wq,
+						!READ_ONCE(proxy->stale_maps),
+						left);
+	if (left < 0)
+		return -EINTR;
+	return left ? 0 : -ETIMEDOUT;
+}
+
+/* Wait as above, then drop what has become idle. */
+int kvd_drain(struct kvd_proxy *proxy, u32 timeout_ms)
+{
+	int ret;
+
+	ret = kvd_wait_idle(proxy, timeout_ms);
+	mutex_lock(&proxy->lock);
+	kvd_reap(proxy);
+	mutex_unlock(&proxy->lock);
+	return ret;
+}
+
+void kvd_reap_work(struct work_struct *work)
+{
+	struct kvd_proxy *proxy = container_of(work, struct kvd_proxy,
+					       reap_work);
+
+	mutex_lock(&proxy->lock);
+	kvd_reap(proxy);
+	mutex_unlock(&proxy->lock);
+}
+
+/*
+ * Take the current backing away from the importers, under the proxy's resv
+ * (proxy->lock held): the common part of REVOKE and of an invalidation by
+ * the backing's exporter. Returns the old backing, now on the stale list.
+ */
+struct kvd_backing *kvd_unback(struct kvd_proxy *proxy, u32 reason)
+{
+	struct kvd_backing *old = proxy->backing;
+	struct kvd_attach *ka;
+
+	lockdep_assert_held(&proxy->lock);
+	dma_resv_assert_held(proxy->dmabuf->resv);
+	proxy->backing = NULL;
+	list_for_each_entry(ka, &proxy->attachments, node)
+		ka->cur = NULL;
+	proxy->state = KVDMABUF_STATE_REVOKED;
+	proxy->revoke_reason = reason;
+	proxy->generation++;
+	WRITE_ONCE(proxy->stale_maps, proxy->stale_maps + old->live_maps);
+	proxy->notifications++;
+	kvd_dma_buf_notify(proxy->dmabuf);
+	list_add_tail(&old->node, &proxy->stale);
+	return old;
+}
+
+/*
+ * The exporter of the current backing invalidated it: revoke the proxy.
+ * Not refused by blocking pins nor by the stale bound (the backing is
+ * going away whatever we do); nothing waits here, the stale backing is
+ * reaped once idle.
+ */
+void kvd_inval_work(struct work_struct *work)
+{
+	struct kvd_proxy *proxy = container_of(work, struct kvd_proxy,
+					       inval_work);
+	struct kvd_backing *b;
+
+	mutex_lock(&proxy->lock);
+	b = proxy->backing;
+	if (b && READ_ONCE(b->invalidated)) {
+		dma_resv_lock(proxy->dmabuf->resv, NULL);
+		kvd_unback(proxy, KVDMABUF_REVOKE_EXPORTER);
+		dma_resv_unlock(proxy->dmabuf->resv);
+		pr_debug("proxy %llu: backing invalidated by its exporter, revoked, generation %llu\n",
+			 proxy->id, proxy->generation);
+		kvd_event(proxy, KVDMABUF_STATE_REVOKED);
+	}
+	mutex_unlock(&proxy->lock);
+}

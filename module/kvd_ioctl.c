@@ -1,0 +1,524 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The ioctls of /dev/kvdmabuf: VERSION, CREATE, ATTACH (and replace),
+ * REVOKE and QUERY; LIST is in kvd_list.c.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/cred.h>
+#include <linux/fs.h>
+#include <linux/limits.h>
+#include <linux/overflow.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+
+#include "kvd.h"
+
+/* ---- ioctl helpers ---- */
+
+/*
+ * Copy in an extensible struct: @usize is the caller's struct size, read
+ * from its first field. Smaller than the first version: -EINVAL; larger
+ * than ours: the extra bytes must be zero (-E2BIG).
+ */
+int kvd_copy_in(void *karg, size_t ksize, size_t ver0,
+		const void __user *uarg, u32 *usize)
+{
+	u32 size;
+	int ret;
+
+	if (get_user(size, (const u32 __user *)uarg))
+		return -EFAULT;
+	if (size < ver0)
+		return -EINVAL;
+	if (size > PAGE_SIZE)
+		return -E2BIG;
+	ret = copy_struct_from_user(karg, ksize, uarg, size);
+	if (ret)
+		return ret;
+	*usize = size;
+	return 0;
+}
+
+int kvd_copy_out(void __user *uarg, const void *karg, size_t ksize,
+		 u32 usize)
+{
+	if (copy_to_user(uarg, karg, min_t(size_t, ksize, usize)))
+		return -EFAULT;
+	return 0;
+}
+
+static struct kvd_proxy *kvd_proxy_get(u32 fd)
+{
+	struct dma_buf *dmabuf;
+
+	dmabuf = dma_buf_get(fd);
+	if (IS_ERR(dmabuf))
+		return ERR_CAST(dmabuf);
+	if (dmabuf->ops != &kvd_dmabuf_ops) {
+		dma_buf_put(dmabuf);
+		return ERR_PTR(-EINVAL);
+	}
+	return dmabuf->priv;
+}
+
+static void kvd_proxy_put(struct kvd_proxy *proxy)
+{
+	dma_buf_put(proxy->dmabuf);
+}
+
+/* ---- ioctls ---- */
+
+static long kvd_ioctl_version(void __user *uarg)
+{
+	struct kvdmabuf_version arg;
+	u32 usize;
+	int ret;
+
+	ret = kvd_copy_in(&arg, sizeof(arg), KVDMABUF_VERSION_SIZE_VER0, uarg,
+			  &usize);
+	if (ret)
+		return ret;
+	if (arg.flags || arg.pad || arg.reserved)
+		return -EINVAL;
+
+	arg.version = KVDMABUF_API_VERSION;
+	arg.features = KVDMABUF_FEATURE_REPLACE | KVDMABUF_FEATURE_EVENTS |
+		       KVDMABUF_FEATURE_LIST;
+	if (!kvd_core_pins_on_map)
+		arg.features |= KVDMABUF_FEATURE_MOVE_NOTIFY_CORE;
+#ifdef KVD_HAVE_ATTACH_REVOCABLE
+	arg.features |= KVDMABUF_FEATURE_REVOCABLE_PINS;
+#endif
+	return kvd_copy_out(uarg, &arg, sizeof(arg), usize);
+}
+
+/*
+ * Count one more live proxy unless max_proxies_total are live (the bound
+ * may be lowered at run time below the count: nothing is created then).
+ */
+static bool kvd_reserve_proxy(void)
+{
+	unsigned int limit = min_t(unsigned int, READ_ONCE(max_proxies_total),
+				   INT_MAX);
+	int n = atomic_read(&kvd_nr_proxies);
+
+	do {
+		if (n >= (int)limit)
+			return false;
+	} while (!atomic_try_cmpxchg(&kvd_nr_proxies, &n, n + 1));
+	return true;
+}
+
+static long kvd_ioctl_create(struct kvd_ctx *ctx, void __user *uarg)
+{
+	DEFINE_DMA_BUF_EXPORT_INFO(exp_info);
+	struct kvdmabuf_create arg;
+	struct kvd_proxy *proxy;
+	struct dma_buf *dmabuf;
+	u32 usize;
+	int ret, fd;
+
+	ret = kvd_copy_in(&arg, sizeof(arg), KVDMABUF_CREATE_SIZE_VER0, uarg,
+			  &usize);
+	if (ret)
+		return ret;
+	if (arg.flags & ~KVDMABUF_CREATE_VALID_FLAGS || arg.pad || arg.reserved)
+		return -EINVAL;
+	if (!arg.length || !PAGE_ALIGNED(arg.length))
+		return -EINVAL;
+	if (arg.length > KVD_MAX_LENGTH)
+		return -EFBIG;
+
+	spin_lock(&ctx->lock);
+	if (ctx->nr_proxies >= READ_ONCE(max_proxies)) {
+		spin_unlock(&ctx->lock);
+		return -ENOSPC;
+	}
+	ctx->nr_proxies++;
+	spin_unlock(&ctx->lock);
+	/* Reopening the device must not get around the per-fd bound. */
+	if (!kvd_reserve_proxy()) {
+		ret = -ENOSPC;
+		goto err_count;
+	}
+
+	proxy = kzalloc(sizeof(*proxy), GFP_KERNEL);
+	if (!proxy) {
+		ret = -ENOMEM;
+		goto err_total;
+	}
+	mutex_init(&proxy->lock);
+	INIT_LIST_HEAD(&proxy->attachments);
+	INIT_LIST_HEAD(&proxy->stale);
+	INIT_LIST_HEAD(&proxy->global);
+	init_waitqueue_head(&proxy->wq);
+	INIT_WORK(&proxy->reap_work, kvd_reap_work);
+	INIT_WORK(&proxy->inval_work, kvd_inval_work);
+	proxy->length = arg.length;
+	proxy->state = KVDMABUF_STATE_UNBACKED;
+	proxy->id = atomic64_inc_return(&kvd_next_id);
+	proxy->ctx = ctx;
+	proxy->owner_pid = task_tgid_nr(current);
+	proxy->owner_uid = current_euid();
+
+	exp_info.ops = &kvd_dmabuf_ops;
+	exp_info.size = arg.length;
+	exp_info.flags = O_RDWR;
+	exp_info.priv = proxy;
+	dmabuf = dma_buf_export(&exp_info);
+	if (IS_ERR(dmabuf)) {
+		ret = PTR_ERR(dmabuf);
+		goto err_free;
+	}
+	proxy->dmabuf = dmabuf;
+	/* From here on, .release undoes everything. */
+	kref_get(&ctx->ref);
+	mutex_lock(&kvd_proxies_lock);
+	list_add_tail(&proxy->global, &kvd_proxies);
+	mutex_unlock(&kvd_proxies_lock);
+
+	arg.id = proxy->id;
+	pr_debug("proxy %llu: created, length %llu\n", proxy->id, proxy->length);
+
+	/* Reserve the fd, tell user space, and only then install it. */
+	fd = get_unused_fd_flags(arg.flags & KVDMABUF_CREATE_NO_CLOEXEC ?
+				 0 : O_CLOEXEC);
+	if (fd < 0) {
+		dma_buf_put(dmabuf);
+		return fd;
+	}
+	arg.fd = fd;
+	ret = kvd_copy_out(uarg, &arg, sizeof(arg), usize);
+	if (ret) {
+		put_unused_fd(fd);
+		dma_buf_put(dmabuf);
+		return ret;
+	}
+	/* From here on another thread may close the fd: no proxy-> below. */
+	fd_install(fd, dmabuf->file);
+	return 0;
+
+err_free:
+	mutex_destroy(&proxy->lock);
+	kfree(proxy);
+err_total:
+	atomic_dec(&kvd_nr_proxies);
+err_count:
+	spin_lock(&ctx->lock);
+	ctx->nr_proxies--;
+	spin_unlock(&ctx->lock);
+	return ret;
+}
+
+/* May a backing be attached now (@flags of struct kvdmabuf_attach)? */
+static int kvd_attach_check(struct kvd_proxy *proxy, u32 flags)
+{
+	lockdep_assert_held(&proxy->lock);
+	if (proxy->state != KVDMABUF_STATE_BACKED)
+		return 0;
+	if (!(flags & KVDMABUF_ATTACH_REPLACE))
+		return -EEXIST;
+	return kvd_stale_room(proxy) ? 0 : -EAGAIN;
+}
+
+static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
+{
+	struct kvd_backing *b, *old = NULL;
+	struct kvdmabuf_attach arg;
+	struct kvd_proxy *proxy;
+	struct dma_buf *backing;
+	struct kvd_attach *ka;
+	u64 end;
+	u32 usize;
+	int ret;
+
+	ret = kvd_copy_in(&arg, sizeof(arg), KVDMABUF_ATTACH_SIZE_VER0, uarg,
+			  &usize);
+	if (ret)
+		return ret;
+	if (arg.flags & ~KVDMABUF_ATTACH_VALID_FLAGS || arg.pad || arg.reserved)
+		return -EINVAL;
+	if (!PAGE_ALIGNED(arg.offset) || arg.timeout_ms > KVDMABUF_MAX_TIMEOUT_MS)
+		return -EINVAL;
+
+	proxy = kvd_proxy_get(arg.proxy_fd);
+	if (IS_ERR(proxy))
+		return PTR_ERR(proxy);
+	if (proxy->ctx != ctx) {
+		ret = -EPERM;
+		goto out_proxy;
+	}
+	backing = dma_buf_get(arg.backing_fd);
+	if (IS_ERR(backing)) {
+		ret = PTR_ERR(backing);
+		goto out_proxy;
+	}
+	if (backing->ops == &kvd_dmabuf_ops) {
+		ret = -ELOOP;
+		goto out_backing;
+	}
+	if (check_add_overflow(arg.offset, proxy->length, &end)) {
+		ret = -EOVERFLOW;
+		goto out_backing;
+	}
+	if (end > backing->size) {
+		ret = -ERANGE;
+		goto out_backing;
+	}
+
+	/* Fail early, before any exporter work; checked again below. */
+	mutex_lock(&proxy->lock);
+	ret = kvd_attach_check(proxy, arg.flags);
+	mutex_unlock(&proxy->lock);
+	if (ret)
+		goto out_backing;
+
+	/*
+	 * Attach and map the new backing for every importer with proxy->lock
+	 * dropped; it comes back held, and the state may have changed
+	 * meanwhile (another ioctl, the exporter of the old backing).
+	 */
+	b = kvd_backing_alloc(backing, arg.offset);
+	if (!b) {
+		ret = -ENOMEM;
+		goto out_backing;
+	}
+	backing = NULL;		/* b owns the reference now */
+	ret = kvd_backing_build(proxy, b);
+	if (ret) {
+		kvd_backing_retire(b);
+		goto out_proxy;
+	}
+	ret = kvd_attach_check(proxy, arg.flags);
+	if (ret) {
+		kvd_backing_retire(b);
+		goto out_unlock;
+	}
+
+	dma_resv_lock(proxy->dmabuf->resv, NULL);
+	if (kvd_all_pins(proxy)) {
+		/* Revocable pins too: a pinned importer cannot follow. */
+		dma_resv_unlock(proxy->dmabuf->resv);
+		kvd_backing_retire(b);
+		ret = -EBUSY;
+		goto out_unlock;
+	}
+	old = proxy->backing;
+	proxy->backing = b;
+	list_for_each_entry(ka, &proxy->attachments, node)
+		ka->cur = kvd_slot_find(b, ka);
+	/* Its exporter invalidated it while it was being built. */
+	if (READ_ONCE(b->invalidated))
+		schedule_work(&proxy->inval_work);
+	proxy->state = KVDMABUF_STATE_BACKED;
+	proxy->revoke_reason = KVDMABUF_REVOKE_NONE;
+	proxy->generation++;
+	if (old) {
+		WRITE_ONCE(proxy->stale_maps, proxy->stale_maps + old->live_maps);
+		proxy->notifications++;
+		kvd_dma_buf_notify(proxy->dmabuf);
+	}
+	arg.generation = proxy->generation;
+	dma_resv_unlock(proxy->dmabuf->resv);
+
+	pr_debug("proxy %llu: %s, generation %llu, backing %p offset %llu\n",
+		 proxy->id, old ? "replaced" : "backed", proxy->generation,
+		 b->dmabuf, b->offset);
+	kvd_event(proxy, KVDMABUF_STATE_BACKED);
+
+	/*
+	 * A plain attach has nothing of its own to wait for: a stale backing
+	 * left by an earlier timed-out revoke is only reaped if it is idle,
+	 * never waited for, so success is never reported as a failure.
+	 */
+	ret = 0;
+	if (old)
+		list_add_tail(&old->node, &proxy->stale);
+	else
+		kvd_reap(proxy);
+	mutex_unlock(&proxy->lock);
+	if (old)
+		ret = kvd_drain(proxy, arg.timeout_ms);
+	kvd_proxy_put(proxy);
+	/* User memory is touched without proxy->lock held. */
+	if (ret != -EINTR) {
+		int err = kvd_copy_out(uarg, &arg, sizeof(arg), usize);
+
+		if (err)
+			ret = err;
+	}
+	return ret;
+
+out_unlock:
+	mutex_unlock(&proxy->lock);
+out_backing:
+	if (backing)
+		dma_buf_put(backing);
+out_proxy:
+	kvd_proxy_put(proxy);
+	return ret;
+}
+
+static long kvd_ioctl_revoke(struct kvd_ctx *ctx, void __user *uarg)
+{
+	struct kvd_backing *old = NULL;
+	struct kvdmabuf_revoke arg;
+	struct kvd_proxy *proxy;
+	u32 usize;
+	int ret;
+
+	ret = kvd_copy_in(&arg, sizeof(arg), KVDMABUF_REVOKE_SIZE_VER0, uarg,
+			  &usize);
+	if (ret)
+		return ret;
+	if (arg.flags || arg.reserved || arg.timeout_ms > KVDMABUF_MAX_TIMEOUT_MS)
+		return -EINVAL;
+
+	proxy = kvd_proxy_get(arg.proxy_fd);
+	if (IS_ERR(proxy))
+		return PTR_ERR(proxy);
+	if (proxy->ctx != ctx) {
+		kvd_proxy_put(proxy);
+		return -EPERM;
+	}
+
+	mutex_lock(&proxy->lock);
+	if (proxy->state == KVDMABUF_STATE_BACKED && !kvd_stale_room(proxy)) {
+		ret = -EAGAIN;
+		goto out_unlock;
+	}
+	dma_resv_lock(proxy->dmabuf->resv, NULL);
+	/*
+	 * Only pins that cannot be revoked refuse it. Revocable importers
+	 * holding a pin get the invalidation below as a permanent revoke:
+	 * they unmap and unpin in their callback and never map again.
+	 */
+	if (kvd_blocking_pins(proxy)) {
+		dma_resv_unlock(proxy->dmabuf->resv);
+		ret = -EBUSY;
+		goto out_unlock;
+	}
+	if (proxy->state == KVDMABUF_STATE_BACKED)
+		old = kvd_unback(proxy, KVDMABUF_REVOKE_USER);
+	arg.generation = proxy->generation;
+	dma_resv_unlock(proxy->dmabuf->resv);
+
+	if (old) {
+		pr_debug("proxy %llu: revoked, generation %llu\n", proxy->id,
+			 proxy->generation);
+		kvd_event(proxy, KVDMABUF_STATE_REVOKED);
+	}
+	mutex_unlock(&proxy->lock);
+	ret = kvd_drain(proxy, arg.timeout_ms);
+	kvd_proxy_put(proxy);
+	/* User memory is touched without proxy->lock held. */
+	if (ret != -EINTR) {
+		int err = kvd_copy_out(uarg, &arg, sizeof(arg), usize);
+
+		if (err)
+			ret = err;
+	}
+	return ret;
+
+out_unlock:
+	mutex_unlock(&proxy->lock);
+	kvd_proxy_put(proxy);
+	return ret;
+}
+
+static long kvd_ioctl_query(void __user *uarg)
+{
+	struct kvdmabuf_query arg;
+	struct kvd_proxy *proxy;
+	struct kvd_backing *b;
+	struct kvd_attach *ka;
+	u32 usize;
+	int ret;
+
+	ret = kvd_copy_in(&arg, sizeof(arg), KVDMABUF_QUERY_SIZE_VER0, uarg,
+			  &usize);
+	if (ret)
+		return ret;
+	if (arg.flags || arg.reserved)
+		return -EINVAL;
+
+	proxy = kvd_proxy_get(arg.proxy_fd);
+	if (IS_ERR(proxy))
+		return PTR_ERR(proxy);
+
+	mutex_lock(&proxy->lock);
+	kvd_reap(proxy);
+	arg.stale_backings = 0;
+	arg.backing_attachments = 0;
+	arg.p2p_backing_attachments = 0;
+	list_for_each_entry(b, &proxy->stale, node) {
+		arg.stale_backings++;
+		arg.backing_attachments += kvd_count(&b->slots);
+		arg.p2p_backing_attachments += kvd_count_p2p(b);
+	}
+	if (proxy->backing) {
+		arg.backing_attachments +=
+			kvd_count(&proxy->backing->slots);
+		arg.p2p_backing_attachments += kvd_count_p2p(proxy->backing);
+	}
+
+	dma_resv_lock(proxy->dmabuf->resv, NULL);
+	arg.state = proxy->state;
+	arg.length = proxy->length;
+	arg.id = proxy->id;
+	arg.generation = proxy->generation;
+	arg.offset = proxy->backing ? proxy->backing->offset : 0;
+	arg.dynamic_importers = 0;
+	arg.pinned_importers = 0;
+	arg.blocking_pins = 0;
+	arg.revocable_pins = 0;
+	arg.revocable_importers = 0;
+	list_for_each_entry(ka, &proxy->attachments, node) {
+		unsigned int n = kvd_attach_blocking(ka);
+		unsigned int r = kvd_attach_revocable_pins(ka);
+
+		if (n || r)
+			arg.pinned_importers++;
+		else
+			arg.dynamic_importers++;
+		if (!n && r)
+			arg.revocable_importers++;
+		arg.blocking_pins += n;
+		arg.revocable_pins += r;
+	}
+	arg.live_mappings = proxy->live_maps;
+	arg.notifications = proxy->notifications;
+	arg.revoke_reason = proxy->revoke_reason;
+	dma_resv_unlock(proxy->dmabuf->resv);
+	mutex_unlock(&proxy->lock);
+
+	kvd_proxy_put(proxy);
+	return kvd_copy_out(uarg, &arg, sizeof(arg), usize);
+}
+
+/* The size bits of the command are ignored: the struct's size field rules. */
+#define KVD_CMD(cmd)	((cmd) & ~(_IOC_SIZEMASK << _IOC_SIZESHIFT))
+
+long kvd_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	struct kvd_ctx *ctx = file->private_data;
+	void __user *uarg = (void __user *)arg;
+
+	switch (KVD_CMD(cmd)) {
+	case KVD_CMD(KVDMABUF_IOCTL_VERSION):
+		return kvd_ioctl_version(uarg);
+	case KVD_CMD(KVDMABUF_IOCTL_CREATE):
+		return kvd_ioctl_create(ctx, uarg);
+	case KVD_CMD(KVDMABUF_IOCTL_ATTACH):
+		return kvd_ioctl_attach(ctx, uarg);
+	case KVD_CMD(KVDMABUF_IOCTL_REVOKE):
+		return kvd_ioctl_revoke(ctx, uarg);
+	case KVD_CMD(KVDMABUF_IOCTL_QUERY):
+		return kvd_ioctl_query(uarg);
+	case KVD_CMD(KVDMABUF_IOCTL_LIST):
+		return kvd_ioctl_list(uarg);
+	default:
+		return -ENOTTY;
+	}
+}

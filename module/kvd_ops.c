@@ -1,0 +1,392 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The proxy's dma_buf_ops: what importers call. Each importer attachment
+ * has a slot in the current backing; map hands it a table of DMA
+ * addresses of that slot's mapping, lent or copied.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/scatterlist.h>
+#include <linux/slab.h>
+
+#include "kvd.h"
+
+static void kvd_attach_free(struct kref *ref)
+{
+	kfree(container_of(ref, struct kvd_attach, ref));
+}
+
+void kvd_attach_put(struct kvd_attach *ka)
+{
+	kref_put(&ka->ref, kvd_attach_free);
+}
+
+/*
+ * Explicit pins (dma_buf_pin()) of an importer attachment, those the core
+ * takes around a map left out. A pin of a revocable importer
+ * (dma_buf_attach_revocable(), Linux 7.1+) does not block a revoke: the
+ * revoke's invalidation takes the mapping away for good and the importer
+ * unpins. It still blocks a replace: a pinned importer never maps again,
+ * so it could not follow the new backing.
+ */
+unsigned int kvd_attach_pins(struct kvd_attach *ka)
+{
+	return ka->pins - (kvd_core_pins_on_map ? ka->maps : 0);
+}
+
+unsigned int kvd_attach_blocking(struct kvd_attach *ka)
+{
+	return ka->revocable ? 0 : kvd_attach_pins(ka);
+}
+
+unsigned int kvd_attach_revocable_pins(struct kvd_attach *ka)
+{
+	return ka->revocable ? kvd_attach_pins(ka) : 0;
+}
+
+/* @count summed over the proxy's importer attachments. */
+static unsigned int kvd_sum_pins(struct kvd_proxy *proxy,
+				 unsigned int (*count)(struct kvd_attach *ka))
+{
+	struct kvd_attach *ka;
+	unsigned int n = 0;
+
+	dma_resv_assert_held(proxy->dmabuf->resv);
+	list_for_each_entry(ka, &proxy->attachments, node)
+		n += count(ka);
+	return n;
+}
+
+/* Pins that make a revoke fail with -EBUSY. */
+unsigned int kvd_blocking_pins(struct kvd_proxy *proxy)
+{
+	return kvd_sum_pins(proxy, kvd_attach_blocking);
+}
+
+/* Pins that make an attach or a replace fail with -EBUSY: all of them. */
+unsigned int kvd_all_pins(struct kvd_proxy *proxy)
+{
+	return kvd_sum_pins(proxy, kvd_attach_pins);
+}
+
+static int kvd_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
+{
+	struct kvd_proxy *proxy = dmabuf->priv;
+	struct kvd_backing *b;
+	struct kvd_attach *ka;
+	struct kvd_slot *slot;
+	int ret;
+
+	/*
+	 * Importer tables are DMA addresses of memory that may be a device's
+	 * (CUDA, VRAM): only peer-to-peer capable (hence dynamic) importers
+	 * can take them.
+	 */
+	if (!attach->peer2peer) {
+		pr_debug("proxy %llu: refusing importer %s without peer2peer\n",
+			 proxy->id, dev_name(attach->dev));
+		return -EOPNOTSUPP;
+	}
+
+	ka = kzalloc(sizeof(*ka), GFP_KERNEL);
+	if (!ka)
+		return -ENOMEM;
+	kref_init(&ka->ref);
+	INIT_LIST_HEAD(&ka->lent);
+	ka->dev = attach->dev;
+	/*
+	 * Since Linux 7.1 an importer may come without an invalidation
+	 * callback: it is never told of a revoke or replace. It may attach
+	 * and pin (ib_umem_dmabuf_get_pinned() does so), but map refuses it
+	 * unless it holds a pin (which keeps the backing where it is).
+	 */
+	ka->notified = attach->importer_ops &&
+		       attach->importer_ops->KVD_IMPORTER_NOTIFY_OP;
+	ka->revocable = kvd_pin_revocable(attach);
+
+	/*
+	 * A slot in the current backing, built with proxy->lock dropped (the
+	 * exporter may take long); if the backing changed meanwhile, again
+	 * for the new one. Not yet on dmabuf->attachments: nothing maps it.
+	 */
+	mutex_lock(&proxy->lock);
+	while ((b = proxy->backing)) {
+		kref_get(&b->ref);
+		mutex_unlock(&proxy->lock);
+		slot = kvd_slot_create(proxy, b, ka);
+		mutex_lock(&proxy->lock);
+		if (proxy->backing == b) {
+			kvd_backing_put(b);
+			if (IS_ERR(slot)) {
+				ret = PTR_ERR(slot);
+				goto err_unlock;
+			}
+			list_add_tail(&slot->node, &b->slots);
+			ka->cur = slot;
+			break;
+		}
+		if (!IS_ERR(slot))
+			kvd_slot_destroy(slot);
+		kvd_backing_put(b);
+	}
+	list_add_tail(&ka->node, &proxy->attachments);
+	attach->priv = ka;
+	mutex_unlock(&proxy->lock);
+	pr_debug("proxy %llu: importer %s attached\n", proxy->id,
+		 dev_name(attach->dev));
+	return 0;
+
+err_unlock:
+	mutex_unlock(&proxy->lock);
+	kvd_attach_put(ka);
+	return ret;
+}
+
+static void kvd_detach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
+{
+	struct kvd_proxy *proxy = dmabuf->priv;
+	struct kvd_attach *ka = attach->priv;
+	struct kvd_backing *b;
+	struct kvd_slot *slot;
+
+	mutex_lock(&proxy->lock);
+	list_del(&ka->node);
+	/* A backing being built drops its slot for @ka when it sees this. */
+	ka->detached = true;
+	if (proxy->backing) {
+		slot = kvd_slot_find(proxy->backing, ka);
+		if (slot)
+			kvd_slot_unlink(slot);
+	}
+	list_for_each_entry(b, &proxy->stale, node) {
+		slot = kvd_slot_find(b, ka);
+		if (slot)
+			kvd_slot_unlink(slot);
+	}
+	kvd_reap(proxy);
+	mutex_unlock(&proxy->lock);
+	WARN_ON_ONCE(ka->maps || ka->pins);
+	pr_debug("proxy %llu: importer %s detached\n", proxy->id,
+		 dev_name(attach->dev));
+	kvd_attach_put(ka);
+}
+
+static int kvd_pin(struct dma_buf_attachment *attach)
+{
+	struct kvd_proxy *proxy = attach->dmabuf->priv;
+	struct kvd_attach *ka = attach->priv;
+
+	dma_resv_assert_held(attach->dmabuf->resv);
+	if (proxy->state != KVDMABUF_STATE_BACKED)
+		return -ENODEV;
+	ka->pins++;
+	return 0;
+}
+
+static void kvd_unpin(struct dma_buf_attachment *attach)
+{
+	struct kvd_attach *ka = attach->priv;
+
+	dma_resv_assert_held(attach->dmabuf->resv);
+	if (!WARN_ON_ONCE(!ka->pins))
+		ka->pins--;
+}
+
+/*
+ * The table an importer's map gets for @slot: the slot's own, lent as it
+ * is, when the proxy's window is all of it and no other map of this
+ * attachment holds it. Each attachment has its own slot, hence its own
+ * table, mapped for its own device; it goes back to the exporter only
+ * after the importer returned it (stale backings wait for live maps).
+ * A copy costs an allocation and two walks per map, that is per wake and
+ * importer (for 64 MiB of vgem under TCG, 70-90 us: more than ib_umem's
+ * own map), which is why the common case lends.
+ */
+static struct sg_table *kvd_map_lend(struct kvd_attach *ka,
+				     struct kvd_slot *slot)
+{
+	if (!slot->whole || !list_empty(&slot->lent_node))
+		return NULL;
+	list_add(&slot->lent_node, &ka->lent);
+	return slot->bsgt;
+}
+
+/*
+ * A copy of the proxy's window of the backing's table: DMA addresses,
+ * lengths and bus-address marks, no struct page. An importer may edit
+ * what it is given in place (ib_umem trims its first and last entry until
+ * unmap): a second map of an attachment whose table is lent would copy
+ * those edits, so an importer that does that must map an attachment once
+ * at a time (ib_umem does).
+ */
+static struct sg_table *kvd_map_copy(struct kvd_backing *b,
+				     struct sg_table *bsgt, u64 length)
+{
+	u64 start = b->offset, end = b->offset + length;
+	u64 pos, seg_start, seg_end;
+	struct scatterlist *sg, *dsg;
+	struct kvd_map *map;
+	unsigned int nents = 0;
+	unsigned int i;
+	int ret;
+
+	pos = 0;
+	for_each_sgtable_dma_sg(bsgt, sg, i) {
+		seg_start = max(pos, start);
+		seg_end = min(pos + sg_dma_len(sg), end);
+		if (seg_start < seg_end)
+			nents++;
+		pos += sg_dma_len(sg);
+		if (pos >= end)
+			break;
+	}
+	if (pos < end || !nents)
+		return ERR_PTR(-EIO);	/* backing map shorter than its size */
+
+	map = kzalloc(sizeof(*map), GFP_KERNEL);
+	if (!map)
+		return ERR_PTR(-ENOMEM);
+	ret = sg_alloc_table(&map->sgt, nents, GFP_KERNEL);
+	if (ret) {
+		kfree(map);
+		return ERR_PTR(ret);
+	}
+
+	dsg = map->sgt.sgl;
+	pos = 0;
+	for_each_sgtable_dma_sg(bsgt, sg, i) {
+		seg_start = max(pos, start);
+		seg_end = min(pos + sg_dma_len(sg), end);
+		if (seg_start < seg_end) {
+			sg_dma_address(dsg) = sg_dma_address(sg) +
+					      (seg_start - pos);
+			sg_dma_len(dsg) = seg_end - seg_start;
+			kvd_sg_copy_bus_address(dsg, sg);
+			dsg = sg_next(dsg);
+		}
+		pos += sg_dma_len(sg);
+		if (pos >= end)
+			break;
+	}
+	map->sgt.nents = nents;
+	map->backing = b;
+	return &map->sgt;
+}
+
+static struct sg_table *kvd_map_dma_buf(struct dma_buf_attachment *attach,
+					enum dma_data_direction dir)
+{
+	struct kvd_proxy *proxy = attach->dmabuf->priv;
+	struct kvd_attach *ka = attach->priv;
+	struct kvd_backing *b;
+	struct sg_table *sgt;
+
+	dma_resv_assert_held(attach->dmabuf->resv);
+	/* Never told of a move: only a pin keeps its mapping valid. */
+	if (!ka->notified && !kvd_attach_pins(ka))
+		return ERR_PTR(-EOPNOTSUPP);
+	if (proxy->state != KVDMABUF_STATE_BACKED || !ka->cur)
+		return ERR_PTR(-ENODEV);
+
+	b = proxy->backing;
+	sgt = kvd_map_lend(ka, ka->cur);
+	if (!sgt) {
+		sgt = kvd_map_copy(b, ka->cur->bsgt, proxy->length);
+		if (IS_ERR(sgt))
+			return sgt;
+	}
+	b->live_maps++;
+	proxy->live_maps++;
+	ka->maps++;
+	return sgt;
+}
+
+/* The backing @sgt was mapped from: a lent table's slot, or a copy's. */
+static struct kvd_backing *kvd_map_return(struct kvd_attach *ka,
+					  struct sg_table *sgt)
+{
+	struct kvd_backing *b;
+	struct kvd_slot *slot;
+	struct kvd_map *map;
+
+	list_for_each_entry(slot, &ka->lent, lent_node) {
+		if (slot->bsgt == sgt) {
+			list_del_init(&slot->lent_node);
+			return slot->b;
+		}
+	}
+	map = container_of(sgt, struct kvd_map, sgt);
+	b = map->backing;
+	sg_free_table(&map->sgt);
+	kfree(map);
+	return b;
+}
+
+static void kvd_unmap_dma_buf(struct dma_buf_attachment *attach,
+			      struct sg_table *sgt,
+			      enum dma_data_direction dir)
+{
+	struct kvd_proxy *proxy = attach->dmabuf->priv;
+	struct kvd_attach *ka = attach->priv;
+	struct kvd_backing *b;
+	bool stale;
+
+	dma_resv_assert_held(attach->dmabuf->resv);
+	b = kvd_map_return(ka, sgt);
+	ka->maps--;
+	proxy->live_maps--;
+	stale = b != proxy->backing;
+	/* A stale backing may be freed as soon as this reaches zero. */
+	WRITE_ONCE(b->live_maps, b->live_maps - 1);
+	if (stale) {
+		WRITE_ONCE(proxy->stale_maps, proxy->stale_maps - 1);
+		if (!proxy->stale_maps)
+			wake_up(&proxy->wq);
+		schedule_work(&proxy->reap_work);
+	}
+}
+
+static void kvd_release(struct dma_buf *dmabuf)
+{
+	struct kvd_proxy *proxy = dmabuf->priv;
+	struct kvd_ctx *ctx = proxy->ctx;
+	struct kvd_backing *b, *tmp;
+
+	mutex_lock(&kvd_proxies_lock);
+	list_del(&proxy->global);
+	mutex_unlock(&kvd_proxies_lock);
+
+	/* No attachment is left, so no map and no new reap work. */
+	cancel_work_sync(&proxy->reap_work);
+	mutex_lock(&proxy->lock);
+	if (proxy->backing)
+		kvd_backing_retire(proxy->backing);
+	proxy->backing = NULL;
+	list_for_each_entry_safe(b, tmp, &proxy->stale, node) {
+		list_del(&b->node);
+		kvd_backing_retire(b);
+	}
+	mutex_unlock(&proxy->lock);
+	/* Every backing attachment is gone: no new invalidation can come. */
+	cancel_work_sync(&proxy->inval_work);
+
+	pr_debug("proxy %llu: released\n", proxy->id);
+	kvd_event(proxy, KVDMABUF_STATE_RELEASED);
+	spin_lock(&ctx->lock);
+	ctx->nr_proxies--;
+	spin_unlock(&ctx->lock);
+	kvd_ctx_put(ctx);
+	mutex_destroy(&proxy->lock);
+	kfree(proxy);
+	atomic_dec(&kvd_nr_proxies);
+}
+
+const struct dma_buf_ops kvd_dmabuf_ops = {
+	.attach = kvd_attach,
+	.detach = kvd_detach,
+	.pin = kvd_pin,
+	.unpin = kvd_unpin,
+	.map_dma_buf = kvd_map_dma_buf,
+	.unmap_dma_buf = kvd_unmap_dma_buf,
+	.release = kvd_release,
+};
