@@ -36,6 +36,13 @@ static void kvd_backing_notify(struct dma_buf_attachment *bat)
 	dma_resv_assert_held(bat->dmabuf->resv);
 	if (slot->dying)
 		return;		/* our own unpin let it move: nothing to follow */
+	/*
+	 * Not mapped yet: this slot's own pin or map moved the buffer (amdgpu
+	 * and xe migrate VRAM when pinned) and the map to come is of the new
+	 * place. Nothing was handed out, so nothing went stale.
+	 */
+	if (!slot->bsgt)
+		return;
 	WRITE_ONCE(slot->b->invalidated, true);
 	schedule_work(&slot->proxy->inval_work);
 }
@@ -57,6 +64,7 @@ struct kvd_slot *kvd_slot_create(struct kvd_proxy *proxy,
 {
 	struct dma_resv *bresv = b->dmabuf->resv;
 	struct kvd_slot *slot;
+	struct sg_table *sgt;
 	u64 len;
 	int ret;
 
@@ -89,11 +97,13 @@ struct kvd_slot *kvd_slot_create(struct kvd_proxy *proxy,
 	ret = dma_buf_pin(slot->bat);
 	if (ret)
 		goto err_unlock;
-	slot->bsgt = dma_buf_map_attachment(slot->bat, DMA_BIDIRECTIONAL);
-	if (IS_ERR_OR_NULL(slot->bsgt)) {
-		ret = slot->bsgt ? PTR_ERR(slot->bsgt) : -EIO;
+	sgt = dma_buf_map_attachment(slot->bat, DMA_BIDIRECTIONAL);
+	if (IS_ERR_OR_NULL(sgt)) {
+		ret = sgt ? PTR_ERR(sgt) : -EIO;
 		goto err_unpin;
 	}
+	/* From here on a move notification is about what we hold. */
+	slot->bsgt = sgt;
 	/* An exporter may map less than its size: refuse it now, not at a fault. */
 	len = kvd_sgt_dma_len(slot->bsgt);
 	if (len < b->offset + proxy->length) {
@@ -106,6 +116,7 @@ struct kvd_slot *kvd_slot_create(struct kvd_proxy *proxy,
 	atomic_inc(&kvd_nr_slots);
 	return slot;
 
+	/* Each step below marks the slot dying: what it undoes may move it. */
 err_unmap:
 	slot->dying = true;
 	dma_buf_unmap_attachment(slot->bat, slot->bsgt, DMA_BIDIRECTIONAL);
@@ -113,6 +124,7 @@ err_unpin:
 	slot->dying = true;
 	dma_buf_unpin(slot->bat);
 err_unlock:
+	slot->dying = true;
 	dma_resv_unlock(bresv);
 	dma_buf_detach(b->dmabuf, slot->bat);
 err_free:

@@ -215,6 +215,106 @@ TEST_F(exp, static_importer_refused)
 	EXPECT_EQ(EOPNOTSUPP, errno);
 }
 
+/*
+ * Polls QUERY for @ms: 0 while the proxy stays BACKED at generation @gen,
+ * else its state (and the test logs what it saw).
+ */
+static int stays_backed(struct __test_metadata *_metadata, int dev,
+			int proxy, uint64_t gen, int ms)
+{
+	struct kvdmabuf_query q;
+	int t;
+
+	for (t = 0; t < ms; t += 10) {
+		if (kvd_query(dev, proxy, &q))
+			return -1;
+		if (q.state != KVDMABUF_STATE_BACKED || q.generation != gen) {
+			TH_LOG("state %u generation %llu (want BACKED at %llu), revoke reason %u",
+			       q.state, (unsigned long long)q.generation,
+			       (unsigned long long)gen, q.revoke_reason);
+			return q.state ? (int)q.state : -1;
+		}
+		usleep(10000);
+	}
+	return 0;
+}
+
+/*
+ * An exporter that moves its buffer inside its first pin (amdgpu and xe on
+ * Debian's 6.1 and 6.12: VRAM migrated to GTT, every attachment notified,
+ * the pinning one too). The module's own pin caused that move and maps
+ * only after it, so nothing it handed out went stale: ATTACH, REPLACE and
+ * a first importer attach leave the proxy BACKED with the right bytes.
+ */
+TEST_F(exp, move_on_first_pin_replace_stays_backed)
+{
+	struct kvd_exp_info i;
+	uint64_t gen = 0;
+	int b;
+
+	b = exp_buf(self->exp, SIZE,
+		    variant->flags | KVD_EXP_CREATE_MOVE_ON_PIN, SEED_B);
+	ASSERT_GE(b, 0);
+	ASSERT_EQ(0, kvd_attach_full(self->dev, self->proxy, b, 0,
+				     KVDMABUF_ATTACH_REPLACE, 2000, &gen));
+	ASSERT_EQ(0, exp_info(self->exp, b, &i));
+	EXPECT_EQ(1, i.moves);		/* the module's pin moved it */
+	EXPECT_EQ(0, stays_backed(_metadata, self->dev, self->proxy, gen, 300));
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_B));
+	close(b);
+}
+
+TEST_F(exp, move_on_first_pin_attach_with_importer_stays_backed)
+{
+	struct kvd_exp_info i;
+	uint64_t gen = 0;
+	int p, h, b;
+
+	p = kvd_create(self->dev, SIZE, NULL);
+	ASSERT_GE(p, 0);
+	h = imp_import(self->imp, p, 0);	/* attached while unbacked */
+	ASSERT_GE(h, 0);
+	b = exp_buf(self->exp, SIZE,
+		    variant->flags | KVD_EXP_CREATE_MOVE_ON_PIN, SEED_C);
+	ASSERT_GE(b, 0);
+	ASSERT_EQ(0, kvd_attach_full(self->dev, p, b, 0, 0, 0, &gen));
+	ASSERT_EQ(0, exp_info(self->exp, b, &i));
+	EXPECT_EQ(1, i.moves);
+	EXPECT_EQ(0, stays_backed(_metadata, self->dev, p, gen, 300));
+	ASSERT_EQ(0, imp_read(self->imp, h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_C));
+	EXPECT_EQ(0, imp_release(self->imp, h));
+	close(b);
+	close(p);
+}
+
+TEST_F(exp, move_on_first_pin_first_importer_stays_backed)
+{
+	struct kvd_exp_info i;
+	uint64_t gen = 0;
+	int p, h, b;
+
+	p = kvd_create(self->dev, SIZE, NULL);
+	ASSERT_GE(p, 0);
+	b = exp_buf(self->exp, SIZE,
+		    variant->flags | KVD_EXP_CREATE_MOVE_ON_PIN, SEED_C);
+	ASSERT_GE(b, 0);
+	ASSERT_EQ(0, kvd_attach_full(self->dev, p, b, 0, 0, 0, &gen));
+	ASSERT_EQ(0, exp_info(self->exp, b, &i));
+	EXPECT_EQ(0, i.moves);		/* no importer yet: nothing pinned */
+	h = imp_import(self->imp, p, 0);
+	ASSERT_GE(h, 0);
+	ASSERT_EQ(0, exp_info(self->exp, b, &i));
+	EXPECT_EQ(1, i.moves);
+	EXPECT_EQ(0, stays_backed(_metadata, self->dev, p, gen, 300));
+	ASSERT_EQ(0, imp_read(self->imp, h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_C));
+	EXPECT_EQ(0, imp_release(self->imp, h));
+	close(b);
+	close(p);
+}
+
 /* A replace in another thread, to watch what can happen meanwhile. */
 struct slow_replace {
 	int dev, proxy, backing;

@@ -43,6 +43,7 @@ struct kvd_exp_buf {
 	bool nopages;
 	bool bus_addr;			/* nopages: segments marked bus addresses */
 	bool slow_map;
+	bool move_on_pin;
 	/* All below: dmabuf->resv. */
 	struct kvd_exp_pages *cur;
 	struct list_head retired;	/* moved away from, kept until release */
@@ -124,13 +125,46 @@ static void kvd_exp_detach(struct dma_buf *dmabuf,
 	dma_resv_unlock(dmabuf->resv);
 }
 
+/*
+ * Switch to @p (NULL: revoke), tell every importer, poison what was left
+ * (old pages stay on buf->retired until release).
+ */
+static void kvd_exp_move_locked(struct kvd_exp_buf *buf,
+				struct kvd_exp_pages *p)
+{
+	struct kvd_exp_pages *old = buf->cur;
+	unsigned int i;
+
+	dma_resv_assert_held(buf->dmabuf->resv);
+	if (!p) {
+		buf->revoked = true;
+	} else {
+		for (i = 0; i < p->npages; i++)
+			copy_highpage(p->pages[i], old->pages[i]);
+		buf->cur = p;
+		list_add_tail(&old->node, &buf->retired);
+		buf->moves++;
+	}
+	kvd_dma_buf_notify(buf->dmabuf);
+	/* Whoever still reads the old pages reads poison. */
+	kvd_exp_pages_poison(old);
+}
+
 static int kvd_exp_pin(struct dma_buf_attachment *attach)
 {
 	struct kvd_exp_buf *buf = attach->dmabuf->priv;
+	struct kvd_exp_pages *p;
 
 	dma_resv_assert_held(attach->dmabuf->resv);
 	if (buf->revoked)
 		return -ENODEV;
+	if (buf->move_on_pin && !buf->pins) {
+		/* TTM allocates the new placement with the resv held too. */
+		p = kvd_exp_pages_alloc(buf->dmabuf->size >> PAGE_SHIFT);
+		if (!p)
+			return -ENOMEM;
+		kvd_exp_move_locked(buf, p);
+	}
 	buf->pins++;
 	return 0;
 }
@@ -278,7 +312,8 @@ static long kvd_exp_create(void __user *uarg)
 	if (copy_from_user(&arg, uarg, sizeof(arg)))
 		return -EFAULT;
 	if (arg.flags & ~(KVD_EXP_CREATE_NOPAGES | KVD_EXP_CREATE_BUS_ADDR |
-			  KVD_EXP_CREATE_SLOW_MAP) ||
+			  KVD_EXP_CREATE_SLOW_MAP |
+			  KVD_EXP_CREATE_MOVE_ON_PIN) ||
 	    arg.pad || arg.pad2)
 		return -EINVAL;
 	if ((arg.flags & KVD_EXP_CREATE_BUS_ADDR) &&
@@ -296,6 +331,7 @@ static long kvd_exp_create(void __user *uarg)
 	buf->nopages = arg.flags & KVD_EXP_CREATE_NOPAGES;
 	buf->bus_addr = arg.flags & KVD_EXP_CREATE_BUS_ADDR;
 	buf->slow_map = arg.flags & KVD_EXP_CREATE_SLOW_MAP;
+	buf->move_on_pin = arg.flags & KVD_EXP_CREATE_MOVE_ON_PIN;
 	buf->cur = kvd_exp_pages_alloc(arg.size >> PAGE_SHIFT);
 	if (!buf->cur) {
 		kfree(buf);
@@ -363,9 +399,8 @@ static long kvd_exp_fill(void __user *uarg)
 
 static long kvd_exp_move(u32 fd, bool revoke)
 {
-	struct kvd_exp_pages *p = NULL, *old;
+	struct kvd_exp_pages *p = NULL;
 	struct kvd_exp_buf *buf;
-	unsigned int i;
 	int ret = 0;
 
 	buf = kvd_exp_get(fd);
@@ -384,20 +419,8 @@ static long kvd_exp_move(u32 fd, bool revoke)
 		ret = -ENODEV;
 		goto out;
 	}
-	old = buf->cur;
-	if (revoke) {
-		buf->revoked = true;
-	} else {
-		for (i = 0; i < p->npages; i++)
-			copy_highpage(p->pages[i], old->pages[i]);
-		buf->cur = p;
-		list_add_tail(&old->node, &buf->retired);
-		buf->moves++;
-		p = NULL;
-	}
-	kvd_dma_buf_notify(buf->dmabuf);
-	/* Whoever still reads the old pages reads poison. */
-	kvd_exp_pages_poison(old);
+	kvd_exp_move_locked(buf, p);
+	p = NULL;
 	dma_resv_unlock(buf->dmabuf->resv);
 out:
 	if (p)

@@ -30,12 +30,20 @@
  */
 #define KVD_EXP_CREATE_SLOW_MAP		(1U << 2)
 #define KVD_EXP_SLOW_MAP_MS		1500
+/*
+ * The first pin moves the buffer before it pins it (new pages, a copy,
+ * a move notification to every attachment, the pinning one included, the
+ * old pages poisoned), as amdgpu_dma_buf_pin() migrating VRAM to GTT and
+ * xe migrating before a pin do on Debian's 6.1 and 6.12.
+ */
+#define KVD_EXP_CREATE_MOVE_ON_PIN	(1U << 3)
 
 /**
  * struct kvd_exp_create - KVD_EXP_IOCTL_CREATE argument
  * @size: in: bytes, multiple of the page size, at most 64 MiB
  * @flags: in: KVD_EXP_CREATE_NOPAGES (optionally with
- *	KVD_EXP_CREATE_BUS_ADDR), KVD_EXP_CREATE_SLOW_MAP, or 0
+ *	KVD_EXP_CREATE_BUS_ADDR), KVD_EXP_CREATE_SLOW_MAP,
+ *	KVD_EXP_CREATE_MOVE_ON_PIN, or 0
  * @fd: out: the dma-buf fd (O_CLOEXEC)
  * @pad: must be 0
  */
