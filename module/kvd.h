@@ -29,6 +29,12 @@
 #include "compat.h"
 
 #define KVD_EVENT_QUEUE		64
+/*
+ * How long a backing's exporter may take to finish a move or clear it
+ * fenced (a GPU migrating a pinned buffer): tens of GB over PCIe is
+ * seconds. Longer fails the slot with -ETIMEDOUT.
+ */
+#define KVD_BACKING_FENCE_MS	10000
 #define KVD_MAX_LENGTH		((u64)MAX_LFS_FILESIZE & PAGE_MASK)
 
 /* One per open of /dev/kvdmabuf; each proxy it created holds a reference. */

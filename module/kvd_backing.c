@@ -53,6 +53,22 @@ static const struct dma_buf_attach_ops kvd_backing_attach_ops = {
 };
 
 /*
+ * Waits, bounded, for the fences of the exporter's own memory management
+ * on a backing (@resv held). A pinned buffer is not moved again, so once
+ * after mapping a slot is enough.
+ */
+static int kvd_wait_kernel_fences(struct dma_resv *resv)
+{
+	long left;
+
+	left = dma_resv_wait_timeout(resv, DMA_RESV_USAGE_KERNEL, false,
+				     msecs_to_jiffies(KVD_BACKING_FENCE_MS));
+	if (left < 0)
+		return left;
+	return left ? 0 : -ETIMEDOUT;
+}
+
+/*
  * The module's attachment to @b for importer attachment @ka: the
  * exporter's attach, pin and map, which may take long (amdgpu migrates
  * the buffer), so called with no lock of ours held. The slot is not yet
@@ -104,6 +120,16 @@ struct kvd_slot *kvd_slot_create(struct kvd_proxy *proxy,
 	}
 	/* From here on a move notification is about what we hold. */
 	slot->bsgt = sgt;
+	/*
+	 * The exporter's moves and clears (its pin may just have migrated
+	 * the buffer) are fenced with DMA_RESV_USAGE_KERNEL, which only
+	 * dynamic importers of the backing are told to wait for: the proxy's
+	 * importers wait on the proxy's resv, which never carries them. So
+	 * nobody gets this table before the contents are in place.
+	 */
+	ret = kvd_wait_kernel_fences(bresv);
+	if (ret)
+		goto err_unmap;
 	/* An exporter may map less than its size: refuse it now, not at a fault. */
 	len = kvd_sgt_dma_len(slot->bsgt);
 	if (len < b->offset + proxy->length) {

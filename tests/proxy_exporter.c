@@ -315,6 +315,43 @@ TEST_F(exp, move_on_first_pin_first_importer_stays_backed)
 	close(p);
 }
 
+/*
+ * The exporter's move on pin is asynchronous and fenced (a GPU copy
+ * engine: new pages at once, a DMA_RESV_USAGE_KERNEL fence until they
+ * hold the contents). The proxy's importers never see that fence, so the
+ * module waits for it before it hands out the table: reads right after a
+ * REPLACE or a first importer attach get the new bytes, not zeros.
+ */
+TEST_F(exp, async_move_on_pin_fenced_contents_are_read)
+{
+	const uint32_t mode = KVD_EXP_CREATE_MOVE_ON_PIN |
+			      KVD_EXP_CREATE_ASYNC_MOVE;
+	struct kvd_exp_info i;
+	int p, h, b, c;
+
+	b = exp_buf(self->exp, SIZE, variant->flags | mode, SEED_B);
+	ASSERT_GE(b, 0);
+	ASSERT_EQ(0, kvd_replace(self->dev, self->proxy, b, 0));
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_B));
+	ASSERT_EQ(0, exp_info(self->exp, b, &i));
+	EXPECT_EQ(1, i.moves);
+
+	p = kvd_create(self->dev, SIZE, NULL);
+	ASSERT_GE(p, 0);
+	c = exp_buf(self->exp, SIZE, variant->flags | mode, SEED_C);
+	ASSERT_GE(c, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, p, c, 0));
+	h = imp_import(self->imp, p, 0);	/* the first pin moves c */
+	ASSERT_GE(h, 0);
+	ASSERT_EQ(0, imp_read(self->imp, h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_C));
+	EXPECT_EQ(0, imp_release(self->imp, h));
+	close(c);
+	close(p);
+	close(b);
+}
+
 /* A replace in another thread, to watch what can happen meanwhile. */
 struct slow_replace {
 	int dev, proxy, backing;

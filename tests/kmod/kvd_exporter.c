@@ -16,6 +16,7 @@
 
 #include <linux/delay.h>
 #include <linux/dma-buf.h>
+#include <linux/dma-fence.h>
 #include <linux/dma-mapping.h>
 #include <linux/dma-resv.h>
 #include <linux/file.h>
@@ -25,6 +26,7 @@
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
+#include <linux/workqueue.h>
 
 #include "compat.h"
 #include "kvd_exporter.h"
@@ -38,13 +40,23 @@ struct kvd_exp_pages {
 	struct page *pages[];
 };
 
+/* The copy of an asynchronous move, fenced on the buffer's resv. */
+struct kvd_exp_copy {
+	struct dma_fence base;		/* first: dma_fence_free() frees all */
+	spinlock_t lock;
+	struct delayed_work work;
+	struct kvd_exp_pages *from, *to;
+};
+
 struct kvd_exp_buf {
 	struct dma_buf *dmabuf;
 	bool nopages;
 	bool bus_addr;			/* nopages: segments marked bus addresses */
 	bool slow_map;
 	bool move_on_pin;
+	bool async_move;
 	/* All below: dmabuf->resv. */
+	struct kvd_exp_copy *copy;	/* the last asynchronous move's */
 	struct kvd_exp_pages *cur;
 	struct list_head retired;	/* moved away from, kept until release */
 	bool revoked;
@@ -125,35 +137,108 @@ static void kvd_exp_detach(struct dma_buf *dmabuf,
 	dma_resv_unlock(dmabuf->resv);
 }
 
+static const char *kvd_exp_fence_name(struct dma_fence *fence)
+{
+	return KBUILD_MODNAME;
+}
+
+static const struct dma_fence_ops kvd_exp_fence_ops = {
+	.get_driver_name = kvd_exp_fence_name,
+	.get_timeline_name = kvd_exp_fence_name,
+};
+
+/* The copy engine: contents into place, the old pages poisoned, signal. */
+static void kvd_exp_copy_work(struct work_struct *work)
+{
+	struct kvd_exp_copy *c = container_of(to_delayed_work(work),
+					      struct kvd_exp_copy, work);
+	unsigned int i;
+
+	for (i = 0; i < c->to->npages; i++)
+		copy_highpage(c->to->pages[i], c->from->pages[i]);
+	kvd_exp_pages_poison(c->from);
+	dma_fence_signal(&c->base);
+}
+
+/* The last asynchronous copy is done (run now if still pending). */
+static void kvd_exp_copy_finish(struct kvd_exp_buf *buf)
+{
+	if (!buf->copy)
+		return;
+	flush_delayed_work(&buf->copy->work);
+	dma_fence_put(&buf->copy->base);
+	buf->copy = NULL;
+}
+
+/* Starts copying @from to @to behind a KERNEL fence on the resv. */
+static int kvd_exp_copy_start(struct kvd_exp_buf *buf,
+			      struct kvd_exp_pages *from,
+			      struct kvd_exp_pages *to)
+{
+	struct kvd_exp_copy *c;
+	int ret;
+
+	ret = dma_resv_reserve_fences(buf->dmabuf->resv, 1);
+	if (ret)
+		return ret;
+	c = kzalloc(sizeof(*c), GFP_KERNEL);
+	if (!c)
+		return -ENOMEM;
+	spin_lock_init(&c->lock);
+	INIT_DELAYED_WORK(&c->work, kvd_exp_copy_work);
+	c->from = from;
+	c->to = to;
+	dma_fence_init(&c->base, &kvd_exp_fence_ops, &c->lock,
+		       dma_fence_context_alloc(1), 1);
+	dma_resv_add_fence(buf->dmabuf->resv, &c->base,
+			   DMA_RESV_USAGE_KERNEL);
+	buf->copy = c;
+	schedule_delayed_work(&c->work,
+			      msecs_to_jiffies(KVD_EXP_ASYNC_MOVE_MS));
+	return 0;
+}
+
 /*
- * Switch to @p (NULL: revoke), tell every importer, poison what was left
- * (old pages stay on buf->retired until release).
+ * Switch to @p (NULL: revoke) and tell every importer; the old pages are
+ * poisoned once copied (they stay on buf->retired until release).
  */
-static void kvd_exp_move_locked(struct kvd_exp_buf *buf,
-				struct kvd_exp_pages *p)
+static int kvd_exp_move_locked(struct kvd_exp_buf *buf,
+			       struct kvd_exp_pages *p)
 {
 	struct kvd_exp_pages *old = buf->cur;
 	unsigned int i;
+	int ret;
 
 	dma_resv_assert_held(buf->dmabuf->resv);
+	/* One copy at a time; the copy engine never takes the resv. */
+	kvd_exp_copy_finish(buf);
 	if (!p) {
 		buf->revoked = true;
+	} else if (buf->async_move) {
+		ret = kvd_exp_copy_start(buf, old, p);
+		if (ret)
+			return ret;
 	} else {
 		for (i = 0; i < p->npages; i++)
 			copy_highpage(p->pages[i], old->pages[i]);
+	}
+	if (p) {
 		buf->cur = p;
 		list_add_tail(&old->node, &buf->retired);
 		buf->moves++;
 	}
 	kvd_dma_buf_notify(buf->dmabuf);
 	/* Whoever still reads the old pages reads poison. */
-	kvd_exp_pages_poison(old);
+	if (!buf->copy)
+		kvd_exp_pages_poison(old);
+	return 0;
 }
 
 static int kvd_exp_pin(struct dma_buf_attachment *attach)
 {
 	struct kvd_exp_buf *buf = attach->dmabuf->priv;
 	struct kvd_exp_pages *p;
+	int ret;
 
 	dma_resv_assert_held(attach->dmabuf->resv);
 	if (buf->revoked)
@@ -163,7 +248,11 @@ static int kvd_exp_pin(struct dma_buf_attachment *attach)
 		p = kvd_exp_pages_alloc(buf->dmabuf->size >> PAGE_SHIFT);
 		if (!p)
 			return -ENOMEM;
-		kvd_exp_move_locked(buf, p);
+		ret = kvd_exp_move_locked(buf, p);
+		if (ret) {
+			kvd_exp_pages_free(p);
+			return ret;
+		}
 	}
 	buf->pins++;
 	return 0;
@@ -285,6 +374,7 @@ static void kvd_exp_release(struct dma_buf *dmabuf)
 	struct kvd_exp_buf *buf = dmabuf->priv;
 	struct kvd_exp_pages *p, *tmp;
 
+	kvd_exp_copy_finish(buf);
 	list_for_each_entry_safe(p, tmp, &buf->retired, node)
 		kvd_exp_pages_free(p);
 	kvd_exp_pages_free(buf->cur);
@@ -313,7 +403,8 @@ static long kvd_exp_create(void __user *uarg)
 		return -EFAULT;
 	if (arg.flags & ~(KVD_EXP_CREATE_NOPAGES | KVD_EXP_CREATE_BUS_ADDR |
 			  KVD_EXP_CREATE_SLOW_MAP |
-			  KVD_EXP_CREATE_MOVE_ON_PIN) ||
+			  KVD_EXP_CREATE_MOVE_ON_PIN |
+			  KVD_EXP_CREATE_ASYNC_MOVE) ||
 	    arg.pad || arg.pad2)
 		return -EINVAL;
 	if ((arg.flags & KVD_EXP_CREATE_BUS_ADDR) &&
@@ -332,6 +423,7 @@ static long kvd_exp_create(void __user *uarg)
 	buf->bus_addr = arg.flags & KVD_EXP_CREATE_BUS_ADDR;
 	buf->slow_map = arg.flags & KVD_EXP_CREATE_SLOW_MAP;
 	buf->move_on_pin = arg.flags & KVD_EXP_CREATE_MOVE_ON_PIN;
+	buf->async_move = arg.flags & KVD_EXP_CREATE_ASYNC_MOVE;
 	buf->cur = kvd_exp_pages_alloc(arg.size >> PAGE_SHIFT);
 	if (!buf->cur) {
 		kfree(buf);
@@ -419,8 +511,9 @@ static long kvd_exp_move(u32 fd, bool revoke)
 		ret = -ENODEV;
 		goto out;
 	}
-	kvd_exp_move_locked(buf, p);
-	p = NULL;
+	ret = kvd_exp_move_locked(buf, p);
+	if (!ret)
+		p = NULL;
 	dma_resv_unlock(buf->dmabuf->resv);
 out:
 	if (p)

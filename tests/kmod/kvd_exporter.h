@@ -37,13 +37,21 @@
  * xe migrating before a pin do on Debian's 6.1 and 6.12.
  */
 #define KVD_EXP_CREATE_MOVE_ON_PIN	(1U << 3)
+/*
+ * Moves copy asynchronously, as a GPU's copy engine does: the buffer
+ * switches to new (zeroed) pages at once, a DMA_RESV_USAGE_KERNEL fence
+ * on its resv signals when the copy is done, KVD_EXP_ASYNC_MOVE_MS
+ * later. An importer that does not wait for that fence reads zeros.
+ */
+#define KVD_EXP_CREATE_ASYNC_MOVE	(1U << 4)
+#define KVD_EXP_ASYNC_MOVE_MS		500
 
 /**
  * struct kvd_exp_create - KVD_EXP_IOCTL_CREATE argument
  * @size: in: bytes, multiple of the page size, at most 64 MiB
  * @flags: in: KVD_EXP_CREATE_NOPAGES (optionally with
  *	KVD_EXP_CREATE_BUS_ADDR), KVD_EXP_CREATE_SLOW_MAP,
- *	KVD_EXP_CREATE_MOVE_ON_PIN, or 0
+ *	KVD_EXP_CREATE_MOVE_ON_PIN, KVD_EXP_CREATE_ASYNC_MOVE, or 0
  * @fd: out: the dma-buf fd (O_CLOEXEC)
  * @pad: must be 0
  */
