@@ -298,7 +298,8 @@ int kvd_backing_build(struct kvd_proxy *proxy, struct kvd_backing *b)
 		/* Only this thread sees b->slots until b is published. */
 		ret = 0;
 		for (i = 0; i < n; i++) {
-			if (!ret) {
+			/* One that detached meanwhile needs no slot. */
+			if (!ret && !READ_ONCE(todo[i]->detached)) {
 				slot = kvd_slot_create(proxy, b, todo[i]);
 				if (IS_ERR(slot))
 					ret = PTR_ERR(slot);

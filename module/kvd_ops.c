@@ -13,7 +13,10 @@
 
 static void kvd_attach_free(struct kref *ref)
 {
-	kfree(container_of(ref, struct kvd_attach, ref));
+	struct kvd_attach *ka = container_of(ref, struct kvd_attach, ref);
+
+	put_device(ka->dev);
+	kfree(ka);
 }
 
 void kvd_attach_put(struct kvd_attach *ka)
@@ -93,7 +96,11 @@ static int kvd_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
 		return -ENOMEM;
 	kref_init(&ka->ref);
 	INIT_LIST_HEAD(&ka->lent);
-	ka->dev = attach->dev;
+	/*
+	 * A backing build may still use it after the importer detached and
+	 * its driver went away: each slot holds @ka, @ka holds the device.
+	 */
+	ka->dev = get_device(attach->dev);
 	/*
 	 * Since Linux 7.1 an importer may come without an invalidation
 	 * callback: it is never told of a revoke or replace. It may attach
@@ -152,7 +159,7 @@ static void kvd_detach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach
 	mutex_lock(&proxy->lock);
 	list_del(&ka->node);
 	/* A backing being built drops its slot for @ka when it sees this. */
-	ka->detached = true;
+	WRITE_ONCE(ka->detached, true);
 	if (proxy->backing) {
 		slot = kvd_slot_find(proxy->backing, ka);
 		if (slot)

@@ -453,4 +453,87 @@ TEST_F_TIMEOUT(exp, slow_backing_map_blocks_no_importer, 60)
 	close(r.backing);
 }
 
+#ifndef KVD_IMP_UMEM
+/*
+ * A backing build calls the exporter with the importer's device while the
+ * importer may detach and its driver go away (rmmod kvd_importer during
+ * a slow map for its device): the module holds a reference to the device
+ * until its slot is gone. Without it the exporter's map and the slot's
+ * teardown use a freed struct device: KASAN (debug lane) reports it and
+ * the lane fails on the guest log; the other lanes check the outcome.
+ */
+TEST_F_TIMEOUT(exp, importer_driver_gone_during_slow_build, 60)
+{
+	struct slow_replace r = { 0 };
+	struct kvdmabuf_query q;
+	pthread_t tid;
+	int dev, imp, proxy, a, h, n, fd;
+	char path[4096];
+	const char *build = getenv("KVDMABUF_BUILD");
+
+	if (!build)
+		SKIP(return, "KVDMABUF_BUILD unset: cannot load kvd_importer again");
+	/* The fixture's importer must go too for the module to unload. */
+	imp_release(self->imp, self->h);
+	self->h = -1;
+	close(self->imp);
+	self->imp = -1;
+
+	KVD_OPEN_DEV(dev);
+	KVD_OPEN_IMP(imp);
+	a = exp_buf(self->exp, SIZE, variant->flags, SEED_A);
+	ASSERT_GE(a, 0);
+	proxy = kvd_create(dev, SIZE, NULL);
+	ASSERT_GE(proxy, 0);
+	ASSERT_EQ(0, kvd_attach(dev, proxy, a, 0));
+	h = imp_import(imp, proxy, 0);
+	ASSERT_GE(h, 0);
+	r.dev = dev;
+	r.proxy = proxy;
+	r.backing = exp_buf(self->exp, SIZE,
+			    variant->flags | KVD_EXP_CREATE_SLOW_MAP, SEED_B);
+	ASSERT_GE(r.backing, 0);
+	ASSERT_EQ(0, pthread_create(&tid, NULL, slow_replace_fn, &r));
+	for (n = 0; n < 100; n++) {
+		int t = __atomic_load_n(&r.tid, __ATOMIC_ACQUIRE);
+
+		usleep(50000);
+		if (t && thread_in_d_state(t)) {
+			usleep(50000);
+			if (thread_in_d_state(t))
+				break;
+		}
+	}
+	ASSERT_LT(n, 100);
+	/* Inside the map for the importer's device: it detaches and goes. */
+	EXPECT_EQ(0, imp_release(imp, h));
+	close(imp);
+	n = (int)syscall(SYS_delete_module, "kvd_importer", O_NONBLOCK);
+	if (n)
+		TH_LOG("rmmod kvd_importer: %s", strerror(errno));
+	EXPECT_EQ(0, n);
+	EXPECT_EQ(0, __atomic_load_n(&r.done, __ATOMIC_ACQUIRE));
+
+	ASSERT_EQ(0, pthread_join(tid, NULL));
+	EXPECT_EQ(0, r.ret);
+	ASSERT_EQ(0, kvd_query(dev, proxy, &q));
+	EXPECT_EQ(KVDMABUF_STATE_BACKED, q.state);
+	EXPECT_EQ(0, q.backing_attachments);	/* none for a gone importer */
+	EXPECT_EQ(0, q.stale_backings);
+	close(r.backing);
+	close(proxy);
+	close(a);
+	close(dev);
+
+	/* Back for the tests that follow. */
+	snprintf(path, sizeof(path), "%s/tests/kmod/kvd_importer.ko", build);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	ASSERT_GE(fd, 0);
+	EXPECT_EQ(0, syscall(SYS_finit_module, fd, "", 0));
+	close(fd);
+	for (n = 0; n < 200 && access(KVD_IMPORTER_PATH, F_OK); n++)
+		usleep(10000);
+}
+#endif
+
 TEST_HARNESS_MAIN
