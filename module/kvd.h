@@ -120,6 +120,7 @@ struct kvd_proxy {
 	struct mutex lock;
 	struct list_head attachments;	/* struct kvd_attach; lock */
 	struct list_head stale;		/* old backings still mapped; lock */
+	struct list_head graveyard;	/* buried slots for reap_work; lock */
 	struct kvd_backing *backing;	/* lock + resv to write */
 	u32 state;			/* lock + resv to write */
 	u64 generation;			/* lock + resv to write */
@@ -187,15 +188,19 @@ struct kvd_slot *kvd_slot_create(struct kvd_proxy *proxy,
 				 struct kvd_backing *b,
 				 struct kvd_attach *ka);
 void kvd_slot_destroy(struct kvd_slot *slot);
-void kvd_slot_unlink(struct kvd_slot *slot);
+void kvd_slot_bury(struct kvd_slot *slot, struct list_head *dead);
+void kvd_backing_bury(struct kvd_backing *b, struct list_head *dead);
+void kvd_bury(struct list_head *dead);
+void kvd_bury_later(struct kvd_proxy *proxy, struct list_head *dead);
 struct kvd_slot *kvd_slot_find(struct kvd_backing *b, struct kvd_attach *ka);
 unsigned int kvd_count_p2p(struct kvd_backing *b);
 struct kvd_backing *kvd_backing_alloc(struct dma_buf *dmabuf, u64 offset);
-int kvd_backing_build(struct kvd_proxy *proxy, struct kvd_backing *b);
+int kvd_backing_build(struct kvd_proxy *proxy, struct kvd_backing *b,
+		      struct list_head *dead);
 void kvd_backing_put(struct kvd_backing *b);
 void kvd_backing_retire(struct kvd_backing *b);
-void kvd_reap(struct kvd_proxy *proxy);
-bool kvd_stale_room(struct kvd_proxy *proxy);
+void kvd_reap(struct kvd_proxy *proxy, struct list_head *dead);
+bool kvd_stale_room(struct kvd_proxy *proxy, struct list_head *dead);
 int kvd_drain(struct kvd_proxy *proxy, u32 timeout_ms);
 struct kvd_backing *kvd_unback(struct kvd_proxy *proxy, u32 reason);
 void kvd_reap_work(struct work_struct *work);

@@ -177,10 +177,39 @@ void kvd_slot_destroy(struct kvd_slot *slot)
 	atomic_dec(&kvd_nr_slots);
 }
 
-void kvd_slot_unlink(struct kvd_slot *slot)
+/*
+ * Teardown calls the exporter (unmap, unpin, detach, maybe its release),
+ * which may take long: under proxy->lock slots and backings are only put
+ * on a caller's @dead list, and kvd_bury() destroys them with no lock of
+ * ours held. A buried slot holds a reference to its backing.
+ */
+void kvd_slot_bury(struct kvd_slot *slot, struct list_head *dead)
 {
-	list_del(&slot->node);
-	kvd_slot_destroy(slot);
+	kref_get(&slot->b->ref);
+	list_move_tail(&slot->node, dead);
+}
+
+/* The proxy lets go of @b (off every list of the proxy). */
+void kvd_backing_bury(struct kvd_backing *b, struct list_head *dead)
+{
+	struct kvd_slot *slot, *tmp;
+
+	list_for_each_entry_safe(slot, tmp, &b->slots, node)
+		kvd_slot_bury(slot, dead);
+	kvd_backing_put(b);
+}
+
+void kvd_bury(struct list_head *dead)
+{
+	struct kvd_slot *slot, *tmp;
+	struct kvd_backing *b;
+
+	list_for_each_entry_safe(slot, tmp, dead, node) {
+		list_del(&slot->node);
+		b = slot->b;
+		kvd_slot_destroy(slot);
+		kvd_backing_put(b);
+	}
 }
 
 /* Attachments of @b that are dynamic and peer-to-peer (all of them). */
@@ -223,17 +252,25 @@ void kvd_backing_put(struct kvd_backing *b)
 }
 
 /*
- * The proxy lets go of @b (off every list): its slots go now (proxy->lock
- * held if it was ever published), the memory when the last builder that
- * still references it lets go too.
+ * For a caller that must not wait for the exporter (QUERY): reap_work
+ * destroys them. proxy->lock held.
  */
+void kvd_bury_later(struct kvd_proxy *proxy, struct list_head *dead)
+{
+	lockdep_assert_held(&proxy->lock);
+	if (list_empty(dead))
+		return;
+	list_splice_tail_init(dead, &proxy->graveyard);
+	schedule_work(&proxy->reap_work);
+}
+
+/* kvd_backing_bury() and kvd_bury() at once: no lock of ours held. */
 void kvd_backing_retire(struct kvd_backing *b)
 {
-	struct kvd_slot *slot, *tmp;
+	LIST_HEAD(dead);
 
-	list_for_each_entry_safe(slot, tmp, &b->slots, node)
-		kvd_slot_unlink(slot);
-	kvd_backing_put(b);
+	kvd_backing_bury(b, &dead);
+	kvd_bury(&dead);
 }
 
 /* A new backing, not yet published; takes over the caller's @dmabuf ref. */
@@ -258,10 +295,12 @@ struct kvd_backing *kvd_backing_alloc(struct dma_buf *dmabuf,
  * Gives @b, not yet published, a slot for every importer attachment of
  * the proxy, calling the exporter with proxy->lock dropped; importers that
  * attach meanwhile get theirs in the next round, the slots of those that
- * detach go. Returns 0 with proxy->lock held and a slot in @b for every
- * attachment, or -errno with it dropped.
+ * detach go (onto @dead, for kvd_bury() once the lock is dropped). Returns
+ * 0 with proxy->lock held and a slot in @b for every attachment, or -errno
+ * with it dropped.
  */
-int kvd_backing_build(struct kvd_proxy *proxy, struct kvd_backing *b)
+int kvd_backing_build(struct kvd_proxy *proxy, struct kvd_backing *b,
+		      struct list_head *dead)
 {
 	struct kvd_attach *few[4];	/* a proxy has an importer or two */
 	struct kvd_slot *slot, *tmp;
@@ -273,7 +312,7 @@ int kvd_backing_build(struct kvd_proxy *proxy, struct kvd_backing *b)
 	for (;;) {
 		list_for_each_entry_safe(slot, tmp, &b->slots, node)
 			if (slot->ka->detached)
-				kvd_slot_unlink(slot);
+				kvd_slot_bury(slot, dead);
 		n = 0;
 		list_for_each_entry(ka, &proxy->attachments, node)
 			if (!kvd_slot_find(b, ka))
@@ -294,6 +333,7 @@ int kvd_backing_build(struct kvd_proxy *proxy, struct kvd_backing *b)
 			}
 		}
 		mutex_unlock(&proxy->lock);
+		kvd_bury(dead);
 
 		/* Only this thread sees b->slots until b is published. */
 		ret = 0;
@@ -320,9 +360,9 @@ int kvd_backing_build(struct kvd_proxy *proxy, struct kvd_backing *b)
  * Drop the stale backings no importer map refers to any more, once the
  * fences importers track their DMA with (any usage, BOOKKEEP included) on
  * the proxy's reservation object have all signaled: an importer may still
- * be doing DMA to a backing it has already unmapped.
+ * be doing DMA to a backing it has already unmapped. They go onto @dead.
  */
-void kvd_reap(struct kvd_proxy *proxy)
+void kvd_reap(struct kvd_proxy *proxy, struct list_head *dead)
 {
 	struct kvd_backing *b, *tmp;
 
@@ -337,7 +377,7 @@ void kvd_reap(struct kvd_proxy *proxy)
 			continue;
 		list_del(&b->node);
 		pr_debug("proxy %llu: dropping backing %p\n", proxy->id, b->dmabuf);
-		kvd_backing_retire(b);
+		kvd_backing_bury(b, dead);
 	}
 }
 
@@ -345,9 +385,9 @@ void kvd_reap(struct kvd_proxy *proxy)
  * Can one more backing go stale? Reaps idle ones first; at most
  * KVDMABUF_MAX_STALE_BACKINGS old backings are held per proxy.
  */
-bool kvd_stale_room(struct kvd_proxy *proxy)
+bool kvd_stale_room(struct kvd_proxy *proxy, struct list_head *dead)
 {
-	kvd_reap(proxy);
+	kvd_reap(proxy, dead);
 	return kvd_count(&proxy->stale) < KVDMABUF_MAX_STALE_BACKINGS;
 }
 
@@ -392,12 +432,14 @@ static int kvd_wait_idle(struct kvd_proxy *proxy, u32 timeout_ms)
 /* Wait as above, then drop what has become idle. */
 int kvd_drain(struct kvd_proxy *proxy, u32 timeout_ms)
 {
+	LIST_HEAD(dead);
 	int ret;
 
 	ret = kvd_wait_idle(proxy, timeout_ms);
 	mutex_lock(&proxy->lock);
-	kvd_reap(proxy);
+	kvd_reap(proxy, &dead);
 	mutex_unlock(&proxy->lock);
+	kvd_bury(&dead);
 	return ret;
 }
 
@@ -405,10 +447,13 @@ void kvd_reap_work(struct work_struct *work)
 {
 	struct kvd_proxy *proxy = container_of(work, struct kvd_proxy,
 					       reap_work);
+	LIST_HEAD(dead);
 
 	mutex_lock(&proxy->lock);
-	kvd_reap(proxy);
+	kvd_reap(proxy, &dead);
+	list_splice_tail_init(&proxy->graveyard, &dead);
 	mutex_unlock(&proxy->lock);
+	kvd_bury(&dead);
 }
 
 /*

@@ -151,6 +151,7 @@ static long kvd_ioctl_create(struct kvd_ctx *ctx, void __user *uarg)
 	mutex_init(&proxy->lock);
 	INIT_LIST_HEAD(&proxy->attachments);
 	INIT_LIST_HEAD(&proxy->stale);
+	INIT_LIST_HEAD(&proxy->graveyard);
 	INIT_LIST_HEAD(&proxy->global);
 	init_waitqueue_head(&proxy->wq);
 	INIT_WORK(&proxy->reap_work, kvd_reap_work);
@@ -212,14 +213,15 @@ err_count:
 }
 
 /* May a backing be attached now (@flags of struct kvdmabuf_attach)? */
-static int kvd_attach_check(struct kvd_proxy *proxy, u32 flags)
+static int kvd_attach_check(struct kvd_proxy *proxy, u32 flags,
+			    struct list_head *dead)
 {
 	lockdep_assert_held(&proxy->lock);
 	if (proxy->state != KVDMABUF_STATE_BACKED)
 		return 0;
 	if (!(flags & KVDMABUF_ATTACH_REPLACE))
 		return -EEXIST;
-	return kvd_stale_room(proxy) ? 0 : -EAGAIN;
+	return kvd_stale_room(proxy, dead) ? 0 : -EAGAIN;
 }
 
 static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
@@ -229,6 +231,7 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 	struct kvd_proxy *proxy;
 	struct dma_buf *backing;
 	struct kvd_attach *ka;
+	LIST_HEAD(dead);
 	u64 end;
 	u32 usize;
 	int ret;
@@ -269,8 +272,9 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 
 	/* Fail early, before any exporter work; checked again below. */
 	mutex_lock(&proxy->lock);
-	ret = kvd_attach_check(proxy, arg.flags);
+	ret = kvd_attach_check(proxy, arg.flags, &dead);
 	mutex_unlock(&proxy->lock);
+	kvd_bury(&dead);
 	if (ret)
 		goto out_backing;
 
@@ -285,14 +289,14 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 		goto out_backing;
 	}
 	backing = NULL;		/* b owns the reference now */
-	ret = kvd_backing_build(proxy, b);
+	ret = kvd_backing_build(proxy, b, &dead);
 	if (ret) {
-		kvd_backing_retire(b);
-		goto out_proxy;
+		kvd_backing_bury(b, &dead);
+		goto out_dead;
 	}
-	ret = kvd_attach_check(proxy, arg.flags);
+	ret = kvd_attach_check(proxy, arg.flags, &dead);
 	if (ret) {
-		kvd_backing_retire(b);
+		kvd_backing_bury(b, &dead);
 		goto out_unlock;
 	}
 
@@ -300,7 +304,7 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 	if (kvd_all_pins(proxy)) {
 		/* Revocable pins too: a pinned importer cannot follow. */
 		dma_resv_unlock(proxy->dmabuf->resv);
-		kvd_backing_retire(b);
+		kvd_backing_bury(b, &dead);
 		ret = -EBUSY;
 		goto out_unlock;
 	}
@@ -336,8 +340,9 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 	if (old)
 		list_add_tail(&old->node, &proxy->stale);
 	else
-		kvd_reap(proxy);
+		kvd_reap(proxy, &dead);
 	mutex_unlock(&proxy->lock);
+	kvd_bury(&dead);
 	if (old)
 		ret = kvd_drain(proxy, arg.timeout_ms);
 	kvd_proxy_put(proxy);
@@ -352,6 +357,8 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 
 out_unlock:
 	mutex_unlock(&proxy->lock);
+out_dead:
+	kvd_bury(&dead);
 out_backing:
 	if (backing)
 		dma_buf_put(backing);
@@ -365,6 +372,7 @@ static long kvd_ioctl_revoke(struct kvd_ctx *ctx, void __user *uarg)
 	struct kvd_backing *old = NULL;
 	struct kvdmabuf_revoke arg;
 	struct kvd_proxy *proxy;
+	LIST_HEAD(dead);
 	u32 usize;
 	int ret;
 
@@ -384,7 +392,8 @@ static long kvd_ioctl_revoke(struct kvd_ctx *ctx, void __user *uarg)
 	}
 
 	mutex_lock(&proxy->lock);
-	if (proxy->state == KVDMABUF_STATE_BACKED && !kvd_stale_room(proxy)) {
+	if (proxy->state == KVDMABUF_STATE_BACKED &&
+	    !kvd_stale_room(proxy, &dead)) {
 		ret = -EAGAIN;
 		goto out_unlock;
 	}
@@ -410,6 +419,7 @@ static long kvd_ioctl_revoke(struct kvd_ctx *ctx, void __user *uarg)
 		kvd_event(proxy, KVDMABUF_STATE_REVOKED);
 	}
 	mutex_unlock(&proxy->lock);
+	kvd_bury(&dead);
 	ret = kvd_drain(proxy, arg.timeout_ms);
 	kvd_proxy_put(proxy);
 	/* User memory is touched without proxy->lock held. */
@@ -423,6 +433,7 @@ static long kvd_ioctl_revoke(struct kvd_ctx *ctx, void __user *uarg)
 
 out_unlock:
 	mutex_unlock(&proxy->lock);
+	kvd_bury(&dead);
 	kvd_proxy_put(proxy);
 	return ret;
 }
@@ -433,6 +444,7 @@ static long kvd_ioctl_query(void __user *uarg)
 	struct kvd_proxy *proxy;
 	struct kvd_backing *b;
 	struct kvd_attach *ka;
+	LIST_HEAD(dead);
 	u32 usize;
 	int ret;
 
@@ -448,7 +460,7 @@ static long kvd_ioctl_query(void __user *uarg)
 		return PTR_ERR(proxy);
 
 	mutex_lock(&proxy->lock);
-	kvd_reap(proxy);
+	kvd_reap(proxy, &dead);
 	arg.stale_backings = 0;
 	arg.backing_attachments = 0;
 	arg.p2p_backing_attachments = 0;
@@ -491,6 +503,8 @@ static long kvd_ioctl_query(void __user *uarg)
 	arg.notifications = proxy->notifications;
 	arg.revoke_reason = proxy->revoke_reason;
 	dma_resv_unlock(proxy->dmabuf->resv);
+	/* Their teardown calls the exporter: never wait for it here. */
+	kvd_bury_later(proxy, &dead);
 	mutex_unlock(&proxy->lock);
 
 	kvd_proxy_put(proxy);

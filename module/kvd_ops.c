@@ -132,9 +132,12 @@ static int kvd_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
 			ka->cur = slot;
 			break;
 		}
+		/* Changed meanwhile: undo it unlocked, then the new one. */
+		mutex_unlock(&proxy->lock);
 		if (!IS_ERR(slot))
 			kvd_slot_destroy(slot);
 		kvd_backing_put(b);
+		mutex_lock(&proxy->lock);
 	}
 	list_add_tail(&ka->node, &proxy->attachments);
 	attach->priv = ka;
@@ -155,6 +158,7 @@ static void kvd_detach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach
 	struct kvd_attach *ka = attach->priv;
 	struct kvd_backing *b;
 	struct kvd_slot *slot;
+	LIST_HEAD(dead);
 
 	mutex_lock(&proxy->lock);
 	list_del(&ka->node);
@@ -163,15 +167,16 @@ static void kvd_detach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach
 	if (proxy->backing) {
 		slot = kvd_slot_find(proxy->backing, ka);
 		if (slot)
-			kvd_slot_unlink(slot);
+			kvd_slot_bury(slot, &dead);
 	}
 	list_for_each_entry(b, &proxy->stale, node) {
 		slot = kvd_slot_find(b, ka);
 		if (slot)
-			kvd_slot_unlink(slot);
+			kvd_slot_bury(slot, &dead);
 	}
-	kvd_reap(proxy);
+	kvd_reap(proxy, &dead);
 	mutex_unlock(&proxy->lock);
+	kvd_bury(&dead);
 	WARN_ON_ONCE(ka->maps || ka->pins);
 	pr_debug("proxy %llu: importer %s detached\n", proxy->id,
 		 dev_name(attach->dev));
@@ -365,6 +370,7 @@ static void kvd_release(struct dma_buf *dmabuf)
 
 	/* No attachment is left, so no map and no new reap work. */
 	cancel_work_sync(&proxy->reap_work);
+	kvd_bury(&proxy->graveyard);
 	mutex_lock(&proxy->lock);
 	if (proxy->backing)
 		kvd_backing_retire(proxy->backing);

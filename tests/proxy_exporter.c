@@ -453,6 +453,96 @@ TEST_F_TIMEOUT(exp, slow_backing_map_blocks_no_importer, 60)
 	close(r.backing);
 }
 
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* QUERY in a loop for @ms, the longest one kept (a thread of its own). */
+struct query_loop {
+	int dev, proxy, ms, err;
+	uint64_t worst;
+};
+
+static void *query_loop_fn(void *p)
+{
+	struct query_loop *l = p;
+	struct kvdmabuf_query q;
+	uint64_t t0 = now_ms(), t, dt;
+
+	while ((t = now_ms()) - t0 < (uint64_t)l->ms) {
+		if (kvd_query(l->dev, l->proxy, &q))
+			l->err++;
+		dt = now_ms() - t;
+		l->worst = dt > l->worst ? dt : l->worst;
+		usleep(10000);
+	}
+	return NULL;
+}
+
+/*
+ * Tearing a backing down calls its exporter's unmap, unpin and detach,
+ * which may be slow (1.5 s per unmap here: an exporter evicting). The
+ * module does it with no lock of its own held, so QUERY and importer
+ * attaches and detaches (MR registration, deregistration) answer
+ * meanwhile, each in a thread of its own. The slow unmap is the old
+ * backing's, after a replace (by the replace's drain or the reap work).
+ */
+TEST_F_TIMEOUT(exp, slow_backing_unmap_blocks_no_query, 60)
+{
+	struct slow_replace r = { .dev = self->dev, .proxy = self->proxy };
+	struct query_loop l = {
+		.dev = self->dev, .proxy = self->proxy,
+		.ms = 2 * KVD_EXP_SLOW_MAP_MS,
+	};
+	uint64_t t0, t, dt, worst = 0;
+	pthread_t tid, qtid;
+	struct kvd_exp_info i;
+	int b, h2;
+
+	b = exp_buf(self->exp, SIZE,
+		    variant->flags | KVD_EXP_CREATE_SLOW_UNMAP, SEED_B);
+	ASSERT_GE(b, 0);
+	ASSERT_EQ(0, kvd_replace(self->dev, self->proxy, b, 0));
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_B));
+
+	/* Back onto a quick backing: b's slot goes, slowly. */
+	r.backing = exp_buf(self->exp, SIZE, variant->flags, SEED_C);
+	ASSERT_GE(r.backing, 0);
+	ASSERT_EQ(0, pthread_create(&tid, NULL, slow_replace_fn, &r));
+	ASSERT_EQ(0, pthread_create(&qtid, NULL, query_loop_fn, &l));
+	t0 = now_ms();
+	while ((t = now_ms()) - t0 < (uint64_t)l.ms) {
+		h2 = imp_import(self->imp, self->proxy, 0);
+		ASSERT_GE(h2, 0);
+		EXPECT_EQ(0, imp_release(self->imp, h2));
+		dt = now_ms() - t;
+		worst = dt > worst ? dt : worst;
+		usleep(10000);
+	}
+	ASSERT_EQ(0, pthread_join(qtid, NULL));
+	ASSERT_EQ(0, pthread_join(tid, NULL));
+	EXPECT_EQ(0, r.ret);
+	EXPECT_EQ(0, l.err);
+	TH_LOG("longest QUERY %llu ms, importer attach + detach %llu ms (unmap sleeps %d ms)",
+	       (unsigned long long)l.worst, (unsigned long long)worst,
+	       KVD_EXP_SLOW_MAP_MS);
+	EXPECT_LT(l.worst, KVD_EXP_SLOW_MAP_MS / 2);
+	EXPECT_LT(worst, KVD_EXP_SLOW_MAP_MS / 2);
+	/* The slow teardown did happen, within that window. */
+	ASSERT_EQ(0, exp_info(self->exp, b, &i));
+	EXPECT_EQ(0, i.attachments);
+	EXPECT_EQ(0, i.live_maps);
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_C));
+	close(r.backing);
+	close(b);
+}
+
 #ifndef KVD_IMP_UMEM
 /*
  * A backing build calls the exporter with the importer's device while the

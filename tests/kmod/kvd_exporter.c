@@ -53,6 +53,7 @@ struct kvd_exp_buf {
 	bool nopages;
 	bool bus_addr;			/* nopages: segments marked bus addresses */
 	bool slow_map;
+	bool slow_unmap;
 	bool move_on_pin;
 	bool async_move;
 	/* All below: dmabuf->resv. */
@@ -360,6 +361,8 @@ static void kvd_exp_unmap(struct dma_buf_attachment *attach,
 	struct kvd_exp_map *map = container_of(sgt, struct kvd_exp_map, sgt);
 
 	dma_resv_assert_held(attach->dmabuf->resv);
+	if (buf->slow_unmap)
+		msleep(KVD_EXP_SLOW_MAP_MS);
 	if (buf->nopages)
 		kvd_exp_unmap_pages(map, sgt->orig_nents, dir);
 	else
@@ -403,6 +406,7 @@ static long kvd_exp_create(void __user *uarg)
 		return -EFAULT;
 	if (arg.flags & ~(KVD_EXP_CREATE_NOPAGES | KVD_EXP_CREATE_BUS_ADDR |
 			  KVD_EXP_CREATE_SLOW_MAP |
+			  KVD_EXP_CREATE_SLOW_UNMAP |
 			  KVD_EXP_CREATE_MOVE_ON_PIN |
 			  KVD_EXP_CREATE_ASYNC_MOVE) ||
 	    arg.pad || arg.pad2)
@@ -422,6 +426,7 @@ static long kvd_exp_create(void __user *uarg)
 	buf->nopages = arg.flags & KVD_EXP_CREATE_NOPAGES;
 	buf->bus_addr = arg.flags & KVD_EXP_CREATE_BUS_ADDR;
 	buf->slow_map = arg.flags & KVD_EXP_CREATE_SLOW_MAP;
+	buf->slow_unmap = arg.flags & KVD_EXP_CREATE_SLOW_UNMAP;
 	buf->move_on_pin = arg.flags & KVD_EXP_CREATE_MOVE_ON_PIN;
 	buf->async_move = arg.flags & KVD_EXP_CREATE_ASYNC_MOVE;
 	buf->cur = kvd_exp_pages_alloc(arg.size >> PAGE_SHIFT);

@@ -30,6 +30,8 @@
  */
 #define KVD_EXP_CREATE_SLOW_MAP		(1U << 2)
 #define KVD_EXP_SLOW_MAP_MS		1500
+/* Every unmap sleeps KVD_EXP_SLOW_MAP_MS first (an exporter evicting). */
+#define KVD_EXP_CREATE_SLOW_UNMAP	(1U << 5)
 /*
  * The first pin moves the buffer before it pins it (new pages, a copy,
  * a move notification to every attachment, the pinning one included, the
@@ -51,7 +53,8 @@
  * @size: in: bytes, multiple of the page size, at most 64 MiB
  * @flags: in: KVD_EXP_CREATE_NOPAGES (optionally with
  *	KVD_EXP_CREATE_BUS_ADDR), KVD_EXP_CREATE_SLOW_MAP,
- *	KVD_EXP_CREATE_MOVE_ON_PIN, KVD_EXP_CREATE_ASYNC_MOVE, or 0
+ *	KVD_EXP_CREATE_SLOW_UNMAP, KVD_EXP_CREATE_MOVE_ON_PIN,
+ *	KVD_EXP_CREATE_ASYNC_MOVE, or 0
  * @fd: out: the dma-buf fd (O_CLOEXEC)
  * @pad: must be 0
  */
