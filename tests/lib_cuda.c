@@ -21,16 +21,9 @@
 
 #include "harness.h"
 #include "lib_fake.h"
+#include "cuda_api.h"
 
 #define LEN (8 * 4096)
-
-#define CUDA_ERROR_INVALID_VALUE 1
-#define CUDA_ERROR_INVALID_CONTEXT 201
-#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
-#define CU_POINTER_ATTRIBUTE_RANGE_START_ADDR 11
-#define CU_POINTER_ATTRIBUTE_RANGE_SIZE 12
-#define CU_POINTER_ATTRIBUTE_MAPPED 13
-#define CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD 1
 
 static const char *fake_cuda_path(void)
 {
@@ -57,14 +50,13 @@ static struct {
 	int (*last_ctx_dev)(void);
 	int (*primary_refs)(int);
 	int (*current_dev)(void);
-	int (*retain)(void **, int);
-	int (*release)(int);
-	int (*push)(void *);
-	int (*pop)(void **);
-	int (*attr)(void *, int, unsigned long long);
-	int (*range)(unsigned long long *, size_t *, unsigned long long);
-	int (*export)(void *, unsigned long long, size_t, int,
-		      unsigned long long);
+	kvd_cuDevicePrimaryCtxRetain_fn *retain;
+	kvd_cuDevicePrimaryCtxRelease_fn *release;
+	kvd_cuCtxPushCurrent_fn *push;
+	kvd_cuCtxPopCurrent_fn *pop;
+	kvd_cuPointerGetAttribute_fn *attr;
+	kvd_cuMemGetAddressRange_fn *range;
+	kvd_cuMemGetHandleForAddressRange_fn *export;
 } fc;
 
 static int fc_load(const char *lib)
@@ -394,7 +386,7 @@ TEST(primary_context_of_the_pointers_device)
 	struct kvdmabuf_ctx *ctx;
 	struct kvdmabuf_region *r, *r2;
 	const char *lib;
-	void *engine_ctx, *popped;
+	kvd_CUcontext engine_ctx, popped;
 	char *m1, *m0;
 
 	FAKE_CUDA_OR_SKIP(lib);
@@ -711,7 +703,7 @@ TEST(fake_driver_is_strict)
 	const char *lib;
 	unsigned long long base = 0;
 	size_t size = 0;
-	void *pctx, *popped;
+	kvd_CUcontext pctx, popped;
 	char mapped = 7;
 	int fd = -1, dev = -1;
 	char *m, *plain = region_mem(LEN);
@@ -722,48 +714,48 @@ TEST(fake_driver_is_strict)
 	ASSERT_EQ(0, fc.map(m, LEN, 1, 1));
 	ASSERT_EQ(0, fc.map(m + LEN, LEN, 1, 1));
 	/* no current context */
-	EXPECT_EQ(CUDA_ERROR_INVALID_CONTEXT,
+	EXPECT_EQ(KVD_CUDA_ERROR_INVALID_CONTEXT,
 		  fc.export(&fd, (uintptr_t)m, LEN,
-			    CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
-	EXPECT_EQ(CUDA_ERROR_INVALID_CONTEXT, fc.push(NULL));
+			    KVD_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
+	EXPECT_EQ(KVD_CUDA_ERROR_INVALID_CONTEXT, fc.push(NULL));
 	ASSERT_EQ(0, fc.retain(&pctx, 1));
 	ASSERT_EQ(0, fc.push(pctx));
 	EXPECT_EQ(1, fc.current_dev());
 	/* sub-range, several allocations, the PCIe flag */
 	ASSERT_EQ(0, fc.export(&fd, (uintptr_t)m + 4096, LEN,
-			       CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 1));
+			       KVD_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 1));
 	close(fd);
 	EXPECT_EQ(1ull, fc.last_flags());
 	EXPECT_EQ(1, fc.last_ctx_dev());
 	/* unmapped VA, not CUDA memory, unknown flags, unaligned */
-	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE,
+	EXPECT_EQ(KVD_CUDA_ERROR_INVALID_VALUE,
 		  fc.export(&fd, (uintptr_t)m + LEN, 2 * LEN,
-			    CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
-	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE,
+			    KVD_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
+	EXPECT_EQ(KVD_CUDA_ERROR_INVALID_VALUE,
 		  fc.export(&fd, (uintptr_t)plain, LEN,
-			    CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
-	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE,
+			    KVD_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
+	EXPECT_EQ(KVD_CUDA_ERROR_INVALID_VALUE,
 		  fc.export(&fd, (uintptr_t)m, LEN,
-			    CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 2));
-	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE,
+			    KVD_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 2));
+	EXPECT_EQ(KVD_CUDA_ERROR_INVALID_VALUE,
 		  fc.export(&fd, (uintptr_t)m + 1, LEN,
-			    CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
+			    KVD_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
 	/* pointer attributes: device, mapped, reservation, one mapping */
-	ASSERT_EQ(0, fc.attr(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+	ASSERT_EQ(0, fc.attr(&dev, KVD_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
 			     (uintptr_t)m + LEN));
 	EXPECT_EQ(1, dev);
-	ASSERT_EQ(0, fc.attr(&mapped, CU_POINTER_ATTRIBUTE_MAPPED,
+	ASSERT_EQ(0, fc.attr(&mapped, KVD_CU_POINTER_ATTRIBUTE_MAPPED,
 			     (uintptr_t)m + 3 * LEN));
 	EXPECT_EQ(0, mapped);
-	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE,
-		  fc.attr(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+	EXPECT_EQ(KVD_CUDA_ERROR_INVALID_VALUE,
+		  fc.attr(&dev, KVD_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
 			  (uintptr_t)m + 3 * LEN));
-	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE,
-		  fc.attr(&mapped, CU_POINTER_ATTRIBUTE_MAPPED,
+	EXPECT_EQ(KVD_CUDA_ERROR_INVALID_VALUE,
+		  fc.attr(&mapped, KVD_CU_POINTER_ATTRIBUTE_MAPPED,
 			  (uintptr_t)plain));
-	ASSERT_EQ(0, fc.attr(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+	ASSERT_EQ(0, fc.attr(&base, KVD_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
 			     (uintptr_t)m + LEN));
-	ASSERT_EQ(0, fc.attr(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+	ASSERT_EQ(0, fc.attr(&size, KVD_CU_POINTER_ATTRIBUTE_RANGE_SIZE,
 			     (uintptr_t)m + LEN));
 	EXPECT_EQ((unsigned long long)(uintptr_t)m, base);
 	EXPECT_EQ((size_t)(4 * LEN), size);
@@ -772,11 +764,11 @@ TEST(fake_driver_is_strict)
 	EXPECT_EQ((size_t)LEN, size);
 	ASSERT_EQ(0, fc.pop(&popped));
 	EXPECT_EQ(pctx, popped);
-	EXPECT_EQ(CUDA_ERROR_INVALID_CONTEXT, fc.pop(&popped));
+	EXPECT_EQ(KVD_CUDA_ERROR_INVALID_CONTEXT, fc.pop(&popped));
 	EXPECT_EQ(0, fc.release(1));
 	EXPECT_EQ(0, fc.primary_refs(1));
 	/* a released primary context cannot be made current */
-	EXPECT_EQ(CUDA_ERROR_INVALID_CONTEXT, fc.push(pctx));
+	EXPECT_EQ(KVD_CUDA_ERROR_INVALID_CONTEXT, fc.push(pctx));
 	munmap(plain, LEN);
 }
 

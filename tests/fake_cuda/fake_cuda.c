@@ -6,7 +6,9 @@
  * cuMemGetAddressRange_v2, cuMemGetHandleForAddressRange,
  * cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease_v2,
  * cuCtxPushCurrent_v2, cuCtxPopCurrent_v2, cuCtxGetCurrent,
- * cuGetErrorName. Constants are those of cuda.h.
+ * cuGetErrorName. Built against the CUDA toolkit's cuda.h where make
+ * finds one, so that each definition here must match NVIDIA's prototype,
+ * else against the project's declarations (tests/cuda_compat.h).
  *
  * What it models, as the driver does:
  *  - devices 0 and 1 (FAKE_CUDA_DEVICES=N for N, at most 4), each with a
@@ -60,21 +62,7 @@
 #include <unistd.h>
 #include <xf86drm.h>
 
-#define CUDA_SUCCESS 0
-#define CUDA_ERROR_INVALID_VALUE 1
-#define CUDA_ERROR_NO_DEVICE 100
-#define CUDA_ERROR_INVALID_DEVICE 101
-#define CUDA_ERROR_INVALID_CONTEXT 201
-#define CUDA_ERROR_NOT_SUPPORTED 801
-
-#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
-#define CU_POINTER_ATTRIBUTE_RANGE_START_ADDR 11
-#define CU_POINTER_ATTRIBUTE_RANGE_SIZE 12
-#define CU_POINTER_ATTRIBUTE_MAPPED 13
-#define CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE 15
-#define CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 124
-#define CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD 1
-#define CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE 0x1ull
+#include "cuda_compat.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define PAGE 4096ull
@@ -115,14 +103,14 @@ static int ndev(void)
 	return n < 1 ? 1 : n > MAXDEV ? MAXDEV : n;
 }
 
-EXPORT int cuInit(unsigned int flags)
+EXPORT CUresult cuInit(unsigned int flags)
 {
 	if (flags)
 		return CUDA_ERROR_INVALID_VALUE;
 	return mode_is("noinit") ? CUDA_ERROR_NO_DEVICE : CUDA_SUCCESS;
 }
 
-EXPORT int cuDeviceGet(int *dev, int ordinal)
+EXPORT CUresult cuDeviceGet(CUdevice *dev, int ordinal)
 {
 	if (ordinal < 0 || ordinal >= ndev())
 		return CUDA_ERROR_INVALID_DEVICE;
@@ -130,7 +118,8 @@ EXPORT int cuDeviceGet(int *dev, int ordinal)
 	return CUDA_SUCCESS;
 }
 
-EXPORT int cuDeviceGetAttribute(int *pi, int attrib, int dev)
+EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib,
+				     CUdevice dev)
 {
 	if (dev < 0 || dev >= ndev())
 		return CUDA_ERROR_INVALID_DEVICE;
@@ -140,7 +129,7 @@ EXPORT int cuDeviceGetAttribute(int *pi, int attrib, int dev)
 	return CUDA_SUCCESS;
 }
 
-EXPORT int cuDevicePrimaryCtxRetain(void **pctx, int dev)
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
 	if (dev < 0 || dev >= ndev())
 		return CUDA_ERROR_INVALID_DEVICE;
@@ -149,13 +138,13 @@ EXPORT int cuDevicePrimaryCtxRetain(void **pctx, int dev)
 	pthread_mutex_lock(&lock);
 	primary[dev].refs++;
 	pthread_mutex_unlock(&lock);
-	*pctx = &primary[dev];
+	*pctx = (CUcontext)(void *)&primary[dev];
 	return CUDA_SUCCESS;
 }
 
-EXPORT int cuDevicePrimaryCtxRelease_v2(int dev)
+EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
 {
-	int rc = CUDA_SUCCESS;
+	CUresult rc = CUDA_SUCCESS;
 
 	if (dev < 0 || dev >= ndev())
 		return CUDA_ERROR_INVALID_DEVICE;
@@ -173,9 +162,9 @@ static int ctx_valid(struct fake_ctx *c)
 	return c >= primary && c < primary + MAXDEV && c->refs > 0;
 }
 
-EXPORT int cuCtxPushCurrent_v2(void *ctx)
+EXPORT CUresult cuCtxPushCurrent(CUcontext ctx)
 {
-	struct fake_ctx *c = ctx;
+	struct fake_ctx *c = (struct fake_ctx *)(void *)ctx;
 
 	if (!ctx_valid(c) || depth == STACK)
 		return CUDA_ERROR_INVALID_CONTEXT;
@@ -183,19 +172,19 @@ EXPORT int cuCtxPushCurrent_v2(void *ctx)
 	return CUDA_SUCCESS;
 }
 
-EXPORT int cuCtxPopCurrent_v2(void **pctx)
+EXPORT CUresult cuCtxPopCurrent(CUcontext *pctx)
 {
 	if (!depth)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	depth--;
 	if (pctx)
-		*pctx = stack[depth];
+		*pctx = (CUcontext)(void *)stack[depth];
 	return CUDA_SUCCESS;
 }
 
-EXPORT int cuCtxGetCurrent(void **pctx)
+EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
 {
-	*pctx = depth ? stack[depth - 1] : NULL;
+	*pctx = depth ? (CUcontext)(void *)stack[depth - 1] : NULL;
 	return CUDA_SUCCESS;
 }
 
@@ -478,11 +467,12 @@ EXPORT int fakecu_current_dev(void)
 
 /* ---- pointer queries and the export ---- */
 
-EXPORT int cuPointerGetAttribute(void *data, int attribute, dptr_t ptr)
+EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute,
+				      CUdeviceptr ptr)
 {
 	struct fake_map *m;
 	struct fake_res *r;
-	int rc = CUDA_SUCCESS;
+	CUresult rc = CUDA_SUCCESS;
 
 	if (!data || mode_is("notdevice"))
 		return CUDA_ERROR_INVALID_VALUE;
@@ -527,10 +517,11 @@ EXPORT int cuPointerGetAttribute(void *data, int attribute, dptr_t ptr)
 	return rc;
 }
 
-EXPORT int cuMemGetAddressRange_v2(dptr_t *base, size_t *size, dptr_t ptr)
+EXPORT CUresult cuMemGetAddressRange(CUdeviceptr *base, size_t *size,
+				     CUdeviceptr ptr)
 {
 	struct fake_map *m;
-	int rc = CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = CUDA_ERROR_INVALID_VALUE;
 
 	pthread_mutex_lock(&lock);
 	m = map_of(ptr);
@@ -545,13 +536,15 @@ EXPORT int cuMemGetAddressRange_v2(dptr_t *base, size_t *size, dptr_t ptr)
 	return rc;
 }
 
-EXPORT int cuMemGetHandleForAddressRange(void *handle, dptr_t dptr,
-					 size_t size, int type,
-					 unsigned long long flags)
+EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr,
+					      size_t size,
+					      CUmemRangeHandleType type,
+					      unsigned long long flags)
 {
 	struct fake_map *m, *first;
 	struct fake_res *r;
-	int fd, vgem = 0, rc;
+	int fd, vgem = 0;
+	CUresult rc;
 	dptr_t p;
 
 	if (!depth)
@@ -610,7 +603,7 @@ out:
 	return rc;
 }
 
-EXPORT int cuGetErrorName(int error, const char **str)
+EXPORT CUresult cuGetErrorName(CUresult error, const char **str)
 {
 	switch (error) {
 	case CUDA_SUCCESS:
