@@ -99,7 +99,8 @@ $(CLI): $(CLI_SRCS) $(wildcard lib/cli/*.h) $(LIB_A) $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(CLI_SRCS) $(LIB_A) $(LDLIBS)
 
-tests: $(TEST_BINS) $(HW_BINS) $(FAKE_CUDA) $(DEMO) $(BENCH)
+# lib_cuda runs the command (kvdmabuf check).
+tests: $(TEST_BINS) $(HW_BINS) $(FAKE_CUDA) $(DEMO) $(BENCH) $(CLI)
 
 lib/%.o: lib/%.c $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")

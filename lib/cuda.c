@@ -25,6 +25,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +59,17 @@ static const char *cu_name(struct kvd_cuda *cu, kvd_CUresult r)
 	    cu->cuGetErrorName(r, &s) == KVD_CUDA_SUCCESS && s)
 		return s;
 	return "CUDA_ERROR_UNKNOWN";
+}
+
+/* The file dlopen() loaded for @path (found by the library search path). */
+static const char *loaded_file(void *dl, const char *path)
+{
+	struct link_map *lm = NULL;
+
+	if (dlinfo(dl, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name &&
+	    lm->l_name[0])
+		return lm->l_name;
+	return path;
 }
 
 static int cuda_load(struct kvdmabuf_ctx *ctx)
@@ -96,6 +108,17 @@ static int cuda_load(struct kvdmabuf_ctx *ctx)
 		return -ELIBACC;
 	}
 	r = cu->cuInit(0);
+	if (r == KVD_CUDA_ERROR_STUB_LIBRARY) {
+		/* what a container without the driver finds first when the
+		 * toolkit's lib64/stubs is on its library path */
+		kvd_err(ctx, -ELIBACC, "CUDA driver stub: no GPU driver on this "
+			"machine (%s is the toolkit's stub libcuda, cuInit: "
+			"CUDA_ERROR_STUB_LIBRARY; install the NVIDIA driver or "
+			"set cuda_library)", loaded_file(cu->dl, path));
+		dlclose(cu->dl);
+		free(cu);
+		return -ELIBACC;
+	}
 	if (r != KVD_CUDA_SUCCESS) {
 		kvd_err(ctx, -ENODEV, "cuInit failed: %s (%u)", cu_name(cu, r),
 			r);

@@ -11,7 +11,8 @@
  * is not GPUDirect RDMA capable, a range with a hole, over two devices or
  * two VA reservations, and a wake before the memory is mapped again are
  * named errors; a range over several allocations mapped back to back is
- * one export.
+ * one export. A stub libcuda (the toolkit's, and the fake acting as one)
+ * is named as such by the library and by `kvdmabuf check`.
  * Host-only: tests/fake_cuda/libcuda.so.1 stands for the CUDA driver,
  * fake NICs and module (tests/lib_fake.h) for the rest.
  */
@@ -191,6 +192,84 @@ TEST(default_cuda_library_absent_here)
 	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(ctx), "libcuda.so.1"));
 	kvdmabuf_close(ctx);
 	munmap(m, LEN);
+}
+
+#define STUB_MSG "CUDA driver stub: no GPU driver on this machine"
+
+/*
+ * A CUDA region on a stub libcuda (@lib; FAKE_CUDA_MODE as set): the
+ * library, kvd_cuda_survey() and `kvdmabuf check` (which calls it) say it
+ * is the stub, -ELIBACC; the library goes on for other memory.
+ */
+static void stub_is_named(struct __test_metadata *_metadata, const char *lib)
+{
+	char exe[PATH_MAX], cmd[2 * PATH_MAX + 64], line[512], err[256];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r;
+	void *m = region_mem(2 * LEN);
+	unsigned int ndev = 7;
+	uint64_t mask = 7;
+	int fds = fds_open(), said = 0;
+	FILE *f;
+
+	fake_reset(1);
+	fw.real_export = 1;
+	ASSERT_EQ(0, open_ctx(lib, &ctx));
+	ASSERT_EQ(-ELIBACC, add(ctx, m, LEN, KVDMABUF_MEM_CUDA, &r));
+	TH_LOG("%s", kvdmabuf_last_error(ctx));
+	HAS(ctx, STUB_MSG);
+	HAS(ctx, "CUDA_ERROR_STUB_LIBRARY");
+	ASSERT_EQ(0, add(ctx, (char *)m + LEN, LEN, KVDMABUF_MEM_HOST, &r));
+	kvdmabuf_close(ctx);
+	EXPECT_EQ(fds, fds_open());
+	munmap(m, 2 * LEN);
+
+	EXPECT_EQ(-ELIBACC, kvd_cuda_survey(lib, &ndev, &mask, err,
+					    sizeof(err)));
+	EXPECT_NE(NULL, strstr(err, STUB_MSG));
+	EXPECT_EQ(0, ndev);
+
+	ASSERT_LT(0, n);
+	exe[n] = '\0';
+	snprintf(cmd, sizeof(cmd), "KVDMABUF_CUDA_LIBRARY='%s' "
+		 "'%s/../lib/cli/kvdmabuf' check", lib, dirname(exe));
+	f = popen(cmd, "r");
+	ASSERT_NOT_NULL(f);
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "SKIP  CUDA ", 11) && strstr(line, STUB_MSG))
+			said = 1;
+		else if (strstr(line, "CUDA"))
+			TH_LOG("kvdmabuf check: %s", line);
+	pclose(f);
+	EXPECT_TRUE(said);
+}
+
+/* The fake driver as the toolkit's stub behaves (always built). */
+TEST(stub_driver_is_named)
+{
+	const char *lib = fake_cuda_path();
+
+	if (!lib)
+		SKIP(return, "tests/fake_cuda/libcuda.so.1 not built");
+	setenv("FAKE_CUDA_MODE", "stub", 1);
+	stub_is_named(_metadata, lib);
+	unsetenv("FAKE_CUDA_MODE");
+}
+
+/* NVIDIA's own stub, from the CUDA toolkit make found. */
+TEST(toolkit_stub_is_named)
+{
+	const char *lib = getenv("KVDMABUF_CUDA_STUB");
+
+#ifdef KVD_CUDA_STUB
+	if (!lib)
+		lib = KVD_CUDA_STUB;
+#endif
+	if (!lib)
+		SKIP(return, "no CUDA toolkit found by make (nvcc, CUDA_HOME): "
+		     "no stub libcuda.so to load");
+	stub_is_named(_metadata, lib);
 }
 
 FIXTURE(cu) {

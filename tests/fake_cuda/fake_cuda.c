@@ -47,7 +47,8 @@
  *   nopcie (the PCIe mapping flag: CUDA_ERROR_NOT_SUPPORTED, as a GPU
  *   without it) | oldflags (any flag: CUDA_ERROR_INVALID_VALUE, as a
  *   driver before CUDA 12.8) | nogdrattr (IS_GPU_DIRECT_RDMA_CAPABLE not
- *   reported: CUDA_ERROR_INVALID_VALUE).
+ *   reported: CUDA_ERROR_INVALID_VALUE) | stub (as the toolkit's link-time
+ *   stub libcuda.so: cuInit and cuGetErrorName CUDA_ERROR_STUB_LIBRARY).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -105,6 +106,8 @@ static int ndev(void)
 
 EXPORT CUresult cuInit(unsigned int flags)
 {
+	if (mode_is("stub"))
+		return CUDA_ERROR_STUB_LIBRARY;
 	if (flags)
 		return CUDA_ERROR_INVALID_VALUE;
 	return mode_is("noinit") ? CUDA_ERROR_NO_DEVICE : CUDA_SUCCESS;
@@ -605,6 +608,8 @@ out:
 
 EXPORT CUresult cuGetErrorName(CUresult error, const char **str)
 {
+	if (mode_is("stub"))	/* the toolkit's stub: *str untouched */
+		return CUDA_ERROR_STUB_LIBRARY;
 	switch (error) {
 	case CUDA_SUCCESS:
 		*str = "CUDA_SUCCESS";
