@@ -77,6 +77,8 @@ CUDA_TESTS := tests/cuda_abi tests/lib_cuda
 $(CUDA_TESTS) $(HW_BINS): override CPPFLAGS += $(CUDA_CPPFLAGS)
 FAKE_CUDA_SRCS := $(wildcard tests/fake_cuda/*.c)
 FAKE_CUDA := $(if $(FAKE_CUDA_SRCS),tests/fake_cuda/libcuda.so.1)
+# The same as a driver before CUDA 11.7 (no cuMemGetHandleForAddressRange).
+FAKE_CUDA_OLD := $(if $(FAKE_CUDA_SRCS),tests/fake_cuda/old/libcuda.so.1)
 DEMO_SRCS := $(sort $(wildcard tests/demo/*.c))
 DEMO := $(if $(DEMO_SRCS),tests/demo/kvdmabuf-demo)
 BENCH_SRCS := $(sort $(wildcard tests/bench/*.c))
@@ -100,7 +102,7 @@ $(CLI): $(CLI_SRCS) $(wildcard lib/cli/*.h) $(LIB_A) $(LIB_HDRS)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(CLI_SRCS) $(LIB_A) $(LDLIBS)
 
 # lib_cuda runs the command (kvdmabuf check).
-tests: $(TEST_BINS) $(HW_BINS) $(FAKE_CUDA) $(DEMO) $(BENCH) $(CLI)
+tests: $(TEST_BINS) $(HW_BINS) $(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(BENCH) $(CLI)
 
 lib/%.o: lib/%.c $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")
@@ -143,6 +145,13 @@ $(FAKE_CUDA): $(FAKE_CUDA_SRCS) $(wildcard tests/fake_cuda/*.h) tests/cuda_compa
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CUDA_CPPFLAGS) $(CFLAGS) -shared -Wl,-soname,libcuda.so.1 \
 		-o $@ $(FAKE_CUDA_SRCS) -ldrm -lpthread
+
+$(FAKE_CUDA_OLD): $(FAKE_CUDA_SRCS) $(wildcard tests/fake_cuda/*.h) tests/cuda_compat.h \
+		lib/cuda_api.h $(CUDA_STAMP)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) $(CUDA_CPPFLAGS) -DFAKE_CUDA_OLD $(CFLAGS) -shared \
+		-Wl,-soname,libcuda.so.1 -o $@ $(FAKE_CUDA_SRCS) -ldrm -lpthread
 
 $(DEMO): $(DEMO_SRCS) $(wildcard tests/demo/*.h tests/*.h) $(LIB_A) $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")
@@ -266,7 +275,7 @@ modules_install: modules
 
 clean:
 	$(Q)rm -f $(LIB_OBJS) $(LIB_A) lib/libkvdmabuf.so* $(CLI) $(TEST_BINS) $(HW_BINS) \
-		$(FAKE_CUDA) $(DEMO) $(BENCH) $(CUDA_STAMP)
+		$(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(BENCH) $(CUDA_STAMP)
 	$(Q)rm -rf tests/asan
 	$(Q)test -z "$(KDIR)" -o ! -d "$(KDIR)" || \
 		$(MAKE) -C $(KDIR) M=$(CURDIR) clean >/dev/null

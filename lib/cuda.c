@@ -101,8 +101,11 @@ static int cuda_load(struct kvdmabuf_ctx *ctx)
 	KVD_CUDA_LIB_CALLS(NEED)
 #undef NEED
 	if (missing) {
-		kvd_err(ctx, -ELIBACC, "CUDA driver library %s lacks %s "
-			"(driver too old for dma-buf export?)", path, missing);
+		/* cuMemGetHandleForAddressRange: the one entry point that
+		 * came last (CUDA 11.7); the others are there since 11.0 */
+		kvd_err(ctx, -ELIBACC, "CUDA driver library %s lacks %s: a "
+			"driver before CUDA 11.7? dma-buf export needs 11.7 or "
+			"later", loaded_file(cu->dl, path), missing);
 		dlclose(cu->dl);
 		free(cu);
 		return -ELIBACC;

@@ -12,7 +12,8 @@
  * two VA reservations, and a wake before the memory is mapped again are
  * named errors; a range over several allocations mapped back to back is
  * one export. A stub libcuda (the toolkit's, and the fake acting as one)
- * is named as such by the library and by `kvdmabuf check`.
+ * is named as such by the library and by `kvdmabuf check`, a driver
+ * before CUDA 11.7 (the fake without the export) by the library.
  * Host-only: tests/fake_cuda/libcuda.so.1 stands for the CUDA driver,
  * fake NICs and module (tests/lib_fake.h) for the rest.
  */
@@ -192,6 +193,32 @@ TEST(default_cuda_library_absent_here)
 	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(ctx), "libcuda.so.1"));
 	kvdmabuf_close(ctx);
 	munmap(m, LEN);
+}
+
+/* A driver before CUDA 11.7: named, -ELIBACC, other memory goes on. */
+TEST(old_driver_is_named)
+{
+	const char *fake = fake_cuda_path();
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r;
+	void *m = region_mem(2 * LEN);
+	char lib[PATH_MAX];
+
+	if (!fake)
+		SKIP(return, "tests/fake_cuda/libcuda.so.1 not built");
+	snprintf(lib, sizeof(lib), "%s", fake);
+	snprintf(strrchr(lib, '/'), sizeof(lib) - (strrchr(lib, '/') - lib),
+		 "/old/libcuda.so.1");
+	fake_reset(1);
+	fw.real_export = 1;
+	ASSERT_EQ(0, open_ctx(lib, &ctx));
+	ASSERT_EQ(-ELIBACC, add(ctx, m, LEN, KVDMABUF_MEM_CUDA, &r));
+	TH_LOG("%s", kvdmabuf_last_error(ctx));
+	HAS(ctx, "lacks cuMemGetHandleForAddressRange");
+	HAS(ctx, "CUDA 11.7");
+	ASSERT_EQ(0, add(ctx, (char *)m + LEN, LEN, KVDMABUF_MEM_HOST, &r));
+	kvdmabuf_close(ctx);
+	munmap(m, 2 * LEN);
 }
 
 #define STUB_MSG "CUDA driver stub: no GPU driver on this machine"

@@ -40,6 +40,9 @@
  *    else: CUDA_ERROR_NOT_SUPPORTED and a line on stderr) - a limit of
  *    the fake, not of the driver.
  *
+ * Built a second time with -DFAKE_CUDA_OLD (tests/fake_cuda/old/), as a
+ * driver before CUDA 11.7: no cuMemGetHandleForAddressRange.
+ *
  * FAKE_CUDA_MODE (read at every call) selects a behaviour:
  *   ok (default) | noinit (cuInit: CUDA_ERROR_NO_DEVICE) | nodmabuf
  *   (DMA_BUF_SUPPORTED = 0) | export_fail (CUDA_ERROR_NOT_SUPPORTED) |
@@ -539,6 +542,9 @@ EXPORT CUresult cuMemGetAddressRange(CUdeviceptr *base, size_t *size,
 	return rc;
 }
 
+/* Built with -DFAKE_CUDA_OLD (tests/fake_cuda/old/): a driver before CUDA
+ * 11.7, without the dma-buf export. */
+#ifndef FAKE_CUDA_OLD
 EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr,
 					      size_t size,
 					      CUmemRangeHandleType type,
@@ -605,6 +611,8 @@ out:
 	pthread_mutex_unlock(&lock);
 	return rc;
 }
+
+#endif /* FAKE_CUDA_OLD */
 
 EXPORT CUresult cuGetErrorName(CUresult error, const char **str)
 {
