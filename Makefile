@@ -39,6 +39,26 @@ override CFLAGS += -std=c11 -Wall -Wextra -Werror -fPIC
 override CPPFLAGS += -D_GNU_SOURCE -Ilib -Iuapi -Itests -I/usr/include/libdrm
 LDLIBS := -libverbs -ldrm -lyaml -lpthread -ldl
 
+# The CUDA toolkit, where one is installed (nvcc on PATH, or CUDA_HOME):
+# tests/cuda_abi checks lib/cuda_api.h against its cuda.h, the fake libcuda
+# and tests/hw are built against that cuda.h, and the tests load its stub
+# libcuda.so. Without it (or with CUDA_HOME= empty) they use the project's
+# declarations and the toolkit's tests skip; the library never needs it.
+NVCC_PATH := $(shell command -v nvcc 2>/dev/null)
+CUDA_HOME ?= $(if $(NVCC_PATH),$(patsubst %/bin/,%,$(dir $(realpath $(NVCC_PATH)))),/usr/local/cuda)
+CUDA_H := $(if $(CUDA_HOME),$(firstword $(wildcard $(CUDA_HOME)/include/cuda.h \
+	$(CUDA_HOME)/targets/*/include/cuda.h)))
+CUDA_STUB := $(if $(CUDA_H),$(firstword $(wildcard $(CUDA_HOME)/lib64/stubs/libcuda.so \
+	$(CUDA_HOME)/lib/stubs/libcuda.so $(CUDA_HOME)/targets/*/lib/stubs/libcuda.so)))
+CUDA_CPPFLAGS := $(if $(CUDA_H),-DKVD_HAVE_CUDA_H -I$(patsubst %/,%,$(dir $(CUDA_H)))) \
+	$(if $(CUDA_STUB),-DKVD_CUDA_STUB='"$(CUDA_STUB)"')
+# What is built with CUDA_CPPFLAGS depends on them: rebuilt when a toolkit
+# comes or goes.
+CUDA_STAMP := tests/cuda.flags
+ifneq ($(wildcard $(CUDA_STAMP))-$(file <$(CUDA_STAMP)),$(CUDA_STAMP)-$(strip $(CUDA_CPPFLAGS)))
+$(file >$(CUDA_STAMP),$(strip $(CUDA_CPPFLAGS)))
+endif
+
 LIB_SRCS := $(sort $(wildcard lib/*.c))
 LIB_OBJS := $(LIB_SRCS:.c=.o)
 LIB_HDRS := $(wildcard lib/*.h uapi/*.h)
@@ -52,8 +72,13 @@ TEST_BINS := $(TEST_SRCS:.c=)
 # Hardware tests (tests/hw): built with the tests, run by hand on a GPU node.
 HW_SRCS := $(sort $(wildcard tests/hw/*.c))
 HW_BINS := $(HW_SRCS:.c=)
+# Built with the toolkit's cuda.h where there is one (CUDA_CPPFLAGS above).
+CUDA_TESTS := tests/cuda_abi tests/lib_cuda
+$(CUDA_TESTS) $(HW_BINS): override CPPFLAGS += $(CUDA_CPPFLAGS)
 FAKE_CUDA_SRCS := $(wildcard tests/fake_cuda/*.c)
 FAKE_CUDA := $(if $(FAKE_CUDA_SRCS),tests/fake_cuda/libcuda.so.1)
+# The same as a driver before CUDA 11.7 (no cuMemGetHandleForAddressRange).
+FAKE_CUDA_OLD := $(if $(FAKE_CUDA_SRCS),tests/fake_cuda/old/libcuda.so.1)
 DEMO_SRCS := $(sort $(wildcard tests/demo/*.c))
 DEMO := $(if $(DEMO_SRCS),tests/demo/kvdmabuf-demo)
 BENCH_SRCS := $(sort $(wildcard tests/bench/*.c))
@@ -76,7 +101,8 @@ $(CLI): $(CLI_SRCS) $(wildcard lib/cli/*.h) $(LIB_A) $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(CLI_SRCS) $(LIB_A) $(LDLIBS)
 
-tests: $(TEST_BINS) $(HW_BINS) $(FAKE_CUDA) $(DEMO) $(BENCH)
+# lib_cuda runs the command (kvdmabuf check).
+tests: $(TEST_BINS) $(HW_BINS) $(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(BENCH) $(CLI)
 
 lib/%.o: lib/%.c $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")
@@ -112,10 +138,20 @@ tests/asan/%: tests/%.c $(LIB_SRCS) $(LIB_HDRS) $(wildcard tests/*.h)
 	$(Q)mkdir -p tests/asan
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(ASAN_FLAGS) -o $@ $< $(LIB_SRCS) $(LDLIBS)
 
-$(FAKE_CUDA): $(FAKE_CUDA_SRCS) $(wildcard tests/fake_cuda/*.h)
+$(CUDA_TESTS) $(HW_BINS): $(CUDA_STAMP) lib/cuda_api.h tests/cuda_compat.h
+
+$(FAKE_CUDA): $(FAKE_CUDA_SRCS) $(wildcard tests/fake_cuda/*.h) tests/cuda_compat.h \
+		lib/cuda_api.h $(CUDA_STAMP)
 	@$(if $(Q),echo "  CC      $@")
-	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -shared -Wl,-soname,libcuda.so.1 \
+	$(Q)$(CC) $(CPPFLAGS) $(CUDA_CPPFLAGS) $(CFLAGS) -shared -Wl,-soname,libcuda.so.1 \
 		-o $@ $(FAKE_CUDA_SRCS) -ldrm -lpthread
+
+$(FAKE_CUDA_OLD): $(FAKE_CUDA_SRCS) $(wildcard tests/fake_cuda/*.h) tests/cuda_compat.h \
+		lib/cuda_api.h $(CUDA_STAMP)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) $(CUDA_CPPFLAGS) -DFAKE_CUDA_OLD $(CFLAGS) -shared \
+		-Wl,-soname,libcuda.so.1 -o $@ $(FAKE_CUDA_SRCS) -ldrm -lpthread
 
 $(DEMO): $(DEMO_SRCS) $(wildcard tests/demo/*.h tests/*.h) $(LIB_A) $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")
@@ -239,7 +275,7 @@ modules_install: modules
 
 clean:
 	$(Q)rm -f $(LIB_OBJS) $(LIB_A) lib/libkvdmabuf.so* $(CLI) $(TEST_BINS) $(HW_BINS) \
-		$(FAKE_CUDA) $(DEMO) $(BENCH)
+		$(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(BENCH) $(CUDA_STAMP)
 	$(Q)rm -rf tests/asan
 	$(Q)test -z "$(KDIR)" -o ! -d "$(KDIR)" || \
 		$(MAKE) -C $(KDIR) M=$(CURDIR) clean >/dev/null

@@ -2,19 +2,11 @@
 /*
  * cuda.c - CUDA driver API, loaded with dlopen() at first use so that the
  * library loads and works on machines without CUDA. cuda.h is not needed:
- * the few types and constants are declared here with the values of the
- * CUDA driver API headers (cuda.h, CUDA 11.7+; the PCIe mapping flag is
- * CUDA 12.8+):
- *   CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL             = 9
- *   CU_POINTER_ATTRIBUTE_RANGE_START_ADDR           = 11 (VA reservation)
- *   CU_POINTER_ATTRIBUTE_RANGE_SIZE                 = 12
- *   CU_POINTER_ATTRIBUTE_MAPPED                     = 13 (boolean)
- *   CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE = 15 (boolean)
- *   CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED           = 124
- *   CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD             = 1
- *   CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE     = 0x1
- * Entry points whose cuda.h name is a macro for a versioned symbol are
- * looked up by that symbol (cuCtxPushCurrent -> cuCtxPushCurrent_v2, ...).
+ * the types, constants and prototypes are cuda_api.h's (cuda.h's names
+ * behind a kvd_/KVD_ prefix), checked against the toolkit's cuda.h by
+ * tests/cuda_abi. Entry points whose cuda.h name is a macro for a
+ * versioned symbol are looked up by that symbol (cuCtxPushCurrent ->
+ * cuCtxPushCurrent_v2, ...: KVD_CUDA_LIB_CALLS).
  *
  * The library handle is per context (path from the options or the config's
  * cuda_library, default libcuda.so.1); dlopen() reference-counts it.
@@ -33,72 +25,52 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cuda_api.h"
 #include "internal.h"
-
-typedef int CUresult;
-typedef int CUdevice;
-typedef unsigned long long CUdeviceptr;
-typedef struct CUctx_st *CUcontext;
-
-#define CUDA_SUCCESS 0
-#define CUDA_ERROR_INVALID_VALUE 1
-#define CUDA_ERROR_NOT_SUPPORTED 801
-#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
-#define CU_POINTER_ATTRIBUTE_RANGE_START_ADDR 11
-#define CU_POINTER_ATTRIBUTE_RANGE_SIZE 12
-#define CU_POINTER_ATTRIBUTE_MAPPED 13
-#define CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE 15
-#define CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 124
-#define CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD 1
-#define CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE 0x1ull
 
 /* Devices whose primary context is kept retained (ordinals below this). */
 #define KVD_CUDA_MAX_DEV 64
 
 struct kvd_cuda {
 	void *dl;
-	CUresult (*cuInit)(unsigned int flags);
-	CUresult (*cuDeviceGet)(CUdevice *dev, int ordinal);
-	CUresult (*cuDeviceGetAttribute)(int *pi, int attrib, CUdevice dev);
-	CUresult (*cuPointerGetAttribute)(void *data, int attribute,
-					  CUdeviceptr ptr);
-	CUresult (*cuMemGetAddressRange_v2)(CUdeviceptr *base, size_t *size,
-					    CUdeviceptr ptr);
-	CUresult (*cuMemGetHandleForAddressRange)(void *handle,
-						  CUdeviceptr dptr,
-						  size_t size, int type,
-						  unsigned long long flags);
-	CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *pctx, CUdevice dev);
-	CUresult (*cuDevicePrimaryCtxRelease_v2)(CUdevice dev);
-	CUresult (*cuCtxPushCurrent_v2)(CUcontext ctx);
-	CUresult (*cuCtxPopCurrent_v2)(CUcontext *pctx);
-	CUresult (*cuGetErrorName)(CUresult error, const char **str);
+#define KVD_CU_FIELD(name, symbol) kvd_##name##_fn *name;
+	KVD_CUDA_LIB_CALLS(KVD_CU_FIELD)
+#undef KVD_CU_FIELD
 	/* primary contexts retained, by ordinal (dev[] is the CUdevice) */
-	CUcontext primary[KVD_CUDA_MAX_DEV];
-	CUdevice dev[KVD_CUDA_MAX_DEV];
+	kvd_CUcontext primary[KVD_CUDA_MAX_DEV];
+	kvd_CUdevice dev[KVD_CUDA_MAX_DEV];
 	/* auto mapping: the driver refused the PCIe flag once, and flags 0
 	 * then worked (an older driver): do not ask again */
 	bool pcie_refused;
 };
 
-static const char *cu_name(struct kvd_cuda *cu, CUresult r)
+static const char *cu_name(struct kvd_cuda *cu, kvd_CUresult r)
 {
 	const char *s = NULL;
 
-	if (cu->cuGetErrorName && cu->cuGetErrorName(r, &s) == CUDA_SUCCESS &&
-	    s)
+	if (cu->cuGetErrorName &&
+	    cu->cuGetErrorName(r, &s) == KVD_CUDA_SUCCESS && s)
 		return s;
 	return "CUDA_ERROR_UNKNOWN";
 }
 
-#define LOAD(cu, sym) \
-	((*(void **)&(cu)->sym = dlsym((cu)->dl, #sym)) != NULL)
+/* The file dlopen() loaded for @path (found by the library search path). */
+static const char *loaded_file(void *dl, const char *path)
+{
+	struct link_map *lm = NULL;
+
+	if (dlinfo(dl, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name &&
+	    lm->l_name[0])
+		return lm->l_name;
+	return path;
+}
 
 static int cuda_load(struct kvdmabuf_ctx *ctx)
 {
@@ -106,7 +78,7 @@ static int cuda_load(struct kvdmabuf_ctx *ctx)
 						: "libcuda.so.1";
 	const char *missing = NULL;
 	struct kvd_cuda *cu;
-	CUresult r;
+	kvd_CUresult r;
 
 	if (ctx->cuda)
 		return 0;
@@ -123,29 +95,35 @@ static int cuda_load(struct kvdmabuf_ctx *ctx)
 			       "be loaded (%s): CUDA regions need the CUDA "
 			       "driver", path, e ? e : "unknown error");
 	}
-#define NEED(sym) do { if (!missing && !LOAD(cu, sym)) missing = #sym; } while (0)
-	NEED(cuInit);
-	NEED(cuDeviceGet);
-	NEED(cuDeviceGetAttribute);
-	NEED(cuPointerGetAttribute);
-	NEED(cuMemGetAddressRange_v2);
-	NEED(cuMemGetHandleForAddressRange);
-	NEED(cuDevicePrimaryCtxRetain);
-	NEED(cuDevicePrimaryCtxRelease_v2);
-	NEED(cuCtxPushCurrent_v2);
-	NEED(cuCtxPopCurrent_v2);
-	NEED(cuGetErrorName);
+#define NEED(name, symbol)                                            \
+	if (!missing && !(*(void **)&cu->name = dlsym(cu->dl, #symbol)))  \
+		missing = #symbol;
+	KVD_CUDA_LIB_CALLS(NEED)
 #undef NEED
 	if (missing) {
-		kvd_err(ctx, -ELIBACC, "CUDA driver library %s lacks %s "
-			"(driver too old for dma-buf export?)", path, missing);
+		/* cuMemGetHandleForAddressRange: the one entry point that
+		 * came last (CUDA 11.7); the others are there since 11.0 */
+		kvd_err(ctx, -ELIBACC, "CUDA driver library %s lacks %s: a "
+			"driver before CUDA 11.7? dma-buf export needs 11.7 or "
+			"later", loaded_file(cu->dl, path), missing);
 		dlclose(cu->dl);
 		free(cu);
 		return -ELIBACC;
 	}
 	r = cu->cuInit(0);
-	if (r != CUDA_SUCCESS) {
-		kvd_err(ctx, -ENODEV, "cuInit failed: %s (%d)", cu_name(cu, r),
+	if (r == KVD_CUDA_ERROR_STUB_LIBRARY) {
+		/* what a container without the driver finds first when the
+		 * toolkit's lib64/stubs is on its library path */
+		kvd_err(ctx, -ELIBACC, "CUDA driver stub: no GPU driver on this "
+			"machine (%s is the toolkit's stub libcuda, cuInit: "
+			"CUDA_ERROR_STUB_LIBRARY; install the NVIDIA driver or "
+			"set cuda_library)", loaded_file(cu->dl, path));
+		dlclose(cu->dl);
+		free(cu);
+		return -ELIBACC;
+	}
+	if (r != KVD_CUDA_SUCCESS) {
+		kvd_err(ctx, -ENODEV, "cuInit failed: %s (%u)", cu_name(cu, r),
 			r);
 		dlclose(cu->dl);
 		free(cu);
@@ -164,7 +142,7 @@ void kvd_cuda_unload(struct kvdmabuf_ctx *ctx)
 		return;
 	for (i = 0; i < KVD_CUDA_MAX_DEV; i++)
 		if (cu->primary[i])
-			cu->cuDevicePrimaryCtxRelease_v2(cu->dev[i]);
+			cu->cuDevicePrimaryCtxRelease(cu->dev[i]);
 	dlclose(cu->dl);
 	free(cu);
 	ctx->cuda = NULL;
@@ -174,9 +152,9 @@ void kvd_cuda_unload(struct kvdmabuf_ctx *ctx)
 static int push_primary(struct kvdmabuf_ctx *ctx, int ordinal, bool *retained)
 {
 	struct kvd_cuda *cu = ctx->cuda;
-	CUcontext pctx = NULL;
-	CUdevice dev;
-	CUresult r;
+	kvd_CUcontext pctx = NULL;
+	kvd_CUdevice dev;
+	kvd_CUresult r;
 	int supported = 0;
 
 	*retained = false;
@@ -186,25 +164,25 @@ static int push_primary(struct kvdmabuf_ctx *ctx, int ordinal, bool *retained)
 		dev = cu->dev[ordinal];
 	} else {
 		r = cu->cuDeviceGet(&dev, ordinal);
-		if (r != CUDA_SUCCESS)
+		if (r != KVD_CUDA_SUCCESS)
 			return kvd_err(ctx, -ENODEV, "cuDeviceGet(%d) failed: "
-				       "%s (%d)", ordinal, cu_name(cu, r), r);
+				       "%s (%u)", ordinal, cu_name(cu, r), r);
 		r = cu->cuDeviceGetAttribute(&supported,
-					     CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
+					     KVD_CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
 					     dev);
-		if (r != CUDA_SUCCESS)
+		if (r != KVD_CUDA_SUCCESS)
 			return kvd_err(ctx, -ENODEV, "cuDeviceGetAttribute(DMA_"
 				       "BUF_SUPPORTED) failed on device %d: %s "
-				       "(%d)", ordinal, cu_name(cu, r), r);
+				       "(%u)", ordinal, cu_name(cu, r), r);
 		if (!supported)
 			return kvd_err(ctx, -ENODEV, "CUDA device %d has no "
 				       "dma-buf support (CU_DEVICE_ATTRIBUTE_"
 				       "DMA_BUF_SUPPORTED is 0; open kernel "
 				       "modules needed)", ordinal);
 		r = cu->cuDevicePrimaryCtxRetain(&pctx, dev);
-		if (r != CUDA_SUCCESS)
+		if (r != KVD_CUDA_SUCCESS)
 			return kvd_err(ctx, -ENODEV, "cuDevicePrimaryCtxRetain"
-				       "(device %d) failed: %s (%d)", ordinal,
+				       "(device %d) failed: %s (%u)", ordinal,
 				       cu_name(cu, r), r);
 		if (ordinal < KVD_CUDA_MAX_DEV) {
 			cu->primary[ordinal] = pctx;
@@ -213,13 +191,13 @@ static int push_primary(struct kvdmabuf_ctx *ctx, int ordinal, bool *retained)
 			*retained = true;       /* released after this call */
 		}
 	}
-	r = cu->cuCtxPushCurrent_v2(pctx);
-	if (r != CUDA_SUCCESS) {
+	r = cu->cuCtxPushCurrent(pctx);
+	if (r != KVD_CUDA_SUCCESS) {
 		if (*retained)
-			cu->cuDevicePrimaryCtxRelease_v2(dev);
+			cu->cuDevicePrimaryCtxRelease(dev);
 		*retained = false;
 		return kvd_err(ctx, -ENODEV, "cuCtxPushCurrent(primary context "
-			       "of device %d) failed: %s (%d)", ordinal,
+			       "of device %d) failed: %s (%u)", ordinal,
 			       cu_name(cu, r), r);
 	}
 	return 0;
@@ -228,23 +206,24 @@ static int push_primary(struct kvdmabuf_ctx *ctx, int ordinal, bool *retained)
 static void pop_primary(struct kvdmabuf_ctx *ctx, int ordinal, bool retained)
 {
 	struct kvd_cuda *cu = ctx->cuda;
-	CUcontext popped;
-	CUdevice dev;
+	kvd_CUcontext popped;
+	kvd_CUdevice dev;
 
-	cu->cuCtxPopCurrent_v2(&popped);
-	if (retained && cu->cuDeviceGet(&dev, ordinal) == CUDA_SUCCESS)
-		cu->cuDevicePrimaryCtxRelease_v2(dev);
+	cu->cuCtxPopCurrent(&popped);
+	if (retained && cu->cuDeviceGet(&dev, ordinal) == KVD_CUDA_SUCCESS)
+		cu->cuDevicePrimaryCtxRelease(dev);
 }
 
 /* A boolean pointer attribute: 1 or 0, or -1 when the query failed. */
-static int ptr_flag(struct kvd_cuda *cu, int attr, CUdeviceptr p, CUresult *rp)
+static int ptr_flag(struct kvd_cuda *cu, kvd_CUpointer_attribute attr,
+		    kvd_CUdeviceptr p, kvd_CUresult *rp)
 {
 	int v = 0;       /* the driver writes a C bool: only the low byte */
-	CUresult r = cu->cuPointerGetAttribute(&v, attr, p);
+	kvd_CUresult r = cu->cuPointerGetAttribute(&v, attr, p);
 
 	if (rp)
 		*rp = r;
-	if (r != CUDA_SUCCESS)
+	if (r != KVD_CUDA_SUCCESS)
 		return -1;
 	return (v & 0xff) != 0;
 }
@@ -258,17 +237,17 @@ static const char *order_hint =
  * device (@ordinal, from the first byte), each mapping GPUDirect RDMA
  * capable where the driver reports it.
  */
-static int check_range(struct kvdmabuf_ctx *ctx, CUdeviceptr addr,
+static int check_range(struct kvdmabuf_ctx *ctx, kvd_CUdeviceptr addr,
 		       size_t len, int ordinal)
 {
 	struct kvd_cuda *cu = ctx->cuda;
-	CUdeviceptr p = addr, end = addr + len, base;
+	kvd_CUdeviceptr p = addr, end = addr + len, base;
 	size_t size;
-	CUresult r;
+	kvd_CUresult r;
 	int mapped, dev, gdr;
 
 	while (p < end) {
-		mapped = ptr_flag(cu, CU_POINTER_ATTRIBUTE_MAPPED, p, NULL);
+		mapped = ptr_flag(cu, KVD_CU_POINTER_ATTRIBUTE_MAPPED, p, NULL);
 		if (mapped == 0 || (mapped < 0 && p != addr))
 			return kvd_err(ctx, -EFAULT, "CUDA range 0x%llx+%zu is "
 				       "not fully mapped: the mapping ends at "
@@ -276,12 +255,12 @@ static int check_range(struct kvdmabuf_ctx *ctx, CUdeviceptr addr,
 				       p, p - addr, order_hint);
 		dev = -1;
 		r = cu->cuPointerGetAttribute(&dev,
-					      CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+					      KVD_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
 					      p);
-		if (r != CUDA_SUCCESS)
+		if (r != KVD_CUDA_SUCCESS)
 			return kvd_err(ctx, -EFAULT, "cuPointerGetAttribute"
 				       "(0x%llx, DEVICE_ORDINAL) failed: %s "
-				       "(%d): the mapping of 0x%llx+%zu ends "
+				       "(%u): the mapping of 0x%llx+%zu ends "
 				       "there (%s)", p, cu_name(cu, r), r,
 				       addr, len, order_hint);
 		if (dev != ordinal)
@@ -290,7 +269,7 @@ static int check_range(struct kvdmabuf_ctx *ctx, CUdeviceptr addr,
 				       "dma-buf export covers one device; add "
 				       "one region per device", addr, len,
 				       ordinal, dev, p);
-		gdr = ptr_flag(cu, CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE,
+		gdr = ptr_flag(cu, KVD_CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE,
 			       p, NULL);
 		if (gdr == 0)   /* -1: not reported by this driver, go on */
 			return kvd_err(ctx, -EOPNOTSUPP, "CUDA memory at 0x%llx "
@@ -300,8 +279,8 @@ static int check_range(struct kvdmabuf_ctx *ctx, CUdeviceptr addr,
 				       "it with cuMemCreate and CUmemAllocation"
 				       "Prop.allocFlags.gpuDirectRDMACapable = "
 				       "1", p, addr, len);
-		r = cu->cuMemGetAddressRange_v2(&base, &size, p);
-		if (r != CUDA_SUCCESS || base > p || base + size <= p)
+		r = cu->cuMemGetAddressRange(&base, &size, p);
+		if (r != KVD_CUDA_SUCCESS || base > p || base + size <= p)
 			break;  /* cannot walk on: the export decides */
 		p = base + size;
 	}
@@ -309,20 +288,20 @@ static int check_range(struct kvdmabuf_ctx *ctx, CUdeviceptr addr,
 }
 
 /* After a failed export: name a range that leaves its VA reservation. */
-static void diagnose_reservation(struct kvdmabuf_ctx *ctx, CUdeviceptr addr,
+static void diagnose_reservation(struct kvdmabuf_ctx *ctx, kvd_CUdeviceptr addr,
 				 size_t len, int *rc)
 {
 	struct kvd_cuda *cu = ctx->cuda;
-	CUdeviceptr start = 0;
+	kvd_CUdeviceptr start = 0;
 	size_t size = 0;
 	char *m = kvd_msg(ctx);
 	size_t n;
 
 	if (cu->cuPointerGetAttribute(&start,
-				      CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-				      addr) != CUDA_SUCCESS ||
-	    cu->cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-				      addr) != CUDA_SUCCESS ||
+				      KVD_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+				      addr) != KVD_CUDA_SUCCESS ||
+	    cu->cuPointerGetAttribute(&size, KVD_CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+				      addr) != KVD_CUDA_SUCCESS ||
 	    !size || start > addr || addr + len <= start + size)
 		return;
 	n = strlen(m);
@@ -332,28 +311,28 @@ static void diagnose_reservation(struct kvdmabuf_ctx *ctx, CUdeviceptr addr,
 	*rc = -EINVAL;
 }
 
-static CUresult export_range(struct kvd_cuda *cu, int mapping,
-			     CUdeviceptr dptr, size_t len, int *handle,
+static kvd_CUresult export_range(struct kvd_cuda *cu, int mapping,
+			     kvd_CUdeviceptr dptr, size_t len, int *handle,
 			     unsigned long long *flags)
 {
-	CUresult r;
+	kvd_CUresult r;
 
 	*flags = 0;
 	if (mapping == KVD_CUDA_MAPPING_PCIE ||
 	    (mapping == KVD_CUDA_MAPPING_AUTO && !cu->pcie_refused))
-		*flags = CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE;
+		*flags = KVD_CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE;
 	r = cu->cuMemGetHandleForAddressRange(handle, dptr, len,
-					      CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+					      KVD_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
 					      *flags);
-	if (r == CUDA_SUCCESS || mapping != KVD_CUDA_MAPPING_AUTO || !*flags ||
-	    (r != CUDA_ERROR_NOT_SUPPORTED && r != CUDA_ERROR_INVALID_VALUE))
+	if (r == KVD_CUDA_SUCCESS || mapping != KVD_CUDA_MAPPING_AUTO || !*flags ||
+	    (r != KVD_CUDA_ERROR_NOT_SUPPORTED && r != KVD_CUDA_ERROR_INVALID_VALUE))
 		return r;
 	/* a driver before CUDA 12.8 or a GPU without the PCIe mapping */
 	*flags = 0;
 	r = cu->cuMemGetHandleForAddressRange(handle, dptr, len,
-					      CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+					      KVD_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
 					      0);
-	if (r == CUDA_SUCCESS)
+	if (r == KVD_CUDA_SUCCESS)
 		cu->pcie_refused = true;
 	return r;
 }
@@ -361,12 +340,12 @@ static CUresult export_range(struct kvd_cuda *cu, int mapping,
 int kvd_cuda_export(struct kvdmabuf_ctx *ctx, void *addr, size_t len,
 		    int *fd)
 {
-	CUdeviceptr dptr = (CUdeviceptr)(uintptr_t)addr;
+	kvd_CUdeviceptr dptr = (kvd_CUdeviceptr)(uintptr_t)addr;
 	unsigned long long flags;
 	struct kvd_cuda *cu;
 	int ordinal = -1, handle = -1, mapped;
 	bool retained;
-	CUresult r, rm;
+	kvd_CUresult r, rm;
 	int rc;
 
 	rc = cuda_load(ctx);
@@ -374,17 +353,17 @@ int kvd_cuda_export(struct kvdmabuf_ctx *ctx, void *addr, size_t len,
 		return rc;
 	cu = ctx->cuda;
 	r = cu->cuPointerGetAttribute(&ordinal,
-				      CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, dptr);
-	if (r != CUDA_SUCCESS) {
+				      KVD_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, dptr);
+	if (r != KVD_CUDA_SUCCESS) {
 		/* reserved but not mapped (a wake before cuMemMap), or no
 		 * CUDA memory at all */
-		mapped = ptr_flag(cu, CU_POINTER_ATTRIBUTE_MAPPED, dptr, &rm);
+		mapped = ptr_flag(cu, KVD_CU_POINTER_ATTRIBUTE_MAPPED, dptr, &rm);
 		if (mapped == 0)
 			return kvd_err(ctx, -EFAULT, "no CUDA memory is mapped "
 				       "at %p (its VA is reserved): %s",
 				       addr, order_hint);
 		return kvd_err(ctx, -EINVAL, "cuPointerGetAttribute(%p, "
-			       "DEVICE_ORDINAL) failed: %s (%d): not CUDA "
+			       "DEVICE_ORDINAL) failed: %s (%u): not CUDA "
 			       "device memory?", addr, cu_name(cu, r), r);
 	}
 	rc = push_primary(ctx, ordinal, &retained);
@@ -395,10 +374,10 @@ int kvd_cuda_export(struct kvdmabuf_ctx *ctx, void *addr, size_t len,
 		goto out;
 	r = export_range(cu, ctx->cfg.cuda_mapping, dptr, len, &handle,
 			 &flags);
-	if (r != CUDA_SUCCESS) {
+	if (r != KVD_CUDA_SUCCESS) {
 		rc = kvd_err(ctx, -EIO, "cuMemGetHandleForAddressRange(%p, "
 			     "%zu, DMA_BUF_FD, flags 0x%llx%s) failed on "
-			     "device %d: %s (%d)", addr, len, flags,
+			     "device %d: %s (%u)", addr, len, flags,
 			     flags ? " = DMA_BUF_MAPPING_TYPE_PCIE" : "",
 			     ordinal, cu_name(cu, r), r);
 		if (flags)
@@ -444,14 +423,14 @@ int kvd_cuda_survey(const char *path, unsigned int *ndev, uint64_t *dmabuf,
 		return rc;
 	}
 	for (i = 0; i < KVD_CUDA_MAX_DEV; i++) {
-		CUdevice d;
+		kvd_CUdevice d;
 		int sup = 0;
 
-		if (c.cuda->cuDeviceGet(&d, (int)i) != CUDA_SUCCESS)
+		if (c.cuda->cuDeviceGet(&d, (int)i) != KVD_CUDA_SUCCESS)
 			break;
 		if (c.cuda->cuDeviceGetAttribute(&sup,
-				CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, d) ==
-		    CUDA_SUCCESS && sup)
+				KVD_CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, d) ==
+		    KVD_CUDA_SUCCESS && sup)
 			*dmabuf |= 1ull << i;
 	}
 	*ndev = i;

@@ -11,7 +11,9 @@
  * is not GPUDirect RDMA capable, a range with a hole, over two devices or
  * two VA reservations, and a wake before the memory is mapped again are
  * named errors; a range over several allocations mapped back to back is
- * one export.
+ * one export. A stub libcuda (the toolkit's, and the fake acting as one)
+ * is named as such by the library and by `kvdmabuf check`, a driver
+ * before CUDA 11.7 (the fake without the export) by the library.
  * Host-only: tests/fake_cuda/libcuda.so.1 stands for the CUDA driver,
  * fake NICs and module (tests/lib_fake.h) for the rest.
  */
@@ -21,16 +23,9 @@
 
 #include "harness.h"
 #include "lib_fake.h"
+#include "cuda_api.h"
 
 #define LEN (8 * 4096)
-
-#define CUDA_ERROR_INVALID_VALUE 1
-#define CUDA_ERROR_INVALID_CONTEXT 201
-#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
-#define CU_POINTER_ATTRIBUTE_RANGE_START_ADDR 11
-#define CU_POINTER_ATTRIBUTE_RANGE_SIZE 12
-#define CU_POINTER_ATTRIBUTE_MAPPED 13
-#define CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD 1
 
 static const char *fake_cuda_path(void)
 {
@@ -57,14 +52,13 @@ static struct {
 	int (*last_ctx_dev)(void);
 	int (*primary_refs)(int);
 	int (*current_dev)(void);
-	int (*retain)(void **, int);
-	int (*release)(int);
-	int (*push)(void *);
-	int (*pop)(void **);
-	int (*attr)(void *, int, unsigned long long);
-	int (*range)(unsigned long long *, size_t *, unsigned long long);
-	int (*export)(void *, unsigned long long, size_t, int,
-		      unsigned long long);
+	kvd_cuDevicePrimaryCtxRetain_fn *retain;
+	kvd_cuDevicePrimaryCtxRelease_fn *release;
+	kvd_cuCtxPushCurrent_fn *push;
+	kvd_cuCtxPopCurrent_fn *pop;
+	kvd_cuPointerGetAttribute_fn *attr;
+	kvd_cuMemGetAddressRange_fn *range;
+	kvd_cuMemGetHandleForAddressRange_fn *export;
 } fc;
 
 static int fc_load(const char *lib)
@@ -199,6 +193,115 @@ TEST(default_cuda_library_absent_here)
 	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(ctx), "libcuda.so.1"));
 	kvdmabuf_close(ctx);
 	munmap(m, LEN);
+}
+
+/* A driver before CUDA 11.7: named, -ELIBACC, other memory goes on. */
+TEST(old_driver_is_named)
+{
+	const char *fake = fake_cuda_path();
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r;
+	void *m = region_mem(2 * LEN);
+	char lib[PATH_MAX];
+
+	if (!fake)
+		SKIP(return, "tests/fake_cuda/libcuda.so.1 not built");
+	snprintf(lib, sizeof(lib), "%s", fake);
+	snprintf(strrchr(lib, '/'), sizeof(lib) - (strrchr(lib, '/') - lib),
+		 "/old/libcuda.so.1");
+	fake_reset(1);
+	fw.real_export = 1;
+	ASSERT_EQ(0, open_ctx(lib, &ctx));
+	ASSERT_EQ(-ELIBACC, add(ctx, m, LEN, KVDMABUF_MEM_CUDA, &r));
+	TH_LOG("%s", kvdmabuf_last_error(ctx));
+	HAS(ctx, "lacks cuMemGetHandleForAddressRange");
+	HAS(ctx, "CUDA 11.7");
+	ASSERT_EQ(0, add(ctx, (char *)m + LEN, LEN, KVDMABUF_MEM_HOST, &r));
+	kvdmabuf_close(ctx);
+	munmap(m, 2 * LEN);
+}
+
+#define STUB_MSG "CUDA driver stub: no GPU driver on this machine"
+
+/*
+ * A CUDA region on a stub libcuda (@lib; FAKE_CUDA_MODE as set): the
+ * library, kvd_cuda_survey() and `kvdmabuf check` (which calls it) say it
+ * is the stub, -ELIBACC; the library goes on for other memory.
+ */
+static void stub_is_named(struct __test_metadata *_metadata, const char *lib)
+{
+	char exe[PATH_MAX], cmd[2 * PATH_MAX + 64], line[512], err[256];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r;
+	void *m = region_mem(2 * LEN);
+	unsigned int ndev = 7;
+	uint64_t mask = 7;
+	int fds = fds_open(), said = 0;
+	FILE *f;
+
+	fake_reset(1);
+	fw.real_export = 1;
+	ASSERT_EQ(0, open_ctx(lib, &ctx));
+	ASSERT_EQ(-ELIBACC, add(ctx, m, LEN, KVDMABUF_MEM_CUDA, &r));
+	TH_LOG("%s", kvdmabuf_last_error(ctx));
+	HAS(ctx, STUB_MSG);
+	HAS(ctx, "CUDA_ERROR_STUB_LIBRARY");
+	ASSERT_EQ(0, add(ctx, (char *)m + LEN, LEN, KVDMABUF_MEM_HOST, &r));
+	kvdmabuf_close(ctx);
+	EXPECT_EQ(fds, fds_open());
+	munmap(m, 2 * LEN);
+
+	EXPECT_EQ(-ELIBACC, kvd_cuda_survey(lib, &ndev, &mask, err,
+					    sizeof(err)));
+	EXPECT_NE(NULL, strstr(err, STUB_MSG));
+	EXPECT_EQ(0, ndev);
+
+	ASSERT_LT(0, n);
+	exe[n] = '\0';
+	snprintf(cmd, sizeof(cmd), "KVDMABUF_CUDA_LIBRARY='%s' "
+		 "'%s/../lib/cli/kvdmabuf' check", lib, dirname(exe));
+	f = popen(cmd, "r");
+	ASSERT_NOT_NULL(f);
+	while (fgets(line, sizeof(line), f)) {
+		/* "SKIP  CUDA    <the message>": said plainly, first */
+		char *d = line + strspn(line, "SKIP ") + strlen("CUDA");
+
+		if (!strncmp(line, "SKIP  CUDA ", 11) &&
+		    !strncmp(d + strspn(d, " "), STUB_MSG, strlen(STUB_MSG)))
+			said = 1;
+		else if (strstr(line, "CUDA"))
+			TH_LOG("kvdmabuf check: %s", line);
+	}
+	pclose(f);
+	EXPECT_TRUE(said);
+}
+
+/* The fake driver as the toolkit's stub behaves (always built). */
+TEST(stub_driver_is_named)
+{
+	const char *lib = fake_cuda_path();
+
+	if (!lib)
+		SKIP(return, "tests/fake_cuda/libcuda.so.1 not built");
+	setenv("FAKE_CUDA_MODE", "stub", 1);
+	stub_is_named(_metadata, lib);
+	unsetenv("FAKE_CUDA_MODE");
+}
+
+/* NVIDIA's own stub, from the CUDA toolkit make found. */
+TEST(toolkit_stub_is_named)
+{
+	const char *lib = getenv("KVDMABUF_CUDA_STUB");
+
+#ifdef KVD_CUDA_STUB
+	if (!lib)
+		lib = KVD_CUDA_STUB;
+#endif
+	if (!lib)
+		SKIP(return, "no CUDA toolkit found by make (nvcc, CUDA_HOME): "
+		     "no stub libcuda.so to load");
+	stub_is_named(_metadata, lib);
 }
 
 FIXTURE(cu) {
@@ -394,7 +497,7 @@ TEST(primary_context_of_the_pointers_device)
 	struct kvdmabuf_ctx *ctx;
 	struct kvdmabuf_region *r, *r2;
 	const char *lib;
-	void *engine_ctx, *popped;
+	kvd_CUcontext engine_ctx, popped;
 	char *m1, *m0;
 
 	FAKE_CUDA_OR_SKIP(lib);
@@ -711,7 +814,7 @@ TEST(fake_driver_is_strict)
 	const char *lib;
 	unsigned long long base = 0;
 	size_t size = 0;
-	void *pctx, *popped;
+	kvd_CUcontext pctx, popped;
 	char mapped = 7;
 	int fd = -1, dev = -1;
 	char *m, *plain = region_mem(LEN);
@@ -722,48 +825,48 @@ TEST(fake_driver_is_strict)
 	ASSERT_EQ(0, fc.map(m, LEN, 1, 1));
 	ASSERT_EQ(0, fc.map(m + LEN, LEN, 1, 1));
 	/* no current context */
-	EXPECT_EQ(CUDA_ERROR_INVALID_CONTEXT,
+	EXPECT_EQ(KVD_CUDA_ERROR_INVALID_CONTEXT,
 		  fc.export(&fd, (uintptr_t)m, LEN,
-			    CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
-	EXPECT_EQ(CUDA_ERROR_INVALID_CONTEXT, fc.push(NULL));
+			    KVD_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
+	EXPECT_EQ(KVD_CUDA_ERROR_INVALID_CONTEXT, fc.push(NULL));
 	ASSERT_EQ(0, fc.retain(&pctx, 1));
 	ASSERT_EQ(0, fc.push(pctx));
 	EXPECT_EQ(1, fc.current_dev());
 	/* sub-range, several allocations, the PCIe flag */
 	ASSERT_EQ(0, fc.export(&fd, (uintptr_t)m + 4096, LEN,
-			       CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 1));
+			       KVD_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 1));
 	close(fd);
 	EXPECT_EQ(1ull, fc.last_flags());
 	EXPECT_EQ(1, fc.last_ctx_dev());
 	/* unmapped VA, not CUDA memory, unknown flags, unaligned */
-	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE,
+	EXPECT_EQ(KVD_CUDA_ERROR_INVALID_VALUE,
 		  fc.export(&fd, (uintptr_t)m + LEN, 2 * LEN,
-			    CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
-	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE,
+			    KVD_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
+	EXPECT_EQ(KVD_CUDA_ERROR_INVALID_VALUE,
 		  fc.export(&fd, (uintptr_t)plain, LEN,
-			    CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
-	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE,
+			    KVD_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
+	EXPECT_EQ(KVD_CUDA_ERROR_INVALID_VALUE,
 		  fc.export(&fd, (uintptr_t)m, LEN,
-			    CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 2));
-	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE,
+			    KVD_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 2));
+	EXPECT_EQ(KVD_CUDA_ERROR_INVALID_VALUE,
 		  fc.export(&fd, (uintptr_t)m + 1, LEN,
-			    CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
+			    KVD_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
 	/* pointer attributes: device, mapped, reservation, one mapping */
-	ASSERT_EQ(0, fc.attr(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+	ASSERT_EQ(0, fc.attr(&dev, KVD_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
 			     (uintptr_t)m + LEN));
 	EXPECT_EQ(1, dev);
-	ASSERT_EQ(0, fc.attr(&mapped, CU_POINTER_ATTRIBUTE_MAPPED,
+	ASSERT_EQ(0, fc.attr(&mapped, KVD_CU_POINTER_ATTRIBUTE_MAPPED,
 			     (uintptr_t)m + 3 * LEN));
 	EXPECT_EQ(0, mapped);
-	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE,
-		  fc.attr(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+	EXPECT_EQ(KVD_CUDA_ERROR_INVALID_VALUE,
+		  fc.attr(&dev, KVD_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
 			  (uintptr_t)m + 3 * LEN));
-	EXPECT_EQ(CUDA_ERROR_INVALID_VALUE,
-		  fc.attr(&mapped, CU_POINTER_ATTRIBUTE_MAPPED,
+	EXPECT_EQ(KVD_CUDA_ERROR_INVALID_VALUE,
+		  fc.attr(&mapped, KVD_CU_POINTER_ATTRIBUTE_MAPPED,
 			  (uintptr_t)plain));
-	ASSERT_EQ(0, fc.attr(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+	ASSERT_EQ(0, fc.attr(&base, KVD_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
 			     (uintptr_t)m + LEN));
-	ASSERT_EQ(0, fc.attr(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+	ASSERT_EQ(0, fc.attr(&size, KVD_CU_POINTER_ATTRIBUTE_RANGE_SIZE,
 			     (uintptr_t)m + LEN));
 	EXPECT_EQ((unsigned long long)(uintptr_t)m, base);
 	EXPECT_EQ((size_t)(4 * LEN), size);
@@ -772,11 +875,11 @@ TEST(fake_driver_is_strict)
 	EXPECT_EQ((size_t)LEN, size);
 	ASSERT_EQ(0, fc.pop(&popped));
 	EXPECT_EQ(pctx, popped);
-	EXPECT_EQ(CUDA_ERROR_INVALID_CONTEXT, fc.pop(&popped));
+	EXPECT_EQ(KVD_CUDA_ERROR_INVALID_CONTEXT, fc.pop(&popped));
 	EXPECT_EQ(0, fc.release(1));
 	EXPECT_EQ(0, fc.primary_refs(1));
 	/* a released primary context cannot be made current */
-	EXPECT_EQ(CUDA_ERROR_INVALID_CONTEXT, fc.push(pctx));
+	EXPECT_EQ(KVD_CUDA_ERROR_INVALID_CONTEXT, fc.push(pctx));
 	munmap(plain, LEN);
 }
 

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """py_binding - the Python binding (lib/python/kvdmabuf) on the host, over
 this tree's libkvdmabuf.so.0 with protocol tcp (no NIC needed): version
-check, errors as OSError subclasses carrying the library's message, regions
+check, struct layouts and constants against kvdmabuf.h, errors as OSError subclasses carrying the library's message, regions
 and the io() context manager, sleep and wake, the sleep-start and drain
 callbacks (abort, time-out), close refused while a transfer is in flight.
 The RDMA side (keys, pyverbs peers) is tests/py_engine.py, in the VM."""
@@ -98,6 +98,32 @@ def struct_layouts_match_the_header():
                   "%s.%s offset differs" % (cname, f))
 
 
+def constants_match_the_header():
+    """MEM_*, MODE_*, MODULE_* and REGION_* are kvdmabuf.h's values: a
+    wrong MEM_CUDA would send the hooks' CUDA regions down another path."""
+    import subprocess
+    top = ktap.use_build_tree()
+    names = [n for n in dir(kvdmabuf)
+             if re.match(r"(MEM|MODE|MODULE|REGION)_[A-Z_]+$", n)]
+    check("MEM_CUDA" in names, str(names))
+    src = ["#include <stdio.h>", "#include <kvdmabuf.h>", "int main(void) {"]
+    for n in names:
+        src.append('printf("%s %%lld\\n", (long long)KVDMABUF_%s);' % (n, n))
+    src.append("return 0; }")
+    d = tempfile.mkdtemp()
+    with open(os.path.join(d, "c.c"), "w") as f:
+        f.write("\n".join(src))
+    subprocess.run(["cc", "-I" + os.path.join(top, "lib"), "-o",
+                    os.path.join(d, "c"), os.path.join(d, "c.c")],
+                   check=True)
+    out = subprocess.run([os.path.join(d, "c")], capture_output=True,
+                         text=True, check=True).stdout.split("\n")
+    got = dict(line.split() for line in out if line)
+    for n in names:
+        check(int(got[n]) == getattr(kvdmabuf, n),
+              "%s: C %s, Python %d" % (n, got[n], getattr(kvdmabuf, n)))
+
+
 def gate_and_open_errors_carry_the_message():
     ok, why = kvdmabuf.gate(config("protocol: TCP\n"))
     check(ok, why)
@@ -174,6 +200,7 @@ if __name__ == "__main__":
     raise SystemExit(ktap.main([
         version_matches_the_library,
         struct_layouts_match_the_header,
+        constants_match_the_header,
         gate_and_open_errors_carry_the_message,
         regions_sleep_and_wake,
         sleep_start_and_drain_callbacks,

@@ -68,7 +68,12 @@ static void check_cuda(struct report *r)
 				 err, sizeof(err));
 
 	if (rc == -ELIBACC) {
-		report_add(r, V_SKIP, "CUDA", "no CUDA driver here (%s)", err);
+		/* the toolkit's stub libcuda: the message says it all */
+		if (!strncmp(err, "CUDA driver stub:", 17))
+			report_add(r, V_SKIP, "CUDA", "%s", err);
+		else
+			report_add(r, V_SKIP, "CUDA", "no CUDA driver here (%s)",
+				   err);
 		return;
 	}
 	if (rc) {

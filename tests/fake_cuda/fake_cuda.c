@@ -6,7 +6,9 @@
  * cuMemGetAddressRange_v2, cuMemGetHandleForAddressRange,
  * cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease_v2,
  * cuCtxPushCurrent_v2, cuCtxPopCurrent_v2, cuCtxGetCurrent,
- * cuGetErrorName. Constants are those of cuda.h.
+ * cuGetErrorName. Built against the CUDA toolkit's cuda.h where make
+ * finds one, so that each definition here must match NVIDIA's prototype,
+ * else against the project's declarations (tests/cuda_compat.h).
  *
  * What it models, as the driver does:
  *  - devices 0 and 1 (FAKE_CUDA_DEVICES=N for N, at most 4), each with a
@@ -38,6 +40,9 @@
  *    else: CUDA_ERROR_NOT_SUPPORTED and a line on stderr) - a limit of
  *    the fake, not of the driver.
  *
+ * Built a second time with -DFAKE_CUDA_OLD (tests/fake_cuda/old/), as a
+ * driver before CUDA 11.7: no cuMemGetHandleForAddressRange.
+ *
  * FAKE_CUDA_MODE (read at every call) selects a behaviour:
  *   ok (default) | noinit (cuInit: CUDA_ERROR_NO_DEVICE) | nodmabuf
  *   (DMA_BUF_SUPPORTED = 0) | export_fail (CUDA_ERROR_NOT_SUPPORTED) |
@@ -45,7 +50,8 @@
  *   nopcie (the PCIe mapping flag: CUDA_ERROR_NOT_SUPPORTED, as a GPU
  *   without it) | oldflags (any flag: CUDA_ERROR_INVALID_VALUE, as a
  *   driver before CUDA 12.8) | nogdrattr (IS_GPU_DIRECT_RDMA_CAPABLE not
- *   reported: CUDA_ERROR_INVALID_VALUE).
+ *   reported: CUDA_ERROR_INVALID_VALUE) | stub (as the toolkit's link-time
+ *   stub libcuda.so: cuInit and cuGetErrorName CUDA_ERROR_STUB_LIBRARY).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -60,21 +66,7 @@
 #include <unistd.h>
 #include <xf86drm.h>
 
-#define CUDA_SUCCESS 0
-#define CUDA_ERROR_INVALID_VALUE 1
-#define CUDA_ERROR_NO_DEVICE 100
-#define CUDA_ERROR_INVALID_DEVICE 101
-#define CUDA_ERROR_INVALID_CONTEXT 201
-#define CUDA_ERROR_NOT_SUPPORTED 801
-
-#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
-#define CU_POINTER_ATTRIBUTE_RANGE_START_ADDR 11
-#define CU_POINTER_ATTRIBUTE_RANGE_SIZE 12
-#define CU_POINTER_ATTRIBUTE_MAPPED 13
-#define CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE 15
-#define CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 124
-#define CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD 1
-#define CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE 0x1ull
+#include "cuda_compat.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define PAGE 4096ull
@@ -115,14 +107,16 @@ static int ndev(void)
 	return n < 1 ? 1 : n > MAXDEV ? MAXDEV : n;
 }
 
-EXPORT int cuInit(unsigned int flags)
+EXPORT CUresult cuInit(unsigned int flags)
 {
+	if (mode_is("stub"))
+		return CUDA_ERROR_STUB_LIBRARY;
 	if (flags)
 		return CUDA_ERROR_INVALID_VALUE;
 	return mode_is("noinit") ? CUDA_ERROR_NO_DEVICE : CUDA_SUCCESS;
 }
 
-EXPORT int cuDeviceGet(int *dev, int ordinal)
+EXPORT CUresult cuDeviceGet(CUdevice *dev, int ordinal)
 {
 	if (ordinal < 0 || ordinal >= ndev())
 		return CUDA_ERROR_INVALID_DEVICE;
@@ -130,7 +124,8 @@ EXPORT int cuDeviceGet(int *dev, int ordinal)
 	return CUDA_SUCCESS;
 }
 
-EXPORT int cuDeviceGetAttribute(int *pi, int attrib, int dev)
+EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib,
+				     CUdevice dev)
 {
 	if (dev < 0 || dev >= ndev())
 		return CUDA_ERROR_INVALID_DEVICE;
@@ -140,7 +135,7 @@ EXPORT int cuDeviceGetAttribute(int *pi, int attrib, int dev)
 	return CUDA_SUCCESS;
 }
 
-EXPORT int cuDevicePrimaryCtxRetain(void **pctx, int dev)
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
 	if (dev < 0 || dev >= ndev())
 		return CUDA_ERROR_INVALID_DEVICE;
@@ -149,13 +144,13 @@ EXPORT int cuDevicePrimaryCtxRetain(void **pctx, int dev)
 	pthread_mutex_lock(&lock);
 	primary[dev].refs++;
 	pthread_mutex_unlock(&lock);
-	*pctx = &primary[dev];
+	*pctx = (CUcontext)(void *)&primary[dev];
 	return CUDA_SUCCESS;
 }
 
-EXPORT int cuDevicePrimaryCtxRelease_v2(int dev)
+EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
 {
-	int rc = CUDA_SUCCESS;
+	CUresult rc = CUDA_SUCCESS;
 
 	if (dev < 0 || dev >= ndev())
 		return CUDA_ERROR_INVALID_DEVICE;
@@ -173,9 +168,9 @@ static int ctx_valid(struct fake_ctx *c)
 	return c >= primary && c < primary + MAXDEV && c->refs > 0;
 }
 
-EXPORT int cuCtxPushCurrent_v2(void *ctx)
+EXPORT CUresult cuCtxPushCurrent(CUcontext ctx)
 {
-	struct fake_ctx *c = ctx;
+	struct fake_ctx *c = (struct fake_ctx *)(void *)ctx;
 
 	if (!ctx_valid(c) || depth == STACK)
 		return CUDA_ERROR_INVALID_CONTEXT;
@@ -183,19 +178,19 @@ EXPORT int cuCtxPushCurrent_v2(void *ctx)
 	return CUDA_SUCCESS;
 }
 
-EXPORT int cuCtxPopCurrent_v2(void **pctx)
+EXPORT CUresult cuCtxPopCurrent(CUcontext *pctx)
 {
 	if (!depth)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	depth--;
 	if (pctx)
-		*pctx = stack[depth];
+		*pctx = (CUcontext)(void *)stack[depth];
 	return CUDA_SUCCESS;
 }
 
-EXPORT int cuCtxGetCurrent(void **pctx)
+EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
 {
-	*pctx = depth ? stack[depth - 1] : NULL;
+	*pctx = depth ? (CUcontext)(void *)stack[depth - 1] : NULL;
 	return CUDA_SUCCESS;
 }
 
@@ -478,11 +473,12 @@ EXPORT int fakecu_current_dev(void)
 
 /* ---- pointer queries and the export ---- */
 
-EXPORT int cuPointerGetAttribute(void *data, int attribute, dptr_t ptr)
+EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute,
+				      CUdeviceptr ptr)
 {
 	struct fake_map *m;
 	struct fake_res *r;
-	int rc = CUDA_SUCCESS;
+	CUresult rc = CUDA_SUCCESS;
 
 	if (!data || mode_is("notdevice"))
 		return CUDA_ERROR_INVALID_VALUE;
@@ -527,10 +523,11 @@ EXPORT int cuPointerGetAttribute(void *data, int attribute, dptr_t ptr)
 	return rc;
 }
 
-EXPORT int cuMemGetAddressRange_v2(dptr_t *base, size_t *size, dptr_t ptr)
+EXPORT CUresult cuMemGetAddressRange(CUdeviceptr *base, size_t *size,
+				     CUdeviceptr ptr)
 {
 	struct fake_map *m;
-	int rc = CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = CUDA_ERROR_INVALID_VALUE;
 
 	pthread_mutex_lock(&lock);
 	m = map_of(ptr);
@@ -545,13 +542,18 @@ EXPORT int cuMemGetAddressRange_v2(dptr_t *base, size_t *size, dptr_t ptr)
 	return rc;
 }
 
-EXPORT int cuMemGetHandleForAddressRange(void *handle, dptr_t dptr,
-					 size_t size, int type,
-					 unsigned long long flags)
+/* Built with -DFAKE_CUDA_OLD (tests/fake_cuda/old/): a driver before CUDA
+ * 11.7, without the dma-buf export. */
+#ifndef FAKE_CUDA_OLD
+EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr,
+					      size_t size,
+					      CUmemRangeHandleType type,
+					      unsigned long long flags)
 {
 	struct fake_map *m, *first;
 	struct fake_res *r;
-	int fd, vgem = 0, rc;
+	int fd, vgem = 0;
+	CUresult rc;
 	dptr_t p;
 
 	if (!depth)
@@ -610,8 +612,12 @@ out:
 	return rc;
 }
 
-EXPORT int cuGetErrorName(int error, const char **str)
+#endif /* FAKE_CUDA_OLD */
+
+EXPORT CUresult cuGetErrorName(CUresult error, const char **str)
 {
+	if (mode_is("stub"))	/* the toolkit's stub: *str untouched */
+		return CUDA_ERROR_STUB_LIBRARY;
 	switch (error) {
 	case CUDA_SUCCESS:
 		*str = "CUDA_SUCCESS";

@@ -25,8 +25,10 @@
  *     sleep it is not; after the wake the importer reads the new bytes.
  *
  * libcuda is opened with dlopen (KVDMABUF_CUDA_LIBRARY, default
- * libcuda.so.1); no CUDA headers: the prototypes and constants below are
- * those of cuda.h. Skips, with the reason, without libcuda, a GPU, VMM or
+ * libcuda.so.1), each entry point by the symbol of lib/cuda_api.h's lists;
+ * built against the CUDA toolkit's cuda.h where make finds one, else
+ * against the project's declarations (tests/cuda_compat.h). Skips, with
+ * the reason, without libcuda (or with the toolkit's stub), a GPU, VMM or
  * dma-buf support. KVDMABUF_HW_MIB sets the allocation size (default 1024).
  */
 #include <dlfcn.h>
@@ -40,79 +42,17 @@
 #include "lib_imp_nic.h"
 #include "kmod/kvd_importer.h"
 #include "../uapi/kvdmabuf.h"
-
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-typedef unsigned long long CUmemGenericAllocationHandle;
-typedef struct CUctx_st *CUcontext;
-
-typedef struct {
-	int type;               /* CUmemLocationType */
-	int id;
-} CUmemLocation;
-
-typedef struct {
-	int type;               /* CUmemAllocationType */
-	int requestedHandleTypes;
-	CUmemLocation location;
-	void *win32HandleMetaData;
-	struct {
-		unsigned char compressionType;
-		unsigned char gpuDirectRDMACapable;
-		unsigned short usage;
-		unsigned char reserved[4];
-	} allocFlags;
-} CUmemAllocationProp;
-
-typedef struct {
-	CUmemLocation location;
-	int flags;              /* CUmemAccess_flags */
-} CUmemAccessDesc;
-
-#define CUDA_SUCCESS 0
-#define CUDA_ERROR_NO_DEVICE 100
-#define CU_MEM_ALLOCATION_TYPE_PINNED 1
-#define CU_MEM_LOCATION_TYPE_DEVICE 1
-#define CU_MEM_ACCESS_FLAGS_PROT_READWRITE 3
-#define CU_MEM_ALLOC_GRANULARITY_MINIMUM 0
-#define CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED 110
-#define CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 124
-#define CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE 15
-#define CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD 1
+#include "cuda_compat.h"
 
 static struct {
 	void *dl;
 	const char *path;
-	CUresult (*cuInit)(unsigned int);
-	CUresult (*cuDeviceGet)(int *, int);
-	CUresult (*cuDeviceGetAttribute)(int *, int, int);
-	CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, int);
-	CUresult (*cuDevicePrimaryCtxRelease_v2)(int);
-	CUresult (*cuCtxPushCurrent_v2)(CUcontext);
-	CUresult (*cuCtxPopCurrent_v2)(CUcontext *);
-	CUresult (*cuCtxSynchronize)(void);
-	CUresult (*cuMemGetInfo_v2)(size_t *, size_t *);
-	CUresult (*cuMemGetAllocationGranularity)(size_t *,
-						  const CUmemAllocationProp *,
-						  int);
-	CUresult (*cuMemAddressReserve)(CUdeviceptr *, size_t, size_t,
-					CUdeviceptr, unsigned long long);
-	CUresult (*cuMemAddressFree)(CUdeviceptr, size_t);
-	CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *, size_t,
-				const CUmemAllocationProp *,
-				unsigned long long);
-	CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
-	CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t,
-			     CUmemGenericAllocationHandle, unsigned long long);
-	CUresult (*cuMemUnmap)(CUdeviceptr, size_t);
-	CUresult (*cuMemSetAccess)(CUdeviceptr, size_t,
-				   const CUmemAccessDesc *, size_t);
-	CUresult (*cuMemGetHandleForAddressRange)(void *, CUdeviceptr, size_t,
-						  int, unsigned long long);
-	CUresult (*cuMemcpyHtoD_v2)(CUdeviceptr, const void *, size_t);
-	CUresult (*cuMemcpyDtoH_v2)(void *, CUdeviceptr, size_t);
-	CUresult (*cuPointerGetAttribute)(void *, int, CUdeviceptr);
-	CUresult (*cuGetErrorName)(CUresult, const char **);
+	/* each entry point with the type of its prototype: cuda.h's where
+	 * make found the toolkit, else the project's (tests/cuda_compat.h) */
+#define FIELD(name, symbol) __typeof__(name) *name;
+	KVD_CUDA_LIB_CALLS(FIELD)
+	KVD_CUDA_TEST_CALLS(FIELD)
+#undef FIELD
 	CUcontext pctx;
 	int gdr;                /* VMM memory can be GPUDirect RDMA capable */
 	size_t gran, size, tol;
@@ -148,21 +88,20 @@ static const char *cuda_setup(char *why, size_t len)
 			 cu.path);
 		return why;
 	}
-#define SYM(f) \
-	if (!(*(void **)&cu.f = dlsym(cu.dl, #f))) { \
-		snprintf(why, len, "%s lacks " #f, cu.path); return why; }
-	SYM(cuInit) SYM(cuDeviceGet) SYM(cuDeviceGetAttribute)
-	SYM(cuDevicePrimaryCtxRetain) SYM(cuDevicePrimaryCtxRelease_v2)
-	SYM(cuCtxPushCurrent_v2) SYM(cuCtxPopCurrent_v2) SYM(cuCtxSynchronize)
-	SYM(cuMemGetInfo_v2) SYM(cuMemGetAllocationGranularity)
-	SYM(cuMemAddressReserve) SYM(cuMemAddressFree) SYM(cuMemCreate)
-	SYM(cuMemRelease) SYM(cuMemMap) SYM(cuMemUnmap) SYM(cuMemSetAccess)
-	SYM(cuMemGetHandleForAddressRange) SYM(cuMemcpyHtoD_v2)
-	SYM(cuMemcpyDtoH_v2) SYM(cuPointerGetAttribute) SYM(cuGetErrorName)
+#define SYM(name, symbol) \
+	if (!(*(void **)&cu.name = dlsym(cu.dl, #symbol))) { \
+		snprintf(why, len, "%s lacks " #symbol, cu.path); return why; }
+	KVD_CUDA_LIB_CALLS(SYM)
+	KVD_CUDA_TEST_CALLS(SYM)
 #undef SYM
 	r = cu.cuInit(0);
+	if (r == CUDA_ERROR_STUB_LIBRARY) {
+		snprintf(why, len, "CUDA driver stub: no GPU driver on this "
+			 "machine (%s is the toolkit's stub libcuda)", cu.path);
+		return why;
+	}
 	if (r) {
-		snprintf(why, len, "cuInit: %s (no GPU?)", cuerr(r));
+		snprintf(why, len, "cuInit: %s (%d; no GPU?)", cuerr(r), (int)r);
 		return why;
 	}
 	if (cu.cuDeviceGet(&dev, 0)) {
