@@ -126,6 +126,11 @@ tests/%: tests/%.c tests/harness.h $(LIB_A) $(LIB_HDRS) $(wildcard tests/*.h tes
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LIB_A) $(LDLIBS)
 
+# The *_umem programs are their base program's .c with another importer.
+UMEM_VARIANTS := $(foreach t,$(filter tests/%_umem,$(TEST_BINS)),$(if \
+	$(wildcard $(t:_umem=).c),$(t)))
+$(UMEM_VARIANTS): tests/%_umem: tests/%.c
+
 # Host tests again with the library compiled in under AddressSanitizer and
 # UBSan (make check-unit runs them): use-after-free, leaks, overflows.
 ASAN_TESTS := $(addprefix tests/asan/,lib_api lib_drain lib_rollback)

@@ -63,6 +63,14 @@ struct kvd_backing {
 	struct list_head slots;		/* struct kvd_slot; proxy->lock */
 	unsigned int live_maps;		/* importer tables built from it; resv */
 	bool invalidated;		/* its exporter sent a move notification */
+	/*
+	 * Stale only: the importers' fences on the proxy's resv when it
+	 * went stale (NULL: none; an ERR_PTR: no snapshot, all count), and
+	 * the callback that queues the reap when they have signaled.
+	 */
+	struct dma_fence *fences;	/* proxy->lock */
+	struct dma_fence_cb fences_cb;
+	struct kvd_proxy *proxy;	/* for fences_cb */
 };
 
 /*
@@ -198,11 +206,11 @@ struct kvd_backing *kvd_backing_alloc(struct dma_buf *dmabuf, u64 offset);
 int kvd_backing_build(struct kvd_proxy *proxy, struct kvd_backing *b,
 		      struct list_head *dead);
 void kvd_backing_put(struct kvd_backing *b);
-void kvd_backing_retire(struct kvd_backing *b);
 void kvd_reap(struct kvd_proxy *proxy, struct list_head *dead);
 bool kvd_stale_room(struct kvd_proxy *proxy, struct list_head *dead);
 int kvd_drain(struct kvd_proxy *proxy, u32 timeout_ms);
 struct kvd_backing *kvd_unback(struct kvd_proxy *proxy, u32 reason);
+void kvd_backing_stale(struct kvd_proxy *proxy, struct kvd_backing *b);
 void kvd_reap_work(struct work_struct *work);
 void kvd_inval_work(struct work_struct *work);
 

@@ -194,6 +194,10 @@ void kvd_backing_bury(struct kvd_backing *b, struct list_head *dead)
 {
 	struct kvd_slot *slot, *tmp;
 
+	/* Returns once a callback already running has finished. */
+	if (!IS_ERR_OR_NULL(b->fences))
+		dma_fence_remove_callback(b->fences, &b->fences_cb);
+
 	list_for_each_entry_safe(slot, tmp, &b->slots, node)
 		kvd_slot_bury(slot, dead);
 	kvd_backing_put(b);
@@ -241,6 +245,8 @@ static void kvd_backing_free(struct kref *ref)
 	struct kvd_backing *b = container_of(ref, struct kvd_backing, ref);
 
 	WARN_ON_ONCE(!list_empty(&b->slots));
+	if (!IS_ERR_OR_NULL(b->fences))
+		dma_fence_put(b->fences);
 	dma_buf_put(b->dmabuf);
 	kfree(b);
 	atomic_dec(&kvd_nr_backings);
@@ -262,15 +268,6 @@ void kvd_bury_later(struct kvd_proxy *proxy, struct list_head *dead)
 		return;
 	list_splice_tail_init(dead, &proxy->graveyard);
 	schedule_work(&proxy->reap_work);
-}
-
-/* kvd_backing_bury() and kvd_bury() at once: no lock of ours held. */
-void kvd_backing_retire(struct kvd_backing *b)
-{
-	LIST_HEAD(dead);
-
-	kvd_backing_bury(b, &dead);
-	kvd_bury(&dead);
 }
 
 /* A new backing, not yet published; takes over the caller's @dmabuf ref. */
@@ -356,24 +353,72 @@ int kvd_backing_build(struct kvd_proxy *proxy, struct kvd_backing *b,
 	}
 }
 
+static void kvd_fences_cb(struct dma_fence *fence, struct dma_fence_cb *cb)
+{
+	struct kvd_backing *b = container_of(cb, struct kvd_backing,
+					     fences_cb);
+
+	schedule_work(&b->proxy->reap_work);
+}
+
+/*
+ * @b, no longer proxy->backing, goes stale (proxy->lock and resv held):
+ * the importers are told, and what they may still be doing to it is what
+ * their fences on the proxy's resv say once they were told; work they
+ * fence later is on the backing that follows. Snapshot those and queue
+ * the reap when they signal.
+ */
+void kvd_backing_stale(struct kvd_proxy *proxy, struct kvd_backing *b)
+{
+	struct dma_fence *f = NULL;
+	int ret;
+
+	lockdep_assert_held(&proxy->lock);
+	dma_resv_assert_held(proxy->dmabuf->resv);
+	/* Before the notification: importers unmap from inside it. */
+	WRITE_ONCE(proxy->stale_maps, proxy->stale_maps + b->live_maps);
+	proxy->notifications++;
+	kvd_dma_buf_notify(proxy->dmabuf);
+	list_add_tail(&b->node, &proxy->stale);
+	ret = dma_resv_get_singleton(proxy->dmabuf->resv,
+				     DMA_RESV_USAGE_BOOKKEEP, &f);
+	if (ret) {
+		b->fences = ERR_PTR(ret);	/* every fence counts */
+		return;
+	}
+	b->fences = f;
+	b->proxy = proxy;
+	if (f && dma_fence_add_callback(f, &b->fences_cb, kvd_fences_cb)) {
+		dma_fence_put(f);		/* signaled meanwhile */
+		b->fences = NULL;
+	}
+}
+
+/* Have the fences of @b's importers signaled? */
+static bool kvd_fences_signaled(struct kvd_proxy *proxy,
+				struct kvd_backing *b)
+{
+	if (IS_ERR(b->fences))
+		return dma_resv_test_signaled(proxy->dmabuf->resv,
+					      DMA_RESV_USAGE_BOOKKEEP);
+	return !b->fences || dma_fence_is_signaled(b->fences);
+}
+
 /*
  * Drop the stale backings no importer map refers to any more, once the
- * fences importers track their DMA with (any usage, BOOKKEEP included) on
- * the proxy's reservation object have all signaled: an importer may still
- * be doing DMA to a backing it has already unmapped. They go onto @dead.
+ * fences importers tracked their DMA with (any usage, BOOKKEEP included)
+ * on the proxy's reservation object when the backing went stale have
+ * signaled: an importer may still be doing DMA to a backing it has
+ * already unmapped. They go onto @dead.
  */
 void kvd_reap(struct kvd_proxy *proxy, struct list_head *dead)
 {
 	struct kvd_backing *b, *tmp;
 
 	lockdep_assert_held(&proxy->lock);
-	if (list_empty(&proxy->stale) ||
-	    !dma_resv_test_signaled(proxy->dmabuf->resv,
-				    DMA_RESV_USAGE_BOOKKEEP))
-		return;
 	/* No map is ever built from a stale backing: zero stays zero. */
 	list_for_each_entry_safe(b, tmp, &proxy->stale, node) {
-		if (READ_ONCE(b->live_maps))
+		if (READ_ONCE(b->live_maps) || !kvd_fences_signaled(proxy, b))
 			continue;
 		list_del(&b->node);
 		pr_debug("proxy %llu: dropping backing %p\n", proxy->id, b->dmabuf);
@@ -393,34 +438,72 @@ bool kvd_stale_room(struct kvd_proxy *proxy, struct list_head *dead)
 
 /*
  * The documented revoke order, after the invalidation: wait for the
- * fences on the proxy's reservation object (DMA_RESV_USAGE_BOOKKEEP: every
- * fence), then until no importer maps a stale backing any more. Bounded by
+ * fences importers had on the proxy's reservation object when each stale
+ * backing went stale (DMA_RESV_USAGE_BOOKKEEP: every fence; later ones are
+ * work on the backing that followed), then until no importer maps a
+ * stale backing any more. Bounded by
  * @timeout_ms in all, interruptible. Called without any lock: importer
  * attach/detach callbacks (MR registration, deregistration, process exit)
  * must not block behind it. The caller holds a reference to the proxy's
  * dma-buf.
  */
+/*
+ * The first stale backing whose importers' fences have not signaled: a
+ * reference to them, or NULL with *@all set when that backing has no
+ * snapshot (then the whole resv counts), or NULL.
+ */
+static struct dma_fence *kvd_stale_fences(struct kvd_proxy *proxy,
+					  bool *all)
+{
+	struct dma_fence *f = NULL;
+	struct kvd_backing *b;
+
+	*all = false;
+	mutex_lock(&proxy->lock);
+	list_for_each_entry(b, &proxy->stale, node) {
+		if (kvd_fences_signaled(proxy, b))
+			continue;
+		if (IS_ERR(b->fences))
+			*all = true;
+		else
+			f = dma_fence_get(b->fences);
+		break;
+	}
+	mutex_unlock(&proxy->lock);
+	return f;
+}
+
 static int kvd_wait_idle(struct kvd_proxy *proxy, u32 timeout_ms)
 {
-	struct dma_resv *resv = proxy->dmabuf->resv;
-	long left;
+	long left = msecs_to_jiffies(timeout_ms);
+	struct dma_fence *f;
+	bool all;
 
 	lockdep_assert_not_held(&proxy->lock);
-	if (!timeout_ms)
-		return dma_resv_test_signaled(resv, DMA_RESV_USAGE_BOOKKEEP) &&
-		       !READ_ONCE(proxy->stale_maps) ? 0 : -ETIMEDOUT;
-
-	/* The remaining time when the fences have signaled. */
-	left = dma_resv_wait_timeout(resv, DMA_RESV_USAGE_BOOKKEEP, true,
-				     msecs_to_jiffies(timeout_ms));
-	if (left == -ERESTARTSYS)
-		return -EINTR;
-	if (left < 0)
-		return left;
-	if (!left)
-		return -ETIMEDOUT;
+	while ((f = kvd_stale_fences(proxy, &all)) || all) {
+		if (!timeout_ms) {
+			dma_fence_put(f);
+			return -ETIMEDOUT;
+		}
+		if (f) {
+			left = dma_fence_wait_timeout(f, true, left);
+			dma_fence_put(f);
+		} else {
+			left = dma_resv_wait_timeout(proxy->dmabuf->resv,
+						     DMA_RESV_USAGE_BOOKKEEP,
+						     true, left);
+		}
+		if (left == -ERESTARTSYS)
+			return -EINTR;
+		if (left < 0)
+			return left;
+		if (!left)
+			return -ETIMEDOUT;
+	}
 	if (!READ_ONCE(proxy->stale_maps))
 		return 0;
+	if (!timeout_ms)
+		return -ETIMEDOUT;
 	left = wait_event_interruptible_timeout(proxy->wq,
 						!READ_ONCE(proxy->stale_maps),
 						left);
@@ -429,7 +512,7 @@ static int kvd_wait_idle(struct kvd_proxy *proxy, u32 timeout_ms)
 	return left ? 0 : -ETIMEDOUT;
 }
 
-/* Wait as above, then drop what has become idle. */
+/* Wait as above, then drop what has become idle, before returning. */
 int kvd_drain(struct kvd_proxy *proxy, u32 timeout_ms)
 {
 	LIST_HEAD(dead);
@@ -438,8 +521,11 @@ int kvd_drain(struct kvd_proxy *proxy, u32 timeout_ms)
 	ret = kvd_wait_idle(proxy, timeout_ms);
 	mutex_lock(&proxy->lock);
 	kvd_reap(proxy, &dead);
+	list_splice_tail_init(&proxy->graveyard, &dead);
 	mutex_unlock(&proxy->lock);
 	kvd_bury(&dead);
+	/* What the reap work was burying meanwhile is gone too. */
+	flush_work(&proxy->reap_work);
 	return ret;
 }
 
@@ -474,10 +560,7 @@ struct kvd_backing *kvd_unback(struct kvd_proxy *proxy, u32 reason)
 	proxy->state = KVDMABUF_STATE_REVOKED;
 	proxy->revoke_reason = reason;
 	proxy->generation++;
-	WRITE_ONCE(proxy->stale_maps, proxy->stale_maps + old->live_maps);
-	proxy->notifications++;
-	kvd_dma_buf_notify(proxy->dmabuf);
-	list_add_tail(&old->node, &proxy->stale);
+	kvd_backing_stale(proxy, old);
 	return old;
 }
 
@@ -492,6 +575,7 @@ void kvd_inval_work(struct work_struct *work)
 	struct kvd_proxy *proxy = container_of(work, struct kvd_proxy,
 					       inval_work);
 	struct kvd_backing *b;
+	LIST_HEAD(dead);
 
 	mutex_lock(&proxy->lock);
 	b = proxy->backing;
@@ -502,6 +586,13 @@ void kvd_inval_work(struct work_struct *work)
 		pr_debug("proxy %llu: backing invalidated by its exporter, revoked, generation %llu\n",
 			 proxy->id, proxy->generation);
 		kvd_event(proxy, KVDMABUF_STATE_REVOKED);
+		/*
+		 * Let it go now if no importer maps it (else the last unmap
+		 * or its fences' callback queues the reap): an exporter that
+		 * revokes may wait for its pins and maps to go (vfio-pci).
+		 */
+		kvd_reap(proxy, &dead);
 	}
 	mutex_unlock(&proxy->lock);
+	kvd_bury(&dead);
 }

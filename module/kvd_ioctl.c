@@ -318,11 +318,8 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 	proxy->state = KVDMABUF_STATE_BACKED;
 	proxy->revoke_reason = KVDMABUF_REVOKE_NONE;
 	proxy->generation++;
-	if (old) {
-		WRITE_ONCE(proxy->stale_maps, proxy->stale_maps + old->live_maps);
-		proxy->notifications++;
-		kvd_dma_buf_notify(proxy->dmabuf);
-	}
+	if (old)
+		kvd_backing_stale(proxy, old);
 	arg.generation = proxy->generation;
 	dma_resv_unlock(proxy->dmabuf->resv);
 
@@ -337,9 +334,7 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 	 * never waited for, so success is never reported as a failure.
 	 */
 	ret = 0;
-	if (old)
-		list_add_tail(&old->node, &proxy->stale);
-	else
+	if (!old)
 		kvd_reap(proxy, &dead);
 	mutex_unlock(&proxy->lock);
 	kvd_bury(&dead);

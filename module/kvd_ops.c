@@ -158,6 +158,7 @@ static void kvd_detach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach
 	struct kvd_attach *ka = attach->priv;
 	struct kvd_backing *b;
 	struct kvd_slot *slot;
+	LIST_HEAD(reaped);
 	LIST_HEAD(dead);
 
 	mutex_lock(&proxy->lock);
@@ -174,7 +175,9 @@ static void kvd_detach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach
 		if (slot)
 			kvd_slot_bury(slot, &dead);
 	}
-	kvd_reap(proxy, &dead);
+	/* Others' stale backings: for the reap work, not for this detach. */
+	kvd_reap(proxy, &reaped);
+	kvd_bury_later(proxy, &reaped);
 	mutex_unlock(&proxy->lock);
 	kvd_bury(&dead);
 	WARN_ON_ONCE(ka->maps || ka->pins);
@@ -363,23 +366,28 @@ static void kvd_release(struct dma_buf *dmabuf)
 	struct kvd_proxy *proxy = dmabuf->priv;
 	struct kvd_ctx *ctx = proxy->ctx;
 	struct kvd_backing *b, *tmp;
+	LIST_HEAD(dead);
 
 	mutex_lock(&kvd_proxies_lock);
 	list_del(&proxy->global);
 	mutex_unlock(&kvd_proxies_lock);
 
-	/* No attachment is left, so no map and no new reap work. */
-	cancel_work_sync(&proxy->reap_work);
-	kvd_bury(&proxy->graveyard);
+	/*
+	 * No attachment is left, so no map. Burying the stale backings
+	 * removes their fence callbacks: after that nothing queues reap work.
+	 */
 	mutex_lock(&proxy->lock);
 	if (proxy->backing)
-		kvd_backing_retire(proxy->backing);
+		kvd_backing_bury(proxy->backing, &dead);
 	proxy->backing = NULL;
 	list_for_each_entry_safe(b, tmp, &proxy->stale, node) {
 		list_del(&b->node);
-		kvd_backing_retire(b);
+		kvd_backing_bury(b, &dead);
 	}
 	mutex_unlock(&proxy->lock);
+	cancel_work_sync(&proxy->reap_work);
+	list_splice_tail_init(&proxy->graveyard, &dead);
+	kvd_bury(&dead);
 	/* Every backing attachment is gone: no new invalidation can come. */
 	cancel_work_sync(&proxy->inval_work);
 

@@ -372,6 +372,15 @@ static inline uint64_t exp_dev_maps(const struct kvd_exp_info *i,
 			     KVD_EXPORTER_PATH, strerror(-fd));		\
 	} while (0)
 
+/* @ms times KVDMABUF_TIMEOUT_SCALE (the debug lane runs 4x slower). */
+static inline int kvd_scaled_ms(int ms)
+{
+	const char *s = getenv("KVDMABUF_TIMEOUT_SCALE");
+	int k = s ? atoi(s) : 1;
+
+	return ms * (k < 1 ? 1 : k);
+}
+
 /* Polls QUERY until the proxy is in @state (about 2 s at most). */
 static inline int kvd_wait_state(int dev, int proxy, uint32_t state,
 				 struct kvdmabuf_query *q)
