@@ -217,10 +217,13 @@ static int kvd_attach_check(struct kvd_proxy *proxy, u32 flags,
 			    struct list_head *dead)
 {
 	lockdep_assert_held(&proxy->lock);
-	if (proxy->state != KVDMABUF_STATE_BACKED)
-		return 0;
-	if (!(flags & KVDMABUF_ATTACH_REPLACE))
+	if (proxy->state == KVDMABUF_STATE_BACKED &&
+	    !(flags & KVDMABUF_ATTACH_REPLACE))
 		return -EEXIST;
+	/*
+	 * Invalidations by the backing's exporter make backings stale with
+	 * no bound of their own; a plain attach after them is bounded here.
+	 */
 	return kvd_stale_room(proxy, dead) ? 0 : -EAGAIN;
 }
 

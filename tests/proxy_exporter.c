@@ -561,6 +561,55 @@ TEST_F(exp, later_fence_keeps_no_stale_backing)
 	close(b);
 }
 
+/*
+ * Exporter invalidations are not refused, so stale backings they leave
+ * (a lazy importer keeps its old maps until its next access) are bounded
+ * at the next ATTACH: after KVDMABUF_MAX_STALE_BACKINGS of them a plain
+ * ATTACH fails with -EAGAIN, and succeeds again once the importer lets go.
+ */
+TEST_F(exp, exporter_invalidations_stale_bound)
+{
+	int lazy[KVDMABUF_MAX_STALE_BACKINGS], e[KVDMABUF_MAX_STALE_BACKINGS];
+	struct kvdmabuf_query q;
+	int n, ret = 0;
+
+	for (n = 0; n < KVDMABUF_MAX_STALE_BACKINGS; n++) {
+		e[n] = exp_buf(self->exp, SIZE, variant->flags, SEED_B);
+		ASSERT_GE(e[n], 0);
+	}
+	/*
+	 * Each round: a lazy importer maps the current backing and never
+	 * comes back; the backing's exporter revokes it. The fixture's
+	 * backing goes first.
+	 */
+	for (n = 0; n < KVDMABUF_MAX_STALE_BACKINGS; n++) {
+		if (n) {
+			ret = kvd_attach(self->dev, self->proxy, e[n - 1], 0);
+			ASSERT_EQ(0, ret);
+		}
+		lazy[n] = imp_import(self->imp, self->proxy,
+				     KVD_IMP_IMPORT_LAZY);
+		ASSERT_GE(lazy[n], 0);
+		ASSERT_EQ(0, imp_read(self->imp, lazy[n], 0, self->buf, SIZE));
+		ASSERT_EQ(0, exp_revoke(self->exp, n ? e[n - 1] : self->e));
+		ASSERT_EQ(0, kvd_wait_state(self->dev, self->proxy,
+					    KVDMABUF_STATE_REVOKED, &q));
+	}
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(KVDMABUF_MAX_STALE_BACKINGS, q.stale_backings);
+	EXPECT_EQ(-EAGAIN, kvd_attach(self->dev, self->proxy,
+				      e[KVDMABUF_MAX_STALE_BACKINGS - 1], 0));
+	/* Once the importers let go, there is room again. */
+	for (n = 0; n < KVDMABUF_MAX_STALE_BACKINGS; n++)
+		EXPECT_EQ(0, imp_release(self->imp, lazy[n]));
+	EXPECT_EQ(0, kvd_attach(self->dev, self->proxy,
+				e[KVDMABUF_MAX_STALE_BACKINGS - 1], 0));
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_B));
+	for (n = 0; n < KVDMABUF_MAX_STALE_BACKINGS; n++)
+		close(e[n]);
+}
+
 static uint64_t now_ms(void)
 {
 	struct timespec ts;

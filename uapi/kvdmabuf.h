@@ -243,8 +243,9 @@ struct kvdmabuf_create {
  * kvdmabuf proxy); -EOVERFLOW (@offset + length overflows); -ERANGE
  * (backing smaller than @offset + length, by its size or by the length of
  * its mapping for an importer's device); -EEXIST (already backed, no
- * REPLACE); -EAGAIN (REPLACE of a backed proxy that already holds
- * KVDMABUF_MAX_STALE_BACKINGS old backings: nothing changed); -EBUSY (an
+ * REPLACE); -EAGAIN (the proxy already holds KVDMABUF_MAX_STALE_BACKINGS
+ * old backings still mapped, left by revokes, replaces or its backings'
+ * exporters: nothing changed); -EBUSY (an
  * importer holds a pin, blocking or revocable: a pinned importer never
  * maps again, so it could not follow a new backing; nothing changed); -EINTR (REPLACE of a backed proxy only; signal while waiting:
  * the swap was made, the old backing is dropped when its last mapping
@@ -425,7 +426,9 @@ struct kvdmabuf_event {
  *
  * A revoke or replace that would make one more backing stale (dropped by
  * the proxy but still mapped by a slow importer) while this many are
- * already held fails with -EAGAIN and changes nothing.
+ * already held fails with -EAGAIN and changes nothing. Invalidations by a
+ * backing's exporter are not refused (the memory is going anyway), so an
+ * ATTACH after them fails the same way while this many are held.
  */
 #define KVDMABUF_MAX_STALE_BACKINGS	4
 
