@@ -140,7 +140,7 @@ struct kvd_proxy {
 	wait_queue_head_t wq;		/* stale_maps reached zero */
 	struct work_struct reap_work;
 	struct list_head global;	/* kvd_proxies; kvd_proxies_lock */
-	pid_t owner_pid;		/* creator's tgid, for LIST */
+	struct pid *owner_pid;		/* creator's tgid (reference), for LIST */
 	kuid_t owner_uid;		/* creator's euid: who may LIST it */
 };
 

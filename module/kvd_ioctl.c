@@ -9,6 +9,7 @@
 #include <linux/fs.h>
 #include <linux/limits.h>
 #include <linux/overflow.h>
+#include <linux/pid.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 
@@ -160,7 +161,7 @@ static long kvd_ioctl_create(struct kvd_ctx *ctx, void __user *uarg)
 	proxy->state = KVDMABUF_STATE_UNBACKED;
 	proxy->id = atomic64_inc_return(&kvd_next_id);
 	proxy->ctx = ctx;
-	proxy->owner_pid = task_tgid_nr(current);
+	proxy->owner_pid = get_pid(task_tgid(current));
 	proxy->owner_uid = current_euid();
 
 	exp_info.ops = &kvd_dmabuf_ops;
@@ -201,6 +202,7 @@ static long kvd_ioctl_create(struct kvd_ctx *ctx, void __user *uarg)
 	return 0;
 
 err_free:
+	put_pid(proxy->owner_pid);
 	mutex_destroy(&proxy->lock);
 	kfree(proxy);
 err_total:

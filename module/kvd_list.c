@@ -8,6 +8,7 @@
 
 #include <linux/cred.h>
 #include <linux/debugfs.h>
+#include <linux/pid.h>
 #include <linux/seq_file.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
@@ -39,8 +40,9 @@ static bool kvd_stat(struct kvd_proxy *proxy, struct kvdmabuf_proxy_stat *st)
 
 	st->id = proxy->id;
 	st->length = proxy->length;
-	st->owner_pid = proxy->owner_pid;
-	st->owner_uid = from_kuid_munged(&init_user_ns, proxy->owner_uid);
+	/* As the caller's namespaces see them (0 or the overflow uid). */
+	st->owner_pid = pid_vnr(proxy->owner_pid);
+	st->owner_uid = from_kuid_munged(current_user_ns(), proxy->owner_uid);
 	if (!mutex_trylock(&proxy->lock)) {
 		st->flags = KVDMABUF_STAT_BUSY;
 		return false;

@@ -31,6 +31,7 @@
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 
+#include <linux/device.h>
 #include <linux/module.h>
 
 #include "kvd.h"
@@ -142,14 +143,23 @@ static void kvd_probe_core(struct device *dev)
 
 static int __init kvd_init(void)
 {
+	struct device *probe_dev;
 	int ret;
 
+	/*
+	 * Before the device node exists: no proxy is ever made under the
+	 * build's guess. The probe needs a device to attach with, any will do.
+	 */
+	probe_dev = root_device_register("kvdmabuf_probe");
+	if (!IS_ERR(probe_dev)) {
+		kvd_probe_core(probe_dev);
+		root_device_unregister(probe_dev);
+	}
+	pr_debug("dma-buf core %s dynamic exporters around a map\n",
+		 kvd_core_pins_on_map ? "pins" : "does not pin");
 	ret = misc_register(&kvd_misc);
 	if (ret)
 		return ret;
-	kvd_probe_core(kvd_misc.this_device);
-	pr_debug("dma-buf core %s dynamic exporters around a map\n",
-		 kvd_core_pins_on_map ? "pins" : "does not pin");
 	kvd_debugfs_init();
 	return 0;
 }

@@ -397,6 +397,7 @@ static void kvd_release(struct dma_buf *dmabuf)
 	ctx->nr_proxies--;
 	spin_unlock(&ctx->lock);
 	kvd_ctx_put(ctx);
+	put_pid(proxy->owner_pid);
 	mutex_destroy(&proxy->lock);
 	kfree(proxy);
 	atomic_dec(&kvd_nr_proxies);

@@ -96,7 +96,7 @@ def check_fails_for_a_user_without_access():
 
 
 def _iowr(nr, size):
-    return (3 << 30) | (size << 16) | (0xDA << 8) | nr
+    return (3 << 30) | (size << 16) | (0xC9 << 8) | nr
 
 
 def create_proxy(length=1 << 20):

@@ -31,7 +31,7 @@ def api_version():
     fd = os.open("/dev/kvdmabuf", os.O_RDWR)
     try:
         arg = bytearray(struct.pack("=IIIIQQ", 32, 0, 0, 0, 0, 0))
-        fcntl.ioctl(fd, (3 << 30) | (32 << 16) | (0xDA << 8) | 0, arg)
+        fcntl.ioctl(fd, (3 << 30) | (32 << 16) | (0xC9 << 8) | 0, arg)
         return struct.unpack("=IIIIQQ", arg)[2]
     finally:
         os.close(fd)

@@ -9,7 +9,9 @@
  * CREATE and read() hitting -EFAULT lose nothing, the move-notify feature
  * bit.
  */
+#include <sched.h>
 #include <stddef.h>
+#include <sys/wait.h>
 #include <sys/utsname.h>
 
 #include "harness.h"
@@ -664,6 +666,132 @@ TEST_F(ctl, read_efault_keeps_the_events)
 	close(dev2);
 }
 
+/*
+ * The module answers only its own magic: gdrcopy's gdrdrv uses 0xDA (the
+ * magic of API 2) on the same GPU nodes, so a command of its sent here by
+ * mistake must be refused, not taken for one of ours.
+ */
+TEST_F(ctl, gdrdrv_magic_is_not_ours)
+{
+	struct kvdmabuf_version v = { .size = sizeof(v) };
+
+	EXPECT_NE(0xDA, KVDMABUF_IOCTL_MAGIC);
+	EXPECT_EQ(-ENOTTY, kvd_ioctl(self->dev,
+				     _IOWR(0xDA, 0x00, struct kvdmabuf_version),
+				     &v));
+	ASSERT_EQ(0, kvd_ioctl(self->dev, KVDMABUF_IOCTL_VERSION, &v));
+	EXPECT_EQ(3, v.version >> 16);
+}
+
+/* LIST from @dev: the entry of proxy @id, 0 if found. */
+static int list_entry(int dev, uint64_t id, struct kvdmabuf_proxy_stat *out)
+{
+	struct kvdmabuf_proxy_stat st[64];
+	struct kvdmabuf_list l = {
+		.size = sizeof(l), .stat_size = sizeof(st[0]), .count = 64,
+		.stats = (uintptr_t)st,
+	};
+	unsigned int i;
+
+	memset(st, 0, sizeof(st));
+	if (kvd_ioctl(dev, KVDMABUF_IOCTL_LIST, &l))
+		return -1;
+	for (i = 0; i < l.count && i < 64; i++) {
+		if (st[i].id == id) {
+			*out = st[i];
+			return 0;
+		}
+	}
+	return -1;
+}
+
+/*
+ * In a child in a new pid namespace (pid 1 there) and, where permitted
+ * (not in a chroot, as the VM lanes run), a new user namespace without a
+ * uid map: LIST's view of proxy @id. Returns 0 if the owner shows as pid
+ * 0 and as the overflow uid (the caller's own uid without a new user
+ * namespace), 10 or 11 if not, 1 on other failures; *@userns says
+ * whether the user namespace was made.
+ */
+static int list_from_new_namespaces(int dev, uint64_t id, int *userns)
+{
+	struct kvdmabuf_proxy_stat st;
+	pid_t child, grandchild;
+	int status, pipefd[2];
+	char made = 0;
+
+	if (pipe(pipefd))
+		return 1;
+	child = fork();
+	if (child < 0)
+		return 1;
+	if (!child) {
+		uid_t want = geteuid();
+
+		if (!unshare(CLONE_NEWUSER | CLONE_NEWPID)) {
+			made = 1;
+			want = 65534;
+		} else if (unshare(CLONE_NEWPID)) {
+			_exit(1);
+		}
+		if (write(pipefd[1], &made, 1) != 1)
+			_exit(1);
+		grandchild = fork();
+		if (grandchild < 0)
+			_exit(1);
+		if (!grandchild) {
+			if (list_entry(dev, id, &st))
+				_exit(1);
+			if (st.owner_pid != 0)
+				_exit(10);
+			if (st.owner_uid != want)
+				_exit(11);
+			_exit(0);
+		}
+		if (waitpid(grandchild, &status, 0) != grandchild ||
+		    !WIFEXITED(status))
+			_exit(1);
+		_exit(WEXITSTATUS(status));
+	}
+	close(pipefd[1]);
+	if (read(pipefd[0], &made, 1) != 1)
+		made = 0;
+	close(pipefd[0]);
+	*userns = made;
+	if (waitpid(child, &status, 0) != child || !WIFEXITED(status))
+		return 1;
+	return WEXITSTATUS(status);
+}
+
+/*
+ * LIST reports the owner as the caller's namespaces see it: in a new pid
+ * namespace a creator outside it has no pid (0), and in a new user
+ * namespace without a uid map the owner's uid is the overflow uid.
+ * Before, the initial namespaces' ids leaked into containers.
+ */
+TEST_F(ctl, list_ids_in_the_callers_namespaces)
+{
+	struct kvdmabuf_proxy_stat st;
+	struct kvdmabuf_query q;
+	int p, ret, userns = 0;
+
+	p = kvd_create(self->dev, SIZE, NULL);
+	ASSERT_GE(p, 0);
+	ASSERT_EQ(0, kvd_query(self->dev, p, &q));
+	ASSERT_EQ(0, list_entry(self->dev, q.id, &st));
+	EXPECT_EQ(getpid(), st.owner_pid);
+	EXPECT_EQ(geteuid(), st.owner_uid);
+	ret = list_from_new_namespaces(self->dev, q.id, &userns);
+	close(p);
+	TH_LOG("new pid namespace%s", userns ? " and user namespace" :
+	       " (no user namespace: not permitted in a chroot)");
+	if (ret == 10)
+		TH_LOG("owner_pid is the creator's pid outside the namespace");
+	if (ret == 11)
+		TH_LOG("owner_uid is not the uid the caller's user namespace maps");
+	EXPECT_EQ(0, ret);
+}
+
 /* The feature bit agrees with the running kernel's configuration. */
 TEST_F(ctl, move_notify_core_feature_matches_the_kernel)
 {
@@ -674,7 +802,7 @@ TEST_F(ctl, move_notify_core_feature_matches_the_kernel)
 	FILE *f;
 
 	ASSERT_EQ(0, kvd_ioctl(self->dev, KVDMABUF_IOCTL_VERSION, &v));
-	EXPECT_EQ(2, v.version >> 16);
+	EXPECT_EQ(KVDMABUF_API_VERSION_MAJOR, v.version >> 16);
 	ASSERT_EQ(0, uname(&u));
 	snprintf(path, sizeof(path), "/boot/config-%s", u.release);
 	f = fopen(path, "re");

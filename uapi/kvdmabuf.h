@@ -30,8 +30,13 @@
  * - otherwise min(@size, kernel size) bytes are read, missing fields are
  *   taken as zero, and min(@size, kernel size) bytes are written back.
  *
+ * So zero the whole struct before filling in the "in" fields: a caller
+ * built against a newer header than the running module's passes the newer
+ * fields, and the module accepts them only as zero (an out-only field such
+ * as QUERY's newer counters must be zero on input for the same reason).
+ *
  * Unknown flags, and non-zero ``pad``/``reserved`` fields, give -EINVAL.
- * Fields marked "out" are ignored on input. Every ioctl may also fail with
+ * Fields marked "out" are ignored on input, within the kernel's size. Every ioctl may also fail with
  * -EFAULT (bad argument pointer) and -ENOTTY (unknown command).
  *
  * Common errnos for a ``proxy_fd``: -EBADF (not an open fd), -EINVAL (not
@@ -53,17 +58,19 @@
  *
  * 2: ioctl magic 0xDA (was 0xDB, taken by mwave), control limited to the
  * creating device fd, bounded stale backings, a maximum timeout.
+ * 3: ioctl magic 0xC9 (0xDA is gdrcopy's gdrdrv, on the same GPU nodes);
+ * LIST reports pid and uid as the caller's namespaces see them.
  */
-#define KVDMABUF_API_VERSION_MAJOR	2
+#define KVDMABUF_API_VERSION_MAJOR	3
 /**
  * KVDMABUF_API_VERSION_MINOR - compatible additions within a major
  *
- * 1: KVDMABUF_IOCTL_LIST. 2: revocable pins (Linux 7.1+ importers that
- * pin and can be revoked) in QUERY and LIST; mapping refused to an
- * importer without an invalidation callback that holds no pin;
- * max_proxies_total.
+ * Within major 2: 1: KVDMABUF_IOCTL_LIST. 2: revocable pins (Linux 7.1+
+ * importers that pin and can be revoked) in QUERY and LIST; mapping
+ * refused to an importer without an invalidation callback that holds no
+ * pin; max_proxies_total. Major 3 starts again at 0.
  */
-#define KVDMABUF_API_VERSION_MINOR	2
+#define KVDMABUF_API_VERSION_MINOR	0
 /**
  * KVDMABUF_API_VERSION - major << 16 | minor, as VERSION reports it
  */
@@ -220,7 +227,8 @@ struct kvdmabuf_create {
  * @offset: in: byte offset into the backing, multiple of the page size;
  *	the proxy maps backing bytes [offset, offset + proxy length)
  * @timeout_ms: in: REPLACE only: how long to wait for importers to drop
- *	their mappings of the old backing (0: do not wait); at most
+ *	their mappings of the old backing (0: poll: do not wait, and report
+ *	-ETIMEDOUT if they still map it or their fences are pending); at most
  *	KVDMABUF_MAX_TIMEOUT_MS
  * @pad: must be 0
  * @generation: out: the proxy's generation after the call
@@ -274,7 +282,9 @@ struct kvdmabuf_attach {
  * @flags: in: must be 0
  * @proxy_fd: in: the proxy dma-buf fd
  * @timeout_ms: in: how long to wait for importers to drop their mappings
- *	(0: do not wait); at most KVDMABUF_MAX_TIMEOUT_MS
+ *	(0: poll: do not wait, and report -ETIMEDOUT if they still map it or
+ *	their fences are pending; the revoke is done either way); at most
+ *	KVDMABUF_MAX_TIMEOUT_MS
  * @generation: out: the proxy's generation after the call
  * @reserved: must be 0
  *
@@ -460,8 +470,11 @@ struct kvdmabuf_event {
  *	kvdmabuf_query: blocking or revocable)
  * @live_mappings: importer mappings not yet unmapped
  * @stale_backings: old backings still held for importers' mappings
- * @owner_pid: thread-group id of the process that created the proxy
- * @owner_uid: its effective uid (in the initial user namespace)
+ * @owner_pid: thread-group id of the process that created the proxy, in
+ *	the caller's pid namespace (0 if it is not visible there or has
+ *	exited)
+ * @owner_uid: its effective uid in the caller's user namespace (the
+ *	overflow uid, 65534, if unmapped there)
  * @flags: KVDMABUF_STAT_* bits
  * @pad: 0
  * @reserved: 0
@@ -568,9 +581,10 @@ struct kvdmabuf_list {
  * KVDMABUF_IOCTL_MAGIC - ioctl type of the module's commands
  *
  * Free in the kernel's Documentation/userspace-api/ioctl/ioctl-number.rst
- * (as of Linux 6.1).
+ * (as of Linux 7.3), and not 0xDA, which gdrcopy's gdrdrv uses without
+ * being listed there.
  */
-#define KVDMABUF_IOCTL_MAGIC		0xDA
+#define KVDMABUF_IOCTL_MAGIC		0xC9
 
 /**
  * KVDMABUF_IOCTL_VERSION - report the API version and features
