@@ -447,8 +447,10 @@ int kvdmabuf_sleep(struct kvdmabuf_ctx *ctx, const char *tag)
 		goto unlock;
 	}
 	rc = targets(ctx, tag, false, &t, &idx, &n);
-	if (rc || !n)
-		goto unlock;    /* nothing awake to put to sleep: done */
+	if (rc)
+		goto unlock;
+	if (!n)
+		goto done;      /* nothing awake to put to sleep */
 
 	kvd_busy_begin(ctx);
 	for (k = 0; k < n; k++)
@@ -476,6 +478,7 @@ reopen:
 		kvd_region_unretire(t[k]);
 out:
 	kvd_busy_end(ctx);
+done:
 	free(t);
 	free(idx);
 unlock:
@@ -499,8 +502,10 @@ int kvdmabuf_wake(struct kvdmabuf_ctx *ctx, const char *tag)
 	if (rc)
 		goto unlock;
 	rc = targets(ctx, tag, true, &t, &idx, &n);
-	if (rc || !n)
-		goto unlock;    /* nothing asleep: done */
+	if (rc)
+		goto unlock;
+	if (!n)
+		goto done;      /* nothing asleep */
 
 	kvd_busy_begin(ctx);
 	/* On failure: still asleep, I/O still stopped, keys as before. */
@@ -515,6 +520,7 @@ int kvdmabuf_wake(struct kvdmabuf_ctx *ctx, const char *tag)
 			kvd_io_open(&t[k]->io);
 	}
 	kvd_busy_end(ctx);
+done:
 	free(t);
 	free(idx);
 unlock:

@@ -10,6 +10,12 @@
  */
 #include <infiniband/verbs.h>
 #include <pthread.h>
+#ifdef __SANITIZE_ADDRESS__
+/* the sanitizers' allocator interface (gcc installs no header for it) */
+size_t __sanitizer_get_current_allocated_bytes(void);
+#else
+#include <malloc.h>
+#endif
 #include <sys/wait.h>
 #include <time.h>
 
@@ -267,6 +273,46 @@ TEST_F(api, idempotent_and_selective_by_tag)
 	EXPECT_EQ(0, in.asleep);
 	ASSERT_EQ(0, kvdmabuf_io_begin(kv));
 	kvdmabuf_io_end(kv);
+}
+
+/* Bytes the process holds on the heap now (the sanitizer's own count in
+ * an ASan build, whose allocator glibc's statistics do not see). */
+static size_t heap_bytes(void)
+{
+#ifdef __SANITIZE_ADDRESS__
+	return __sanitizer_get_current_allocated_bytes();
+#else
+	return mallinfo2().uordblks;
+#endif
+}
+
+/* A sleep or wake with nothing to do (a second sleep, a tag with no
+ * region, a context with no region) allocates nothing that it keeps. */
+TEST_F(api, nothing_to_do_keeps_no_memory)
+{
+	struct kvdmabuf_region *kv;
+	struct kvdmabuf_ctx *empty;
+	char err[256];
+	size_t before, after;
+	int i;
+
+	ASSERT_EQ(0, fake_open("protocol: rdma\n", NULL, &empty, err,
+			       sizeof(err)));
+	ASSERT_EQ(0, add(self->ctx, self->mem, LEN, KVDMABUF_MEM_DRM, 0,
+			 "kv_cache", &kv));
+	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
+	before = heap_bytes();
+	for (i = 0; i < 1000; i++) {
+		ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
+		ASSERT_EQ(0, kvdmabuf_wake(self->ctx, "no_such_tag"));
+		ASSERT_EQ(0, kvdmabuf_sleep(empty, NULL));
+		ASSERT_EQ(0, kvdmabuf_wake(empty, NULL));
+	}
+	after = heap_bytes();
+	TH_LOG("heap before %zu, after 4000 calls %zu", before, after);
+	EXPECT_LE(after, before);
+	ASSERT_EQ(0, kvdmabuf_close(empty));
+	ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
 }
 
 TEST_F(api, callbacks_cannot_reenter)
