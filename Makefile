@@ -102,10 +102,20 @@ tests/%: tests/%.c tests/harness.h $(LIB_A) $(LIB_HDRS) $(wildcard tests/*.h tes
 
 # Host tests again with the library compiled in under AddressSanitizer and
 # UBSan (make check-unit runs them): use-after-free, leaks, overflows.
-ASAN_TESTS := $(addprefix tests/asan/,lib_api lib_drain lib_rollback)
+# Every C program of tests/unit.list, and harness_sample, which
+# harness_selftest runs; each test's child runs LeakSanitizer before it
+# ends (tests/harness.h). tests/asan/ links to the helpers the programs
+# find beside themselves (the fake libcuda, the VM judge).
+UNIT_C_TESTS := $(filter-out asan/% %.py,$(shell sed 's/\#.*//' tests/unit.list))
+ASAN_TESTS := $(addprefix tests/asan/,$(UNIT_C_TESTS) harness_sample)
+ASAN_LINKS := tests/asan/fake_cuda tests/asan/vm
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all \
 	-fno-omit-frame-pointer
-asan: $(ASAN_TESTS)
+asan: $(ASAN_TESTS) $(ASAN_LINKS) $(FAKE_CUDA)
+
+$(ASAN_LINKS):
+	$(Q)mkdir -p tests/asan
+	$(Q)ln -sfn ../$(notdir $@) $@
 
 tests/asan/%: tests/%.c $(LIB_SRCS) $(LIB_HDRS) $(wildcard tests/*.h)
 	@$(if $(Q),echo "  CC      $@ (asan)")
