@@ -304,8 +304,23 @@ int kvdmabuf_close(struct kvdmabuf_ctx *ctx)
 		pthread_mutex_unlock(&ctx->lock);
 		return rc;
 	}
-	while (ctx->nr_regions)
-		kvd_region_destroy(ctx->regions[ctx->nr_regions - 1]);
+	/* A region whose MR the NIC does not let go stays, broken, with the
+	 * context open around it: the others are gone. */
+	for (i = ctx->nr_regions; i-- > 0;) {
+		struct kvdmabuf_region *r = ctx->regions[i];
+		int rc2 = kvd_region_release(r, "close");
+
+		if (!rc2)
+			kvd_region_destroy(r);
+		else if (!rc)
+			rc = rc2;
+	}
+	if (rc) {
+		kvd_err_prefix(ctx, rc, "close: %u region(s) left, the context "
+			       "stays open (close it again)", ctx->nr_regions);
+		pthread_mutex_unlock(&ctx->lock);
+		return rc;
+	}
 	free(ctx->regions);
 	if (ctx->module_fd >= 0)
 		close(ctx->module_fd);

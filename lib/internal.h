@@ -306,6 +306,9 @@ void kvd_region_break(struct kvdmabuf_region *r, int rc);
 int kvd_region_retire(struct kvdmabuf_region *r);
 void kvd_region_unretire(struct kvdmabuf_region *r);
 void kvd_region_destroy(struct kvdmabuf_region *r);
+/* Deregister every MR of @r before it is destroyed: 0, or the error of a
+ * deregistration the NIC refused (@r then broken, kept; message set). */
+int kvd_region_release(struct kvdmabuf_region *r, const char *what);
 /* With the lock held once and @ctx busy: one key-change callback for the
  * regions of @t whose keys changed, called with the lock released. */
 void kvd_fire_key_callbacks(struct kvdmabuf_ctx *ctx,

@@ -212,12 +212,15 @@ int kvdmabuf_open(const struct kvdmabuf_options *opts,
 
 /**
  * kvdmabuf_close() - remove every region (deregister, close every fd) and
- * free the context. All or nothing: while a transfer is in flight on any
- * region nothing is removed. No other thread may use the context or its
- * regions once it returns 0.
+ * free the context. While a transfer is in flight on any region nothing
+ * is removed. No other thread may use the context or its regions once it
+ * returns 0. When a NIC refuses to deregister a region's MR, the other
+ * regions are removed, that one stays, broken (struct
+ * kvdmabuf_region_info), and the context stays open: call it again.
  *
  * Return: 0; -EBUSY a transfer is in flight, or a sleep is draining;
- * -EDEADLK from a callback; -EINVAL @ctx is NULL.
+ * -EDEADLK from a callback; -EINVAL @ctx is NULL; the error of a refused
+ * deregistration (context still open, message names the region).
  */
 int kvdmabuf_close(struct kvdmabuf_ctx *ctx);
 
@@ -290,7 +293,10 @@ int kvdmabuf_region_add(struct kvdmabuf_ctx *ctx,
  * kvdmabuf_region_remove() - deregister, drop every fd and free @region.
  * New I/O is refused first; no thread may use @region once it returns 0.
  * Return: 0; -EBUSY a transfer is in flight (the region is left as it
- * was), or a sleep is draining; -EDEADLK from a callback.
+ * was), or a sleep is draining; -EDEADLK from a callback; the error of a
+ * deregistration the NIC refused: @region is kept, broken (I/O refused,
+ * no keys, the refused MR still registered), and a later remove tries
+ * again.
  */
 int kvdmabuf_region_remove(struct kvdmabuf_region *region);
 
@@ -348,9 +354,10 @@ struct kvdmabuf_region_info {
 	uint64_t proxy_id;   /**< module's proxy id, 0 if none */
 	/**
 	 * 0, or the negative errno of a rollback that failed and left the
-	 * region in no known state (named in that call's message): its I/O
+	 * region in no known state, or of a deregistration that remove or
+	 * close could not make (named in that call's message): its I/O
 	 * stays stopped, it has no keys, sleep and wake skip it. Remove it
-	 * and add it again.
+	 * (again) and add it again.
 	 */
 	int broken;
 	/**

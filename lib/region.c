@@ -148,6 +148,39 @@ static void fd_close(int *fd)
 	*fd = -1;
 }
 
+/*
+ * Before a region of the context is freed (ctx locked, I/O stopped): drop
+ * every MR it still has. One that the NIC refuses to deregister stays, the
+ * region broken with that error and still listed, so that the engine sees
+ * it and a later remove or close tries again; the others are gone.
+ */
+int kvd_region_release(struct kvdmabuf_region *r, const char *what)
+{
+	struct kvdmabuf_ctx *ctx = r->ctx;
+	unsigned int i, failed = 0, first = 0;
+	int rc, err = 0;
+
+	for (i = 0; i < ctx->nr_nics; i++) {
+		rc = kvd_region_dereg_one(r, i);
+		if (!rc)
+			continue;
+		if (!err) {
+			err = rc;
+			first = i;
+		}
+		failed++;
+	}
+	if (!err)
+		return 0;
+	r->registered = false;
+	kvd_region_break(r, err);
+	return kvd_err(ctx, err, "%s: region %p+%zu (tag '%s'): deregistration "
+		       "on NIC %s%s failed: %s; the region stays, broken, its "
+		       "MR still registered there: remove it again", what,
+		       r->addr, r->len, r->tag, ctx->nics[first].name,
+		       failed > 1 ? " and others" : "", strerror(-err));
+}
+
 /* Undo everything of a region (ctx locked) and free it. */
 void kvd_region_destroy(struct kvdmabuf_region *r)
 {
@@ -366,6 +399,8 @@ int kvdmabuf_region_remove(struct kvdmabuf_region *r)
 	rc = kvd_may_change(ctx, "region_remove");
 	if (!rc)
 		rc = kvd_region_retire(r);
+	if (!rc)
+		rc = kvd_region_release(r, "region_remove");
 	if (!rc)
 		kvd_region_destroy(r);
 	pthread_mutex_unlock(&ctx->lock);
