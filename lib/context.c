@@ -33,16 +33,30 @@ const struct kvd_ops kvd_default_ops = {
  * The message of the calling thread's last failure, and the context it is
  * about. Per thread, not per context: threads share a context, and one
  * thread's failure must not overwrite the message another is reading.
+ * The context is known by its address and its serial: a context opened
+ * where a closed one was is another context, and a message another thread
+ * kept about the closed one is not its message.
  */
 static _Thread_local struct {
 	const struct kvdmabuf_ctx *ctx;
+	uint64_t serial;
 	char text[KVD_ERRMAX];
 } last_error;
 
+/* Serials of contexts, never 0 (a context on the stack, zeroed, has 0). */
+static _Atomic uint64_t ctx_serials;
+
+static bool msg_is_about(const struct kvdmabuf_ctx *ctx)
+{
+	return last_error.ctx == ctx &&
+	       (!ctx || last_error.serial == ctx->serial);
+}
+
 char *kvd_msg(const struct kvdmabuf_ctx *ctx)
 {
-	if (last_error.ctx != ctx) {
+	if (!msg_is_about(ctx)) {
 		last_error.ctx = ctx;
+		last_error.serial = ctx ? ctx->serial : 0;
 		last_error.text[0] = '\0';
 	}
 	return last_error.text;
@@ -108,7 +122,7 @@ int kvd_err_prefix(struct kvdmabuf_ctx *ctx, int rc, const char *fmt, ...)
 
 const char *kvdmabuf_last_error(const struct kvdmabuf_ctx *ctx)
 {
-	return ctx && last_error.ctx == ctx ? last_error.text : "";
+	return ctx && msg_is_about(ctx) ? last_error.text : "";
 }
 
 unsigned int kvdmabuf_version(void)
@@ -199,6 +213,7 @@ int kvd_open_ops(const struct kvdmabuf_options *opts,
 		set_err(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
+	ctx->serial = atomic_fetch_add(&ctx_serials, 1) + 1;
 	ctx->module_fd = -1;
 	ctx->pid = getpid();
 	ctx->ops = ops;
@@ -365,9 +380,16 @@ int kvdmabuf_query(struct kvdmabuf_ctx *ctx, struct kvdmabuf_state *st)
 	return 0;
 }
 
+/* Under the lock: NICs join and leave (kvdmabuf_nic_add/remove). */
 struct ibv_pd *kvdmabuf_pd(struct kvdmabuf_ctx *ctx, unsigned int nic)
 {
-	if (!ctx || nic >= ctx->nr_nics)
+	struct ibv_pd *pd = NULL;
+
+	if (!ctx)
 		return NULL;
-	return ctx->nics[nic].pd;
+	pthread_mutex_lock(&ctx->lock);
+	if (nic < ctx->nr_nics)
+		pd = ctx->nics[nic].pd;
+	pthread_mutex_unlock(&ctx->lock);
+	return pd;
 }

@@ -229,6 +229,7 @@ struct kvdmabuf_ctx {
 	bool busy;
 	pthread_t busy_thread;
 	pid_t pid;                       /* of the process that opened it */
+	uint64_t serial;                 /* unique per open, for messages */
 
 	const struct kvd_ops *ops;
 	void *ops_arg;                   /* for test backends */

@@ -228,6 +228,8 @@ int kvdmabuf_close(struct kvdmabuf_ctx *ctx);
  * kvdmabuf_last_error() - message of the calling thread's last failed call
  * on @ctx ("" if none). Per thread: a failure in another thread does not
  * change it. The string stays valid until this thread's next failing call.
+ * A message about a closed context is never shown for a context opened
+ * later, even at the same address.
  */
 const char *kvdmabuf_last_error(const struct kvdmabuf_ctx *ctx);
 
@@ -390,7 +392,8 @@ struct kvdmabuf_state {
 };
 int kvdmabuf_query(struct kvdmabuf_ctx *ctx, struct kvdmabuf_state *state);
 
-/** kvdmabuf_pd() - protection domain of NIC @nic, or NULL. */
+/** kvdmabuf_pd() - protection domain of NIC @nic, or NULL (takes the
+ *  context lock: NICs join and leave under it). */
 struct ibv_pd *kvdmabuf_pd(struct kvdmabuf_ctx *ctx, unsigned int nic);
 
 /**

@@ -13,6 +13,7 @@
 #ifdef __SANITIZE_ADDRESS__
 /* the sanitizers' allocator interface (gcc installs no header for it) */
 size_t __sanitizer_get_current_allocated_bytes(void);
+void __sanitizer_purge_allocator(void);
 #else
 #include <malloc.h>
 #endif
@@ -656,6 +657,116 @@ TEST_F(api, gate_is_checked_at_every_sleep)
 	EXPECT_EQ(0, kvdmabuf_io_begin(r));
 	kvdmabuf_io_end(r);
 	EXPECT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
+}
+
+/* ---- messages and getters across contexts and threads ---- */
+
+static struct {
+	pthread_barrier_t step;
+	struct kvdmabuf_ctx *ctx;
+	char before[512], after[512];
+} other;
+
+/* Fails a call on other.ctx, then (step 2) reads the message of the
+ * context found at that address by then. */
+static void *fail_then_read(void *arg)
+{
+	struct kvdmabuf_region_desc d = { 0 };
+	struct kvdmabuf_region *r;
+
+	(void)arg;
+	d.addr = (void *)4096;
+	d.len = 4096;
+	d.mem = KVDMABUF_MEM_HOST;
+	d.flags = 0x80;
+	if (kvdmabuf_region_add(other.ctx, &d, &r) == -EINVAL)
+		snprintf(other.before, sizeof(other.before), "%s",
+			 kvdmabuf_last_error(other.ctx));
+	pthread_barrier_wait(&other.step);
+	pthread_barrier_wait(&other.step);
+	snprintf(other.after, sizeof(other.after), "%s",
+		 kvdmabuf_last_error(other.ctx));
+	return NULL;
+}
+
+/* Another thread's message about a closed context is not the message of a
+ * new context that the allocator put at the same address. */
+TEST(messages_do_not_outlive_their_context)
+{
+	struct kvdmabuf_ctx *old, *ctx = NULL;
+	char err[256];
+	pthread_t t;
+	int i;
+
+	fake_reset(1);
+	ASSERT_EQ(0, fake_open("protocol: rdma\n", NULL, &old, err,
+			       sizeof(err)));
+	other.ctx = old;
+	ASSERT_EQ(0, pthread_barrier_init(&other.step, NULL, 2));
+	ASSERT_EQ(0, pthread_create(&t, NULL, fail_then_read, NULL));
+	pthread_barrier_wait(&other.step);
+	ASSERT_NE(NULL, strstr(other.before, "unknown flags"));
+	ASSERT_EQ(0, kvdmabuf_close(old));
+	for (i = 0; i < 64 && ctx != old; i++) {
+		if (ctx)
+			ASSERT_EQ(0, kvdmabuf_close(ctx));
+#ifdef __SANITIZE_ADDRESS__
+		/* freed memory out of ASan's quarantine, to be reused */
+		__sanitizer_purge_allocator();
+#endif
+		ASSERT_EQ(0, fake_open("protocol: rdma\n", NULL, &ctx, err,
+				       sizeof(err)));
+	}
+	other.ctx = ctx;
+	pthread_barrier_wait(&other.step);
+	pthread_join(t, NULL);
+	kvdmabuf_close(ctx);
+	if (ctx != old)
+		SKIP(return, "no new context at the old address in 64 opens "
+		     "(an allocator that quarantines freed memory)");
+	EXPECT_EQ(0, strcmp("", other.after));
+	TH_LOG("message seen for the new context: '%s'", other.after);
+}
+
+static struct {
+	struct kvdmabuf_ctx *ctx;
+	struct ibv_pd *pd;
+	_Atomic int done;
+} pd_reader;
+
+static void *read_pd(void *arg)
+{
+	(void)arg;
+	pd_reader.pd = kvdmabuf_pd(pd_reader.ctx, 1);
+	atomic_store(&pd_reader.done, 1);
+	return NULL;
+}
+
+/* kvdmabuf_pd() reads the NICs under the context lock (NICs join and
+ * leave under it). */
+TEST(pd_is_read_under_the_lock)
+{
+	struct kvdmabuf_options o = { 0 };
+	struct timespec ts = { 0, 100 * 1000 * 1000 };
+	unsigned int idx;
+	char err[256];
+	pthread_t t;
+
+	fake_reset(1);
+	ASSERT_EQ(0, fake_open("protocol: rdma\n", NULL, &pd_reader.ctx, err,
+			       sizeof(err)));
+	ASSERT_EQ(0, kvdmabuf_nic_add(pd_reader.ctx, (struct ibv_pd *)&o,
+				      &idx));
+	ASSERT_EQ(1u, idx);
+	pthread_mutex_lock(&pd_reader.ctx->lock);
+	ASSERT_EQ(0, pthread_create(&t, NULL, read_pd, NULL));
+	nanosleep(&ts, NULL);
+	EXPECT_EQ(0, atomic_load(&pd_reader.done));
+	pthread_mutex_unlock(&pd_reader.ctx->lock);
+	pthread_join(t, NULL);
+	EXPECT_EQ((struct ibv_pd *)&o, pd_reader.pd);
+	EXPECT_NULL(kvdmabuf_pd(pd_reader.ctx, 2));
+	ASSERT_EQ(0, kvdmabuf_close(pd_reader.ctx));
 }
 
 /* ---- NICs after open, NIC sets ---- */
