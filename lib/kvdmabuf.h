@@ -239,9 +239,14 @@ const char *kvdmabuf_last_error(const struct kvdmabuf_ctx *ctx);
  * @reason, @reason_len: optional buffer for the reason (either answer)
  *
  * Accepts protocols rdma and tcp; refuses nvlink and any other protocol,
- * and refuses whenever MC_FORCE_MNNVL, MC_INTRANODE_NVLINK or
- * MC_INTRA_NVLINK is set to any value (also "0"), since a transfer engine
- * then hands peers handles to GPU memory that re-registering cannot reach.
+ * and refuses whenever MC_FORCE_MNNVL, MC_INTRANODE_NVLINK,
+ * MC_INTRA_NVLINK or MC_ENABLE_MNNVL is set to any value (also "0"), or
+ * MOONCAKE_PROTOCOL names nvlink (nvlink, nvlink_intra), or
+ * SGLANG_MOONCAKE_CUSTOM_MEM_POOL names an NVLink pool or is true or 1
+ * (its older boolean form), or transport ucx/nixl runs with cuda_ipc
+ * (UCX_TLS), since a transfer engine then hands peers handles to GPU
+ * memory that re-registering cannot reach. It knows these variables only:
+ * a transport configured some other way is not seen.
  * Loads no CUDA library and opens no device.
  *
  * Return: 1 supported, 0 refused, negative errno when the config is

@@ -106,6 +106,7 @@ TEST(config_defaults)
 static const char *const gate_env[] = {
 	"MC_FORCE_MNNVL", "MC_INTRANODE_NVLINK", "MC_INTRA_NVLINK",
 	"MC_FORCE_MNNVL_X", "SGLANG_MOONCAKE_CUSTOM_MEM_POOL", "UCX_TLS",
+	"MC_ENABLE_MNNVL", "MOONCAKE_PROTOCOL",
 };
 
 struct gate_case {
@@ -134,6 +135,16 @@ static const struct gate_case gates[] = {
 	{ "rdma", NULL, "SGLANG_MOONCAKE_CUSTOM_MEM_POOL", "intra_node_nvlink",
 	  0 },
 	{ "rdma", NULL, "SGLANG_MOONCAKE_CUSTOM_MEM_POOL", "BAREX", 1 },
+	/* the older boolean form meant the NVLink pool */
+	{ "rdma", NULL, "SGLANG_MOONCAKE_CUSTOM_MEM_POOL", "True", 0 },
+	{ "rdma", NULL, "SGLANG_MOONCAKE_CUSTOM_MEM_POOL", "1", 0 },
+	{ "rdma", NULL, "SGLANG_MOONCAKE_CUSTOM_MEM_POOL", "false", 1 },
+	/* Mooncake's TENT engine exports cuMemCreate memory to peers */
+	{ "rdma", NULL, "MC_ENABLE_MNNVL", "1", 0 },
+	{ "tcp", NULL, "MC_ENABLE_MNNVL", "0", 0 },
+	{ "rdma", NULL, "MOONCAKE_PROTOCOL", "nvlink", 0 },
+	{ "rdma", NULL, "MOONCAKE_PROTOCOL", "NVLINK_INTRA", 0 },
+	{ "rdma", NULL, "MOONCAKE_PROTOCOL", "rdma", 1 },
 	/* UCX: unset UCX_TLS means every transport, cuda_ipc included */
 	{ "rdma", "ucx", NULL, NULL, 0 },
 	{ "rdma", "nixl", NULL, NULL, 0 },
