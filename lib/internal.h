@@ -219,6 +219,7 @@ struct kvdmabuf_region {
 	/* A rollback failed and left the region in no known state: 0, or
 	 * the negative errno. I/O stays stopped, sleep and wake skip it. */
 	int broken;
+	int mapping;                     /* enum kvdmabuf_mapping */
 };
 
 struct kvdmabuf_ctx {
@@ -246,6 +247,8 @@ struct kvdmabuf_ctx {
 	void *sleep_begin_arg;
 	char cuda_library[256];
 	struct kvd_cuda *cuda;           /* loaded at first use */
+	/* flags of the last successful CUDA export (cuda.c) */
+	unsigned long long cuda_export_flags;
 
 	struct kvd_nic nics[KVDMABUF_MAX_NICS];
 	unsigned int nr_nics;

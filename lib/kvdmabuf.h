@@ -347,6 +347,17 @@ int kvdmabuf_region_keys(struct kvdmabuf_region *region, unsigned int nic,
 int kvdmabuf_region_dmabuf(struct kvdmabuf_region *region, int *fd,
 			   uint64_t *offset);
 
+/** Mapping of a CUDA region's dma-buf (kvdmabuf_region_info.mapping). */
+enum kvdmabuf_mapping {
+	/** not CUDA memory, or not exported yet */
+	KVDMABUF_MAPPING_NONE = 0,
+	/** CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE: reachable over PCIe */
+	KVDMABUF_MAPPING_PCIE = 1,
+	/** flags 0: the driver's default mapping (config `default`, or
+	 *  `auto` after the driver refused the PCIe flag) */
+	KVDMABUF_MAPPING_DEFAULT = 2,
+};
+
 /** State of one region (kvdmabuf_region_info()). */
 struct kvdmabuf_region_info {
 	void *addr;
@@ -374,6 +385,12 @@ struct kvdmabuf_region_info {
 	 * it (with memory that exists again) or remove it.
 	 */
 	int backing_lost;
+	/**
+	 * enum kvdmabuf_mapping: the flags of the region's last CUDA export
+	 * (at add or wake), so that `auto`'s fallback to the default mapping
+	 * is seen (on GH200/GB200 a PCIe NIC needs the PCIe mapping).
+	 */
+	int mapping;
 };
 int kvdmabuf_region_info(struct kvdmabuf_region *region,
 			 struct kvdmabuf_region_info *info);

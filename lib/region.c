@@ -560,6 +560,7 @@ int kvdmabuf_region_info(struct kvdmabuf_region *r,
 	info->proxy_id = r->proxy_id;
 	info->broken = r->broken;
 	info->backing_lost = region_backing_lost(r);
+	info->mapping = r->mapping;
 	pthread_mutex_unlock(&ctx->lock);
 	return 0;
 }

@@ -497,11 +497,20 @@ TEST_F(map, export_flags)
 	if (variant->msg)
 		HAS(ctx, variant->msg);
 	if (!rc) {
+		struct kvdmabuf_region_info in;
+		int mapping = variant->flags ? KVDMABUF_MAPPING_PCIE :
+				      KVDMABUF_MAPPING_DEFAULT;
+
 		EXPECT_EQ(variant->flags, fc.last_flags());
+		/* the region says which mapping it got */
+		ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
+		EXPECT_EQ(mapping, in.mapping);
 		/* and the same at a wake */
 		ASSERT_EQ(0, kvdmabuf_sleep(ctx, NULL));
 		ASSERT_EQ(0, kvdmabuf_wake(ctx, NULL));
 		EXPECT_EQ(variant->flags, fc.last_flags());
+		ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
+		EXPECT_EQ(mapping, in.mapping);
 	}
 	kvdmabuf_close(ctx);
 }

@@ -126,6 +126,7 @@ class _RegionInfo(ctypes.Structure):
         ("proxy_id", ctypes.c_uint64),
         ("broken", ctypes.c_int),
         ("backing_lost", ctypes.c_int),
+        ("mapping", ctypes.c_int),
     ]
 
 
@@ -266,6 +267,8 @@ class RegionInfo:
         self.proxy_id: int = c.proxy_id
         self.broken: int = c.broken
         self.backing_lost: bool = bool(c.backing_lost)
+        # "pcie", "default", or None (not CUDA memory)
+        self.mapping = {1: "pcie", 2: "default"}.get(c.mapping)
 
     def __repr__(self) -> str:
         return "RegionInfo(%s)" % ", ".join(
