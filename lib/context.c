@@ -27,6 +27,7 @@ const struct kvd_ops kvd_default_ops = {
 	.proxy_attach = kvd_proxy_dev_attach,
 	.proxy_revoke = kvd_proxy_dev_revoke,
 	.proxy_query = kvd_proxy_dev_query,
+	.proxy_label = kvd_proxy_dev_label,
 };
 
 /*

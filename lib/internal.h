@@ -150,6 +150,10 @@ struct kvd_ops {
 			    unsigned int timeout_ms);
 	int (*proxy_query)(struct kvdmabuf_ctx *ctx, int proxy_fd,
 			   struct kvd_proxy_info *info);
+	/* Optional: name the proxy dma-buf (what `kvdmabuf status` shows
+	 * of it); sets no message, failure is not an error. */
+	int (*proxy_label)(struct kvdmabuf_ctx *ctx, int proxy_fd,
+			   const char *label);
 };
 
 extern const struct kvd_ops kvd_default_ops;
@@ -185,6 +189,8 @@ int kvd_proxy_dev_revoke(struct kvdmabuf_ctx *ctx, int proxy_fd,
 			 unsigned int timeout_ms);
 int kvd_proxy_dev_query(struct kvdmabuf_ctx *ctx, int proxy_fd,
 			struct kvd_proxy_info *info);
+int kvd_proxy_dev_label(struct kvdmabuf_ctx *ctx, int proxy_fd,
+			const char *label);
 
 /* ---- objects ---- */
 struct kvd_cuda;
@@ -220,6 +226,7 @@ struct kvdmabuf_region {
 	 * the negative errno. I/O stays stopped, sleep and wake skip it. */
 	int broken;
 	int mapping;                     /* enum kvdmabuf_mapping */
+	int labelled;                    /* mapping the proxy's name says */
 };
 
 struct kvdmabuf_ctx {
@@ -301,6 +308,8 @@ static inline bool kvd_on_nic(const struct kvdmabuf_region *r, unsigned int i)
 /* Register @r on NIC @i alone (nic.c); dereg_one drops that MR. */
 int kvd_region_reg_one(struct kvdmabuf_region *r, unsigned int i);
 int kvd_region_dereg_one(struct kvdmabuf_region *r, unsigned int i);
+/* Name the proxy after the region's CUDA mapping, when that changed. */
+void kvd_region_label(struct kvdmabuf_region *r);
 /* FOLLOW or REREGISTER for a proxied region, from the module's counts. */
 int kvd_region_measure_mode(struct kvdmabuf_region *r);
 /* Record that @r is broken (see struct kvdmabuf_region.broken). */

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/dma-buf.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -174,4 +175,17 @@ int kvd_proxy_dev_query(struct kvdmabuf_ctx *ctx, int proxy_fd,
 			      KVD_REVOKE_EXPORTER : q.revoke_reason ?
 			      KVD_REVOKE_USER : KVD_REVOKE_NONE;
 	return 0;
+}
+
+/*
+ * The dma-buf's own name (DMA_BUF_SET_NAME, shown in /proc/PID/fdinfo),
+ * which `kvdmabuf status` reads for the proxies it lists. A kernel that
+ * refuses a new name while importers are attached (before 5.15) keeps the
+ * old one: the name is for people, nothing depends on it.
+ */
+int kvd_proxy_dev_label(struct kvdmabuf_ctx *ctx, int proxy_fd,
+			const char *label)
+{
+	(void)ctx;
+	return ioctl(proxy_fd, DMA_BUF_SET_NAME, label) ? -errno : 0;
 }

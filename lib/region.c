@@ -290,6 +290,7 @@ static int region_setup(struct kvdmabuf_region *r)
 			r->proxy_fd = -1;
 			return rc;
 		}
+		kvd_region_label(r);
 		rc = ops->proxy_attach(ctx, r->proxy_fd, r->backing_fd,
 				       r->backing_off, 0);
 		if (rc)
@@ -299,6 +300,29 @@ static int region_setup(struct kvdmabuf_region *r)
 	if (rc)
 		return rc;
 	return kvd_region_measure_mode(r);
+}
+
+/*
+ * "kvd:<proxy id>:<mapping>" on a CUDA region's proxy, for `kvdmabuf
+ * status` (which lists proxies by id and finds their names in the owner's
+ * /proc/PID/fdinfo). At most DMA_BUF_NAME_LEN (32) bytes with its NUL.
+ */
+void kvd_region_label(struct kvdmabuf_region *r)
+{
+	const struct kvd_ops *ops = r->ctx->ops;
+	char name[32];
+	int n;
+
+	if (r->proxy_fd < 0 || !r->mapping || r->mapping == r->labelled ||
+	    !ops->proxy_label)
+		return;
+	n = snprintf(name, sizeof(name), "kvd:%llu:%s",
+		     (unsigned long long)r->proxy_id,
+		     r->mapping == KVDMABUF_MAPPING_PCIE ? "pcie" : "default");
+	if (n < 0 || (size_t)n >= sizeof(name))
+		return;
+	if (!ops->proxy_label(r->ctx, r->proxy_fd, name))
+		r->labelled = r->mapping;
 }
 
 /*

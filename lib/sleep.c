@@ -273,6 +273,7 @@ static int wake_one(struct kvdmabuf_region *r)
 			return kvd_err_prefix(ctx, rc, "export");
 	}
 	if (r->proxy_fd >= 0) {
+		kvd_region_label(r);    /* the mapping may have changed */
 		rc = ops->proxy_attach(ctx, r->proxy_fd, fd, off, 0);
 		if (rc) {
 			fd_close(&fd);

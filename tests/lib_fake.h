@@ -65,6 +65,7 @@ struct fake_proxy {
 	uint32_t revocable;  /* of pinned: revocable pins (nic_pins 2) */
 	uint64_t notifications;
 	uint32_t revoke_reason;  /* KVD_REVOKE_* */
+	char label[32];          /* the dma-buf's name (proxy_label) */
 };
 
 enum fake_op { OP_EXPORT, OP_REG, OP_DEREG, OP_ATTACH, OP_REVOKE,
@@ -403,6 +404,18 @@ static int fake_proxy_query(struct kvdmabuf_ctx *ctx, int pfd,
 	return 0;
 }
 
+static int fake_proxy_label(struct kvdmabuf_ctx *ctx, int pfd,
+			    const char *label)
+{
+	int p = fake_find_proxy(pfd);
+
+	(void)ctx;
+	if (p < 0)
+		return -EINVAL;
+	snprintf(fw.px[p].label, sizeof(fw.px[p].label), "%s", label);
+	return 0;
+}
+
 static const struct kvd_ops fake_ops = {
 	.nics_open = fake_nics_open,
 	.nics_close = fake_nics_close,
@@ -417,6 +430,7 @@ static const struct kvd_ops fake_ops = {
 	.proxy_attach = fake_proxy_attach,
 	.proxy_revoke = fake_proxy_revoke,
 	.proxy_query = fake_proxy_query,
+	.proxy_label = fake_proxy_label,
 };
 
 /* ---- injector: fail the n-th call of one operation ---- */
@@ -483,6 +497,12 @@ static int inj_query(struct kvdmabuf_ctx *c, int p, struct kvd_proxy_info *i)
 	return inj(c, OP_QUERY) ?: fw.inner->proxy_query(c, p, i);
 }
 
+static int inj_label(struct kvdmabuf_ctx *c, int p, const char *label)
+{
+	return fw.inner->proxy_label ? fw.inner->proxy_label(c, p, label) :
+	       -EOPNOTSUPP;
+}
+
 static int inj_nics_open(struct kvdmabuf_ctx *c,
 			 const struct kvdmabuf_options *o)
 {
@@ -523,6 +543,7 @@ static const struct kvd_ops inj_ops = {
 	.proxy_attach = inj_attach,
 	.proxy_revoke = inj_revoke,
 	.proxy_query = inj_query,
+	.proxy_label = inj_label,
 };
 
 /* Reset the call counters; fail the @n-th call of @op from now on. */
