@@ -7,6 +7,7 @@ the command runs and finds its installed self-tests; the man pages are
 clean under mandoc -T lint (warnings and errors) and every cross reference
 names an installed page; the udev rule is there."""
 import glob
+import json
 import os
 import re
 import shutil
@@ -84,6 +85,16 @@ def command_runs_and_finds_its_selftests():
                         os.X_OK), name + " not installed")
 
 
+def status_json_is_json_without_the_module():
+    if os.path.exists("/dev/kvdmabuf"):
+        raise ktap.Skip("the module is loaded here")
+    cli = staged() + "/usr/bin/kvdmabuf"
+    p = run(cli + " status --json", env=env_for(staged()))
+    doc = json.loads(p.stdout)
+    check(p.returncode == 2 and doc["proxies"] == [] and
+          "/dev/kvdmabuf" in doc["error"], p.stdout)
+
+
 def man_pages_lint_clean_and_cross_referenced():
     s = staged()
     pages = glob.glob(s + "/usr/share/man/man*/*")
@@ -109,6 +120,7 @@ if __name__ == "__main__":
         c_program_builds_with_pkg_config,
         python_package_imports_the_installed_library,
         command_runs_and_finds_its_selftests,
+        status_json_is_json_without_the_module,
         man_pages_lint_clean_and_cross_referenced,
         udev_rule_installed,
     ])

@@ -240,6 +240,50 @@ static const char *fake_cuda_path(void)
 	return access(path, R_OK) ? NULL : path;
 }
 
+/* The line of `kvdmabuf status --json` (beside this program's build tree)
+ * about proxy @id, in @line; 0 when found. */
+static int status_line(uint64_t id, char *line, size_t len)
+{
+	char exe[PATH_MAX], cmd[PATH_MAX + 64], want[64];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	int found = 0;
+	FILE *p;
+
+	if (n <= 0)
+		return -1;
+	exe[n] = '\0';
+	snprintf(cmd, sizeof(cmd), "%s/../lib/cli/kvdmabuf status --json",
+		 dirname(exe));
+	snprintf(want, sizeof(want), "  {\"id\": %llu,",
+		 (unsigned long long)id);
+	p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	while (!found && fgets(line, (int)len, p))
+		found = !strncmp(line, want, strlen(want));
+	pclose(p);
+	return found ? 0 : -1;
+}
+
+/* The proxy's dma-buf name, from /proc/self/fdinfo ("" when none). */
+static void proxy_name(int fd, char *name, size_t len)
+{
+	char path[64], line[128];
+	FILE *f;
+
+	name[0] = '\0';
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+	f = fopen(path, "r");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "name:\t", 6)) {
+			snprintf(name, len, "%s", line + 6);
+			name[strcspn(name, "\n")] = '\0';
+		}
+	fclose(f);
+}
+
 TEST_F_TIMEOUT(fo, cuda_regions_follow_through_fake_driver, 120)
 {
 	void *(*cu_alloc)(size_t);
@@ -275,6 +319,21 @@ TEST_F_TIMEOUT(fo, cuda_regions_follow_through_fake_driver, 120)
 	ASSERT_EQ(0, rc);
 	ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
 	EXPECT_EQ(variant->mode, in.mode);
+	/* the mapping it got (the fake driver takes the PCIe flag), on the
+	 * region, on its proxy's name, and in `kvdmabuf status` */
+	EXPECT_EQ(KVDMABUF_MAPPING_PCIE, in.mapping);
+	{
+		char name[128], want[64], line[1024];
+
+		proxy_name(r->proxy_fd, name, sizeof(name));
+		snprintf(want, sizeof(want), "kvd:%llu:pcie",
+			 (unsigned long long)in.proxy_id);
+		TH_LOG("proxy name '%s'", name);
+		EXPECT_EQ(0, strcmp(want, name));
+		ASSERT_EQ(0, status_line(in.proxy_id, line, sizeof(line)));
+		TH_LOG("status: %s", line);
+		EXPECT_NE(NULL, strstr(line, "\"cuda_mapping\": \"pcie\""));
+	}
 	ASSERT_EQ(0, kvdmabuf_region_keys(r, 0, &key0, NULL, NULL));
 	ASSERT_EQ(0, imp_access(key0, 0, 0, buf, BLK));
 	EXPECT_EQ(-1, pattern_check(buf, BLK, 2000));
