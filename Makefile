@@ -219,6 +219,14 @@ install: lib cli tests
 	install -m 0644 lib/python/kvdmabuf/*.py $(DESTDIR)$(PYTHONDIR)/kvdmabuf/
 	install -m 0644 lib/man/*.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 0644 lib/man/*.3 $(DESTDIR)$(MANDIR)/man3/
+	# one name per public function (man kvdmabuf_wake): a link to the
+	# page whose NAME section lists it
+	for p in lib/man/*.3; do \
+		for n in $$(sed -n 's/^\.Nm \(kvdmabuf_[a-z_]*\).*/\1/p' $$p); do \
+			[ "$$n.3" = "$${p##*/}" ] || \
+			ln -sf "$${p##*/}" $(DESTDIR)$(MANDIR)/man3/$$n.3 || exit 1; \
+		done; \
+	done
 	install -m 0644 lib/man/*.7 $(DESTDIR)$(MANDIR)/man7/
 	install -m 0644 module/70-kvdmabuf.rules $(DESTDIR)$(UDEVRULESDIR)/
 	for t in $(SELFTESTS); do \

@@ -85,6 +85,18 @@ def command_runs_and_finds_its_selftests():
                         os.X_OK), name + " not installed")
 
 
+def every_function_has_its_man_page():
+    man3 = staged() + "/usr/share/man/man3/"
+    names = re.findall(r"^\s+(kvdmabuf_\w+);", open(
+        os.path.join(TOP, "lib", "libkvdmabuf.map")).read(), re.M)
+    check(len(names) > 20, str(names))
+    for name in names:
+        check(os.path.exists(man3 + name + ".3"), name + ".3 not installed")
+        if shutil.which("man"):     # man-db, where installed
+            p = run("man -M %s/usr/share/man -w 3 %s" % (staged(), name))
+            check(p.returncode == 0, "man %s: %s" % (name, p.stderr))
+
+
 def status_json_is_json_without_the_module():
     if os.path.exists("/dev/kvdmabuf"):
         raise ktap.Skip("the module is loaded here")
@@ -121,6 +133,7 @@ if __name__ == "__main__":
         python_package_imports_the_installed_library,
         command_runs_and_finds_its_selftests,
         status_json_is_json_without_the_module,
+        every_function_has_its_man_page,
         man_pages_lint_clean_and_cross_referenced,
         udev_rule_installed,
     ])
