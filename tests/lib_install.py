@@ -97,6 +97,25 @@ def every_function_has_its_man_page():
             check(p.returncode == 0, "man %s: %s" % (name, p.stderr))
 
 
+def selftest_that_tests_nothing_fails():
+    d = tempfile.mkdtemp()
+    with open(os.path.join(d, "skipper"), "w") as f:
+        f.write("#!/bin/sh\necho 'TAP version 13'\necho 1..1\n"
+                "echo 'ok 1 needs_a_gpu # SKIP no GPU'\nexit 4\n")
+    os.chmod(os.path.join(d, "skipper"), 0o755)
+    with open(os.path.join(d, "selftest.list"), "w") as f:
+        f.write("skipper\n")
+    e = dict(env_for(staged()), KVDMABUF_SELFTEST_DIR=d)
+    p = run(staged() + "/usr/bin/kvdmabuf selftest", env=e)
+    check(p.returncode == 2 and "nothing was tested" in p.stdout,
+          "exit %d" % p.returncode)
+    with open(os.path.join(d, "selftest.list"), "w") as f:
+        f.write("# no program\n")
+    p = run(staged() + "/usr/bin/kvdmabuf selftest", env=e)
+    check(p.returncode == 2, "empty list: exit %d" % p.returncode)
+    shutil.rmtree(d)
+
+
 def status_json_is_json_without_the_module():
     if os.path.exists("/dev/kvdmabuf"):
         raise ktap.Skip("the module is loaded here")
@@ -132,6 +151,7 @@ if __name__ == "__main__":
         c_program_builds_with_pkg_config,
         python_package_imports_the_installed_library,
         command_runs_and_finds_its_selftests,
+        selftest_that_tests_nothing_fails,
         status_json_is_json_without_the_module,
         every_function_has_its_man_page,
         man_pages_lint_clean_and_cross_referenced,
