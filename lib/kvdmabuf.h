@@ -150,11 +150,15 @@ typedef int (*kvdmabuf_sleep_fn)(struct kvdmabuf_region *const *regions,
 /**
  * Key-change callback: the keys of @regions (@n of them) changed; the
  * engine reads them (kvdmabuf_region_keys(), which also gives the new key
- * generation) and republishes them to its peers. One call per sleep or
- * wake that changed keys, from the thread that runs it, without the
- * context lock and while I/O on those regions is still refused. It may call
- * the getters; sleep, wake, add, remove and close give -EDEADLK (-EBUSY in
- * other threads until it returns). @regions is valid during the call.
+ * generation) and republishes them to its peers. One call per sleep,
+ * wake, kvdmabuf_nic_add() or kvdmabuf_nic_remove() that changed keys,
+ * from the thread that runs it, without the context lock. At sleep and
+ * wake, I/O on those regions is still refused; at a NIC's add or removal
+ * the regions stay awake with I/O open (the keys on the NICs that stay
+ * are the same MRs; only their indexes above a removed NIC move down). It
+ * may call the getters; sleep, wake, add, remove and close give -EDEADLK
+ * (-EBUSY in other threads until it returns). @regions is valid during
+ * the call.
  */
 typedef void (*kvdmabuf_keys_fn)(struct kvdmabuf_region *const *regions,
 				 unsigned int n, void *arg);
@@ -421,9 +425,11 @@ struct ibv_pd *kvdmabuf_pd(struct kvdmabuf_ctx *ctx, unsigned int nic);
 /**
  * kvdmabuf_nic_add() - a NIC (the caller's protection domain, which it
  * keeps owning) joins the context after open: every region whose NIC set
- * is "every NIC" is registered on it, all or nothing. Their keys change
- * (a key-change callback lists them). A FOLLOW region whose proxy the new
- * NIC pins becomes REREGISTER. Only while no region is asleep.
+ * is "every NIC" is registered on it, all or nothing. Their keys change:
+ * the new NIC's are added, key generation + 1, and a key-change callback
+ * lists them before this returns (I/O stays open: the keys on the other
+ * NICs are unchanged). A FOLLOW region whose proxy the new NIC pins
+ * becomes REREGISTER. Only while no region is asleep.
  * @index: the new NIC's index (the highest).
  *
  * Return: 0; -EBUSY a region is asleep, or another thread's sleep or wake
@@ -437,8 +443,11 @@ int kvdmabuf_nic_add(struct kvdmabuf_ctx *ctx, struct ibv_pd *pd,
 /**
  * kvdmabuf_nic_remove() - deregister every region from NIC @nic and drop
  * it (and the device, if the library opened it). NICs above @nic move down
- * by one index, as do the bits of every region's NIC set. Only while no
- * region is asleep. A deregistration that fails leaves that region broken.
+ * by one index, as do the bits of every region's NIC set. The keys of a
+ * region registered on @nic or above change (per index): key generation
+ * + 1 and a key-change callback before this returns, with I/O open (stop
+ * using NIC @nic first). Only while no region is asleep. A
+ * deregistration that fails leaves that region broken.
  *
  * Return: 0; -EINVAL bad index; -EBUSY as for kvdmabuf_nic_add();
  * -EDEADLK from a callback; the first deregistration error (the NIC is

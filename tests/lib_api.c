@@ -852,6 +852,74 @@ TEST(nics_join_and_leave_after_open)
 }
 
 /* The engine's PDs and the config's nics must agree. */
+static struct {
+	struct kvdmabuf_region *seen[4];
+	unsigned int calls, n;
+	int io_rc;
+} renum;
+
+static void renum_keys(struct kvdmabuf_region *const *rs, unsigned int n,
+		       void *arg)
+{
+	(void)arg;
+	renum.calls++;
+	renum.n = n;
+	memcpy(renum.seen, rs, (n < 4 ? n : 4) * sizeof(*rs));
+	/* the contract: I/O stays open while a NIC joins or leaves */
+	renum.io_rc = kvdmabuf_io_begin(rs[0]);
+	if (!renum.io_rc)
+		kvdmabuf_io_end(rs[0]);
+}
+
+/* A NIC leaving moves the keys of the NICs above it down one index: the
+ * key generation says so and the key-change callback lists the region;
+ * a region only on a NIC below keeps its keys and generation. */
+TEST(nic_remove_renumbers_keys_under_a_new_generation)
+{
+	struct kvdmabuf_options o = { 0 };
+	struct kvdmabuf_region_desc d = { 0 };
+	struct kvdmabuf_region *all, *only0;
+	struct kvdmabuf_ctx *ctx;
+	uint32_t l2, l;
+	uint64_t g_all, g0, g;
+	unsigned int idx;
+	char err[256], *m = region_mem(2 * LEN);
+
+	fake_reset(3);
+	memset(&renum, 0, sizeof(renum));
+	o.key_change = renum_keys;
+	ASSERT_EQ(0, fake_open("protocol: rdma\n", &o, &ctx, err, sizeof(err)));
+	ASSERT_EQ(0, add(ctx, m, LEN, KVDMABUF_MEM_HOST,
+			 KVDMABUF_REGION_RELEASED_AT_SLEEP, "kv", &all));
+	d.addr = m + LEN;
+	d.len = LEN;
+	d.mem = KVDMABUF_MEM_HOST;
+	d.nics = 1;
+	ASSERT_EQ(0, kvdmabuf_region_add(ctx, &d, &only0));
+	ASSERT_EQ(0, kvdmabuf_region_keys(all, 2, &l2, NULL, &g_all));
+	ASSERT_EQ(0, kvdmabuf_region_keys(only0, 0, NULL, NULL, &g0));
+
+	ASSERT_EQ(0, kvdmabuf_nic_remove(ctx, 1));
+	ASSERT_EQ(0, kvdmabuf_region_keys(all, 1, &l, NULL, &g));
+	EXPECT_EQ(l2, l);                /* old NIC 2's key, at index 1 */
+	EXPECT_EQ(g_all + 1, g);
+	EXPECT_EQ(1u, renum.calls);
+	EXPECT_EQ(1u, renum.n);
+	EXPECT_EQ(all, renum.seen[0]);
+	EXPECT_EQ(0, renum.io_rc);
+	ASSERT_EQ(0, kvdmabuf_region_keys(only0, 0, NULL, NULL, &g));
+	EXPECT_EQ(g0, g);
+
+	/* a NIC joining: the callback, I/O open as well */
+	memset(&renum, 0, sizeof(renum));
+	renum.io_rc = 1;
+	ASSERT_EQ(0, kvdmabuf_nic_add(ctx, (struct ibv_pd *)&o, &idx));
+	EXPECT_EQ(1u, renum.calls);
+	EXPECT_EQ(0, renum.io_rc);
+	EXPECT_EQ(0, kvdmabuf_close(ctx));
+	munmap(m, 2 * LEN);
+}
+
 TEST(pds_must_match_config_nics)
 {
 	struct kvdmabuf_options o = { 0 };
