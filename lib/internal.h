@@ -91,6 +91,7 @@ struct kvd_nic {
 	struct ibv_pd *pd;      /* the caller's or owned_pd */
 	struct ibv_pd *owned_pd;
 	struct ibv_context *owned_ctx;
+	uint64_t max_mr_size;   /* the device's limit on one MR; 0: unknown */
 };
 
 /* What the module reports about a proxy (subset of its query). */

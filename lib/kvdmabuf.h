@@ -291,7 +291,11 @@ struct kvdmabuf_region_desc {
  * A NIC without dma-buf MRs (EOPNOTSUPP) gets ibv_reg_mr() for
  * CPU-visible memory; device memory then fails with -EOPNOTSUPP.
  *
+ * Each region is one MR per NIC: it must fit in the NIC's max_mr_size.
+ *
  * Return: 0; -EINVAL bad description (alignment, overlap, flags);
+ * -EFBIG longer than a NIC's max_mr_size (the message names the NIC and
+ * its limit: add it as several regions);
  * -EOPNOTSUPP no way to register this memory; -ELIBACC CUDA driver
  * library cannot be loaded; -ENODEV device without dma-buf support;
  * -EDEADLK from a callback; other negative errno.
@@ -435,7 +439,8 @@ struct ibv_pd *kvdmabuf_pd(struct kvdmabuf_ctx *ctx, unsigned int nic);
  * Return: 0; -EBUSY a region is asleep, or another thread's sleep or wake
  * runs; -E2BIG KVDMABUF_MAX_NICS reached; -EINVAL @pd NULL or already a
  * NIC of the context; -EPROTONOSUPPORT protocol is not rdma; -EDEADLK from
- * a callback; error of a registration (nothing changed).
+ * a callback; -EFBIG a region is longer than the new NIC's max_mr_size;
+ * error of a registration (nothing changed).
  */
 int kvdmabuf_nic_add(struct kvdmabuf_ctx *ctx, struct ibv_pd *pd,
 		     unsigned int *index);

@@ -24,8 +24,17 @@ int kvd_region_reg_one(struct kvdmabuf_region *r, unsigned int i)
 	struct kvd_mr *mr = &r->mr[i];
 	int fd = r->proxy_fd >= 0 ? r->proxy_fd : r->backing_fd;
 	uint64_t off = r->proxy_fd >= 0 ? 0 : r->backing_off;
+	uint64_t max = ctx->nics[i].max_mr_size;
 	int rc;
 
+	/* One MR per region and NIC: a longer region is refused, by name,
+	 * rather than left to the NIC's own error. */
+	if (max && r->len > max)
+		return kvd_err(ctx, -EFBIG, "%zu bytes are more than NIC %s "
+			       "takes in one memory region (max_mr_size %llu "
+			       "bytes): add it as several regions of at most "
+			       "that length", r->len, ctx->nics[i].name,
+			       (unsigned long long)max);
 	if (fd < 0)
 		return ops->reg_addr(ctx, i, r->addr, r->len, mr);
 	rc = ops->reg_dmabuf(ctx, i, fd, off, r->len,

@@ -920,6 +920,36 @@ TEST(nic_remove_renumbers_keys_under_a_new_generation)
 	munmap(m, 2 * LEN);
 }
 
+/* One MR per region and NIC: a region longer than a NIC's max_mr_size is
+ * refused, naming the NIC and its limit, at add and when a NIC joins. */
+TEST(region_longer_than_max_mr_size_is_refused_by_name)
+{
+	struct kvdmabuf_options o = { 0 };
+	struct kvdmabuf_region *r, *small;
+	struct kvdmabuf_ctx *ctx;
+	unsigned int idx = 99;
+	char err[256], *m = region_mem(2 * LEN);
+
+	fake_reset(2);
+	fw.module = 1;
+	fw.nic_max_mr[1] = LEN / 2;
+	fw.nic_max_mr[2] = LEN / 4;
+	ASSERT_EQ(0, fake_open("protocol: rdma\n", &o, &ctx, err, sizeof(err)));
+	EXPECT_EQ(-EFBIG, add(ctx, m, LEN, KVDMABUF_MEM_DRM, 0, "kv", &r));
+	TH_LOG("%s", kvdmabuf_last_error(ctx));
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(ctx), "fake1"));
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(ctx), "max_mr_size"));
+	EXPECT_EQ(0, fake_mrs_live());
+	ASSERT_EQ(0, add(ctx, m + LEN, LEN / 2, KVDMABUF_MEM_DRM, 0, "kv",
+			 &small));
+	/* a NIC that takes less joins: refused, nothing changed */
+	EXPECT_EQ(-EFBIG, kvdmabuf_nic_add(ctx, (struct ibv_pd *)&o, &idx));
+	EXPECT_EQ(99u, idx);
+	EXPECT_EQ(2, fake_mrs_live());
+	EXPECT_EQ(0, kvdmabuf_close(ctx));
+	munmap(m, 2 * LEN);
+}
+
 TEST(pds_must_match_config_nics)
 {
 	struct kvdmabuf_options o = { 0 };

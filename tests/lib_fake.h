@@ -79,6 +79,7 @@ struct fake_world {
 	unsigned int nr_nics;
 	int nic_dmabuf[KVDMABUF_MAX_NICS];   /* has dma-buf MRs */
 	int nic_pins[KVDMABUF_MAX_NICS];     /* importer pins; 2: revocable */
+	uint64_t nic_max_mr[KVDMABUF_MAX_NICS]; /* max_mr_size; 0: unknown */
 	int module;                          /* fake module present */
 	int real_export;                     /* CUDA/DRM through the library */
 	struct fake_mr mr[FAKE_MAX_MR];
@@ -132,9 +133,11 @@ static int fake_nics_open(struct kvdmabuf_ctx *ctx,
 	if (!fw.nr_nics)
 		return kvd_err(ctx, -ENODEV, "protocol rdma but no RDMA "
 			       "device (fake)");
-	for (i = 0; i < fw.nr_nics; i++)
+	for (i = 0; i < fw.nr_nics; i++) {
 		snprintf(ctx->nics[i].name, sizeof(ctx->nics[i].name),
 			 "fake%u", i);
+		ctx->nics[i].max_mr_size = fw.nic_max_mr[i];
+	}
 	ctx->nr_nics = fw.nr_nics;
 	return 0;
 }
@@ -153,6 +156,7 @@ static int fake_nic_add(struct kvdmabuf_ctx *ctx, struct ibv_pd *pd)
 		return kvd_err(ctx, -E2BIG, "fake: too many NICs");
 	snprintf(ctx->nics[n].name, sizeof(ctx->nics[n].name), "fake%u", n);
 	ctx->nics[n].pd = pd;
+	ctx->nics[n].max_mr_size = fw.nic_max_mr[n];
 	ctx->nr_nics++;
 	return 0;
 }
@@ -169,6 +173,8 @@ static void fake_nic_remove(struct kvdmabuf_ctx *ctx, unsigned int i)
 		rest * sizeof(fw.nic_dmabuf[0]));
 	memmove(&fw.nic_pins[i], &fw.nic_pins[i + 1],
 		rest * sizeof(fw.nic_pins[0]));
+	memmove(&fw.nic_max_mr[i], &fw.nic_max_mr[i + 1],
+		rest * sizeof(fw.nic_max_mr[0]));
 	for (m = 0; m < FAKE_MAX_MR; m++)
 		if (fw.mr[m].used && fw.mr[m].nic > i)
 			fw.mr[m].nic--;
