@@ -344,8 +344,13 @@ int kvdmabuf_region_keys(struct kvdmabuf_region *region, unsigned int nic,
  * kvdmabuf_region_dmabuf() - the proxy dma-buf of @region, for engines that
  * register memory themselves (UCX/NIXL, libfabric FI_MR_DMABUF, NCCL net
  * plugins): register @fd at @offset for the region's length and the
- * registration follows sleep and wake like the library's own (FOLLOW),
- * provided the NIC handles move notification. The library still runs
+ * registration follows sleep and wake like the library's own (FOLLOW).
+ * Only on NICs that follow moves (move notification, like mlx5): a NIC
+ * that pins the proxy (efa, bnxt_re; irdma's revocable pin on Linux 7.1+,
+ * which a revoke would end for good) cannot follow a wake, and while such
+ * a registration of the engine's own exists every kvdmabuf_sleep() of the
+ * region fails with -EBUSY naming it. Register such NICs through the
+ * library (kvdmabuf_nic_add()) instead. The library still runs
  * sleep and wake. The fd belongs to the library and stays valid until the
  * region is removed (dup() it to keep it longer).
  *
@@ -507,8 +512,10 @@ void kvdmabuf_io_end_many(struct kvdmabuf_region *const *regions,
  *
  * Return: 0; -ETIMEDOUT drain bound reached (message says how many
  * transfers were in flight and for how long); error of the drain callback;
- * -EBUSY an importer pins a proxy; -EDEADLK from a callback; other
- * negative errno of a failed step.
+ * -EBUSY an importer pins a proxy (one that is not the library's own, such
+ * as the engine's registration of kvdmabuf_region_dmabuf() on a NIC that
+ * pins, is named as such, before anything is revoked); -EDEADLK from a
+ * callback; other negative errno of a failed step.
  */
 int kvdmabuf_sleep(struct kvdmabuf_ctx *ctx, const char *tag);
 

@@ -200,6 +200,36 @@ static int revoke_for_undo(struct kvdmabuf_region *r)
 	return rc == -ETIMEDOUT ? 0 : rc;
 }
 
+/*
+ * Before a revoke: a pin on the proxy that is not the library's own (an
+ * engine that registered kvdmabuf_region_dmabuf() itself on a NIC that
+ * pins) would make the revoke fail (blocking pin) or, for a revocable
+ * pin (irdma, Linux 7.1+), end that MR for good with sleep and wake
+ * returning 0. The library's own MRs never pin a FOLLOW region's proxy
+ * (measured), and a REREGISTER region's are deregistered by now: every
+ * pin left is foreign, and the sleep is refused with its cause.
+ */
+static int refuse_foreign_pins(struct kvdmabuf_region *r)
+{
+	struct kvdmabuf_ctx *ctx = r->ctx;
+	struct kvd_proxy_info pi;
+	int rc;
+
+	rc = ctx->ops->proxy_query(ctx, r->proxy_fd, &pi);
+	if (rc)
+		return rc;
+	if (!pi.nr_pinned && !pi.nr_blocking_pins && !pi.nr_revocable_pins)
+		return 0;
+	return kvd_err(ctx, -EBUSY, "an importer that is not this library "
+		       "pins the proxy (%u pinned, %u of its pins revocable): "
+		       "a registration of kvdmabuf_region_dmabuf() on a NIC "
+		       "that pins, which a revoke would %s; register such NICs "
+		       "through the library (kvdmabuf_nic_add()) or use the "
+		       "proxy only on NICs that follow moves", pi.nr_pinned,
+		       pi.nr_revocable_pins, pi.nr_revocable_pins ?
+		       "end for good" : "not get past");
+}
+
 static int sleep_one(struct kvdmabuf_region *r)
 {
 	struct kvdmabuf_ctx *ctx = r->ctx;
@@ -208,12 +238,15 @@ static int sleep_one(struct kvdmabuf_region *r)
 
 	switch (r->mode) {
 	case KVDMABUF_MODE_FOLLOW:
-		return revoke_or_restore(r);
+		rc = refuse_foreign_pins(r);
+		return rc ? rc : revoke_or_restore(r);
 	case KVDMABUF_MODE_REREGISTER:
 		rc = kvd_region_dereg_all(r);
 		if (rc || r->proxy_fd < 0)
 			return rc;
-		rc = revoke_or_restore(r);
+		rc = refuse_foreign_pins(r);
+		if (!rc)
+			rc = revoke_or_restore(r);
 		if (!rc || r->broken)
 			return rc;
 		msg_save(ctx, saved);
