@@ -253,6 +253,7 @@ KERNELRELEASE_OF_KDIR = $(if $(filter /lib/modules/%/build,$(KDIR)),$(patsubst \
 modules_install: modules
 	install -D -m 0644 module/kvdmabuf.ko \
 		$(DESTDIR)/lib/modules/$(KERNELRELEASE_OF_KDIR)/extra/kvdmabuf.ko
+	$(if $(DESTDIR),,depmod -a $(KERNELRELEASE_OF_KDIR))
 	test -n "$(DESTDIR)" || depmod -a $(KERNELRELEASE_OF_KDIR)
 
 clean:

@@ -116,6 +116,21 @@ def selftest_that_tests_nothing_fails():
     shutil.rmtree(d)
 
 
+def check_says_how_to_install_the_module():
+    if os.path.exists("/dev/kvdmabuf"):
+        raise ktap.Skip("the module is loaded here")
+    p = run(staged() + "/usr/bin/kvdmabuf check --json", env=env_for(staged()))
+    items = {i["item"]: i for i in json.loads(p.stdout)["items"]}
+    detail = items["module"]["detail"]
+    check(p.returncode == 1 and items["module"]["verdict"] == "FAIL" and
+          "modprobe kvdmabuf" in detail, detail)
+    installed = glob.glob("/lib/modules/%s/*/kvdmabuf.ko*" % os.uname().release) + \
+        glob.glob("/lib/modules/%s/*/*/kvdmabuf.ko*" % os.uname().release)
+    if not installed:
+        check("make modules_install" in detail and
+              "dkms install kvdmabuf/" in detail, detail)
+
+
 def status_json_is_json_without_the_module():
     if os.path.exists("/dev/kvdmabuf"):
         raise ktap.Skip("the module is loaded here")
@@ -152,6 +167,7 @@ if __name__ == "__main__":
         python_package_imports_the_installed_library,
         command_runs_and_finds_its_selftests,
         selftest_that_tests_nothing_fails,
+        check_says_how_to_install_the_module,
         status_json_is_json_without_the_module,
         every_function_has_its_man_page,
         man_pages_lint_clean_and_cross_referenced,
