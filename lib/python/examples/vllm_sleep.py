@@ -61,8 +61,9 @@ class KVConnector:
 
 
 def main(cycles=2):
-    if not SleepHooks.supports_sleep_mode():
-        print("sleep mode not supported with this transport")
+    support = SleepHooks.supports_sleep_mode()
+    if not support:
+        print("sleep mode not supported: %s" % support.reason)
         return 1
     alloc = CuMemAllocator()
     kv = {"layer0": alloc.allocate("kv_cache", 1 << 20),

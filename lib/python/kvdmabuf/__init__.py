@@ -165,6 +165,8 @@ def _load() -> ctypes.CDLL:
         "kvdmabuf_query": (I, [VP, P(_State)]),
         "kvdmabuf_io_begin": (I, [VP]),
         "kvdmabuf_io_end": (None, [VP]),
+        "kvdmabuf_io_begin_many": (I, [P(VP), U]),
+        "kvdmabuf_io_end_many": (None, [P(VP), U]),
         "kvdmabuf_sleep": (I, [VP, ctypes.c_char_p]),
         "kvdmabuf_wake": (I, [VP, ctypes.c_char_p]),
         "kvdmabuf_nic_add": (I, [VP, VP, P(U)]),
@@ -376,6 +378,8 @@ class Context:
         self._h = ctypes.c_void_p()
         self._regions: dict[int, Region] = {}
         self._cb_error: Optional[BaseException] = None
+        #: status of the last C call (>= 0 also when a callback raised)
+        self.last_rc = 0
         ptrs = [pd_pointer(p) for p in pds]
         self._pds = (ctypes.c_void_p * max(len(ptrs), 1))(*ptrs)
         o = _Options()
@@ -434,6 +438,7 @@ class Context:
     # -- calls --
     def _check(self, rc: int) -> int:
         cb, self._cb_error = self._cb_error, None
+        self.last_rc = rc
         if rc < 0:
             msg = (_lib.kvdmabuf_last_error(self._h) or b"").decode(
                 errors="replace")
@@ -486,6 +491,22 @@ class Context:
 
     def regions(self) -> list[Region]:
         return list(self._regions.values())
+
+    @contextlib.contextmanager
+    def io_many(self, regions: Sequence[Region]) -> Iterator[None]:
+        """``with ctx.io_many(regions):`` wraps one transfer batch over
+        several regions, all or nothing (``kvdmabuf_io_begin_many``): two
+        atomic operations per region per batch, not per slice; raises
+        :class:`Error` (ESHUTDOWN) when any of them is going to sleep."""
+        arr = (ctypes.c_void_p * max(len(regions), 1))(
+            *[r.handle for r in regions])
+        if _lib.kvdmabuf_io_begin_many(arr, len(regions)) < 0:
+            raise Error(_errno.ESHUTDOWN, "a region is asleep or going to "
+                        "sleep")
+        try:
+            yield
+        finally:
+            _lib.kvdmabuf_io_end_many(arr, len(regions))
 
     def nic_add(self, pd: object) -> int:
         """A NIC (pyverbs PD or ``struct ibv_pd *``) joins; returns its index."""
