@@ -229,11 +229,23 @@ static int desc_check(struct kvdmabuf_ctx *ctx,
 		return kvd_err(ctx, -EINVAL, "region: NIC set 0x%llx names "
 			       "NICs beyond the %u of this context",
 			       (unsigned long long)d->nics, ctx->nr_nics);
-	if (!d->addr || !d->len || a % (uintptr_t)page ||
-	    d->len % (size_t)page || a + d->len < a)
+	if (!d->addr || !d->len || a + d->len < a)
 		return kvd_err(ctx, -EINVAL, "region %p+%zu: address and length "
 			       "must be non-zero and page aligned", d->addr,
 			       d->len);
+	if (a % (uintptr_t)page || d->len % (size_t)page) {
+		/* a tensor of any size: say what would cover it */
+		uintptr_t start = a - a % (uintptr_t)page;
+		uintptr_t end = a + d->len + ((uintptr_t)page - 1);
+
+		end -= end % (uintptr_t)page;
+		return kvd_err(ctx, -EINVAL, "region %p+%zu: address and length "
+			       "must be page aligned (%ld bytes); the pages "
+			       "that hold it are %p+%zu: register those (or the "
+			       "allocation around it) once, not each tensor",
+			       d->addr, d->len, page, (void *)start,
+			       (size_t)(end - start));
+	}
 	if (d->mem < KVDMABUF_MEM_HOST || d->mem > KVDMABUF_MEM_DRM)
 		return kvd_err(ctx, -EINVAL, "region: unknown memory kind %d",
 			       d->mem);

@@ -193,6 +193,17 @@ TEST_F(api, region_description_checks)
 			       NULL, &r));
 	EXPECT_EQ(-EINVAL, add(self->ctx, m, LEN - 1, KVDMABUF_MEM_HOST, 0,
 			       NULL, &r));
+	/* an unaligned tensor: the message names the pages that hold it */
+	{
+		char want[64];
+
+		EXPECT_EQ(-EINVAL, add(self->ctx, m + 100, LEN, KVDMABUF_MEM_HOST,
+				       0, NULL, &r));
+		snprintf(want, sizeof(want), "are %p+%d", (void *)m,
+			 LEN + 4096);
+		TH_LOG("%s", kvdmabuf_last_error(self->ctx));
+		EXPECT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx), want));
+	}
 	EXPECT_EQ(-EINVAL, add(self->ctx, m, 0, KVDMABUF_MEM_HOST, 0, NULL,
 			       &r));
 	EXPECT_EQ(-EINVAL, add(self->ctx, m, LEN, 9, 0, NULL, &r));
