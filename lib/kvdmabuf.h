@@ -165,7 +165,9 @@ typedef void (*kvdmabuf_keys_fn)(struct kvdmabuf_region *const *regions,
 
 /** Options of kvdmabuf_open(). Zero-initialise, then set what is needed. */
 struct kvdmabuf_options {
-	/** YAML config file; NULL: $KVDMABUF_CONFIG. One of them is required. */
+	/** YAML config file; NULL: $KVDMABUF_CONFIG; neither: the built-in
+	 *  defaults (protocol rdma, module auto, drain 480 s, every verbs
+	 *  device): a file is only needed to change them. */
 	const char *config_path;
 	/**
 	 * One protection domain per NIC (the transfer engine's own). With
@@ -206,7 +208,8 @@ struct kvdmabuf_options {
  * the machine against it (protocol rdma needs a usable verbs device) and
  * opens the helper module as asked.
  *
- * Return: 0; -EINVAL bad options or config; -ENOENT no config;
+ * Return: 0; -EINVAL bad options or config; -ENOENT the config file named
+ * (option or $KVDMABUF_CONFIG) does not exist;
  * -EPROTONOSUPPORT sleep refused by the gate (reason in @err); -ENODEV no
  * verbs device for protocol rdma, or module required and absent;
  * -ENOMEM; other negative errno from verbs or the module.
@@ -239,7 +242,8 @@ const char *kvdmabuf_last_error(const struct kvdmabuf_ctx *ctx);
 
 /**
  * kvdmabuf_gate() - is sleep supported with this configuration?
- * @config_path: config file, NULL: $KVDMABUF_CONFIG
+ * @config_path: config file, NULL: $KVDMABUF_CONFIG, else the built-in
+ * defaults (protocol rdma)
  * @reason, @reason_len: optional buffer for the reason (either answer)
  *
  * Accepts protocols rdma and tcp; refuses nvlink and any other protocol,
@@ -253,8 +257,9 @@ const char *kvdmabuf_last_error(const struct kvdmabuf_ctx *ctx);
  * a transport configured some other way is not seen.
  * Loads no CUDA library and opens no device.
  *
- * Return: 1 supported, 0 refused, negative errno when the config is
- * missing (-ENOENT, naming the variable and path) or invalid (-EINVAL).
+ * Return: 1 supported, 0 refused, negative errno when the config file
+ * named is missing (-ENOENT, naming the variable and path) or invalid
+ * (-EINVAL).
  */
 int kvdmabuf_gate(const char *config_path, char *reason, size_t reason_len);
 

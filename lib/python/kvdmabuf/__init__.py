@@ -356,7 +356,8 @@ DrainFn = Callable[[], bool]
 class Context:
     """A kvdmabuf context: ``kvdmabuf_open()`` ... ``kvdmabuf_close()``.
 
-    :param config_path: YAML config (None: ``$KVDMABUF_CONFIG``)
+    :param config_path: YAML config (None: ``$KVDMABUF_CONFIG``, else the
+        built-in defaults, protocol rdma)
     :param pds: the engine's protection domains: pyverbs ``PD`` objects or
         raw ``struct ibv_pd *`` addresses (see :func:`pd_pointer`); empty:
         the library opens the config's NICs itself

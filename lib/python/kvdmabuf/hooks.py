@@ -41,7 +41,8 @@ class SleepSupport:
 class SleepHooks:
     """One kvdmabuf context for an engine's KV registrations.
 
-    :param config_path: kvdmabuf YAML (None: ``$KVDMABUF_CONFIG``)
+    :param config_path: kvdmabuf YAML (None: ``$KVDMABUF_CONFIG``, else the
+        built-in defaults: no file needed)
     :param pds: the transfer engine's protection domains (pyverbs PDs)
     :param on_new_keys: receives the regions whose keys changed
     :param on_sleep_begin: receives the regions that stop now (tell peers)
