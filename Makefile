@@ -217,6 +217,10 @@ install: lib cli tests
 	    lib/kvdmabuf.pc.in >$(DESTDIR)$(LIBDIR)/pkgconfig/kvdmabuf.pc
 	install -m 0755 $(CLI) $(DESTDIR)$(BINDIR)/kvdmabuf
 	install -m 0644 lib/python/kvdmabuf/*.py $(DESTDIR)$(PYTHONDIR)/kvdmabuf/
+	# where the package finds its library: LIBDIR, relative to itself
+	printf '# written by make install\nLIBDIR_FROM_PACKAGE = "%s"\n' \
+		"$$(realpath -m --relative-to=$(PYTHONDIR)/kvdmabuf $(LIBDIR))" \
+		>$(DESTDIR)$(PYTHONDIR)/kvdmabuf/_libdir.py
 	install -m 0644 lib/man/*.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 0644 lib/man/*.3 $(DESTDIR)$(MANDIR)/man3/
 	# one name per public function (man kvdmabuf_wake): a link to the

@@ -2,7 +2,10 @@
 # SPDX-License-Identifier: MIT
 """lib_install - `make install` into a staging root (DESTDIR, PREFIX=/usr)
 gives a usable kvdmabuf: a C program builds against it with pkg-config
-alone and runs; the Python package imports and loads the installed library;
+alone and runs; the Python package imports and loads the installed library
+without LD_LIBRARY_PATH, and `pip install` of lib/python into a fresh
+virtual environment works offline (Debian's setuptools) and loads the
+library it carries;
 the command runs and finds its installed self-tests; the man pages are
 clean under mandoc -T lint (warnings and errors) and every cross reference
 names an installed page; the udev rule is there."""
@@ -62,11 +65,42 @@ def c_program_builds_with_pkg_config():
 def python_package_imports_the_installed_library():
     s = staged()
     e = env_for(s)
+    # the library it was installed with, without LD_LIBRARY_PATH
+    e.pop("LD_LIBRARY_PATH")
     e["PYTHONPATH"] = s + "/usr/lib/python3/dist-packages"
     p = run("/usr/bin/python3 -c 'import kvdmabuf, kvdmabuf.hooks; "
-            "print(kvdmabuf.__file__, kvdmabuf.version())'", env=e,
-            cwd="/")
+            "print(kvdmabuf.__file__, kvdmabuf._lib._name, "
+            "kvdmabuf.version())'", env=e, cwd="/")
     check(p.returncode == 0 and p.stdout.startswith(s), p.stdout)
+    check(p.stdout.split()[1] == s + "/usr/lib/libkvdmabuf.so.0", p.stdout)
+
+
+def pip_install_into_a_venv_offline():
+    d = tempfile.mkdtemp(prefix="kvd-venv.")
+    try:
+        # a copy of the package's folder: the build writes beside it
+        shutil.copytree(os.path.join(TOP, "lib", "python"), d + "/src",
+                        ignore=shutil.ignore_patterns("build", "*.egg-info",
+                                                      "__pycache__"))
+        p = run("/usr/bin/python3 -m venv --system-site-packages %s/v" % d)
+        check(p.returncode == 0, "python3 -m venv failed")
+        e = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1",
+                 KVDMABUF_LIBRARY_FILE=os.path.join(TOP, "lib",
+                                                    "libkvdmabuf.so.0"))
+        e.pop("KVDMABUF_LIBRARY", None)
+        e.pop("PYTHONPATH", None)
+        p = run("%s/v/bin/pip install --no-index --no-build-isolation %s/src"
+                % (d, d), env=e)
+        check(p.returncode == 0, "pip install failed")
+        for k in ("KVDMABUF_LIBRARY_FILE", "LD_LIBRARY_PATH"):
+            e.pop(k, None)
+        p = run("%s/v/bin/python -c 'import kvdmabuf, kvdmabuf.hooks; "
+                "print(kvdmabuf._lib._name, kvdmabuf.version())'" % d, env=e,
+                cwd="/")
+        check(p.returncode == 0 and p.stdout.startswith(d + "/v/"),
+              p.stdout)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def command_runs_and_finds_its_selftests():
@@ -165,6 +199,7 @@ if __name__ == "__main__":
     rc = ktap.main([
         c_program_builds_with_pkg_config,
         python_package_imports_the_installed_library,
+        pip_install_into_a_venv_offline,
         command_runs_and_finds_its_selftests,
         selftest_that_tests_nothing_fails,
         check_says_how_to_install_the_module,

@@ -11,9 +11,12 @@ carry the registrations through the engine's sleep and wake, all or nothing.
 Errors are :class:`Error` (an :class:`OSError`) or one of its subclasses,
 carrying ``errno`` and the library's message (``strerror``).
 
-The library is loaded by soname; ``KVDMABUF_LIBRARY`` names another file
-(for a build tree). Its run-time version must match this binding's major
-and minor version.
+The library is found without the environment: the copy installed beside
+this package (``pip install``), else the one ``make install`` put in its
+LIBDIR (recorded in ``_libdir.py`` at install), else the soname through
+the dynamic linker's path. ``KVDMABUF_LIBRARY`` names another file (a build
+tree) and comes first. Its run-time version must match this binding's
+major and minor version.
 
 Engine hooks for vLLM and SGLang are in :mod:`kvdmabuf.hooks`.
 """
@@ -143,8 +146,27 @@ class _State(ctypes.Structure):
     ]
 
 
+def _library_path() -> str:
+    """The library this package was installed with (see the module doc)."""
+    env = os.environ.get("KVDMABUF_LIBRARY")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    beside = os.path.join(here, SONAME)
+    if os.path.exists(beside):
+        return beside
+    try:
+        from ._libdir import LIBDIR_FROM_PACKAGE
+        installed = os.path.join(here, LIBDIR_FROM_PACKAGE, SONAME)
+        if os.path.exists(installed):
+            return os.path.normpath(installed)
+    except ImportError:
+        pass
+    return SONAME
+
+
 def _load() -> ctypes.CDLL:
-    lib = ctypes.CDLL(os.environ.get("KVDMABUF_LIBRARY") or SONAME)
+    lib = ctypes.CDLL(_library_path())
     P, I, U, VP = (ctypes.POINTER, ctypes.c_int, ctypes.c_uint,
                    ctypes.c_void_p)
     sig = {
