@@ -132,12 +132,17 @@ class SleepHooks:
 
     # -- vLLM: around CuMemAllocator.sleep(offload_tags) / wake_up(tags) --
     def release(self, tags: Optional[Sequence[str]] = None) -> None:
-        """Before the allocator unmaps ``tags`` (None: every tag). All or
-        nothing over the tags: on failure every tag is awake again."""
+        """Before the allocator unmaps ``tags`` (None: every tag; vLLM's
+        sleep unmaps every allocation whatever its offload_tags, so call it
+        with None there). All or nothing over the tags: on failure every
+        tag is awake again."""
         self._each_tag(tags, self.ctx.sleep, self.ctx.wake)
 
     def restore(self, tags: Optional[Sequence[str]] = None) -> None:
-        """After the allocator mapped ``tags`` again at the same addresses.
+        """After the allocator mapped ``tags`` again at the same addresses
+        and made them accessible (vLLM: after ``wake_up(tags)``, whose
+        cuMemSetAccess must be done; a wake of memory not yet mapped fails
+        with EFAULT and the tag stays asleep).
         All or nothing: on failure the tags woken before are asleep again;
         an exception of ``on_new_keys`` puts nothing back to sleep."""
         self._each_tag(tags, self.ctx.wake, self.ctx.sleep)
