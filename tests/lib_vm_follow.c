@@ -6,7 +6,10 @@
  * (/dev/kvd_importer) as the NIC. A dynamic importer (a NIC that follows
  * moves, like mlx5) keeps its attachment and key over several cycles and
  * always reads the current backing's data; a pinning importer (like efa)
- * makes the region REREGISTER (measured), re-imported at every wake.
+ * makes the region REREGISTER (measured), re-imported at every wake. An
+ * engine's own pinning import of the proxy makes sleep fail, naming it,
+ * before any revoke; a CUDA region's mapping is in region info, in its
+ * proxy's dma-buf name and in `kvdmabuf status`.
  * The importer NIC plugs in behind the library's ops table; export,
  * module and sleep/wake are the real code.
  */
@@ -238,6 +241,67 @@ static const char *fake_cuda_path(void)
 	snprintf(path, sizeof(path), "%s/fake_cuda/libcuda.so.1",
 		 dirname(exe));
 	return access(path, R_OK) ? NULL : path;
+}
+
+/*
+ * The engine registers the proxy itself (kvdmabuf_region_dmabuf()) on a
+ * NIC that pins (the test importer, pinned): the module's pin counts show
+ * a pin that is not the library's, and sleep refuses it, by name, before
+ * any revoke; once the engine drops it, sleep and wake go through.
+ */
+TEST_F_TIMEOUT(fo, engines_own_pinning_registration_refuses_sleep, 120)
+{
+	struct kvdmabuf_region_desc d = { 0 };
+	struct kvdmabuf_region *r;
+	struct kvdmabuf_region_info in;
+	struct kvdmabuf_query q;
+	struct imp_nic engine;
+	struct kvd_mr mr = { 0 };
+	uint32_t h = 0;
+	uint64_t off;
+	char *addr;
+	int pfd;
+
+	ASSERT_EQ(0, vgem_create(self->drm, LEN, &h));
+	addr = map_dumb(self->drm, h, LEN, NULL);
+	ASSERT_NE(NULL, addr);
+	d.addr = addr;
+	d.len = LEN;
+	d.mem = KVDMABUF_MEM_DRM;
+	d.drm_fd = self->drm;
+	d.drm_handle = h;
+	d.tag = "kv_cache";
+	ASSERT_EQ(0, kvdmabuf_region_add(self->ctx, &d, &r));
+	ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
+	EXPECT_EQ(variant->mode, in.mode);
+	ASSERT_EQ(0, kvdmabuf_region_dmabuf(r, &pfd, &off));
+	/* the engine's own registration, on a NIC that pins */
+	engine.fd = imp.fd;
+	engine.pinned = 1;
+	self->ctx->ops_arg = &engine;
+	ASSERT_EQ(0, imp_nic_reg_dmabuf(self->ctx, 0, pfd, off, LEN,
+					(uint64_t)(uintptr_t)addr, &mr));
+	self->ctx->ops_arg = &imp;
+	ASSERT_EQ(0, proxy_query(r, &q));
+	EXPECT_LE(1u, q.pinned_importers);
+	EXPECT_EQ(-EBUSY, kvdmabuf_sleep(self->ctx, NULL));
+	TH_LOG("%s", kvdmabuf_last_error(self->ctx));
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx),
+			       "not this library"));
+	ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
+	EXPECT_EQ(0, in.asleep);
+	EXPECT_EQ(0, in.broken);
+	ASSERT_EQ(0, proxy_query(r, &q));
+	EXPECT_EQ(KVDMABUF_STATE_BACKED, q.state);
+	/* the engine drops it: sleep and wake go through */
+	self->ctx->ops_arg = &engine;
+	ASSERT_EQ(0, imp_nic_dereg(self->ctx, 0, &mr));
+	self->ctx->ops_arg = &imp;
+	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
+	ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
+	ASSERT_EQ(0, kvdmabuf_region_remove(r));
+	munmap(addr, LEN);
+	vgem_close_handle(self->drm, h);
 }
 
 /* The line of `kvdmabuf status --json` (beside this program's build tree)
