@@ -331,7 +331,7 @@ static int region_setup(struct kvdmabuf_region *r)
 void kvd_region_label(struct kvdmabuf_region *r)
 {
 	const struct kvd_ops *ops = r->ctx->ops;
-	char name[32];
+	char name[48];
 	int n;
 
 	if (r->proxy_fd < 0 || !r->mapping || r->mapping == r->labelled ||
@@ -340,7 +340,7 @@ void kvd_region_label(struct kvdmabuf_region *r)
 	n = snprintf(name, sizeof(name), "kvd:%llu:%s",
 		     (unsigned long long)r->proxy_id,
 		     r->mapping == KVDMABUF_MAPPING_PCIE ? "pcie" : "default");
-	if (n < 0 || (size_t)n >= sizeof(name))
+	if (n < 0 || n >= 32)      /* DMA_BUF_NAME_LEN, its NUL included */
 		return;
 	if (!ops->proxy_label(r->ctx, r->proxy_fd, name))
 		r->labelled = r->mapping;

@@ -203,8 +203,8 @@ TEST_F(api, region_description_checks)
 	{
 		char want[64];
 
-		EXPECT_EQ(-EINVAL, add(self->ctx, m + 100, LEN, KVDMABUF_MEM_HOST,
-				       0, NULL, &r));
+		EXPECT_EQ(-EINVAL, add(self->ctx, m + 100, LEN,
+				       KVDMABUF_MEM_HOST, 0, NULL, &r));
 		snprintf(want, sizeof(want), "are %p+%d", (void *)m,
 			 LEN + 4096);
 		TH_LOG("%s", kvdmabuf_last_error(self->ctx));
