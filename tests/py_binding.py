@@ -200,6 +200,11 @@ def hooks_callback_error_wakes_every_tag_and_undoes_nothing():
     check("republish" in e.strerror, e.strerror)
     check([r.info().asleep for r in rs] == [False] * 3,
           str([r.info() for r in rs]))
+    # vLLM's KV-only release: that tag alone
+    hooks.release_kv_cache_memory("b")
+    check([r.info().asleep for r in rs] == [False, True, False])
+    hooks.ctx.wake = real_wake
+    hooks.restore(["b"])
     # one batch over several regions, all or nothing
     with hooks.io(rs[:2]):
         check(hooks.ctx.query().inflight == 2)

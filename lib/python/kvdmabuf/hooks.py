@@ -147,6 +147,14 @@ class SleepHooks:
         an exception of ``on_new_keys`` puts nothing back to sleep."""
         self._each_tag(tags, self.ctx.wake, self.ctx.sleep)
 
+    # -- vLLM's third entry point: the KV cache alone --
+    def release_kv_cache_memory(self, tag: str = "kv_cache") -> None:
+        """Before vLLM's KV-only release (``release_kv_cache_memory()``),
+        which unmaps the KV cache's allocations and nothing else: without
+        this call the library's dma-bufs keep that memory allocated. The
+        wake is :meth:`restore` with the same tag."""
+        self.release([tag])
+
     # -- SGLang: release_memory_occupation / resume_memory_occupation --
     def release_memory_occupation(self, tags: Optional[Sequence[str]] = None) -> None:
         self.release(tags)
