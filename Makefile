@@ -74,7 +74,7 @@ HW_SRCS := $(sort $(wildcard tests/hw/*.c))
 HW_BINS := $(HW_SRCS:.c=)
 # Built with the toolkit's cuda.h where there is one (CUDA_CPPFLAGS above).
 CUDA_TESTS := tests/cuda_abi tests/lib_cuda
-$(CUDA_TESTS) $(HW_BINS): override CPPFLAGS += $(CUDA_CPPFLAGS)
+$(CUDA_TESTS) $(HW_BINS) $(CUDA_TESTS:tests/%=tests/asan/%): override CPPFLAGS += $(CUDA_CPPFLAGS)
 FAKE_CUDA_SRCS := $(wildcard tests/fake_cuda/*.c)
 FAKE_CUDA := $(if $(FAKE_CUDA_SRCS),tests/fake_cuda/libcuda.so.1)
 # The same as a driver before CUDA 11.7 (no cuMemGetHandleForAddressRange).
@@ -133,17 +133,28 @@ $(UMEM_VARIANTS): tests/%_umem: tests/%.c
 
 # Host tests again with the library compiled in under AddressSanitizer and
 # UBSan (make check-unit runs them): use-after-free, leaks, overflows.
-ASAN_TESTS := $(addprefix tests/asan/,lib_api lib_drain lib_rollback)
+# Every C program of tests/unit.list, and harness_sample, which
+# harness_selftest runs; each test's child runs LeakSanitizer before it
+# ends (tests/harness.h). tests/asan/ links to the helpers the programs
+# find beside themselves (the fake libcuda, the VM judge).
+UNIT_C_TESTS := $(filter-out asan/% %.py,$(shell sed 's/\#.*//' tests/unit.list))
+ASAN_TESTS := $(addprefix tests/asan/,$(UNIT_C_TESTS) harness_sample)
+ASAN_LINKS := tests/asan/fake_cuda tests/asan/vm
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all \
 	-fno-omit-frame-pointer
-asan: $(ASAN_TESTS)
+asan: $(ASAN_TESTS) $(ASAN_LINKS) $(FAKE_CUDA)
+
+$(ASAN_LINKS):
+	$(Q)mkdir -p tests/asan
+	$(Q)ln -sfn ../$(notdir $@) $@
 
 tests/asan/%: tests/%.c $(LIB_SRCS) $(LIB_HDRS) $(wildcard tests/*.h)
 	@$(if $(Q),echo "  CC      $@ (asan)")
 	$(Q)mkdir -p tests/asan
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(ASAN_FLAGS) -o $@ $< $(LIB_SRCS) $(LDLIBS)
 
-$(CUDA_TESTS) $(HW_BINS): $(CUDA_STAMP) lib/cuda_api.h tests/cuda_compat.h
+$(CUDA_TESTS) $(HW_BINS) $(CUDA_TESTS:tests/%=tests/asan/%): $(CUDA_STAMP) \
+	lib/cuda_api.h tests/cuda_compat.h
 
 $(FAKE_CUDA): $(FAKE_CUDA_SRCS) $(wildcard tests/fake_cuda/*.h) tests/cuda_compat.h \
 		lib/cuda_api.h $(CUDA_STAMP)
@@ -248,8 +259,20 @@ install: lib cli tests
 	    lib/kvdmabuf.pc.in >$(DESTDIR)$(LIBDIR)/pkgconfig/kvdmabuf.pc
 	install -m 0755 $(CLI) $(DESTDIR)$(BINDIR)/kvdmabuf
 	install -m 0644 lib/python/kvdmabuf/*.py $(DESTDIR)$(PYTHONDIR)/kvdmabuf/
+	# where the package finds its library: LIBDIR, relative to itself
+	printf '# written by make install\nLIBDIR_FROM_PACKAGE = "%s"\n' \
+		"$$(realpath -m --relative-to=$(PYTHONDIR)/kvdmabuf $(LIBDIR))" \
+		>$(DESTDIR)$(PYTHONDIR)/kvdmabuf/_libdir.py
 	install -m 0644 lib/man/*.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 0644 lib/man/*.3 $(DESTDIR)$(MANDIR)/man3/
+	# one name per public function (man kvdmabuf_wake): a link to the
+	# page whose NAME section lists it
+	for p in lib/man/*.3; do \
+		for n in $$(sed -n 's/^\.Nm \(kvdmabuf_[a-z_]*\).*/\1/p' $$p); do \
+			[ "$$n.3" = "$${p##*/}" ] || \
+			ln -sf "$${p##*/}" $(DESTDIR)$(MANDIR)/man3/$$n.3 || exit 1; \
+		done; \
+	done
 	install -m 0644 lib/man/*.7 $(DESTDIR)$(MANDIR)/man7/
 	install -m 0644 module/70-kvdmabuf.rules $(DESTDIR)$(UDEVRULESDIR)/
 	for t in $(SELFTESTS); do \
@@ -276,6 +299,7 @@ KERNELRELEASE_OF_KDIR = $(if $(filter /lib/modules/%/build,$(KDIR)),$(patsubst \
 modules_install: modules
 	install -D -m 0644 module/kvdmabuf.ko \
 		$(DESTDIR)/lib/modules/$(KERNELRELEASE_OF_KDIR)/extra/kvdmabuf.ko
+	$(if $(DESTDIR),,depmod -a $(KERNELRELEASE_OF_KDIR))
 	test -n "$(DESTDIR)" || depmod -a $(KERNELRELEASE_OF_KDIR)
 
 clean:

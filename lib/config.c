@@ -310,6 +310,9 @@ static int parse_doc(struct parse *p, struct kvd_config *c)
 	return 0;
 }
 
+/* What is used when no config is named at all. */
+#define DEFAULT_CONFIG "protocol: rdma\n"
+
 static void config_defaults(struct kvd_config *c)
 {
 	memset(c, 0, sizeof(*c));
@@ -348,12 +351,15 @@ int kvd_config_load(const char *path, struct kvd_config *cfg, char *err,
 	if (!path) {
 		path = getenv(KVDMABUF_CONFIG_ENV);
 		from = KVDMABUF_CONFIG_ENV;
-		if (!path || !*path) {
-			snprintf(err, errlen, "no configuration: "
-				 KVDMABUF_CONFIG_ENV " is not set and no "
-				 "config path was given");
-			return -ENOENT;
-		}
+		/* No file is needed to start: the defaults are those of an
+		 * empty config but for the protocol, rdma (the gate still
+		 * reads the environment). A file only changes them. */
+		if (!path || !*path)
+			return kvd_config_parse(DEFAULT_CONFIG,
+						sizeof(DEFAULT_CONFIG) - 1,
+						"built-in defaults (no "
+						KVDMABUF_CONFIG_ENV ")", cfg,
+						err, errlen);
 	}
 	f = fopen(path, "re");
 	if (!f) {

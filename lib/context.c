@@ -27,22 +27,37 @@ const struct kvd_ops kvd_default_ops = {
 	.proxy_attach = kvd_proxy_dev_attach,
 	.proxy_revoke = kvd_proxy_dev_revoke,
 	.proxy_query = kvd_proxy_dev_query,
+	.proxy_label = kvd_proxy_dev_label,
 };
 
 /*
  * The message of the calling thread's last failure, and the context it is
  * about. Per thread, not per context: threads share a context, and one
  * thread's failure must not overwrite the message another is reading.
+ * The context is known by its address and its serial: a context opened
+ * where a closed one was is another context, and a message another thread
+ * kept about the closed one is not its message.
  */
 static _Thread_local struct {
 	const struct kvdmabuf_ctx *ctx;
+	uint64_t serial;
 	char text[KVD_ERRMAX];
 } last_error;
 
+/* Serials of contexts, never 0 (a context on the stack, zeroed, has 0). */
+static _Atomic uint64_t ctx_serials;
+
+static bool msg_is_about(const struct kvdmabuf_ctx *ctx)
+{
+	return last_error.ctx == ctx &&
+	       (!ctx || last_error.serial == ctx->serial);
+}
+
 char *kvd_msg(const struct kvdmabuf_ctx *ctx)
 {
-	if (last_error.ctx != ctx) {
+	if (!msg_is_about(ctx)) {
 		last_error.ctx = ctx;
+		last_error.serial = ctx ? ctx->serial : 0;
 		last_error.text[0] = '\0';
 	}
 	return last_error.text;
@@ -108,7 +123,7 @@ int kvd_err_prefix(struct kvdmabuf_ctx *ctx, int rc, const char *fmt, ...)
 
 const char *kvdmabuf_last_error(const struct kvdmabuf_ctx *ctx)
 {
-	return ctx && last_error.ctx == ctx ? last_error.text : "";
+	return ctx && msg_is_about(ctx) ? last_error.text : "";
 }
 
 unsigned int kvdmabuf_version(void)
@@ -199,6 +214,7 @@ int kvd_open_ops(const struct kvdmabuf_options *opts,
 		set_err(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
+	ctx->serial = atomic_fetch_add(&ctx_serials, 1) + 1;
 	ctx->module_fd = -1;
 	ctx->pid = getpid();
 	ctx->ops = ops;
@@ -304,8 +320,23 @@ int kvdmabuf_close(struct kvdmabuf_ctx *ctx)
 		pthread_mutex_unlock(&ctx->lock);
 		return rc;
 	}
-	while (ctx->nr_regions)
-		kvd_region_destroy(ctx->regions[ctx->nr_regions - 1]);
+	/* A region whose MR the NIC does not let go stays, broken, with the
+	 * context open around it: the others are gone. */
+	for (i = ctx->nr_regions; i-- > 0;) {
+		struct kvdmabuf_region *r = ctx->regions[i];
+		int rc2 = kvd_region_release(r, "close");
+
+		if (!rc2)
+			kvd_region_destroy(r);
+		else if (!rc)
+			rc = rc2;
+	}
+	if (rc) {
+		kvd_err_prefix(ctx, rc, "close: %u region(s) left, the context "
+			       "stays open (close it again)", ctx->nr_regions);
+		pthread_mutex_unlock(&ctx->lock);
+		return rc;
+	}
 	free(ctx->regions);
 	if (ctx->module_fd >= 0)
 		close(ctx->module_fd);
@@ -350,9 +381,16 @@ int kvdmabuf_query(struct kvdmabuf_ctx *ctx, struct kvdmabuf_state *st)
 	return 0;
 }
 
+/* Under the lock: NICs join and leave (kvdmabuf_nic_add/remove). */
 struct ibv_pd *kvdmabuf_pd(struct kvdmabuf_ctx *ctx, unsigned int nic)
 {
-	if (!ctx || nic >= ctx->nr_nics)
+	struct ibv_pd *pd = NULL;
+
+	if (!ctx)
 		return NULL;
-	return ctx->nics[nic].pd;
+	pthread_mutex_lock(&ctx->lock);
+	if (nic < ctx->nr_nics)
+		pd = ctx->nics[nic].pd;
+	pthread_mutex_unlock(&ctx->lock);
+	return pd;
 }

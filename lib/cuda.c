@@ -394,6 +394,7 @@ int kvd_cuda_export(struct kvdmabuf_ctx *ctx, void *addr, size_t len,
 		goto out;
 	}
 	*fd = handle;
+	ctx->cuda_export_flags = flags;
 out:
 	pop_primary(ctx, ordinal, retained);
 	return rc;

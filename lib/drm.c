@@ -29,10 +29,17 @@ int kvd_drm_export(struct kvdmabuf_ctx *ctx, int drm_fd, uint32_t handle,
 int kvd_export_dmabuf(struct kvdmabuf_ctx *ctx, struct kvdmabuf_region *r,
 		      int *fd, uint64_t *offset)
 {
+	int rc;
+
 	*offset = 0;
 	switch (r->mem) {
 	case KVDMABUF_MEM_CUDA:
-		return kvd_cuda_export(ctx, r->addr, r->len, fd);
+		rc = kvd_cuda_export(ctx, r->addr, r->len, fd);
+		if (!rc)
+			r->mapping = ctx->cuda_export_flags ?
+				     KVDMABUF_MAPPING_PCIE :
+				     KVDMABUF_MAPPING_DEFAULT;
+		return rc;
 	case KVDMABUF_MEM_DRM:
 		return kvd_drm_export(ctx, r->drm_fd, r->drm_handle, fd);
 	default:

@@ -21,12 +21,16 @@
 
 /*
  * Set to any value (also "0" or ""), these make Mooncake's transfer engine
- * hand peers NVLink / multi-node NVLink handles to our GPU memory.
+ * hand peers NVLink / multi-node NVLink handles to our GPU memory
+ * (MC_ENABLE_MNNVL: its TENT engine exports cuMemCreate memory to peers).
+ * The gate knows these variables and the ones kvd_gate_check() reads, no
+ * others: a transport it has not heard of passes.
  */
 static const char *const nvlink_env[] = {
 	"MC_FORCE_MNNVL",
 	"MC_INTRANODE_NVLINK",
 	"MC_INTRA_NVLINK",
+	"MC_ENABLE_MNNVL",
 };
 
 static int refuse(char *reason, size_t len, const char *why)
@@ -82,11 +86,23 @@ int kvd_gate_check(const struct kvd_config *cfg, char *reason, size_t len)
 			return refuse(reason, len, why);
 		}
 	}
-	v = getenv("SGLANG_MOONCAKE_CUSTOM_MEM_POOL");
+	/* Mooncake's protocol by environment: nvlink, nvlink_intra. */
+	v = getenv("MOONCAKE_PROTOCOL");
 	if (v && strcasestr(v, "nvlink")) {
+		snprintf(why, sizeof(why), "MOONCAKE_PROTOCOL=%s (Mooncake then "
+			 "hands peers NVLink handles to our GPU memory)", v);
+		return refuse(reason, len, why);
+	}
+	/* SGLang names its pool (NVLINK, INTRA_NODE_NVLINK, BAREX); its
+	 * older boolean form, true or 1, meant the NVLink pool. */
+	v = getenv("SGLANG_MOONCAKE_CUSTOM_MEM_POOL");
+	if (v && (strcasestr(v, "nvlink") || !strcasecmp(v, "true") ||
+		  !strcmp(v, "1"))) {
 		snprintf(why, sizeof(why), "SGLANG_MOONCAKE_CUSTOM_MEM_POOL=%s "
 			 "(SGLang's Mooncake pool then shares GPU memory with "
-			 "peers over NVLink)", v);
+			 "peers over NVLink%s)", v,
+			 strcasestr(v, "nvlink") ? "" :
+			 "; the boolean form means the NVLink pool");
 		return refuse(reason, len, why);
 	}
 	if (!strcasecmp(cfg->transport, "ucx") ||

@@ -91,6 +91,7 @@ struct kvd_nic {
 	struct ibv_pd *pd;      /* the caller's or owned_pd */
 	struct ibv_pd *owned_pd;
 	struct ibv_context *owned_ctx;
+	uint64_t max_mr_size;   /* the device's limit on one MR; 0: unknown */
 };
 
 /* What the module reports about a proxy (subset of its query). */
@@ -150,6 +151,10 @@ struct kvd_ops {
 			    unsigned int timeout_ms);
 	int (*proxy_query)(struct kvdmabuf_ctx *ctx, int proxy_fd,
 			   struct kvd_proxy_info *info);
+	/* Optional: name the proxy dma-buf (what `kvdmabuf status` shows
+	 * of it); sets no message, failure is not an error. */
+	int (*proxy_label)(struct kvdmabuf_ctx *ctx, int proxy_fd,
+			   const char *label);
 };
 
 extern const struct kvd_ops kvd_default_ops;
@@ -185,6 +190,8 @@ int kvd_proxy_dev_revoke(struct kvdmabuf_ctx *ctx, int proxy_fd,
 			 unsigned int timeout_ms);
 int kvd_proxy_dev_query(struct kvdmabuf_ctx *ctx, int proxy_fd,
 			struct kvd_proxy_info *info);
+int kvd_proxy_dev_label(struct kvdmabuf_ctx *ctx, int proxy_fd,
+			const char *label);
 
 /* ---- objects ---- */
 struct kvd_cuda;
@@ -219,6 +226,8 @@ struct kvdmabuf_region {
 	/* A rollback failed and left the region in no known state: 0, or
 	 * the negative errno. I/O stays stopped, sleep and wake skip it. */
 	int broken;
+	int mapping;                     /* enum kvdmabuf_mapping */
+	int labelled;                    /* mapping the proxy's name says */
 };
 
 struct kvdmabuf_ctx {
@@ -229,6 +238,7 @@ struct kvdmabuf_ctx {
 	bool busy;
 	pthread_t busy_thread;
 	pid_t pid;                       /* of the process that opened it */
+	uint64_t serial;                 /* unique per open, for messages */
 
 	const struct kvd_ops *ops;
 	void *ops_arg;                   /* for test backends */
@@ -245,6 +255,8 @@ struct kvdmabuf_ctx {
 	void *sleep_begin_arg;
 	char cuda_library[256];
 	struct kvd_cuda *cuda;           /* loaded at first use */
+	/* flags of the last successful CUDA export (cuda.c) */
+	unsigned long long cuda_export_flags;
 
 	struct kvd_nic nics[KVDMABUF_MAX_NICS];
 	unsigned int nr_nics;
@@ -297,6 +309,8 @@ static inline bool kvd_on_nic(const struct kvdmabuf_region *r, unsigned int i)
 /* Register @r on NIC @i alone (nic.c); dereg_one drops that MR. */
 int kvd_region_reg_one(struct kvdmabuf_region *r, unsigned int i);
 int kvd_region_dereg_one(struct kvdmabuf_region *r, unsigned int i);
+/* Name the proxy after the region's CUDA mapping, when that changed. */
+void kvd_region_label(struct kvdmabuf_region *r);
 /* FOLLOW or REREGISTER for a proxied region, from the module's counts. */
 int kvd_region_measure_mode(struct kvdmabuf_region *r);
 /* Record that @r is broken (see struct kvdmabuf_region.broken). */
@@ -306,6 +320,9 @@ void kvd_region_break(struct kvdmabuf_region *r, int rc);
 int kvd_region_retire(struct kvdmabuf_region *r);
 void kvd_region_unretire(struct kvdmabuf_region *r);
 void kvd_region_destroy(struct kvdmabuf_region *r);
+/* Deregister every MR of @r before it is destroyed: 0, or the error of a
+ * deregistration the NIC refused (@r then broken, kept; message set). */
+int kvd_region_release(struct kvdmabuf_region *r, const char *what);
 /* With the lock held once and @ctx busy: one key-change callback for the
  * regions of @t whose keys changed, called with the lock released. */
 void kvd_fire_key_callbacks(struct kvdmabuf_ctx *ctx,

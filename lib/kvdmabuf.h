@@ -150,18 +150,24 @@ typedef int (*kvdmabuf_sleep_fn)(struct kvdmabuf_region *const *regions,
 /**
  * Key-change callback: the keys of @regions (@n of them) changed; the
  * engine reads them (kvdmabuf_region_keys(), which also gives the new key
- * generation) and republishes them to its peers. One call per sleep or
- * wake that changed keys, from the thread that runs it, without the
- * context lock and while I/O on those regions is still refused. It may call
- * the getters; sleep, wake, add, remove and close give -EDEADLK (-EBUSY in
- * other threads until it returns). @regions is valid during the call.
+ * generation) and republishes them to its peers. One call per sleep,
+ * wake, kvdmabuf_nic_add() or kvdmabuf_nic_remove() that changed keys,
+ * from the thread that runs it, without the context lock. At sleep and
+ * wake, I/O on those regions is still refused; at a NIC's add or removal
+ * the regions stay awake with I/O open (the keys on the NICs that stay
+ * are the same MRs; only their indexes above a removed NIC move down). It
+ * may call the getters; sleep, wake, add, remove and close give -EDEADLK
+ * (-EBUSY in other threads until it returns). @regions is valid during
+ * the call.
  */
 typedef void (*kvdmabuf_keys_fn)(struct kvdmabuf_region *const *regions,
 				 unsigned int n, void *arg);
 
 /** Options of kvdmabuf_open(). Zero-initialise, then set what is needed. */
 struct kvdmabuf_options {
-	/** YAML config file; NULL: $KVDMABUF_CONFIG. One of them is required. */
+	/** YAML config file; NULL: $KVDMABUF_CONFIG; neither: the built-in
+	 *  defaults (protocol rdma, module auto, drain 480 s, every verbs
+	 *  device): a file is only needed to change them. */
 	const char *config_path;
 	/**
 	 * One protection domain per NIC (the transfer engine's own). With
@@ -202,7 +208,8 @@ struct kvdmabuf_options {
  * the machine against it (protocol rdma needs a usable verbs device) and
  * opens the helper module as asked.
  *
- * Return: 0; -EINVAL bad options or config; -ENOENT no config;
+ * Return: 0; -EINVAL bad options or config; -ENOENT the config file named
+ * (option or $KVDMABUF_CONFIG) does not exist;
  * -EPROTONOSUPPORT sleep refused by the gate (reason in @err); -ENODEV no
  * verbs device for protocol rdma, or module required and absent;
  * -ENOMEM; other negative errno from verbs or the module.
@@ -212,12 +219,15 @@ int kvdmabuf_open(const struct kvdmabuf_options *opts,
 
 /**
  * kvdmabuf_close() - remove every region (deregister, close every fd) and
- * free the context. All or nothing: while a transfer is in flight on any
- * region nothing is removed. No other thread may use the context or its
- * regions once it returns 0.
+ * free the context. While a transfer is in flight on any region nothing
+ * is removed. No other thread may use the context or its regions once it
+ * returns 0. When a NIC refuses to deregister a region's MR, the other
+ * regions are removed, that one stays, broken (struct
+ * kvdmabuf_region_info), and the context stays open: call it again.
  *
  * Return: 0; -EBUSY a transfer is in flight, or a sleep is draining;
- * -EDEADLK from a callback; -EINVAL @ctx is NULL.
+ * -EDEADLK from a callback; -EINVAL @ctx is NULL; the error of a refused
+ * deregistration (context still open, message names the region).
  */
 int kvdmabuf_close(struct kvdmabuf_ctx *ctx);
 
@@ -225,22 +235,31 @@ int kvdmabuf_close(struct kvdmabuf_ctx *ctx);
  * kvdmabuf_last_error() - message of the calling thread's last failed call
  * on @ctx ("" if none). Per thread: a failure in another thread does not
  * change it. The string stays valid until this thread's next failing call.
+ * A message about a closed context is never shown for a context opened
+ * later, even at the same address.
  */
 const char *kvdmabuf_last_error(const struct kvdmabuf_ctx *ctx);
 
 /**
  * kvdmabuf_gate() - is sleep supported with this configuration?
- * @config_path: config file, NULL: $KVDMABUF_CONFIG
+ * @config_path: config file, NULL: $KVDMABUF_CONFIG, else the built-in
+ * defaults (protocol rdma)
  * @reason, @reason_len: optional buffer for the reason (either answer)
  *
  * Accepts protocols rdma and tcp; refuses nvlink and any other protocol,
- * and refuses whenever MC_FORCE_MNNVL, MC_INTRANODE_NVLINK or
- * MC_INTRA_NVLINK is set to any value (also "0"), since a transfer engine
- * then hands peers handles to GPU memory that re-registering cannot reach.
+ * and refuses whenever MC_FORCE_MNNVL, MC_INTRANODE_NVLINK,
+ * MC_INTRA_NVLINK or MC_ENABLE_MNNVL is set to any value (also "0"), or
+ * MOONCAKE_PROTOCOL names nvlink (nvlink, nvlink_intra), or
+ * SGLANG_MOONCAKE_CUSTOM_MEM_POOL names an NVLink pool or is true or 1
+ * (its older boolean form), or transport ucx/nixl runs with cuda_ipc
+ * (UCX_TLS), since a transfer engine then hands peers handles to GPU
+ * memory that re-registering cannot reach. It knows these variables only:
+ * a transport configured some other way is not seen.
  * Loads no CUDA library and opens no device.
  *
- * Return: 1 supported, 0 refused, negative errno when the config is
- * missing (-ENOENT, naming the variable and path) or invalid (-EINVAL).
+ * Return: 1 supported, 0 refused, negative errno when the config file
+ * named is missing (-ENOENT, naming the variable and path) or invalid
+ * (-EINVAL).
  */
 int kvdmabuf_gate(const char *config_path, char *reason, size_t reason_len);
 
@@ -277,7 +296,11 @@ struct kvdmabuf_region_desc {
  * A NIC without dma-buf MRs (EOPNOTSUPP) gets ibv_reg_mr() for
  * CPU-visible memory; device memory then fails with -EOPNOTSUPP.
  *
+ * Each region is one MR per NIC: it must fit in the NIC's max_mr_size.
+ *
  * Return: 0; -EINVAL bad description (alignment, overlap, flags);
+ * -EFBIG longer than a NIC's max_mr_size (the message names the NIC and
+ * its limit: add it as several regions);
  * -EOPNOTSUPP no way to register this memory; -ELIBACC CUDA driver
  * library cannot be loaded; -ENODEV device without dma-buf support;
  * -EDEADLK from a callback; other negative errno.
@@ -290,7 +313,10 @@ int kvdmabuf_region_add(struct kvdmabuf_ctx *ctx,
  * kvdmabuf_region_remove() - deregister, drop every fd and free @region.
  * New I/O is refused first; no thread may use @region once it returns 0.
  * Return: 0; -EBUSY a transfer is in flight (the region is left as it
- * was), or a sleep is draining; -EDEADLK from a callback.
+ * was), or a sleep is draining; -EDEADLK from a callback; the error of a
+ * deregistration the NIC refused: @region is kept, broken (I/O refused,
+ * no keys, the refused MR still registered), and a later remove tries
+ * again.
  */
 int kvdmabuf_region_remove(struct kvdmabuf_region *region);
 
@@ -323,8 +349,13 @@ int kvdmabuf_region_keys(struct kvdmabuf_region *region, unsigned int nic,
  * kvdmabuf_region_dmabuf() - the proxy dma-buf of @region, for engines that
  * register memory themselves (UCX/NIXL, libfabric FI_MR_DMABUF, NCCL net
  * plugins): register @fd at @offset for the region's length and the
- * registration follows sleep and wake like the library's own (FOLLOW),
- * provided the NIC handles move notification. The library still runs
+ * registration follows sleep and wake like the library's own (FOLLOW).
+ * Only on NICs that follow moves (move notification, like mlx5): a NIC
+ * that pins the proxy (efa, bnxt_re; irdma's revocable pin on Linux 7.1+,
+ * which a revoke would end for good) cannot follow a wake, and while such
+ * a registration of the engine's own exists every kvdmabuf_sleep() of the
+ * region fails with -EBUSY naming it. Register such NICs through the
+ * library (kvdmabuf_nic_add()) instead. The library still runs
  * sleep and wake. The fd belongs to the library and stays valid until the
  * region is removed (dup() it to keep it longer).
  *
@@ -333,6 +364,17 @@ int kvdmabuf_region_keys(struct kvdmabuf_region *region, unsigned int nic,
  */
 int kvdmabuf_region_dmabuf(struct kvdmabuf_region *region, int *fd,
 			   uint64_t *offset);
+
+/** Mapping of a CUDA region's dma-buf (kvdmabuf_region_info.mapping). */
+enum kvdmabuf_mapping {
+	/** not CUDA memory, or not exported yet */
+	KVDMABUF_MAPPING_NONE = 0,
+	/** CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE: reachable over PCIe */
+	KVDMABUF_MAPPING_PCIE = 1,
+	/** flags 0: the driver's default mapping (config `default`, or
+	 *  `auto` after the driver refused the PCIe flag) */
+	KVDMABUF_MAPPING_DEFAULT = 2,
+};
 
 /** State of one region (kvdmabuf_region_info()). */
 struct kvdmabuf_region_info {
@@ -348,9 +390,10 @@ struct kvdmabuf_region_info {
 	uint64_t proxy_id;   /**< module's proxy id, 0 if none */
 	/**
 	 * 0, or the negative errno of a rollback that failed and left the
-	 * region in no known state (named in that call's message): its I/O
+	 * region in no known state, or of a deregistration that remove or
+	 * close could not make (named in that call's message): its I/O
 	 * stays stopped, it has no keys, sleep and wake skip it. Remove it
-	 * and add it again.
+	 * (again) and add it again.
 	 */
 	int broken;
 	/**
@@ -360,6 +403,12 @@ struct kvdmabuf_region_info {
 	 * it (with memory that exists again) or remove it.
 	 */
 	int backing_lost;
+	/**
+	 * enum kvdmabuf_mapping: the flags of the region's last CUDA export
+	 * (at add or wake), so that `auto`'s fallback to the default mapping
+	 * is seen (on GH200/GB200 a PCIe NIC needs the PCIe mapping).
+	 */
+	int mapping;
 };
 int kvdmabuf_region_info(struct kvdmabuf_region *region,
 			 struct kvdmabuf_region_info *info);
@@ -383,21 +432,25 @@ struct kvdmabuf_state {
 };
 int kvdmabuf_query(struct kvdmabuf_ctx *ctx, struct kvdmabuf_state *state);
 
-/** kvdmabuf_pd() - protection domain of NIC @nic, or NULL. */
+/** kvdmabuf_pd() - protection domain of NIC @nic, or NULL (takes the
+ *  context lock: NICs join and leave under it). */
 struct ibv_pd *kvdmabuf_pd(struct kvdmabuf_ctx *ctx, unsigned int nic);
 
 /**
  * kvdmabuf_nic_add() - a NIC (the caller's protection domain, which it
  * keeps owning) joins the context after open: every region whose NIC set
- * is "every NIC" is registered on it, all or nothing. Their keys change
- * (a key-change callback lists them). A FOLLOW region whose proxy the new
- * NIC pins becomes REREGISTER. Only while no region is asleep.
+ * is "every NIC" is registered on it, all or nothing. Their keys change:
+ * the new NIC's are added, key generation + 1, and a key-change callback
+ * lists them before this returns (I/O stays open: the keys on the other
+ * NICs are unchanged). A FOLLOW region whose proxy the new NIC pins
+ * becomes REREGISTER. Only while no region is asleep.
  * @index: the new NIC's index (the highest).
  *
  * Return: 0; -EBUSY a region is asleep, or another thread's sleep or wake
  * runs; -E2BIG KVDMABUF_MAX_NICS reached; -EINVAL @pd NULL or already a
  * NIC of the context; -EPROTONOSUPPORT protocol is not rdma; -EDEADLK from
- * a callback; error of a registration (nothing changed).
+ * a callback; -EFBIG a region is longer than the new NIC's max_mr_size;
+ * error of a registration (nothing changed).
  */
 int kvdmabuf_nic_add(struct kvdmabuf_ctx *ctx, struct ibv_pd *pd,
 		     unsigned int *index);
@@ -405,8 +458,11 @@ int kvdmabuf_nic_add(struct kvdmabuf_ctx *ctx, struct ibv_pd *pd,
 /**
  * kvdmabuf_nic_remove() - deregister every region from NIC @nic and drop
  * it (and the device, if the library opened it). NICs above @nic move down
- * by one index, as do the bits of every region's NIC set. Only while no
- * region is asleep. A deregistration that fails leaves that region broken.
+ * by one index, as do the bits of every region's NIC set. The keys of a
+ * region registered on @nic or above change (per index): key generation
+ * + 1 and a key-change callback before this returns, with I/O open (stop
+ * using NIC @nic first). Only while no region is asleep. A
+ * deregistration that fails leaves that region broken.
  *
  * Return: 0; -EINVAL bad index; -EBUSY as for kvdmabuf_nic_add();
  * -EDEADLK from a callback; the first deregistration error (the NIC is
@@ -461,8 +517,10 @@ void kvdmabuf_io_end_many(struct kvdmabuf_region *const *regions,
  *
  * Return: 0; -ETIMEDOUT drain bound reached (message says how many
  * transfers were in flight and for how long); error of the drain callback;
- * -EBUSY an importer pins a proxy; -EDEADLK from a callback; other
- * negative errno of a failed step.
+ * -EBUSY an importer pins a proxy (one that is not the library's own, such
+ * as the engine's registration of kvdmabuf_region_dmabuf() on a NIC that
+ * pins, is named as such, before anything is revoked); -EDEADLK from a
+ * callback; other negative errno of a failed step.
  */
 int kvdmabuf_sleep(struct kvdmabuf_ctx *ctx, const char *tag);
 

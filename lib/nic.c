@@ -116,7 +116,8 @@ static uint64_t set_without(uint64_t set, unsigned int nic)
 
 int kvdmabuf_nic_remove(struct kvdmabuf_ctx *ctx, unsigned int nic)
 {
-	unsigned int i, rest;
+	struct kvdmabuf_region **t = NULL;
+	unsigned int i, j, rest, n = 0;
 	int rc, first = 0;
 
 	if (!ctx)
@@ -136,10 +137,20 @@ int kvdmabuf_nic_remove(struct kvdmabuf_ctx *ctx, unsigned int nic)
 				     ctx->regions[i]->len, nic);
 	if (rc)
 		goto unlock;
+	t = calloc(ctx->nr_regions + 1, sizeof(*t));
+	if (!t) {
+		rc = kvd_err(ctx, -ENOMEM, "out of memory");
+		goto unlock;
+	}
 	rest = ctx->nr_nics - nic - 1;
 	for (i = 0; i < ctx->nr_regions; i++) {
 		struct kvdmabuf_region *r = ctx->regions[i];
+		bool moved = false;
 
+		/* keys at index @nic and above change: that NIC's go, the
+		 * ones above move down */
+		for (j = nic; j < ctx->nr_nics; j++)
+			moved |= r->mr[j].handle != NULL;
 		rc = kvd_region_dereg_one(r, nic);
 		if (rc) {
 			kvd_err_prefix(ctx, rc, "nic_remove: region %p+%zu "
@@ -155,10 +166,19 @@ int kvdmabuf_nic_remove(struct kvdmabuf_ctx *ctx, unsigned int nic)
 		memset(&r->last[nic + rest], 0, sizeof(r->last[0]));
 		if (r->nic_set)
 			r->nic_set = set_without(r->nic_set, nic);
+		if (moved && !r->broken) {
+			r->key_gen++;
+			r->keys_changed = true;
+			t[n++] = r;
+		}
 	}
 	ctx->ops->nic_remove(ctx, nic);
 	rc = first;
+	kvd_busy_begin(ctx);
+	kvd_fire_key_callbacks(ctx, t, n);
+	kvd_busy_end(ctx);
 unlock:
 	pthread_mutex_unlock(&ctx->lock);
+	free(t);
 	return rc;
 }

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/dma-buf.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -14,8 +15,8 @@
 
 /*
  * EINTR is retried except for ATTACH, which may have swapped the backing
- * when it is interrupted. REVOKE is retried: it revoked before it waited,
- * and a second revoke only waits again for the old backing to go.
+ * when it is interrupted, and REVOKE, which retries within its own bound
+ * (kvd_proxy_dev_revoke()).
  */
 static int xioctl(int fd, unsigned long cmd, void *arg)
 {
@@ -23,7 +24,8 @@ static int xioctl(int fd, unsigned long cmd, void *arg)
 
 	do {
 		rc = ioctl(fd, cmd, arg);
-	} while (rc < 0 && errno == EINTR && cmd != KVDMABUF_IOCTL_ATTACH);
+	} while (rc < 0 && errno == EINTR && cmd != KVDMABUF_IOCTL_ATTACH &&
+		 cmd != KVDMABUF_IOCTL_REVOKE);
 	return rc < 0 ? -errno : 0;
 }
 
@@ -108,11 +110,29 @@ int kvd_proxy_dev_revoke(struct kvdmabuf_ctx *ctx, int proxy_fd,
 	struct kvdmabuf_revoke r;
 	int rc;
 
-	memset(&r, 0, sizeof(r));
-	r.size = sizeof(r);
-	r.proxy_fd = (__u32)proxy_fd;
-	r.timeout_ms = timeout_ms;
-	rc = xioctl(ctx->module_fd, KVDMABUF_IOCTL_REVOKE, &r);
+	int64_t deadline = kvd_now_ns() + (int64_t)timeout_ms * 1000000;
+	int64_t left_ns;
+	unsigned int tries = 0;
+
+	/*
+	 * A revoke that a signal interrupted has revoked already and was
+	 * waiting for importers to drop the old backing: ask again for what
+	 * is left of @timeout_ms, never longer in all (the caller holds the
+	 * context lock). Once the time is spent it is the timeout.
+	 */
+	do {
+		left_ns = deadline - kvd_now_ns();
+		if (tries++ && left_ns <= 0) {
+			rc = -ETIMEDOUT;
+			break;
+		}
+		memset(&r, 0, sizeof(r));
+		r.size = sizeof(r);
+		r.proxy_fd = (__u32)proxy_fd;
+		r.timeout_ms = left_ns <= 0 ? 0 :
+			       (__u32)((left_ns + 999999) / 1000000);
+		rc = xioctl(ctx->module_fd, KVDMABUF_IOCTL_REVOKE, &r);
+	} while (rc == -EINTR);
 	if (rc == -EBUSY)
 		return kvd_err(ctx, rc, "kvdmabuf revoke (proxy fd %d): an "
 			       "importer holds a blocking pin", proxy_fd);
@@ -155,4 +175,17 @@ int kvd_proxy_dev_query(struct kvdmabuf_ctx *ctx, int proxy_fd,
 			      KVD_REVOKE_EXPORTER : q.revoke_reason ?
 			      KVD_REVOKE_USER : KVD_REVOKE_NONE;
 	return 0;
+}
+
+/*
+ * The dma-buf's own name (DMA_BUF_SET_NAME, shown in /proc/PID/fdinfo),
+ * which `kvdmabuf status` reads for the proxies it lists. A kernel that
+ * refuses a new name while importers are attached (before 5.15) keeps the
+ * old one: the name is for people, nothing depends on it.
+ */
+int kvd_proxy_dev_label(struct kvdmabuf_ctx *ctx, int proxy_fd,
+			const char *label)
+{
+	(void)ctx;
+	return ioctl(proxy_fd, DMA_BUF_SET_NAME, label) ? -errno : 0;
 }

@@ -24,8 +24,17 @@ int kvd_region_reg_one(struct kvdmabuf_region *r, unsigned int i)
 	struct kvd_mr *mr = &r->mr[i];
 	int fd = r->proxy_fd >= 0 ? r->proxy_fd : r->backing_fd;
 	uint64_t off = r->proxy_fd >= 0 ? 0 : r->backing_off;
+	uint64_t max = ctx->nics[i].max_mr_size;
 	int rc;
 
+	/* One MR per region and NIC: a longer region is refused, by name,
+	 * rather than left to the NIC's own error. */
+	if (max && r->len > max)
+		return kvd_err(ctx, -EFBIG, "%zu bytes are more than NIC %s "
+			       "takes in one memory region (max_mr_size %llu "
+			       "bytes): add it as several regions of at most "
+			       "that length", r->len, ctx->nics[i].name,
+			       (unsigned long long)max);
 	if (fd < 0)
 		return ops->reg_addr(ctx, i, r->addr, r->len, mr);
 	rc = ops->reg_dmabuf(ctx, i, fd, off, r->len,
@@ -148,6 +157,39 @@ static void fd_close(int *fd)
 	*fd = -1;
 }
 
+/*
+ * Before a region of the context is freed (ctx locked, I/O stopped): drop
+ * every MR it still has. One that the NIC refuses to deregister stays, the
+ * region broken with that error and still listed, so that the engine sees
+ * it and a later remove or close tries again; the others are gone.
+ */
+int kvd_region_release(struct kvdmabuf_region *r, const char *what)
+{
+	struct kvdmabuf_ctx *ctx = r->ctx;
+	unsigned int i, failed = 0, first = 0;
+	int rc, err = 0;
+
+	for (i = 0; i < ctx->nr_nics; i++) {
+		rc = kvd_region_dereg_one(r, i);
+		if (!rc)
+			continue;
+		if (!err) {
+			err = rc;
+			first = i;
+		}
+		failed++;
+	}
+	if (!err)
+		return 0;
+	r->registered = false;
+	kvd_region_break(r, err);
+	return kvd_err(ctx, err, "%s: region %p+%zu (tag '%s'): deregistration "
+		       "on NIC %s%s failed: %s; the region stays, broken, its "
+		       "MR still registered there: remove it again", what,
+		       r->addr, r->len, r->tag, ctx->nics[first].name,
+		       failed > 1 ? " and others" : "", strerror(-err));
+}
+
 /* Undo everything of a region (ctx locked) and free it. */
 void kvd_region_destroy(struct kvdmabuf_region *r)
 {
@@ -187,11 +229,23 @@ static int desc_check(struct kvdmabuf_ctx *ctx,
 		return kvd_err(ctx, -EINVAL, "region: NIC set 0x%llx names "
 			       "NICs beyond the %u of this context",
 			       (unsigned long long)d->nics, ctx->nr_nics);
-	if (!d->addr || !d->len || a % (uintptr_t)page ||
-	    d->len % (size_t)page || a + d->len < a)
+	if (!d->addr || !d->len || a + d->len < a)
 		return kvd_err(ctx, -EINVAL, "region %p+%zu: address and length "
 			       "must be non-zero and page aligned", d->addr,
 			       d->len);
+	if (a % (uintptr_t)page || d->len % (size_t)page) {
+		/* a tensor of any size: say what would cover it */
+		uintptr_t start = a - a % (uintptr_t)page;
+		uintptr_t end = a + d->len + ((uintptr_t)page - 1);
+
+		end -= end % (uintptr_t)page;
+		return kvd_err(ctx, -EINVAL, "region %p+%zu: address and length "
+			       "must be page aligned (%ld bytes); the pages "
+			       "that hold it are %p+%zu: register those (or the "
+			       "allocation around it) once, not each tensor",
+			       d->addr, d->len, page, (void *)start,
+			       (size_t)(end - start));
+	}
 	if (d->mem < KVDMABUF_MEM_HOST || d->mem > KVDMABUF_MEM_DRM)
 		return kvd_err(ctx, -EINVAL, "region: unknown memory kind %d",
 			       d->mem);
@@ -257,6 +311,7 @@ static int region_setup(struct kvdmabuf_region *r)
 			r->proxy_fd = -1;
 			return rc;
 		}
+		kvd_region_label(r);
 		rc = ops->proxy_attach(ctx, r->proxy_fd, r->backing_fd,
 				       r->backing_off, 0);
 		if (rc)
@@ -266,6 +321,29 @@ static int region_setup(struct kvdmabuf_region *r)
 	if (rc)
 		return rc;
 	return kvd_region_measure_mode(r);
+}
+
+/*
+ * "kvd:<proxy id>:<mapping>" on a CUDA region's proxy, for `kvdmabuf
+ * status` (which lists proxies by id and finds their names in the owner's
+ * /proc/PID/fdinfo). At most DMA_BUF_NAME_LEN (32) bytes with its NUL.
+ */
+void kvd_region_label(struct kvdmabuf_region *r)
+{
+	const struct kvd_ops *ops = r->ctx->ops;
+	char name[48];
+	int n;
+
+	if (r->proxy_fd < 0 || !r->mapping || r->mapping == r->labelled ||
+	    !ops->proxy_label)
+		return;
+	n = snprintf(name, sizeof(name), "kvd:%llu:%s",
+		     (unsigned long long)r->proxy_id,
+		     r->mapping == KVDMABUF_MAPPING_PCIE ? "pcie" : "default");
+	if (n < 0 || n >= 32)      /* DMA_BUF_NAME_LEN, its NUL included */
+		return;
+	if (!ops->proxy_label(r->ctx, r->proxy_fd, name))
+		r->labelled = r->mapping;
 }
 
 /*
@@ -366,6 +444,8 @@ int kvdmabuf_region_remove(struct kvdmabuf_region *r)
 	rc = kvd_may_change(ctx, "region_remove");
 	if (!rc)
 		rc = kvd_region_retire(r);
+	if (!rc)
+		rc = kvd_region_release(r, "region_remove");
 	if (!rc)
 		kvd_region_destroy(r);
 	pthread_mutex_unlock(&ctx->lock);
@@ -525,6 +605,7 @@ int kvdmabuf_region_info(struct kvdmabuf_region *r,
 	info->proxy_id = r->proxy_id;
 	info->broken = r->broken;
 	info->backing_lost = region_backing_lost(r);
+	info->mapping = r->mapping;
 	pthread_mutex_unlock(&ctx->lock);
 	return 0;
 }

@@ -200,6 +200,36 @@ static int revoke_for_undo(struct kvdmabuf_region *r)
 	return rc == -ETIMEDOUT ? 0 : rc;
 }
 
+/*
+ * Before a revoke: a pin on the proxy that is not the library's own (an
+ * engine that registered kvdmabuf_region_dmabuf() itself on a NIC that
+ * pins) would make the revoke fail (blocking pin) or, for a revocable
+ * pin (irdma, Linux 7.1+), end that MR for good with sleep and wake
+ * returning 0. The library's own MRs never pin a FOLLOW region's proxy
+ * (measured), and a REREGISTER region's are deregistered by now: every
+ * pin left is foreign, and the sleep is refused with its cause.
+ */
+static int refuse_foreign_pins(struct kvdmabuf_region *r)
+{
+	struct kvdmabuf_ctx *ctx = r->ctx;
+	struct kvd_proxy_info pi;
+	int rc;
+
+	rc = ctx->ops->proxy_query(ctx, r->proxy_fd, &pi);
+	if (rc)
+		return rc;
+	if (!pi.nr_pinned && !pi.nr_blocking_pins && !pi.nr_revocable_pins)
+		return 0;
+	return kvd_err(ctx, -EBUSY, "an importer that is not this library "
+		       "pins the proxy (%u pinned, %u of its pins revocable): "
+		       "a registration of kvdmabuf_region_dmabuf() on a NIC "
+		       "that pins, which a revoke would %s; register such NICs "
+		       "through the library (kvdmabuf_nic_add()) or use the "
+		       "proxy only on NICs that follow moves", pi.nr_pinned,
+		       pi.nr_revocable_pins, pi.nr_revocable_pins ?
+		       "end for good" : "not get past");
+}
+
 static int sleep_one(struct kvdmabuf_region *r)
 {
 	struct kvdmabuf_ctx *ctx = r->ctx;
@@ -208,12 +238,15 @@ static int sleep_one(struct kvdmabuf_region *r)
 
 	switch (r->mode) {
 	case KVDMABUF_MODE_FOLLOW:
-		return revoke_or_restore(r);
+		rc = refuse_foreign_pins(r);
+		return rc ? rc : revoke_or_restore(r);
 	case KVDMABUF_MODE_REREGISTER:
 		rc = kvd_region_dereg_all(r);
 		if (rc || r->proxy_fd < 0)
 			return rc;
-		rc = revoke_or_restore(r);
+		rc = refuse_foreign_pins(r);
+		if (!rc)
+			rc = revoke_or_restore(r);
 		if (!rc || r->broken)
 			return rc;
 		msg_save(ctx, saved);
@@ -273,6 +306,7 @@ static int wake_one(struct kvdmabuf_region *r)
 			return kvd_err_prefix(ctx, rc, "export");
 	}
 	if (r->proxy_fd >= 0) {
+		kvd_region_label(r);    /* the mapping may have changed */
 		rc = ops->proxy_attach(ctx, r->proxy_fd, fd, off, 0);
 		if (rc) {
 			fd_close(&fd);
@@ -447,8 +481,10 @@ int kvdmabuf_sleep(struct kvdmabuf_ctx *ctx, const char *tag)
 		goto unlock;
 	}
 	rc = targets(ctx, tag, false, &t, &idx, &n);
-	if (rc || !n)
-		goto unlock;    /* nothing awake to put to sleep: done */
+	if (rc)
+		goto unlock;
+	if (!n)
+		goto done;      /* nothing awake to put to sleep */
 
 	kvd_busy_begin(ctx);
 	for (k = 0; k < n; k++)
@@ -476,6 +512,7 @@ reopen:
 		kvd_region_unretire(t[k]);
 out:
 	kvd_busy_end(ctx);
+done:
 	free(t);
 	free(idx);
 unlock:
@@ -499,8 +536,10 @@ int kvdmabuf_wake(struct kvdmabuf_ctx *ctx, const char *tag)
 	if (rc)
 		goto unlock;
 	rc = targets(ctx, tag, true, &t, &idx, &n);
-	if (rc || !n)
-		goto unlock;    /* nothing asleep: done */
+	if (rc)
+		goto unlock;
+	if (!n)
+		goto done;      /* nothing asleep */
 
 	kvd_busy_begin(ctx);
 	/* On failure: still asleep, I/O still stopped, keys as before. */
@@ -515,6 +554,7 @@ int kvdmabuf_wake(struct kvdmabuf_ctx *ctx, const char *tag)
 			kvd_io_open(&t[k]->io);
 	}
 	kvd_busy_end(ctx);
+done:
 	free(t);
 	free(idx);
 unlock:

@@ -13,6 +13,7 @@
 static int nic_add(struct kvdmabuf_ctx *ctx, struct ibv_pd *pd,
 		   struct ibv_context *owned_ctx)
 {
+	struct ibv_device_attr attr;
 	struct kvd_nic *n;
 
 	if (ctx->nr_nics == KVDMABUF_MAX_NICS)
@@ -22,6 +23,9 @@ static int nic_add(struct kvdmabuf_ctx *ctx, struct ibv_pd *pd,
 	snprintf(n->name, sizeof(n->name), "%s",
 		 ibv_get_device_name(pd->context->device));
 	n->pd = pd;
+	/* one MR per region and NIC: the region must fit in one */
+	if (!ibv_query_device(pd->context, &attr))
+		n->max_mr_size = attr.max_mr_size;
 	if (owned_ctx) {
 		n->owned_pd = pd;
 		n->owned_ctx = owned_ctx;

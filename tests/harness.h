@@ -21,6 +21,9 @@
  * (fixture.variant.test) or test name equals NAME (repeatable); a NAME that
  * matches no test is an error (exit 1), never an empty passing run.
  * KVDMABUF_TIMEOUT_SCALE=N multiplies every timeout (slow emulators).
+ * Built with -fsanitize=address, each test's child runs LeakSanitizer
+ * before its _exit() (which skips the check at exit): a test that passes
+ * but leaks fails, the report on stderr.
  */
 #ifndef KVDMABUF_TESTS_HARNESS_H
 #define KVDMABUF_TESTS_HARNESS_H
@@ -36,6 +39,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/lsan_interface.h>
+#endif
 
 #define KSFT_PASS 0
 #define KSFT_FAIL 1
@@ -78,6 +84,7 @@ struct __test_metadata {
 struct __harness_registry {
 	struct __fixture_metadata *fixtures;
 	struct __test_metadata *tests;
+	char **names;   /* the -t names: held here, not leaked, in a child */
 };
 
 /* The registry is filled by constructors before main() runs. */
@@ -332,6 +339,20 @@ static inline double __th_now(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/*
+ * In a sanitized build: 1 when LeakSanitizer finds memory that nothing
+ * points to any more (it prints the report), else 0. The child ends with
+ * _exit(), which skips the check LeakSanitizer makes at exit.
+ */
+static inline int __th_leaked(void)
+{
+#ifdef __SANITIZE_ADDRESS__
+	return __lsan_do_recoverable_leak_check() != 0;
+#else
+	return 0;
+#endif
+}
+
 /* Returns KSFT_PASS/FAIL/SKIP; reason filled for skips and time-outs. */
 static inline int __th_run_one(struct __test_metadata *t,
 			       const struct __fixture_variant_metadata *v,
@@ -358,6 +379,12 @@ static inline int __th_run_one(struct __test_metadata *t,
 		t->results = res;
 		t->fn(t, v);
 		fflush(stdout);
+		if (t->passed && !t->skip && __th_leaked()) {
+			snprintf(res->reason, sizeof(res->reason),
+				 "LeakSanitizer: memory leaked (report on "
+				 "stderr)");
+			t->passed = 0;
+		}
 		_exit(t->skip && t->passed ? KSFT_SKIP :
 		      t->passed ? KSFT_PASS : KSFT_FAIL);
 	}
@@ -444,7 +471,7 @@ static inline int test_harness_run(int argc, char **argv)
 	struct __test_results *res;
 	const char *scale_env = getenv("KVDMABUF_TIMEOUT_SCALE");
 	int scale = scale_env ? atoi(scale_env) : 1;
-	char **names = calloc(argc, sizeof(*names));
+	char **names = __harness.names = calloc(argc, sizeof(*names));
 	char full[256];
 	int nnames = 0, opt;
 

@@ -8,6 +8,18 @@
 
 #include "harness.h"
 
+#ifdef __SANITIZE_ADDRESS__
+/* "crashes" must die of its signal, not of the sanitizer's handler. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+{
+	return "handle_segv=0";
+}
+#endif
+
+/* Where nothing points to it any more (a sanitized build's leak check). */
+static void *volatile leak_slot;
+
 TEST(passes)
 {
 	ASSERT_EQ(1, 1);
@@ -93,6 +105,13 @@ FIXTURE_TEARDOWN(skipping)
 TEST_F(skipping, body_never_runs)
 {
 	printf("# BODY-RAN\n");
+}
+
+TEST(leaks)
+{
+	leak_slot = malloc(100);
+	ASSERT_NOT_NULL(leak_slot);
+	leak_slot = NULL;
 }
 
 TEST_HARNESS_MAIN

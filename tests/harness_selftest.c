@@ -50,7 +50,7 @@ TEST(full_run_reports_each_outcome)
 
 	ASSERT_EQ(KSFT_FAIL, run_sample("", out, sizeof(out)));
 	EXPECT_TRUE(has_line(out, "TAP version 13"));
-	EXPECT_TRUE(has_line(out, "1..11"));
+	EXPECT_TRUE(has_line(out, "1..12"));
 	EXPECT_TRUE(has_line(out, "ok 1 passes #"));
 	EXPECT_TRUE(has_line(out, "not ok 2 assert_fails"));
 	EXPECT_TRUE(has_line(out, "not ok 3 expect_fails_and_continues"));
@@ -64,6 +64,13 @@ TEST(full_run_reports_each_outcome)
 	EXPECT_TRUE(has_line(out, "not ok 9 fx.one.assert_still_tears_down"));
 	EXPECT_TRUE(has_line(out, "not ok 10 fx.two.assert_still_tears_down"));
 	EXPECT_TRUE(has_line(out, "ok 11 skipping.body_never_runs # SKIP setup cannot run here"));
+	/* Built with ASan (tests/asan/), each child checks for leaks. */
+#ifdef __SANITIZE_ADDRESS__
+	EXPECT_TRUE(has_line(out, "not ok 12 leaks"));
+	EXPECT_NOT_NULL(strstr(out, "LeakSanitizer: memory leaked"));
+#else
+	EXPECT_TRUE(has_line(out, "ok 12 leaks #"));
+#endif
 	/* ASSERT stops the test, EXPECT does not, SKIP stops it too. */
 	EXPECT_NULL(strstr(out, "AFTER-ASSERT"));
 	EXPECT_NOT_NULL(strstr(out, "AFTER-EXPECT"));

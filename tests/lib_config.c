@@ -3,9 +3,10 @@
  * lib_config - the YAML config (every key, malformed YAML and unknown keys
  * reported with line and column) and the sleep gate as a table: rdma and
  * tcp accepted, any other protocol refused, MC_FORCE_MNNVL /
- * MC_INTRANODE_NVLINK / MC_INTRA_NVLINK set to any value refused, missing
- * config an error naming the variable and the path; the gate loads no
- * CUDA library and opens no device. Host-only.
+ * MC_INTRANODE_NVLINK / MC_INTRA_NVLINK set to any value refused, no
+ * config named the built-in defaults, a named config missing an error
+ * naming the variable and the path; the gate loads no CUDA library and
+ * opens no device. Host-only.
  */
 #include <locale.h>
 
@@ -106,6 +107,7 @@ TEST(config_defaults)
 static const char *const gate_env[] = {
 	"MC_FORCE_MNNVL", "MC_INTRANODE_NVLINK", "MC_INTRA_NVLINK",
 	"MC_FORCE_MNNVL_X", "SGLANG_MOONCAKE_CUSTOM_MEM_POOL", "UCX_TLS",
+	"MC_ENABLE_MNNVL", "MOONCAKE_PROTOCOL",
 };
 
 struct gate_case {
@@ -134,6 +136,16 @@ static const struct gate_case gates[] = {
 	{ "rdma", NULL, "SGLANG_MOONCAKE_CUSTOM_MEM_POOL", "intra_node_nvlink",
 	  0 },
 	{ "rdma", NULL, "SGLANG_MOONCAKE_CUSTOM_MEM_POOL", "BAREX", 1 },
+	/* the older boolean form meant the NVLink pool */
+	{ "rdma", NULL, "SGLANG_MOONCAKE_CUSTOM_MEM_POOL", "True", 0 },
+	{ "rdma", NULL, "SGLANG_MOONCAKE_CUSTOM_MEM_POOL", "1", 0 },
+	{ "rdma", NULL, "SGLANG_MOONCAKE_CUSTOM_MEM_POOL", "false", 1 },
+	/* Mooncake's TENT engine exports cuMemCreate memory to peers */
+	{ "rdma", NULL, "MC_ENABLE_MNNVL", "1", 0 },
+	{ "tcp", NULL, "MC_ENABLE_MNNVL", "0", 0 },
+	{ "rdma", NULL, "MOONCAKE_PROTOCOL", "nvlink", 0 },
+	{ "rdma", NULL, "MOONCAKE_PROTOCOL", "NVLINK_INTRA", 0 },
+	{ "rdma", NULL, "MOONCAKE_PROTOCOL", "rdma", 1 },
 	/* UCX: unset UCX_TLS means every transport, cuda_ipc included */
 	{ "rdma", "ucx", NULL, NULL, 0 },
 	{ "rdma", "nixl", NULL, NULL, 0 },
@@ -207,14 +219,35 @@ TEST(numbers_ignore_the_locale)
 	EXPECT_EQ(0, system(cmd));
 }
 
+/* No file named at all: the built-in defaults, no file needed. */
+TEST(no_config_named_means_the_defaults)
+{
+	struct kvd_config c;
+	char reason[512];
+
+	unsetenv(KVDMABUF_CONFIG_ENV);
+	ASSERT_EQ(0, kvd_config_load(NULL, &c, reason, sizeof(reason)));
+	EXPECT_EQ(KVD_PROTO_RDMA, c.proto);
+	EXPECT_EQ(KVDMABUF_MODULE_AUTO, c.module);
+	EXPECT_EQ(KVDMABUF_DRAIN_TIMEOUT_S_DEFAULT * 1000u, c.drain_timeout_ms);
+	EXPECT_EQ(0u, c.nr_nics);
+	EXPECT_NE(NULL, strstr(c.path, "built-in defaults"));
+	EXPECT_EQ(1, kvdmabuf_gate(NULL, reason, sizeof(reason)));
+	TH_LOG("%s", reason);
+	setenv(KVDMABUF_CONFIG_ENV, "", 1);
+	EXPECT_EQ(1, kvdmabuf_gate(NULL, reason, sizeof(reason)));
+	/* the gate still reads the environment */
+	setenv("MC_FORCE_MNNVL", "1", 1);
+	EXPECT_EQ(0, kvdmabuf_gate(NULL, reason, sizeof(reason)));
+	unsetenv("MC_FORCE_MNNVL");
+	unsetenv(KVDMABUF_CONFIG_ENV);
+}
+
+/* A file named but missing is an error naming where the name came from. */
 TEST(gate_missing_config_names_variable_and_path)
 {
 	char reason[512];
 
-	unsetenv(KVDMABUF_CONFIG_ENV);
-	EXPECT_EQ(-ENOENT, kvdmabuf_gate(NULL, reason, sizeof(reason)));
-	TH_LOG("%s", reason);
-	EXPECT_NE(NULL, strstr(reason, "KVDMABUF_CONFIG"));
 	setenv(KVDMABUF_CONFIG_ENV, "/nonexistent/kvdmabuf.yaml", 1);
 	EXPECT_EQ(-ENOENT, kvdmabuf_gate(NULL, reason, sizeof(reason)));
 	TH_LOG("%s", reason);

@@ -600,11 +600,27 @@ TEST_F(map, export_flags)
 	if (variant->msg)
 		HAS(ctx, variant->msg);
 	if (!rc) {
+		struct kvdmabuf_region_info in;
+		int mapping = variant->flags ? KVDMABUF_MAPPING_PCIE :
+				      KVDMABUF_MAPPING_DEFAULT;
+		char label[48];
+
 		EXPECT_EQ(variant->flags, fc.last_flags());
+		/* the region says which mapping it got, and so does its
+		 * proxy's name (what `kvdmabuf status` shows) */
+		ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
+		EXPECT_EQ(mapping, in.mapping);
+		ASSERT_NE(0ull, in.proxy_id);
+		snprintf(label, sizeof(label), "kvd:%llu:%s",
+			 (unsigned long long)in.proxy_id,
+			 variant->flags ? "pcie" : "default");
+		EXPECT_EQ(0, strcmp(label, fw.px[in.proxy_id - 1].label));
 		/* and the same at a wake */
 		ASSERT_EQ(0, kvdmabuf_sleep(ctx, NULL));
 		ASSERT_EQ(0, kvdmabuf_wake(ctx, NULL));
 		EXPECT_EQ(variant->flags, fc.last_flags());
+		ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
+		EXPECT_EQ(mapping, in.mapping);
 	}
 	kvdmabuf_close(ctx);
 }

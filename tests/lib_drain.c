@@ -11,8 +11,13 @@
  * Host-only: fake NICs (tests/lib_fake.h) stand for the RDMA devices.
  */
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+
+#include "../uapi/kvdmabuf.h"
 
 #include "harness.h"
 #include "lib_fake.h"
@@ -488,6 +493,71 @@ TEST_F_TIMEOUT(dr, remove_right_after_sleep_races_the_last_io_end, 120)
 		ASSERT_EQ(0, kvdmabuf_region_remove(r));
 		ASSERT_EQ(0, pthread_join(t, NULL));
 	}
+}
+
+/*
+ * A module whose REVOKE wait a signal interrupts every time: ioctl() of
+ * this program (it comes before the C library's for the library linked
+ * in) answers REVOKE on eintr.fd after 20 ms, or the timeout asked if
+ * shorter, with EINTR; everything else goes to the kernel.
+ */
+static struct {
+	int fd;
+	unsigned int calls;
+	unsigned int first_ms, last_ms;
+} eintr = { .fd = -1 };
+
+int ioctl(int fd, unsigned long req, ...);
+int ioctl(int fd, unsigned long req, ...)
+{
+	struct kvdmabuf_revoke *r;
+	struct timespec ts;
+	va_list ap;
+	void *arg;
+
+	va_start(ap, req);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	if (fd != eintr.fd || eintr.fd < 0 || req != KVDMABUF_IOCTL_REVOKE)
+		return (int)syscall(SYS_ioctl, fd, req, arg);
+	r = arg;
+	if (!eintr.calls++)
+		eintr.first_ms = r->timeout_ms;
+	eintr.last_ms = r->timeout_ms;
+	ts.tv_sec = 0;
+	ts.tv_nsec = (r->timeout_ms < 20 ? r->timeout_ms : 20) * 1000000L;
+	nanosleep(&ts, NULL);
+	errno = EINTR;
+	return -1;
+}
+
+/* A revoke interrupted again and again ends within its bound, in all
+ * (the context lock is held meanwhile), as a timeout. */
+TEST_TIMEOUT(revoke_interrupted_without_end_keeps_its_bound, 10)
+{
+	struct kvdmabuf_ctx c;
+	int64_t t0, ms;
+	int rc;
+
+	memset(&c, 0, sizeof(c));
+	c.module_fd = memfd_create("kvd-eintr-dev", MFD_CLOEXEC);
+	ASSERT_GE(c.module_fd, 0);
+	eintr.fd = c.module_fd;
+	t0 = kvd_now_ns();
+	rc = kvd_proxy_dev_revoke(&c, 5, 300);
+	ms = (kvd_now_ns() - t0) / 1000000;
+	TH_LOG("%d after %lld ms, %u calls (asked %u ms, last %u ms): %s", rc,
+	       (long long)ms, eintr.calls, eintr.first_ms, eintr.last_ms,
+	       kvd_msg(&c));
+	EXPECT_EQ(-ETIMEDOUT, rc);
+	EXPECT_GE(ms, 290);
+	EXPECT_LT(ms, 1000);
+	EXPECT_GT(eintr.calls, 1u);
+	EXPECT_EQ(300u, eintr.first_ms);
+	EXPECT_LT(eintr.last_ms, 30u);
+	kvd_msg(NULL);
+	eintr.fd = -1;
+	close(c.module_fd);
 }
 
 TEST_HARNESS_MAIN

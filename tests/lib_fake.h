@@ -65,6 +65,7 @@ struct fake_proxy {
 	uint32_t revocable;  /* of pinned: revocable pins (nic_pins 2) */
 	uint64_t notifications;
 	uint32_t revoke_reason;  /* KVD_REVOKE_* */
+	char label[32];          /* the dma-buf's name (proxy_label) */
 };
 
 enum fake_op { OP_EXPORT, OP_REG, OP_DEREG, OP_ATTACH, OP_REVOKE,
@@ -78,6 +79,7 @@ struct fake_world {
 	unsigned int nr_nics;
 	int nic_dmabuf[KVDMABUF_MAX_NICS];   /* has dma-buf MRs */
 	int nic_pins[KVDMABUF_MAX_NICS];     /* importer pins; 2: revocable */
+	uint64_t nic_max_mr[KVDMABUF_MAX_NICS]; /* max_mr_size; 0: unknown */
 	int module;                          /* fake module present */
 	int real_export;                     /* CUDA/DRM through the library */
 	struct fake_mr mr[FAKE_MAX_MR];
@@ -131,9 +133,11 @@ static int fake_nics_open(struct kvdmabuf_ctx *ctx,
 	if (!fw.nr_nics)
 		return kvd_err(ctx, -ENODEV, "protocol rdma but no RDMA "
 			       "device (fake)");
-	for (i = 0; i < fw.nr_nics; i++)
+	for (i = 0; i < fw.nr_nics; i++) {
 		snprintf(ctx->nics[i].name, sizeof(ctx->nics[i].name),
 			 "fake%u", i);
+		ctx->nics[i].max_mr_size = fw.nic_max_mr[i];
+	}
 	ctx->nr_nics = fw.nr_nics;
 	return 0;
 }
@@ -152,6 +156,7 @@ static int fake_nic_add(struct kvdmabuf_ctx *ctx, struct ibv_pd *pd)
 		return kvd_err(ctx, -E2BIG, "fake: too many NICs");
 	snprintf(ctx->nics[n].name, sizeof(ctx->nics[n].name), "fake%u", n);
 	ctx->nics[n].pd = pd;
+	ctx->nics[n].max_mr_size = fw.nic_max_mr[n];
 	ctx->nr_nics++;
 	return 0;
 }
@@ -168,6 +173,8 @@ static void fake_nic_remove(struct kvdmabuf_ctx *ctx, unsigned int i)
 		rest * sizeof(fw.nic_dmabuf[0]));
 	memmove(&fw.nic_pins[i], &fw.nic_pins[i + 1],
 		rest * sizeof(fw.nic_pins[0]));
+	memmove(&fw.nic_max_mr[i], &fw.nic_max_mr[i + 1],
+		rest * sizeof(fw.nic_max_mr[0]));
 	for (m = 0; m < FAKE_MAX_MR; m++)
 		if (fw.mr[m].used && fw.mr[m].nic > i)
 			fw.mr[m].nic--;
@@ -403,6 +410,18 @@ static int fake_proxy_query(struct kvdmabuf_ctx *ctx, int pfd,
 	return 0;
 }
 
+static int fake_proxy_label(struct kvdmabuf_ctx *ctx, int pfd,
+			    const char *label)
+{
+	int p = fake_find_proxy(pfd);
+
+	(void)ctx;
+	if (p < 0)
+		return -EINVAL;
+	snprintf(fw.px[p].label, sizeof(fw.px[p].label), "%s", label);
+	return 0;
+}
+
 static const struct kvd_ops fake_ops = {
 	.nics_open = fake_nics_open,
 	.nics_close = fake_nics_close,
@@ -417,6 +436,7 @@ static const struct kvd_ops fake_ops = {
 	.proxy_attach = fake_proxy_attach,
 	.proxy_revoke = fake_proxy_revoke,
 	.proxy_query = fake_proxy_query,
+	.proxy_label = fake_proxy_label,
 };
 
 /* ---- injector: fail the n-th call of one operation ---- */
@@ -483,6 +503,12 @@ static int inj_query(struct kvdmabuf_ctx *c, int p, struct kvd_proxy_info *i)
 	return inj(c, OP_QUERY) ?: fw.inner->proxy_query(c, p, i);
 }
 
+static int inj_label(struct kvdmabuf_ctx *c, int p, const char *label)
+{
+	return fw.inner->proxy_label ? fw.inner->proxy_label(c, p, label) :
+	       -EOPNOTSUPP;
+}
+
 static int inj_nics_open(struct kvdmabuf_ctx *c,
 			 const struct kvdmabuf_options *o)
 {
@@ -523,6 +549,7 @@ static const struct kvd_ops inj_ops = {
 	.proxy_attach = inj_attach,
 	.proxy_revoke = inj_revoke,
 	.proxy_query = inj_query,
+	.proxy_label = inj_label,
 };
 
 /* Reset the call counters; fail the @n-th call of @op from now on. */

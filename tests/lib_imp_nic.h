@@ -96,6 +96,7 @@ static const struct kvd_ops imp_nic_ops = {
 	.proxy_attach = kvd_proxy_dev_attach,
 	.proxy_revoke = kvd_proxy_dev_revoke,
 	.proxy_query = kvd_proxy_dev_query,
+	.proxy_label = kvd_proxy_dev_label,
 };
 
 #endif /* KVDMABUF_TESTS_LIB_IMP_NIC_H */

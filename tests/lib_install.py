@@ -2,11 +2,15 @@
 # SPDX-License-Identifier: MIT
 """lib_install - `make install` into a staging root (DESTDIR, PREFIX=/usr)
 gives a usable kvdmabuf: a C program builds against it with pkg-config
-alone and runs; the Python package imports and loads the installed library;
+alone and runs; the Python package imports and loads the installed library
+without LD_LIBRARY_PATH, and `pip install` of lib/python into a fresh
+virtual environment works offline (Debian's setuptools) and loads the
+library it carries;
 the command runs and finds its installed self-tests; the man pages are
 clean under mandoc -T lint (warnings and errors) and every cross reference
 names an installed page; the udev rule is there."""
 import glob
+import json
 import os
 import re
 import shutil
@@ -61,11 +65,42 @@ def c_program_builds_with_pkg_config():
 def python_package_imports_the_installed_library():
     s = staged()
     e = env_for(s)
+    # the library it was installed with, without LD_LIBRARY_PATH
+    e.pop("LD_LIBRARY_PATH")
     e["PYTHONPATH"] = s + "/usr/lib/python3/dist-packages"
     p = run("/usr/bin/python3 -c 'import kvdmabuf, kvdmabuf.hooks; "
-            "print(kvdmabuf.__file__, kvdmabuf.version())'", env=e,
-            cwd="/")
+            "print(kvdmabuf.__file__, kvdmabuf._lib._name, "
+            "kvdmabuf.version())'", env=e, cwd="/")
     check(p.returncode == 0 and p.stdout.startswith(s), p.stdout)
+    check(p.stdout.split()[1] == s + "/usr/lib/libkvdmabuf.so.0", p.stdout)
+
+
+def pip_install_into_a_venv_offline():
+    d = tempfile.mkdtemp(prefix="kvd-venv.")
+    try:
+        # a copy of the package's folder: the build writes beside it
+        shutil.copytree(os.path.join(TOP, "lib", "python"), d + "/src",
+                        ignore=shutil.ignore_patterns("build", "*.egg-info",
+                                                      "__pycache__"))
+        p = run("/usr/bin/python3 -m venv --system-site-packages %s/v" % d)
+        check(p.returncode == 0, "python3 -m venv failed")
+        e = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1",
+                 KVDMABUF_LIBRARY_FILE=os.path.join(TOP, "lib",
+                                                    "libkvdmabuf.so.0"))
+        e.pop("KVDMABUF_LIBRARY", None)
+        e.pop("PYTHONPATH", None)
+        p = run("%s/v/bin/pip install --no-index --no-build-isolation %s/src"
+                % (d, d), env=e)
+        check(p.returncode == 0, "pip install failed")
+        for k in ("KVDMABUF_LIBRARY_FILE", "LD_LIBRARY_PATH"):
+            e.pop(k, None)
+        p = run("%s/v/bin/python -c 'import kvdmabuf, kvdmabuf.hooks; "
+                "print(kvdmabuf._lib._name, kvdmabuf.version())'" % d, env=e,
+                cwd="/")
+        check(p.returncode == 0 and p.stdout.startswith(d + "/v/"),
+              p.stdout)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def command_runs_and_finds_its_selftests():
@@ -82,6 +117,62 @@ def command_runs_and_finds_its_selftests():
     for name in listed:
         check(os.access(s + "/usr/libexec/kvdmabuf/selftests/" + name,
                         os.X_OK), name + " not installed")
+
+
+def every_function_has_its_man_page():
+    man3 = staged() + "/usr/share/man/man3/"
+    names = re.findall(r"^\s+(kvdmabuf_\w+);", open(
+        os.path.join(TOP, "lib", "libkvdmabuf.map")).read(), re.M)
+    check(len(names) > 20, str(names))
+    for name in names:
+        check(os.path.exists(man3 + name + ".3"), name + ".3 not installed")
+        if shutil.which("man"):     # man-db, where installed
+            p = run("man -M %s/usr/share/man -w 3 %s" % (staged(), name))
+            check(p.returncode == 0, "man %s: %s" % (name, p.stderr))
+
+
+def selftest_that_tests_nothing_fails():
+    d = tempfile.mkdtemp()
+    with open(os.path.join(d, "skipper"), "w") as f:
+        f.write("#!/bin/sh\necho 'TAP version 13'\necho 1..1\n"
+                "echo 'ok 1 needs_a_gpu # SKIP no GPU'\nexit 4\n")
+    os.chmod(os.path.join(d, "skipper"), 0o755)
+    with open(os.path.join(d, "selftest.list"), "w") as f:
+        f.write("skipper\n")
+    e = dict(env_for(staged()), KVDMABUF_SELFTEST_DIR=d)
+    p = run(staged() + "/usr/bin/kvdmabuf selftest", env=e)
+    check(p.returncode == 2 and "nothing was tested" in p.stdout,
+          "exit %d" % p.returncode)
+    with open(os.path.join(d, "selftest.list"), "w") as f:
+        f.write("# no program\n")
+    p = run(staged() + "/usr/bin/kvdmabuf selftest", env=e)
+    check(p.returncode == 2, "empty list: exit %d" % p.returncode)
+    shutil.rmtree(d)
+
+
+def check_says_how_to_install_the_module():
+    if os.path.exists("/dev/kvdmabuf"):
+        raise ktap.Skip("the module is loaded here")
+    p = run(staged() + "/usr/bin/kvdmabuf check --json", env=env_for(staged()))
+    items = {i["item"]: i for i in json.loads(p.stdout)["items"]}
+    detail = items["module"]["detail"]
+    check(p.returncode == 1 and items["module"]["verdict"] == "FAIL" and
+          "modprobe kvdmabuf" in detail, detail)
+    installed = glob.glob("/lib/modules/%s/*/kvdmabuf.ko*" % os.uname().release) + \
+        glob.glob("/lib/modules/%s/*/*/kvdmabuf.ko*" % os.uname().release)
+    if not installed:
+        check("make modules_install" in detail and
+              "dkms install kvdmabuf/" in detail, detail)
+
+
+def status_json_is_json_without_the_module():
+    if os.path.exists("/dev/kvdmabuf"):
+        raise ktap.Skip("the module is loaded here")
+    cli = staged() + "/usr/bin/kvdmabuf"
+    p = run(cli + " status --json", env=env_for(staged()))
+    doc = json.loads(p.stdout)
+    check(p.returncode == 2 and doc["proxies"] == [] and
+          "/dev/kvdmabuf" in doc["error"], p.stdout)
 
 
 def man_pages_lint_clean_and_cross_referenced():
@@ -108,7 +199,12 @@ if __name__ == "__main__":
     rc = ktap.main([
         c_program_builds_with_pkg_config,
         python_package_imports_the_installed_library,
+        pip_install_into_a_venv_offline,
         command_runs_and_finds_its_selftests,
+        selftest_that_tests_nothing_fails,
+        check_says_how_to_install_the_module,
+        status_json_is_json_without_the_module,
+        every_function_has_its_man_page,
         man_pages_lint_clean_and_cross_referenced,
         udev_rule_installed,
     ])

@@ -539,4 +539,86 @@ TEST_F(rb, wake_rollback_that_cannot_revoke)
 	CHECK_AWAKE(self, variant);
 }
 
+/* An engine's own registration of the proxy (kvdmabuf_region_dmabuf()) on
+ * a NIC that pins: a revocable pin would be ended for good by the revoke
+ * with sleep returning 0, a blocking one fails the revoke. Both are
+ * refused before any revoke, naming the cause; nothing changes. */
+TEST_F(rb, foreign_pins_refuse_the_sleep)
+{
+	struct kvdmabuf_region_info in;
+	int p, revocable;
+
+	ASSERT_EQ(0, info_of(self->r[0], &in));
+	if (!in.proxied) {
+		/* no proxy (no module): nothing an engine could register */
+		ASSERT_EQ(-ENOENT, kvdmabuf_region_dmabuf(self->r[0], &p,
+							  NULL));
+		return;
+	}
+	p = (int)in.proxy_id - 1;
+	for (revocable = 1; revocable >= 0; revocable--) {
+		fw.px[p].pinned++;
+		fw.px[p].revocable += revocable;
+		inj_arm(OP_REVOKE, 0, 0);
+		ASSERT_EQ(-EBUSY, kvdmabuf_sleep(self->ctx, NULL));
+		TH_LOG("%s", kvdmabuf_last_error(self->ctx));
+		EXPECT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx),
+				       "not this library"));
+		EXPECT_EQ(KVD_PROXY_BACKED, proxy_state(in.proxy_id));
+		CHECK_AWAKE(self, variant);
+		fw.px[p].pinned--;
+		fw.px[p].revocable -= revocable;
+	}
+	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
+	CHECK_ASLEEP(self);
+	ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
+	CHECK_AWAKE(self, variant);
+}
+
+/* A deregistration the NIC refuses is reported by remove and close; the
+ * region stays, broken, and a later remove or close tries again. */
+TEST_F(rb, refused_deregistration_keeps_the_region_broken)
+{
+	struct kvdmabuf_region_info in;
+	struct kvdmabuf_state st;
+	int rc;
+
+	inj_arm(OP_DEREG, 2, -EBUSY);     /* region 0's MR on fake1 */
+	ASSERT_EQ(-EBUSY, kvdmabuf_region_remove(self->r[0]));
+	TH_LOG("%s", kvdmabuf_last_error(self->ctx));
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx), "fake1"));
+	ASSERT_EQ(0, info_of(self->r[0], &in));
+	EXPECT_EQ(-EBUSY, in.broken);
+	EXPECT_EQ(self->r[0], kvdmabuf_region_find(self->ctx, self->mem[0],
+						   LEN));
+	EXPECT_EQ(-ESHUTDOWN, kvdmabuf_io_begin(self->r[0]));
+	EXPECT_EQ(-ENOENT, kvdmabuf_region_keys(self->r[0], 1, NULL, NULL,
+						NULL));
+	EXPECT_EQ(0, fake_mrs_at(0, self->mem[0], LEN));
+	EXPECT_EQ(1, fake_mrs_at(1, self->mem[0], LEN));
+	ASSERT_EQ(0, kvdmabuf_query(self->ctx, &st));
+	EXPECT_EQ(NR, st.nr_regions);
+	EXPECT_EQ(1u, st.nr_broken);
+	/* sleep and wake skip it; the others work */
+	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
+	ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
+	/* the NIC lets go now: removed */
+	ASSERT_EQ(0, kvdmabuf_region_remove(self->r[0]));
+	EXPECT_EQ(0, fake_mrs_at(1, self->mem[0], LEN));
+	EXPECT_NULL(kvdmabuf_region_find(self->ctx, self->mem[0], LEN));
+
+	/* close: the other regions go, the refused one stays, context open */
+	inj_arm(OP_DEREG, 1, -EBUSY);
+	rc = kvdmabuf_close(self->ctx);
+	if (!rc)
+		self->ctx = NULL;
+	ASSERT_EQ(-EBUSY, rc);
+	TH_LOG("%s", kvdmabuf_last_error(self->ctx));
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx), "stays open"));
+	ASSERT_EQ(0, kvdmabuf_query(self->ctx, &st));
+	EXPECT_EQ(1u, st.nr_regions);
+	EXPECT_EQ(1u, st.nr_broken);
+	/* the teardown closes it again, and finds no MR left */
+}
+
 TEST_HARNESS_MAIN

@@ -6,7 +6,10 @@
  * (/dev/kvd_importer) as the NIC. A dynamic importer (a NIC that follows
  * moves, like mlx5) keeps its attachment and key over several cycles and
  * always reads the current backing's data; a pinning importer (like efa)
- * makes the region REREGISTER (measured), re-imported at every wake.
+ * makes the region REREGISTER (measured), re-imported at every wake. An
+ * engine's own pinning import of the proxy makes sleep fail, naming it,
+ * before any revoke; a CUDA region's mapping is in region info, in its
+ * proxy's dma-buf name and in `kvdmabuf status`.
  * The importer NIC plugs in behind the library's ops table; export,
  * module and sleep/wake are the real code.
  */
@@ -240,6 +243,111 @@ static const char *fake_cuda_path(void)
 	return access(path, R_OK) ? NULL : path;
 }
 
+/*
+ * The engine registers the proxy itself (kvdmabuf_region_dmabuf()) on a
+ * NIC that pins (the test importer, pinned): the module's pin counts show
+ * a pin that is not the library's, and sleep refuses it, by name, before
+ * any revoke; once the engine drops it, sleep and wake go through.
+ */
+TEST_F_TIMEOUT(fo, engines_own_pinning_registration_refuses_sleep, 120)
+{
+	struct kvdmabuf_region_desc d = { 0 };
+	struct kvdmabuf_region *r;
+	struct kvdmabuf_region_info in;
+	struct kvdmabuf_query q;
+	struct imp_nic engine;
+	struct kvd_mr mr = { 0 };
+	uint32_t h = 0;
+	uint64_t off;
+	char *addr;
+	int pfd;
+
+	ASSERT_EQ(0, vgem_create(self->drm, LEN, &h));
+	addr = map_dumb(self->drm, h, LEN, NULL);
+	ASSERT_NE(NULL, addr);
+	d.addr = addr;
+	d.len = LEN;
+	d.mem = KVDMABUF_MEM_DRM;
+	d.drm_fd = self->drm;
+	d.drm_handle = h;
+	d.tag = "kv_cache";
+	ASSERT_EQ(0, kvdmabuf_region_add(self->ctx, &d, &r));
+	ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
+	EXPECT_EQ(variant->mode, in.mode);
+	ASSERT_EQ(0, kvdmabuf_region_dmabuf(r, &pfd, &off));
+	/* the engine's own registration, on a NIC that pins */
+	engine.fd = imp.fd;
+	engine.pinned = 1;
+	self->ctx->ops_arg = &engine;
+	ASSERT_EQ(0, imp_nic_reg_dmabuf(self->ctx, 0, pfd, off, LEN,
+					(uint64_t)(uintptr_t)addr, &mr));
+	self->ctx->ops_arg = &imp;
+	ASSERT_EQ(0, proxy_query(r, &q));
+	EXPECT_LE(1u, q.pinned_importers);
+	EXPECT_EQ(-EBUSY, kvdmabuf_sleep(self->ctx, NULL));
+	TH_LOG("%s", kvdmabuf_last_error(self->ctx));
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx),
+			       "not this library"));
+	ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
+	EXPECT_EQ(0, in.asleep);
+	EXPECT_EQ(0, in.broken);
+	ASSERT_EQ(0, proxy_query(r, &q));
+	EXPECT_EQ(KVDMABUF_STATE_BACKED, q.state);
+	/* the engine drops it: sleep and wake go through */
+	self->ctx->ops_arg = &engine;
+	ASSERT_EQ(0, imp_nic_dereg(self->ctx, 0, &mr));
+	self->ctx->ops_arg = &imp;
+	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
+	ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
+	ASSERT_EQ(0, kvdmabuf_region_remove(r));
+	munmap(addr, LEN);
+	vgem_close_handle(self->drm, h);
+}
+
+/* The line of `kvdmabuf status --json` (beside this program's build tree)
+ * about proxy @id, in @line; 0 when found. */
+static int status_line(uint64_t id, char *line, size_t len)
+{
+	char exe[PATH_MAX], cmd[PATH_MAX + 64], want[64];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	int found = 0;
+	FILE *p;
+
+	if (n <= 0)
+		return -1;
+	exe[n] = '\0';
+	snprintf(cmd, sizeof(cmd), "%s/../lib/cli/kvdmabuf status --json",
+		 dirname(exe));
+	snprintf(want, sizeof(want), "  {\"id\": %llu,",
+		 (unsigned long long)id);
+	p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	while (!found && fgets(line, (int)len, p))
+		found = !strncmp(line, want, strlen(want));
+	pclose(p);
+	return found ? 0 : -1;
+}
+
+/* The proxy's dma-buf name, from /proc/self/fdinfo ("" when none). */
+static void proxy_name(int fd, char *name, size_t len)
+{
+	char path[64], line[128];
+	FILE *f;
+
+	name[0] = '\0';
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+	f = fopen(path, "r");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "name:\t", 6)) {
+			snprintf(name, len, "%s", line + 6);
+			name[strcspn(name, "\n")] = '\0';
+		}
+	fclose(f);
+}
+
 TEST_F_TIMEOUT(fo, cuda_regions_follow_through_fake_driver, 120)
 {
 	void *(*cu_alloc)(size_t);
@@ -275,6 +383,21 @@ TEST_F_TIMEOUT(fo, cuda_regions_follow_through_fake_driver, 120)
 	ASSERT_EQ(0, rc);
 	ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
 	EXPECT_EQ(variant->mode, in.mode);
+	/* the mapping it got (the fake driver takes the PCIe flag), on the
+	 * region, on its proxy's name, and in `kvdmabuf status` */
+	EXPECT_EQ(KVDMABUF_MAPPING_PCIE, in.mapping);
+	{
+		char name[128], want[64], line[1024];
+
+		proxy_name(r->proxy_fd, name, sizeof(name));
+		snprintf(want, sizeof(want), "kvd:%llu:pcie",
+			 (unsigned long long)in.proxy_id);
+		TH_LOG("proxy name '%s'", name);
+		EXPECT_EQ(0, strcmp(want, name));
+		ASSERT_EQ(0, status_line(in.proxy_id, line, sizeof(line)));
+		TH_LOG("status: %s", line);
+		EXPECT_NE(NULL, strstr(line, "\"cuda_mapping\": \"pcie\""));
+	}
 	ASSERT_EQ(0, kvdmabuf_region_keys(r, 0, &key0, NULL, NULL));
 	ASSERT_EQ(0, imp_access(key0, 0, 0, buf, BLK));
 	EXPECT_EQ(-1, pattern_check(buf, BLK, 2000));

@@ -4,7 +4,9 @@
 this tree's libkvdmabuf.so.0 with protocol tcp (no NIC needed): version
 check, struct layouts and constants against kvdmabuf.h, errors as OSError subclasses carrying the library's message, regions
 and the io() context manager, sleep and wake, the sleep-start and drain
-callbacks (abort, time-out), close refused while a transfer is in flight.
+callbacks (abort, time-out), close refused while a transfer is in flight;
+the engine hooks: the gate's answer without raising, a callback's error
+that undoes no tag, batched I/O.
 The RDMA side (keys, pyverbs peers) is tests/py_engine.py, in the VM."""
 import errno
 import mmap
@@ -196,6 +198,49 @@ def sleep_start_and_drain_callbacks():
     m.close()
 
 
+def hooks_gate_answers_without_raising():
+    from kvdmabuf.hooks import SleepHooks
+    ok = SleepHooks.supports_sleep_mode(config("protocol: tcp\n"))
+    check(ok and "tcp" in ok.reason, repr(ok))
+    no = SleepHooks.supports_sleep_mode(config("protocol: nvlink\n"))
+    check(not no and "nvlink" in no.reason, repr(no))
+    no = SleepHooks.supports_sleep_mode("/nonexistent/k.yaml")
+    check(not no and "/nonexistent/k.yaml" in no.reason, repr(no))
+
+
+def hooks_callback_error_wakes_every_tag_and_undoes_nothing():
+    from kvdmabuf.hooks import SleepHooks
+    m, addr = buf(3 * PAGE)
+    hooks = SleepHooks(config("protocol: tcp\n"))
+    rs = [hooks.ctx.add_region(addr + i * PAGE, PAGE, "drm", tag=t, drm_fd=0)
+          for i, t in enumerate("abc")]
+    hooks.release(["a", "b", "c"])
+    real_wake = hooks.ctx.wake
+
+    def wake(tag):      # the wake works, then on_new_keys raises
+        real_wake(tag)
+        if tag == "b":
+            raise kvdmabuf.Error(errno.EIO, "republish failed")
+    hooks.ctx.wake = wake
+    e = expect(kvdmabuf.Error, errno.EIO, hooks.restore, ["a", "b", "c"])
+    check("republish" in e.strerror, e.strerror)
+    check([r.info().asleep for r in rs] == [False] * 3,
+          str([r.info() for r in rs]))
+    # vLLM's KV-only release: that tag alone
+    hooks.release_kv_cache_memory("b")
+    check([r.info().asleep for r in rs] == [False, True, False])
+    hooks.ctx.wake = real_wake
+    hooks.restore(["b"])
+    # one batch over several regions, all or nothing
+    with hooks.io(rs[:2]):
+        check(hooks.ctx.query().inflight == 2)
+    hooks.release(["a"])
+    expect(kvdmabuf.Error, errno.ESHUTDOWN, hooks.io(rs[:2]).__enter__)
+    check(hooks.ctx.query().inflight == 0)
+    hooks.close()
+    m.close()
+
+
 if __name__ == "__main__":
     raise SystemExit(ktap.main([
         version_matches_the_library,
@@ -204,4 +249,6 @@ if __name__ == "__main__":
         gate_and_open_errors_carry_the_message,
         regions_sleep_and_wake,
         sleep_start_and_drain_callbacks,
+        hooks_gate_answers_without_raising,
+        hooks_callback_error_wakes_every_tag_and_undoes_nothing,
     ]))

@@ -15,6 +15,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
 #include <linux/udmabuf.h>
@@ -29,15 +30,81 @@
 /* The library's proxy calls need a context only for the device fd and the
  * message: the checks share one that is never opened. */
 
+/* Where make modules_install and DKMS put the module, and compressed. */
+static const char *const module_files[] = {
+	"extra/kvdmabuf.ko", "extra/kvdmabuf.ko.xz", "extra/kvdmabuf.ko.zst",
+	"updates/dkms/kvdmabuf.ko", "updates/dkms/kvdmabuf.ko.xz",
+	"updates/dkms/kvdmabuf.ko.zst",
+};
+
+/*
+ * Is the module installed for the running kernel? 2: modprobe finds it
+ * (modules.dep lists it), 1: its file is there but depmod has not run,
+ * 0: not installed. @release gets the running kernel's release.
+ */
+static int module_installed(char *release, size_t len)
+{
+	char path[512], line[1024];
+	struct utsname u;
+	unsigned int i;
+	FILE *f;
+
+	if (uname(&u))
+		return 0;
+	snprintf(release, len, "%s", u.release);
+	snprintf(path, sizeof(path), "/lib/modules/%s/modules.dep", u.release);
+	f = fopen(path, "re");
+	while (f && fgets(line, sizeof(line), f)) {
+		char *colon = strchr(line, ':');
+
+		*(colon ? colon : line) = '\0';
+		if (strstr(line, "/kvdmabuf.ko")) {
+			fclose(f);
+			return 2;
+		}
+	}
+	if (f)
+		fclose(f);
+	for (i = 0; i < sizeof(module_files) / sizeof(module_files[0]); i++) {
+		snprintf(path, sizeof(path), "/lib/modules/%s/%s", u.release,
+			 module_files[i]);
+		if (!access(path, F_OK))
+			return 1;
+	}
+	return 0;
+}
+
 static void check_module(struct report *r, struct kvdmabuf_ctx *ctx)
 {
+	char release[128] = "";
 	struct stat st;
 	int rc;
 
 	if (stat(KVDMABUF_DEVICE_PATH, &st)) {
-		report_add(r, V_FAIL, "module", "%s missing: the kvdmabuf module "
-			   "is not loaded (modprobe kvdmabuf)",
-			   KVDMABUF_DEVICE_PATH);
+		switch (module_installed(release, sizeof(release))) {
+		case 2:
+			report_add(r, V_FAIL, "module", "%s missing: the "
+				   "kvdmabuf module is not loaded (modprobe "
+				   "kvdmabuf)", KVDMABUF_DEVICE_PATH);
+			break;
+		case 1:
+			report_add(r, V_FAIL, "module", "%s missing: the "
+				   "kvdmabuf module is installed for %s but "
+				   "not in its modules.dep (depmod -a, then "
+				   "modprobe kvdmabuf)", KVDMABUF_DEVICE_PATH,
+				   release);
+			break;
+		default:
+			report_add(r, V_FAIL, "module", "%s missing: the "
+				   "kvdmabuf module is not installed for kernel "
+				   "%s: make modules_install (source tree) or "
+				   "make dkms-src && dkms install "
+				   "kvdmabuf/%d.%d.%d, then modprobe kvdmabuf",
+				   KVDMABUF_DEVICE_PATH, release,
+				   KVDMABUF_VERSION_MAJOR,
+				   KVDMABUF_VERSION_MINOR,
+				   KVDMABUF_VERSION_PATCH);
+		}
 		return;
 	}
 	if (access(KVDMABUF_DEVICE_PATH, R_OK | W_OK)) {

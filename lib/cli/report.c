@@ -32,7 +32,7 @@ void report_add(struct report *r, enum verdict v, const char *item,
 	va_end(ap);
 }
 
-static void json_str(const char *s)
+void json_str(const char *s)
 {
 	putchar('"');
 	for (; *s; s++) {

@@ -25,6 +25,8 @@ void report_add(struct report *r, enum verdict v, const char *item,
 /* Prints the table (or JSON); returns 1 when any item FAILed, else 0. */
 int report_print(const struct report *r, bool json);
 void report_free(struct report *r);
+/* @s as a JSON string, quoted and escaped, on stdout. */
+void json_str(const char *s);
 
 int cmd_check(int argc, char **argv);
 int cmd_status(int argc, char **argv);

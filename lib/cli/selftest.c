@@ -3,6 +3,8 @@
  * selftest.c - `kvdmabuf selftest`: runs the installed kselftest-style
  * programs (selftest.list in the selftest folder) on this machine and
  * streams their TAP; each skips, with its reason, what the machine lacks.
+ * A run in which nothing passed and nothing failed tested nothing: exit 2,
+ * as for a set-up error, never 0.
  */
 #include <errno.h>
 #include <signal.h>
@@ -126,8 +128,17 @@ int cmd_selftest(int argc, char **argv)
 		}
 	}
 	fclose(list);
-	if (!list_only)
-		printf("# selftest: %u passed, %u failed, %u skipped\n", t.pass,
-		       t.fail, t.skip);
-	return t.fail ? 1 : 0;
+	if (list_only)
+		return 0;
+	printf("# selftest: %u passed, %u failed, %u skipped\n", t.pass,
+	       t.fail, t.skip);
+	if (t.fail)
+		return 1;
+	/* every test skipped (no module, no device): not a pass */
+	if (!t.pass) {
+		printf("# selftest: nothing was tested on this machine (the "
+		       "skips above say what it lacks)\n");
+		return 2;
+	}
+	return 0;
 }

@@ -88,6 +88,16 @@ stage_unit() {
 		tail -30 "$log"
 		rc=1
 	}
+	# Every C program runs under ASan as well (make asan builds each).
+	local prog
+	for prog in $(sed 's/#.*//' "$repo/tests/unit.list"); do
+		case $prog in asan/* | *.py) continue ;; esac
+		grep -qx "asan/$prog" "$repo/tests/unit.list" || {
+			echo "not ok - tests/unit.list lists $prog but not asan/$prog" |
+				tee -a "$log"
+			rc=1
+		}
+	done
 	if [ $rc = 0 ]; then
 		"$here/run-tests.sh" "$repo/tests/unit.list" "$repo/tests" 2>&1 |
 			tee -a "$log"

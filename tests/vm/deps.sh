@@ -22,7 +22,8 @@ MIRROR=${KVDMABUF_MIRROR:-http://deb.debian.org/debian}
 HOST_PKGS="make gcc libc6-dev pkg-config linux-image-amd64 linux-headers-amd64
  qemu-system-x86 busybox-static rdma-core ibverbs-utils libibverbs-dev
  libdrm-dev libyaml-dev debootstrap rsync cpio xz-utils zstd iproute2 kmod
- util-linux coreutils locales python3 python3-pyverbs mandoc"
+ util-linux coreutils locales python3 python3-pyverbs mandoc
+ python3-venv python3-pip python3-setuptools"
 
 
 

@@ -34,8 +34,9 @@ class Scheduler:
 
 
 def main():
-    if not SleepHooks.supports_sleep_mode():
-        print("sleep mode not supported with this transport")
+    support = SleepHooks.supports_sleep_mode()
+    if not support:
+        print("sleep mode not supported: %s" % support.reason)
         return 1
     s = Scheduler()
     old = s.transfer.keys(s.kv_region)

@@ -2,12 +2,14 @@
 # SPDX-License-Identifier: MIT
 """vLLM's sleep mode with a KV connector that owns RDMA registrations.
 
-vLLM's ``CuMemAllocator`` unmaps the memory of the tags it is told to
-(``sleep(offload_tags)``) and maps new memory at the same addresses on
-``wake_up(tags)``. The names below mirror those hook points; host memory
+vLLM's ``CuMemAllocator.sleep(offload_tags)`` unmaps and releases *every*
+allocation, whatever its tag (the offload tags are first copied to host
+memory), and ``wake_up(tags)`` maps new memory at the same addresses for
+the tags it is given. The names below mirror those hook points; host memory
 stands in for GPU memory (no vLLM here). The connector calls
-``hooks.release(tags)`` before the allocator unmaps and ``hooks.restore``
-after it maps, and republishes keys that changed.
+``hooks.release()`` (every tag) before the allocator unmaps and
+``hooks.restore(tags)`` after it mapped those tags again (and set their
+access), and republishes keys that changed.
 
 Usage: KVDMABUF_CONFIG=kvdmabuf.yaml vllm_sleep.py [cycles]
 """
@@ -29,8 +31,10 @@ class CuMemAllocator:
         return mem
 
     def sleep(self, offload_tags=()):
-        for tag in offload_tags:
-            for mem in self.pools.get(tag, []):
+        # every pool: offload_tags only decides what is copied to host first
+        del offload_tags
+        for pool in self.pools.values():
+            for mem in pool:
                 mem.release()
 
     def wake_up(self, tags=None):
@@ -61,8 +65,9 @@ class KVConnector:
 
 
 def main(cycles=2):
-    if not SleepHooks.supports_sleep_mode():
-        print("sleep mode not supported with this transport")
+    support = SleepHooks.supports_sleep_mode()
+    if not support:
+        print("sleep mode not supported: %s" % support.reason)
         return 1
     alloc = CuMemAllocator()
     kv = {"layer0": alloc.allocate("kv_cache", 1 << 20),
@@ -71,8 +76,8 @@ def main(cycles=2):
     conn.register_kv_caches(kv)
     for c in range(cycles):
         before = {n: k for n, (_, k) in conn.published.items()}
-        conn.hooks.release(["kv_cache"])      # before the allocator unmaps
-        alloc.sleep(offload_tags=("kv_cache",))
+        conn.hooks.release()                  # every tag, before it unmaps
+        alloc.sleep(offload_tags=("weights",))
         alloc.wake_up(["kv_cache"])
         conn.hooks.restore(["kv_cache"])      # after it mapped again
         for n, (r, keys) in conn.published.items():

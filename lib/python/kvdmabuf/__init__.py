@@ -11,9 +11,12 @@ carry the registrations through the engine's sleep and wake, all or nothing.
 Errors are :class:`Error` (an :class:`OSError`) or one of its subclasses,
 carrying ``errno`` and the library's message (``strerror``).
 
-The library is loaded by soname; ``KVDMABUF_LIBRARY`` names another file
-(for a build tree). Its run-time version must match this binding's major
-and minor version.
+The library is found without the environment: the copy installed beside
+this package (``pip install``), else the one ``make install`` put in its
+LIBDIR (recorded in ``_libdir.py`` at install), else the soname through
+the dynamic linker's path. ``KVDMABUF_LIBRARY`` names another file (a build
+tree) and comes first. Its run-time version must match this binding's
+major and minor version.
 
 Engine hooks for vLLM and SGLang are in :mod:`kvdmabuf.hooks`.
 """
@@ -126,6 +129,7 @@ class _RegionInfo(ctypes.Structure):
         ("proxy_id", ctypes.c_uint64),
         ("broken", ctypes.c_int),
         ("backing_lost", ctypes.c_int),
+        ("mapping", ctypes.c_int),
     ]
 
 
@@ -142,8 +146,27 @@ class _State(ctypes.Structure):
     ]
 
 
+def _library_path() -> str:
+    """The library this package was installed with (see the module doc)."""
+    env = os.environ.get("KVDMABUF_LIBRARY")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    beside = os.path.join(here, SONAME)
+    if os.path.exists(beside):
+        return beside
+    try:
+        from ._libdir import LIBDIR_FROM_PACKAGE
+        installed = os.path.join(here, LIBDIR_FROM_PACKAGE, SONAME)
+        if os.path.exists(installed):
+            return os.path.normpath(installed)
+    except ImportError:
+        pass
+    return SONAME
+
+
 def _load() -> ctypes.CDLL:
-    lib = ctypes.CDLL(os.environ.get("KVDMABUF_LIBRARY") or SONAME)
+    lib = ctypes.CDLL(_library_path())
     P, I, U, VP = (ctypes.POINTER, ctypes.c_int, ctypes.c_uint,
                    ctypes.c_void_p)
     sig = {
@@ -164,6 +187,8 @@ def _load() -> ctypes.CDLL:
         "kvdmabuf_query": (I, [VP, P(_State)]),
         "kvdmabuf_io_begin": (I, [VP]),
         "kvdmabuf_io_end": (None, [VP]),
+        "kvdmabuf_io_begin_many": (I, [P(VP), U]),
+        "kvdmabuf_io_end_many": (None, [P(VP), U]),
         "kvdmabuf_sleep": (I, [VP, ctypes.c_char_p]),
         "kvdmabuf_wake": (I, [VP, ctypes.c_char_p]),
         "kvdmabuf_nic_add": (I, [VP, VP, P(U)]),
@@ -266,6 +291,8 @@ class RegionInfo:
         self.proxy_id: int = c.proxy_id
         self.broken: int = c.broken
         self.backing_lost: bool = bool(c.backing_lost)
+        # "pcie", "default", or None (not CUDA memory)
+        self.mapping = {1: "pcie", 2: "default"}.get(c.mapping)
 
     def __repr__(self) -> str:
         return "RegionInfo(%s)" % ", ".join(
@@ -351,7 +378,8 @@ DrainFn = Callable[[], bool]
 class Context:
     """A kvdmabuf context: ``kvdmabuf_open()`` ... ``kvdmabuf_close()``.
 
-    :param config_path: YAML config (None: ``$KVDMABUF_CONFIG``)
+    :param config_path: YAML config (None: ``$KVDMABUF_CONFIG``, else the
+        built-in defaults, protocol rdma)
     :param pds: the engine's protection domains: pyverbs ``PD`` objects or
         raw ``struct ibv_pd *`` addresses (see :func:`pd_pointer`); empty:
         the library opens the config's NICs itself
@@ -373,6 +401,8 @@ class Context:
         self._h = ctypes.c_void_p()
         self._regions: dict[int, Region] = {}
         self._cb_error: Optional[BaseException] = None
+        #: status of the last C call (>= 0 also when a callback raised)
+        self.last_rc = 0
         ptrs = [pd_pointer(p) for p in pds]
         self._pds = (ctypes.c_void_p * max(len(ptrs), 1))(*ptrs)
         o = _Options()
@@ -431,6 +461,7 @@ class Context:
     # -- calls --
     def _check(self, rc: int) -> int:
         cb, self._cb_error = self._cb_error, None
+        self.last_rc = rc
         if rc < 0:
             msg = (_lib.kvdmabuf_last_error(self._h) or b"").decode(
                 errors="replace")
@@ -483,6 +514,22 @@ class Context:
 
     def regions(self) -> list[Region]:
         return list(self._regions.values())
+
+    @contextlib.contextmanager
+    def io_many(self, regions: Sequence[Region]) -> Iterator[None]:
+        """``with ctx.io_many(regions):`` wraps one transfer batch over
+        several regions, all or nothing (``kvdmabuf_io_begin_many``): two
+        atomic operations per region per batch, not per slice; raises
+        :class:`Error` (ESHUTDOWN) when any of them is going to sleep."""
+        arr = (ctypes.c_void_p * max(len(regions), 1))(
+            *[r.handle for r in regions])
+        if _lib.kvdmabuf_io_begin_many(arr, len(regions)) < 0:
+            raise Error(_errno.ESHUTDOWN, "a region is asleep or going to "
+                        "sleep")
+        try:
+            yield
+        finally:
+            _lib.kvdmabuf_io_end_many(arr, len(regions))
 
     def nic_add(self, pd: object) -> int:
         """A NIC (pyverbs PD or ``struct ibv_pd *``) joins; returns its index."""

@@ -1,0 +1,30 @@
+# SPDX-License-Identifier: MIT
+"""Build step of the kvdmabuf package (metadata: pyproject.toml): copy the
+C library of this tree (lib/libkvdmabuf.so.0, built by `make lib`, or the
+file KVDMABUF_LIBRARY_FILE names) into the package, so that the installed
+package loads its own library without the environment."""
+import os
+import shutil
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SONAME = "libkvdmabuf.so.0"
+
+
+class BuildWithLibrary(build_py):
+    def run(self):
+        super().run()
+        src = os.environ.get("KVDMABUF_LIBRARY_FILE") or \
+            os.path.join(HERE, "..", SONAME)
+        if not os.path.exists(src):
+            raise SystemExit("kvdmabuf: %s not found: run `make lib` in the "
+                             "source tree first (or set "
+                             "KVDMABUF_LIBRARY_FILE)" % src)
+        dst = os.path.join(self.build_lib, "kvdmabuf", SONAME)
+        # the file itself, not the symlink
+        shutil.copyfile(os.path.realpath(src), dst)
+
+
+setup(cmdclass={"build_py": BuildWithLibrary})
