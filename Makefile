@@ -139,7 +139,7 @@ $(UMEM_VARIANTS): tests/%_umem: tests/%.c
 # find beside themselves (the fake libcuda, the VM judge).
 UNIT_C_TESTS := $(filter-out asan/% %.py,$(shell sed 's/\#.*//' tests/unit.list))
 ASAN_TESTS := $(addprefix tests/asan/,$(UNIT_C_TESTS) harness_sample)
-ASAN_LINKS := tests/asan/fake_cuda tests/asan/vm
+ASAN_LINKS := tests/asan/fake_cuda tests/asan/vm tests/asan/hw
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all \
 	-fno-omit-frame-pointer
 asan: $(ASAN_TESTS) $(ASAN_LINKS) $(FAKE_CUDA)
