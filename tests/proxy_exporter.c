@@ -316,6 +316,40 @@ TEST_F(exp, move_on_first_pin_first_importer_stays_backed)
 }
 
 /*
+ * An exporter that moves the buffer at its last unpin (eviction of what
+ * nobody pins): the module's own slot teardown causes that move, which
+ * concerns nothing the proxy hands out. The proxy stays BACKED and the
+ * next importer reads the right bytes.
+ */
+TEST_F(exp, move_on_last_unpin_is_not_an_invalidation)
+{
+	struct kvd_exp_info i;
+	uint64_t gen = 0;
+	int p, b, h;
+
+	p = kvd_create(self->dev, SIZE, NULL);
+	ASSERT_GE(p, 0);
+	b = exp_buf(self->exp, SIZE,
+		    variant->flags | KVD_EXP_CREATE_MOVE_ON_UNPIN, SEED_B);
+	ASSERT_GE(b, 0);
+	ASSERT_EQ(0, kvd_attach_full(self->dev, p, b, 0, 0, 0, &gen));
+	h = imp_import(self->imp, p, 0);
+	ASSERT_GE(h, 0);
+	ASSERT_EQ(0, imp_read(self->imp, h, 0, self->buf, SIZE));
+	EXPECT_EQ(0, imp_release(self->imp, h));	/* the last unpin */
+	ASSERT_EQ(0, exp_info(self->exp, b, &i));
+	EXPECT_EQ(1, i.moves);
+	EXPECT_EQ(0, stays_backed(_metadata, self->dev, p, gen, 300));
+	h = imp_import(self->imp, p, 0);
+	ASSERT_GE(h, 0);
+	ASSERT_EQ(0, imp_read(self->imp, h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_B));
+	EXPECT_EQ(0, imp_release(self->imp, h));
+	close(b);
+	close(p);
+}
+
+/*
  * The exporter's move on pin is asynchronous and fenced (a GPU copy
  * engine: new pages at once, a DMA_RESV_USAGE_KERNEL fence until they
  * hold the contents). The proxy's importers never see that fence, so the
@@ -608,6 +642,70 @@ TEST_F(exp, exporter_invalidations_stale_bound)
 	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_B));
 	for (n = 0; n < KVDMABUF_MAX_STALE_BACKINGS; n++)
 		close(e[n]);
+}
+
+/* The backing's exporter moves it from another thread. */
+struct exp_mover {
+	int exp, buf, ret;
+};
+
+static void *exp_move_fn(void *p)
+{
+	struct exp_mover *m = p;
+
+	m->ret = exp_move(m->exp, m->buf);
+	return NULL;
+}
+
+/*
+ * The new backing's exporter moves it while the module is still building
+ * it (after an importer's slot is mapped, before the last one's):
+ * the notification finds the backing not yet published, so the replace
+ * must pass it on when it publishes. The proxy ends REVOKED (reason
+ * EXPORTER), never BACKED with the first slot's table of the old pages.
+ */
+TEST_F_TIMEOUT(exp, exporter_move_during_build_revokes_after_publish, 60)
+{
+	struct slow_replace r = { .dev = self->dev, .proxy = self->proxy };
+	struct exp_mover m = { .exp = self->exp };
+	struct kvdmabuf_query q;
+	pthread_t tid, mtid;
+	int h2, h3, n;
+
+	/*
+	 * Three slots, 1.5 s of map each: a mutex hands itself to a waiter
+	 * that lost once, so the move comes before the last slot is built.
+	 */
+	h2 = imp_import(self->imp, self->proxy, 0);
+	ASSERT_GE(h2, 0);
+	h3 = imp_import(self->imp, self->proxy, 0);
+	ASSERT_GE(h3, 0);
+	r.backing = exp_buf(self->exp, SIZE,
+			    variant->flags | KVD_EXP_CREATE_SLOW_MAP, SEED_B);
+	ASSERT_GE(r.backing, 0);
+	m.buf = r.backing;
+	ASSERT_EQ(0, pthread_create(&tid, NULL, slow_replace_fn, &r));
+	for (n = 0; n < 100; n++) {
+		int t = __atomic_load_n(&r.tid, __ATOMIC_ACQUIRE);
+
+		usleep(50000);
+		if (t && thread_in_d_state(t))
+			break;
+	}
+	ASSERT_LT(n, 100);
+	/* Waits for the first slow map to end (the resv), then moves. */
+	ASSERT_EQ(0, pthread_create(&mtid, NULL, exp_move_fn, &m));
+	ASSERT_EQ(0, pthread_join(mtid, NULL));
+	EXPECT_EQ(0, m.ret);
+	ASSERT_EQ(0, pthread_join(tid, NULL));
+	EXPECT_EQ(0, r.ret);
+	ASSERT_EQ(0, kvd_wait_state(self->dev, self->proxy,
+				    KVDMABUF_STATE_REVOKED, &q));
+	EXPECT_EQ(KVDMABUF_REVOKE_EXPORTER, q.revoke_reason);
+	EXPECT_NE(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	EXPECT_EQ(0, imp_release(self->imp, h2));
+	EXPECT_EQ(0, imp_release(self->imp, h3));
+	close(r.backing);
 }
 
 static uint64_t now_ms(void)

@@ -55,6 +55,7 @@ struct kvd_exp_buf {
 	bool slow_map;
 	bool slow_unmap;
 	bool move_on_pin;
+	bool move_on_unpin;
 	bool async_move;
 	/* All below: dmabuf->resv. */
 	struct kvd_exp_copy *copy;	/* the last asynchronous move's */
@@ -262,9 +263,16 @@ static int kvd_exp_pin(struct dma_buf_attachment *attach)
 static void kvd_exp_unpin(struct dma_buf_attachment *attach)
 {
 	struct kvd_exp_buf *buf = attach->dmabuf->priv;
+	struct kvd_exp_pages *p;
 
 	dma_resv_assert_held(attach->dmabuf->resv);
 	buf->pins--;
+	if (!buf->move_on_unpin || buf->pins || buf->revoked)
+		return;
+	/* Best effort, as an eviction: no memory, no move. */
+	p = kvd_exp_pages_alloc(buf->dmabuf->size >> PAGE_SHIFT);
+	if (p && kvd_exp_move_locked(buf, p))
+		kvd_exp_pages_free(p);
 }
 
 static void kvd_exp_note_dev(struct kvd_exp_buf *buf, struct device *dev)
@@ -408,6 +416,7 @@ static long kvd_exp_create(void __user *uarg)
 			  KVD_EXP_CREATE_SLOW_MAP |
 			  KVD_EXP_CREATE_SLOW_UNMAP |
 			  KVD_EXP_CREATE_MOVE_ON_PIN |
+			  KVD_EXP_CREATE_MOVE_ON_UNPIN |
 			  KVD_EXP_CREATE_ASYNC_MOVE) ||
 	    arg.pad || arg.pad2)
 		return -EINVAL;
@@ -428,6 +437,7 @@ static long kvd_exp_create(void __user *uarg)
 	buf->slow_map = arg.flags & KVD_EXP_CREATE_SLOW_MAP;
 	buf->slow_unmap = arg.flags & KVD_EXP_CREATE_SLOW_UNMAP;
 	buf->move_on_pin = arg.flags & KVD_EXP_CREATE_MOVE_ON_PIN;
+	buf->move_on_unpin = arg.flags & KVD_EXP_CREATE_MOVE_ON_UNPIN;
 	buf->async_move = arg.flags & KVD_EXP_CREATE_ASYNC_MOVE;
 	buf->cur = kvd_exp_pages_alloc(arg.size >> PAGE_SHIFT);
 	if (!buf->cur) {

@@ -33,6 +33,11 @@
 /* Every unmap sleeps KVD_EXP_SLOW_MAP_MS first (an exporter evicting). */
 #define KVD_EXP_CREATE_SLOW_UNMAP	(1U << 5)
 /*
+ * The last unpin moves the buffer (TTM may evict what nobody pins any
+ * more), notifying every attachment, the unpinning one too.
+ */
+#define KVD_EXP_CREATE_MOVE_ON_UNPIN	(1U << 6)
+/*
  * The first pin moves the buffer before it pins it (new pages, a copy,
  * a move notification to every attachment, the pinning one included, the
  * old pages poisoned), as amdgpu_dma_buf_pin() migrating VRAM to GTT and
@@ -54,7 +59,7 @@
  * @flags: in: KVD_EXP_CREATE_NOPAGES (optionally with
  *	KVD_EXP_CREATE_BUS_ADDR), KVD_EXP_CREATE_SLOW_MAP,
  *	KVD_EXP_CREATE_SLOW_UNMAP, KVD_EXP_CREATE_MOVE_ON_PIN,
- *	KVD_EXP_CREATE_ASYNC_MOVE, or 0
+ *	KVD_EXP_CREATE_MOVE_ON_UNPIN, KVD_EXP_CREATE_ASYNC_MOVE, or 0
  * @fd: out: the dma-buf fd (O_CLOEXEC)
  * @pad: must be 0
  */
