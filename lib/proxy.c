@@ -92,10 +92,15 @@ int kvd_proxy_dev_attach(struct kvdmabuf_ctx *ctx, int proxy_fd,
 	a.offset = offset;
 	a.timeout_ms = ctx->revoke_timeout_ms;
 	rc = xioctl(ctx->module_fd, KVDMABUF_IOCTL_ATTACH, &a);
+	if (rc == -EBUSY && a.pins)
+		return kvd_err(ctx, rc, "kvdmabuf attach (proxy fd %d): "
+			       "importers hold %u pin(s) (a pinned importer "
+			       "cannot follow a new backing)", proxy_fd, a.pins);
 	if (rc == -EBUSY)
-		return kvd_err(ctx, rc, "kvdmabuf attach (proxy fd %d): an "
-			       "importer holds a pin (it cannot follow a new "
-			       "backing)", proxy_fd);
+		return kvd_err(ctx, rc, "kvdmabuf attach (proxy fd %d, backing "
+			       "fd %d): the backing's exporter is busy (its pin "
+			       "or map refused: memory it cannot place now), "
+			       "not an importer", proxy_fd, backing_fd);
 	if (rc)
 		return kvd_err(ctx, rc, "kvdmabuf attach (proxy fd %d, backing "
 			       "fd %d, offset %llu) failed: %s", proxy_fd,
@@ -134,8 +139,9 @@ int kvd_proxy_dev_revoke(struct kvdmabuf_ctx *ctx, int proxy_fd,
 		rc = xioctl(ctx->module_fd, KVDMABUF_IOCTL_REVOKE, &r);
 	} while (rc == -EINTR);
 	if (rc == -EBUSY)
-		return kvd_err(ctx, rc, "kvdmabuf revoke (proxy fd %d): an "
-			       "importer holds a blocking pin", proxy_fd);
+		return kvd_err(ctx, rc, "kvdmabuf revoke (proxy fd %d): "
+			       "importers hold %u blocking pin(s)", proxy_fd,
+			       r.pins);
 	if (rc == -ETIMEDOUT)
 		return kvd_err(ctx, rc, "kvdmabuf revoke (proxy fd %d): revoked, "
 			       "but importers still map the old backing after "

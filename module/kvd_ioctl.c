@@ -247,6 +247,7 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 		return ret;
 	if (arg.flags & ~KVDMABUF_ATTACH_VALID_FLAGS || arg.pad || arg.reserved)
 		return -EINVAL;
+	arg.pins = 0;		/* out only */
 	if (!PAGE_ALIGNED(arg.offset) || arg.timeout_ms > KVDMABUF_MAX_TIMEOUT_MS)
 		return -EINVAL;
 
@@ -306,8 +307,9 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 	}
 
 	dma_resv_lock(proxy->dmabuf->resv, NULL);
-	if (kvd_all_pins(proxy)) {
-		/* Revocable pins too: a pinned importer cannot follow. */
+	/* Revocable pins too: a pinned importer cannot follow. */
+	arg.pins = kvd_all_pins(proxy);
+	if (arg.pins) {
 		dma_resv_unlock(proxy->dmabuf->resv);
 		kvd_backing_bury(b, &dead);
 		ret = -EBUSY;
@@ -364,6 +366,9 @@ out_backing:
 		dma_buf_put(backing);
 out_proxy:
 	kvd_proxy_put(proxy);
+	/* Whose -EBUSY it is: the importers' pins, or the exporter's (0). */
+	if (ret == -EBUSY && kvd_copy_out(uarg, &arg, sizeof(arg), usize))
+		ret = -EFAULT;
 	return ret;
 }
 
@@ -382,6 +387,7 @@ static long kvd_ioctl_revoke(struct kvd_ctx *ctx, void __user *uarg)
 		return ret;
 	if (arg.flags || arg.reserved || arg.timeout_ms > KVDMABUF_MAX_TIMEOUT_MS)
 		return -EINVAL;
+	arg.pins = 0;		/* out only */
 
 	proxy = kvd_proxy_get(arg.proxy_fd);
 	if (IS_ERR(proxy))
@@ -403,7 +409,8 @@ static long kvd_ioctl_revoke(struct kvd_ctx *ctx, void __user *uarg)
 	 * holding a pin get the invalidation below as a permanent revoke:
 	 * they unmap and unpin in their callback and never map again.
 	 */
-	if (kvd_blocking_pins(proxy)) {
+	arg.pins = kvd_blocking_pins(proxy);
+	if (arg.pins) {
 		dma_resv_unlock(proxy->dmabuf->resv);
 		ret = -EBUSY;
 		goto out_unlock;
@@ -435,6 +442,8 @@ out_unlock:
 	mutex_unlock(&proxy->lock);
 	kvd_bury(&dead);
 	kvd_proxy_put(proxy);
+	if (ret == -EBUSY && kvd_copy_out(uarg, &arg, sizeof(arg), usize))
+		ret = -EFAULT;
 	return ret;
 }
 

@@ -644,6 +644,46 @@ TEST_F(exp, exporter_invalidations_stale_bound)
 		close(e[n]);
 }
 
+/*
+ * -EBUSY has two sources: an importer's pin (it could not follow) and
+ * the backing's exporter (memory it cannot place). ATTACH says which in
+ * @pins, also on the error: 0 for the exporter's.
+ */
+TEST_F(exp, ebusy_names_its_source)
+{
+	struct kvdmabuf_attach a = {
+		.size = sizeof(a), .flags = KVDMABUF_ATTACH_REPLACE,
+		.proxy_fd = (uint32_t)self->proxy, .pins = 77,
+	};
+	struct kvdmabuf_query q;
+	int b, c, hp;
+
+	b = exp_buf(self->exp, SIZE, variant->flags | KVD_EXP_CREATE_PIN_BUSY,
+		    SEED_B);
+	ASSERT_GE(b, 0);
+	a.backing_fd = (uint32_t)b;
+	EXPECT_EQ(-EBUSY, kvd_ioctl(self->dev, KVDMABUF_IOCTL_ATTACH, &a));
+	EXPECT_EQ(0, a.pins);		/* the exporter's */
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(KVDMABUF_STATE_BACKED, q.state);
+
+	hp = imp_import(self->imp, self->proxy, KVD_IMP_IMPORT_PINNED);
+	ASSERT_GE(hp, 0);
+	c = exp_buf(self->exp, SIZE, variant->flags, SEED_C);
+	ASSERT_GE(c, 0);
+	a.backing_fd = (uint32_t)c;
+	a.pins = 0;
+	EXPECT_EQ(-EBUSY, kvd_ioctl(self->dev, KVDMABUF_IOCTL_ATTACH, &a));
+	EXPECT_LE(1, a.pins);		/* the pinned importer's */
+	EXPECT_EQ(0, imp_release(self->imp, hp));
+	/* A success reports no pins, whatever came in. */
+	a.pins = 5;
+	EXPECT_EQ(0, kvd_ioctl(self->dev, KVDMABUF_IOCTL_ATTACH, &a));
+	EXPECT_EQ(0, a.pins);
+	close(c);
+	close(b);
+}
+
 /* The backing's exporter moves it from another thread. */
 struct exp_mover {
 	int exp, buf, ret;

@@ -59,7 +59,8 @@
  * 2: ioctl magic 0xDA (was 0xDB, taken by mwave), control limited to the
  * creating device fd, bounded stale backings, a maximum timeout.
  * 3: ioctl magic 0xC9 (0xDA is gdrcopy's gdrdrv, on the same GPU nodes);
- * LIST reports pid and uid as the caller's namespaces see them.
+ * LIST reports pid and uid as the caller's namespaces see them; ATTACH
+ * and REVOKE report the importer pins behind an -EBUSY (@pins).
  */
 #define KVDMABUF_API_VERSION_MAJOR	3
 /**
@@ -232,13 +233,17 @@ struct kvdmabuf_create {
  *	KVDMABUF_MAX_TIMEOUT_MS
  * @pad: must be 0
  * @generation: out: the proxy's generation after the call
+ * @pins: out, on -EBUSY too: the importers' pins that refused the call;
+ *	0 with -EBUSY means the backing's exporter refused (its pin or map:
+ *	memory it cannot place), not an importer
  * @reserved: must be 0
  *
  * The module attaches to the backing once per importer attachment of the
  * proxy (with the importer's device) and maps it, before changing any state.
  * REPLACE then swaps atomically under the proxy's reservation lock, sends a
  * move notification to the importers, waits (as REVOKE does) for the fences
- * on the proxy's reservation object and for their old mappings to go
+ * importers had on the proxy's reservation object then and for their old
+ * mappings to go
  * and drops every attachment to the old backing and its reference. The
  * module holds its own reference to the backing; the caller may close
  * @backing_fd afterwards.
@@ -253,9 +258,10 @@ struct kvdmabuf_create {
  * its mapping for an importer's device); -EEXIST (already backed, no
  * REPLACE); -EAGAIN (the proxy already holds KVDMABUF_MAX_STALE_BACKINGS
  * old backings still mapped, left by revokes, replaces or its backings'
- * exporters: nothing changed); -EBUSY (an
- * importer holds a pin, blocking or revocable: a pinned importer never
- * maps again, so it could not follow a new backing; nothing changed); -EINTR (REPLACE of a backed proxy only; signal while waiting:
+ * exporters: nothing changed); -EBUSY (@pins > 0: an importer holds a
+ * pin, blocking or revocable: a pinned importer never maps again, so it
+ * could not follow a new backing; @pins 0: the backing's exporter
+ * returned -EBUSY; nothing changed either way); -EINTR (REPLACE of a backed proxy only; signal while waiting:
  * the swap was made, the old backing is dropped when its last mapping
  * goes); -ETIMEDOUT (same, on timeout). A plain attach (nothing to
  * replace) never waits and never fails after the swap: stale backings of
@@ -273,7 +279,8 @@ struct kvdmabuf_attach {
 	__u32 timeout_ms;
 	__u32 pad;
 	__u64 generation;
-	__u64 reserved;
+	__u32 pins;
+	__u32 reserved;
 };
 
 /**
@@ -286,6 +293,7 @@ struct kvdmabuf_attach {
  *	their fences are pending; the revoke is done either way); at most
  *	KVDMABUF_MAX_TIMEOUT_MS
  * @generation: out: the proxy's generation after the call
+ * @pins: out, on -EBUSY too: the blocking pins that refused the revoke
  * @reserved: must be 0
  *
  * Marks the proxy revoked and sends a move notification to the importers
@@ -294,9 +302,11 @@ struct kvdmabuf_attach {
  * dma_buf_attach_revocable(), such as irdma's dma-buf MRs) take that
  * notification as a permanent revoke: they unmap and unpin in their
  * callback and never map the proxy again (their memory region is dead and
- * must be registered anew). They do not make the revoke fail. Then waits for every fence on the proxy's reservation object
- * (DMA_RESV_USAGE_BOOKKEEP: importers such as DRM drivers track their DMA
- * with them), then until no importer mapping of the backing remains (both
+ * must be registered anew). They do not make the revoke fail. Then waits
+ * for the fences importers had on the proxy's reservation object once
+ * told (DMA_RESV_USAGE_BOOKKEEP: importers such as DRM drivers track their
+ * DMA with them; fences added later are work on a later backing), then
+ * until no importer mapping of the backing remains (both
  * within @timeout_ms), and drops every attachment to the backing and the
  * module's reference to it,
  * so that its memory can be freed once user space closes its own fds.
@@ -309,12 +319,10 @@ struct kvdmabuf_attach {
  * backings: nothing changed); -EBUSY (an importer that cannot be revoked
  * holds a pin, see @blocking_pins of struct kvdmabuf_query: nothing
  * changed); -EINTR (signal while waiting) and -ETIMEDOUT
- * (timeout): the proxy *is* revoked; the backing is dropped once the
- * fences have signaled and the last mapping is gone, by the last unmap or
- * by the next ATTACH, REVOKE or QUERY of the proxy
+ * (timeout): the proxy *is* revoked; the backing is dropped once those
+ * fences have signaled and the last mapping is gone, by the module on its
+ * own (the last unmap or the fences' signal queue it)
  * (struct kvdmabuf_query.stale_backings tells; call revoke again to wait).
- * A stale backing is never dropped while any fence on the proxy's
- * reservation object is pending.
  */
 struct kvdmabuf_revoke {
 	__u32 size;
@@ -322,7 +330,8 @@ struct kvdmabuf_revoke {
 	__u32 proxy_fd;
 	__u32 timeout_ms;
 	__u64 generation;
-	__u64 reserved;
+	__u32 pins;
+	__u32 reserved;
 };
 
 /**

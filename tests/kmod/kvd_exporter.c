@@ -57,6 +57,7 @@ struct kvd_exp_buf {
 	bool move_on_pin;
 	bool move_on_unpin;
 	bool async_move;
+	bool pin_busy;
 	/* All below: dmabuf->resv. */
 	struct kvd_exp_copy *copy;	/* the last asynchronous move's */
 	struct kvd_exp_pages *cur;
@@ -245,6 +246,8 @@ static int kvd_exp_pin(struct dma_buf_attachment *attach)
 	dma_resv_assert_held(attach->dmabuf->resv);
 	if (buf->revoked)
 		return -ENODEV;
+	if (buf->pin_busy)
+		return -EBUSY;
 	if (buf->move_on_pin && !buf->pins) {
 		/* TTM allocates the new placement with the resv held too. */
 		p = kvd_exp_pages_alloc(buf->dmabuf->size >> PAGE_SHIFT);
@@ -417,6 +420,7 @@ static long kvd_exp_create(void __user *uarg)
 			  KVD_EXP_CREATE_SLOW_UNMAP |
 			  KVD_EXP_CREATE_MOVE_ON_PIN |
 			  KVD_EXP_CREATE_MOVE_ON_UNPIN |
+			  KVD_EXP_CREATE_PIN_BUSY |
 			  KVD_EXP_CREATE_ASYNC_MOVE) ||
 	    arg.pad || arg.pad2)
 		return -EINVAL;
@@ -438,6 +442,7 @@ static long kvd_exp_create(void __user *uarg)
 	buf->slow_unmap = arg.flags & KVD_EXP_CREATE_SLOW_UNMAP;
 	buf->move_on_pin = arg.flags & KVD_EXP_CREATE_MOVE_ON_PIN;
 	buf->move_on_unpin = arg.flags & KVD_EXP_CREATE_MOVE_ON_UNPIN;
+	buf->pin_busy = arg.flags & KVD_EXP_CREATE_PIN_BUSY;
 	buf->async_move = arg.flags & KVD_EXP_CREATE_ASYNC_MOVE;
 	buf->cur = kvd_exp_pages_alloc(arg.size >> PAGE_SHIFT);
 	if (!buf->cur) {

@@ -37,6 +37,8 @@
  * more), notifying every attachment, the unpinning one too.
  */
 #define KVD_EXP_CREATE_MOVE_ON_UNPIN	(1U << 6)
+/* Every pin fails with -EBUSY: memory the exporter cannot place now. */
+#define KVD_EXP_CREATE_PIN_BUSY		(1U << 7)
 /*
  * The first pin moves the buffer before it pins it (new pages, a copy,
  * a move notification to every attachment, the pinning one included, the
@@ -59,7 +61,8 @@
  * @flags: in: KVD_EXP_CREATE_NOPAGES (optionally with
  *	KVD_EXP_CREATE_BUS_ADDR), KVD_EXP_CREATE_SLOW_MAP,
  *	KVD_EXP_CREATE_SLOW_UNMAP, KVD_EXP_CREATE_MOVE_ON_PIN,
- *	KVD_EXP_CREATE_MOVE_ON_UNPIN, KVD_EXP_CREATE_ASYNC_MOVE, or 0
+ *	KVD_EXP_CREATE_MOVE_ON_UNPIN, KVD_EXP_CREATE_ASYNC_MOVE,
+ *	KVD_EXP_CREATE_PIN_BUSY, or 0
  * @fd: out: the dma-buf fd (O_CLOEXEC)
  * @pad: must be 0
  */
