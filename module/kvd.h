@@ -105,6 +105,7 @@ struct kvd_attach {
 	struct list_head lent;		/* slots whose bsgt it maps; resv */
 	bool notified;			/* has an invalidation callback */
 	bool revocable;			/* its pins give way to a revoke */
+	bool revoked;			/* a revoke took its pinned map; resv */
 };
 
 /*
@@ -189,6 +190,14 @@ unsigned int kvd_attach_pins(struct kvd_attach *ka);
 unsigned int kvd_attach_blocking(struct kvd_attach *ka);
 unsigned int kvd_attach_revocable_pins(struct kvd_attach *ka);
 unsigned int kvd_blocking_pins(struct kvd_proxy *proxy);
+
+/* The importers of a proxy as QUERY and LIST count them. */
+struct kvd_importer_counts {
+	u32 dynamic, pinned, revocable;		/* importers */
+	u32 blocking_pins, revocable_pins;
+};
+void kvd_count_importers(struct kvd_proxy *proxy,
+			 struct kvd_importer_counts *c);
 unsigned int kvd_all_pins(struct kvd_proxy *proxy);
 
 /* kvd_backing.c */

@@ -371,10 +371,15 @@ static void kvd_fences_cb(struct dma_fence *fence, struct dma_fence_cb *cb)
 void kvd_backing_stale(struct kvd_proxy *proxy, struct kvd_backing *b)
 {
 	struct dma_fence *f = NULL;
+	struct kvd_attach *ka;
 	int ret;
 
 	lockdep_assert_held(&proxy->lock);
 	dma_resv_assert_held(proxy->dmabuf->resv);
+	/* Revocable importers holding a pin take this as a permanent revoke. */
+	list_for_each_entry(ka, &proxy->attachments, node)
+		if (ka->revocable && kvd_attach_pins(ka))
+			ka->revoked = true;
 	/* Before the notification: importers unmap from inside it. */
 	WRITE_ONCE(proxy->stale_maps, proxy->stale_maps + b->live_maps);
 	proxy->notifications++;

@@ -449,10 +449,10 @@ out_unlock:
 
 static long kvd_ioctl_query(void __user *uarg)
 {
+	struct kvd_importer_counts c;
 	struct kvdmabuf_query arg;
 	struct kvd_proxy *proxy;
 	struct kvd_backing *b;
-	struct kvd_attach *ka;
 	LIST_HEAD(dead);
 	u32 usize;
 	int ret;
@@ -490,24 +490,12 @@ static long kvd_ioctl_query(void __user *uarg)
 	arg.id = proxy->id;
 	arg.generation = proxy->generation;
 	arg.offset = proxy->backing ? proxy->backing->offset : 0;
-	arg.dynamic_importers = 0;
-	arg.pinned_importers = 0;
-	arg.blocking_pins = 0;
-	arg.revocable_pins = 0;
-	arg.revocable_importers = 0;
-	list_for_each_entry(ka, &proxy->attachments, node) {
-		unsigned int n = kvd_attach_blocking(ka);
-		unsigned int r = kvd_attach_revocable_pins(ka);
-
-		if (n || r)
-			arg.pinned_importers++;
-		else
-			arg.dynamic_importers++;
-		if (!n && r)
-			arg.revocable_importers++;
-		arg.blocking_pins += n;
-		arg.revocable_pins += r;
-	}
+	kvd_count_importers(proxy, &c);
+	arg.dynamic_importers = c.dynamic;
+	arg.pinned_importers = c.pinned;
+	arg.revocable_importers = c.revocable;
+	arg.blocking_pins = c.blocking_pins;
+	arg.revocable_pins = c.revocable_pins;
 	arg.live_mappings = proxy->live_maps;
 	arg.notifications = proxy->notifications;
 	arg.revoke_reason = proxy->revoke_reason;

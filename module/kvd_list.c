@@ -36,7 +36,7 @@ static const char *kvd_state_name(u32 state)
 static bool kvd_stat(struct kvd_proxy *proxy, struct kvdmabuf_proxy_stat *st)
 {
 	struct kvd_backing *b;
-	struct kvd_attach *ka;
+	struct kvd_importer_counts c;
 
 	st->id = proxy->id;
 	st->length = proxy->length;
@@ -59,17 +59,11 @@ static bool kvd_stat(struct kvd_proxy *proxy, struct kvdmabuf_proxy_stat *st)
 	st->generation = proxy->generation;
 	st->revoke_reason = proxy->revoke_reason;
 	st->live_mappings = proxy->live_maps;
-	list_for_each_entry(ka, &proxy->attachments, node) {
-		unsigned int r = kvd_attach_revocable_pins(ka);
-
-		if (kvd_attach_blocking(ka) || r)
-			st->pinned_importers++;
-		else
-			st->dynamic_importers++;
-		if (r && !kvd_attach_blocking(ka))
-			st->revocable_importers++;
-		st->revocable_pins += r;
-	}
+	kvd_count_importers(proxy, &c);
+	st->pinned_importers = c.pinned;
+	st->dynamic_importers = c.dynamic;
+	st->revocable_importers = c.revocable;
+	st->revocable_pins = c.revocable_pins;
 	dma_resv_unlock(proxy->dmabuf->resv);
 	mutex_unlock(&proxy->lock);
 	return true;

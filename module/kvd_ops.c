@@ -66,6 +66,33 @@ unsigned int kvd_blocking_pins(struct kvd_proxy *proxy)
 	return kvd_sum_pins(proxy, kvd_attach_blocking);
 }
 
+/*
+ * A revocable importer whose pinned map a revoke took is still a pinned
+ * importer (it never maps again: its MR is dead until registered anew),
+ * not a dynamic one, although it holds no pin any more.
+ */
+void kvd_count_importers(struct kvd_proxy *proxy,
+			 struct kvd_importer_counts *c)
+{
+	struct kvd_attach *ka;
+
+	dma_resv_assert_held(proxy->dmabuf->resv);
+	memset(c, 0, sizeof(*c));
+	list_for_each_entry(ka, &proxy->attachments, node) {
+		unsigned int n = kvd_attach_blocking(ka);
+		unsigned int r = kvd_attach_revocable_pins(ka);
+
+		if (n || r || ka->revoked)
+			c->pinned++;
+		else
+			c->dynamic++;
+		if (!n && (r || ka->revoked))
+			c->revocable++;
+		c->blocking_pins += n;
+		c->revocable_pins += r;
+	}
+}
+
 /* Pins that make an attach or a replace fail with -EBUSY: all of them. */
 unsigned int kvd_all_pins(struct kvd_proxy *proxy)
 {

@@ -158,9 +158,14 @@ TEST_F(rev, pinned_revocable_umem_is_revoked_not_blocking)
 	EXPECT_EQ(KVDMABUF_STATE_REVOKED, q.state);
 	EXPECT_EQ(KVDMABUF_REVOKE_USER, q.revoke_reason);
 	EXPECT_EQ(0, q.revocable_pins);	/* unpinned in the callback */
-	EXPECT_EQ(0, q.revocable_importers);
-	EXPECT_EQ(0, q.pinned_importers);
-	EXPECT_EQ(1, q.dynamic_importers);	/* still attached, dead */
+	/*
+	 * Still attached, dead: still the revocable pinned importer it was
+	 * (never a dynamic one: it will not map again, so the library must
+	 * not take FOLLOW for it).
+	 */
+	EXPECT_EQ(1, q.revocable_importers);
+	EXPECT_EQ(1, q.pinned_importers);
+	EXPECT_EQ(0, q.dynamic_importers);
 	EXPECT_EQ(0, q.live_mappings);
 	EXPECT_EQ(1, q.notifications);
 	/* The backing is dropped: its memory can go. */
@@ -175,6 +180,9 @@ TEST_F(rev, pinned_revocable_umem_is_revoked_not_blocking)
 	ASSERT_EQ(0, umem_info(self->umem, h, &i));
 	EXPECT_EQ(1, i.revokes);
 	EXPECT_EQ(0, i.nmap);
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(1, q.pinned_importers);
+	EXPECT_EQ(0, q.dynamic_importers);
 	EXPECT_EQ(0, imp_release(self->umem, h));
 }
 
