@@ -219,6 +219,57 @@ static int pattern_at(const char *got, size_t len, uint32_t seed, size_t off,
 	return memcmp(got, ref + off, len);
 }
 
+/*
+ * The same through a window: a proxy narrower than its backing gets a
+ * copy of the backing's table (the whole-buffer case above is lent the
+ * exporter's own table, so it carries the marks whatever the copy does).
+ * The copy must carry them too, and the bytes of the window.
+ */
+TEST_F(umem, bus_address_marks_are_carried_by_a_window)
+{
+	char *ref = malloc(SIZE + 2 * KVD_PAGE);
+	struct kvd_umem_info i;
+	int e, p, h;
+
+	ASSERT_NOT_NULL(ref);
+	KVD_OPEN_EXP(self->exp);
+	e = exp_buf(self->exp, SIZE + 2 * KVD_PAGE, KVD_EXP_CREATE_NOPAGES |
+		    KVD_EXP_CREATE_BUS_ADDR, SEED_A);
+	if (e == -EOPNOTSUPP) {
+		free(ref);
+		SKIP(return, "no bus-address marks in this kernel's scatterlists "
+		     "(CONFIG_NEED_SG_DMA_FLAGS, 6.2+)");
+	}
+	ASSERT_GE(e, 0);
+	/* The control, as above: the marks reach a direct importer. */
+	h = imp_import(self->imp, e, 0);
+	ASSERT_GE(h, 0);
+	ASSERT_EQ(0, imp_read(self->imp, h, 0, self->buf, SIZE));
+	ASSERT_EQ(0, umem_info(self->imp, h, &i));
+	EXPECT_EQ(0, imp_release(self->imp, h));
+	if (!i.bus_addr_nents) {
+		close(e);
+		free(ref);
+		SKIP(return, "the dma-buf core hands importers copies without "
+		     "bus-address marks (CONFIG_DMABUF_DEBUG)");
+	}
+
+	p = kvd_create(self->dev, SIZE, NULL);
+	ASSERT_GE(p, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, p, e, KVD_PAGE));
+	h = imp_import(self->imp, p, 0);
+	ASSERT_GE(h, 0);
+	ASSERT_EQ(0, imp_read(self->imp, h, 0, self->buf, SIZE));
+	EXPECT_EQ(0, pattern_at(self->buf, SIZE, SEED_A, KVD_PAGE, ref));
+	ASSERT_EQ(0, umem_info(self->imp, h, &i));
+	ASSERT_GE(i.nmap, 1);
+	EXPECT_EQ(i.nmap, i.bus_addr_nents);
+	EXPECT_EQ(0, imp_release(self->imp, h));
+	close(p);
+	close(e);
+	free(ref);
+}
+
 static int umem_remap(int imp, int h, uint32_t reps)
 {
 	uint64_t ns[8];
