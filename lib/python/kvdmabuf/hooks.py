@@ -31,17 +31,21 @@ class SleepHooks:
     :param pds: the transfer engine's protection domains (pyverbs PDs)
     :param on_new_keys: receives the regions whose keys changed
     :param on_sleep_begin: receives the regions that stop now (tell peers)
+    :param drain: asked while a sleep drains; True once the transfer
+        engine's own queues are empty (the in-flight counts of
+        :meth:`kvdmabuf.Region.io` are waited for in any case)
     """
 
     def __init__(self, config_path: Optional[str] = None, *,
                  pds: Iterable[object] = (),
                  on_new_keys: Optional[NewKeysFn] = None,
                  on_sleep_begin: Optional[Callable[[Sequence[Region]], None]] = None,
+                 drain: Optional[Callable[[], bool]] = None,
                  drain_timeout_ms: int = 0):
         self._on_new_keys = on_new_keys
         self.config_path = config_path
         self.ctx = Context(config_path, pds=pds, key_change=self._keys,
-                           sleep_begin=on_sleep_begin,
+                           sleep_begin=on_sleep_begin, drain=drain,
                            drain_timeout_ms=drain_timeout_ms)
         self._nics = self.ctx.query().nr_nics
 
