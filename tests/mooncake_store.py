@@ -210,7 +210,7 @@ def engine_main(args):
     try:
         e = Engine(json.loads(args))
     except BaseException as ex:
-        send({"error": "setup: %r" % (ex,)})
+        send({"error": "setup: %s: %s" % (type(ex).__name__, ex)})
         return 1
     send({"ready": True})
     for line in sys.stdin:
@@ -280,14 +280,16 @@ def show_log(path, n=40):
 
 
 class Proc:
-    def __init__(self, py, who, conf, log):
+    def __init__(self, py, who, conf, log, env=None, expect_error=False):
         self.who, self.log = who, log
         self.p = subprocess.Popen(
             [py, os.path.abspath(__file__), "--engine", json.dumps(conf)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=open(log, "w"), text=True, env=engine_env())
+            stderr=open(log, "w"), text=True,
+            env=dict(engine_env(), **(env or {})))
         r = self._reply()
-        if "error" in r:
+        self.error = r.get("error")
+        if self.error and not expect_error:
             show_log(log)
             raise AssertionError("engine %s: %s" % (who, r["error"]))
 
@@ -372,23 +374,38 @@ ROWS = [
 ]
 
 
+def start_master(master, port_base, log):
+    """mooncake_master with its HTTP metadata server on port_base, its RPC
+    service on port_base + 1."""
+    return subprocess.Popen([master, "--enable_http_metadata_server=true",
+                             "--http_metadata_server_port=%d" % port_base,
+                             "--rpc_port=%d" % (port_base + 1),
+                             "--metrics_port=%d" % (port_base + 2)],
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT)
+
+
+def stop_master(mp):
+    mp.terminate()
+    try:
+        mp.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        mp.kill()
+        mp.wait()
+
+
 def scenario(mode, port_base):
     """Master + B + A, CYCLES sleep/wake cycles of A. Returns the tally
     and A's memory figures per cycle."""
     py = python_of_venv()
     master = master_binary()
     tmp = tempfile.mkdtemp(prefix="kvd-mc-")
-    http, rpc, metrics = port_base, port_base + 1, port_base + 2
+    http, rpc = port_base, port_base + 1
     conf = os.path.join(tmp, "kvdmabuf.yaml")
     with open(conf, "w") as f:
         f.write("protocol: rdma\nnics: [%s]\ntransport: mooncake\n"
                 "drain_timeout_s: 60\n" % IBDEV_A)
     mlog = os.path.join(tmp, "master.log")
-    mp = subprocess.Popen([master, "--enable_http_metadata_server=true",
-                           "--http_metadata_server_port=%d" % http,
-                           "--rpc_port=%d" % rpc,
-                           "--metrics_port=%d" % metrics],
-                          stdout=open(mlog, "w"), stderr=subprocess.STDOUT)
+    mp = start_master(master, port_base, mlog)
     engines = []
     t = Tally()
     mem = []
@@ -457,12 +474,7 @@ def scenario(mode, port_base):
     finally:
         for e in reversed(engines):
             e.stop()
-        mp.terminate()
-        try:
-            mp.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            mp.kill()
-            mp.wait()
+        stop_master(mp)
         if sys.exc_info()[0] is not None:
             show_log(mlog, 10)
     shutil.rmtree(tmp, ignore_errors=True)
@@ -540,6 +552,87 @@ def seed_with_kvdmabuf_every_block_right():
               "cycle %d: after wake %s, awake before %s" % (c, wk, aw))
         check(wk["registrations"] == c, "cycle %d: %d register_buffer "
               "calls at wakes" % (c, wk["registrations"]))
+
+
+def mooncake_nvlink_switches(pkg):
+    """The environment variables of this Mooncake that turn NVLink /
+    multi-node NVLink on (peers then import handles to our memory), read
+    from its engine and store libraries."""
+    import re
+    names = set()
+    for lib in ("engine.so", "store.so"):
+        with open(os.path.join(pkg, lib), "rb") as f:
+            names |= set(re.findall(rb"\b(MC_[A-Z0-9_]*(?:NVLINK|MNNVL)"
+                                    rb"[A-Z0-9_]*)\b", f.read()))
+    return sorted(n.decode() for n in names)
+
+
+def mooncake_protocols(pkg):
+    """The protocol names this Mooncake knows (mooncake_config.py)."""
+    import ast
+    with open(os.path.join(pkg, "mooncake_config.py")) as f:
+        tree = ast.parse(f.read())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(
+                getattr(t, "id", "") == "_KNOWN_PROTOCOLS"
+                for t in node.targets):
+            return sorted(c.value for c in ast.walk(node.value)
+                          if isinstance(c, ast.Constant) and
+                          isinstance(c.value, str))
+    raise AssertionError("no _KNOWN_PROTOCOLS in mooncake_config.py")
+
+
+def gate_refuses_this_mooncakes_nvlink_transports():
+    """The gate against the installed Mooncake: each of its NVLink
+    switches (environment) set, the real engine starts on it and the
+    kvdmabuf hooks refuse to open; each of its protocol names other than
+    rdma and tcp refused as kvdmabuf's protocol."""
+    py = python_of_venv()
+    pkg = os.path.dirname(master_binary())
+    import kvdmabuf
+    switches = mooncake_nvlink_switches(pkg)
+    print("# Mooncake's NVLink switches: %s" % " ".join(switches))
+    check("MC_FORCE_MNNVL" in switches, "MC_FORCE_MNNVL not found: %s" %
+          switches)
+    protocols = mooncake_protocols(pkg)
+    print("# Mooncake's protocols: %s" % " ".join(protocols))
+    check({"rdma", "tcp", "nvlink", "nvlink_intra"} <= set(protocols),
+          str(protocols))
+    tmp = tempfile.mkdtemp(prefix="kvd-mc-")
+    conf = os.path.join(tmp, "kvdmabuf.yaml")
+    for proto in protocols:
+        with open(conf, "w") as f:
+            f.write("protocol: %s\nnics: [%s]\ntransport: mooncake\n" %
+                    (proto, IBDEV_A))
+        ok, why = kvdmabuf.gate(conf)
+        check(ok == (proto in ("rdma", "tcp")), "protocol %s: %s" %
+              (proto, why))
+    with open(conf, "w") as f:
+        f.write("protocol: rdma\nnics: [%s]\ntransport: mooncake\n" %
+                IBDEV_A)
+    mlog = os.path.join(tmp, "master.log")
+    with Network():
+        mp = start_master(master_binary(), 18300, mlog)
+        try:
+            wait_port(18300, mp)
+            wait_port(18301, mp)
+            for n, var in enumerate(switches):
+                e = Proc(py, "A", {"metadata": "http://127.0.0.1:18300/"
+                                   "metadata", "master": "127.0.0.1:18301",
+                                   "mode": "kvdmabuf", "config": conf,
+                                   "who": "A", "host": "%s:%d" %
+                                   (IP_A, 18320 + n), "dev": IBDEV_A,
+                                   "segment": 0},
+                         os.path.join(tmp, "engine-%s.log" % var),
+                         env={var: "1"}, expect_error=True)
+                e.p.wait(timeout=60)
+                print("# %s=1: %s" % (var, e.error))
+                check(e.error and "GateRefused" in e.error and
+                      var in e.error and "store setup failed" not in
+                      e.error, "%s=1: %s" % (var, e.error))
+        finally:
+            stop_master(mp)
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 class FakeStore:
@@ -645,5 +738,6 @@ if __name__ == "__main__":
     sys.exit(ktap.main([
         seed_baseline_mooncake_alone_is_silently_wrong,
         seed_with_kvdmabuf_every_block_right,
+        gate_refuses_this_mooncakes_nvlink_transports,
         hooks_are_all_or_nothing_around_the_store,
     ]))
