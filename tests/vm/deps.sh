@@ -3,9 +3,10 @@
 # Installs what the build and the VM lanes need, and nothing when it is all
 # there (a second run does not touch the network). Run as root.
 #
-#   deps.sh host    Debian 12 packages on this machine (also the 6.1 lane)
-#                   and Mooncake's wheel in a virtual environment of this
-#                   root's python3 ($KVDMABUF_CACHE/mooncake-venv)
+#   deps.sh host    Debian 12 packages on this machine
+#   deps.sh 6.1     + Mooncake's wheel in a virtual environment of this
+#                   root's python3 ($KVDMABUF_CACHE/mooncake-venv), which
+#                   the lane's guests share
 #   deps.sh debug   + in that root, linux-source-7.x (trixie-backports) and
 #                   the kernel build tools: the debug-lane kernel is built
 #                   there, with Debian 13's gcc-14
@@ -226,7 +227,10 @@ mooncake_venv() { # venv-dir
 }
 
 case "${1:-host}" in
-host | 6.1)
+host)
+	host_deps
+	;;
+6.1)
 	host_deps
 	mooncake_venv "$CACHE/mooncake-venv"
 	;;
