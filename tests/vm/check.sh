@@ -128,6 +128,8 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		build=$lanes/lane-6.1 guest_build=$build
 		# The IOMMU variant (tests/proxy_edu) on the oldest kernel.
 		machine=q35 iommu=1
+		# Mooncake's wheel, in a venv of this root (deps.sh host).
+		guest_env+=(KVDMABUF_MOONCAKE_VENV=$cache/mooncake-venv)
 		sync_tree "$repo" "$build"
 		make -C "$build" -j"$jobs" all KDIR="$moddir/build" ${KVDMABUF_MAKE_ARGS:-} >"$blog" 2>&1 || rc=1
 		;;

@@ -3,7 +3,10 @@
 # Installs what the build and the VM lanes need, and nothing when it is all
 # there (a second run does not touch the network). Run as root.
 #
-#   deps.sh host    Debian 12 packages on this machine (also the 6.1 lane)
+#   deps.sh host    Debian 12 packages on this machine
+#   deps.sh 6.1     + Mooncake's wheel in a virtual environment of this
+#                   root's python3 ($KVDMABUF_CACHE/mooncake-venv), which
+#                   the lane's guests share
 #   deps.sh debug   + in that root, linux-source-7.x (trixie-backports) and
 #                   the kernel build tools: the debug-lane kernel is built
 #                   there, with Debian 13's gcc-14
@@ -23,7 +26,16 @@ HOST_PKGS="make gcc libc6-dev pkg-config linux-image-amd64 linux-headers-amd64
  qemu-system-x86 busybox-static rdma-core ibverbs-utils libibverbs-dev
  libdrm-dev libyaml-dev debootstrap rsync cpio xz-utils zstd iproute2 kmod
  util-linux coreutils locales python3 python3-pyverbs mandoc
- python3-venv python3-pip python3-setuptools"
+ python3-venv python3-pip python3-setuptools libnuma1 libcurl4"
+
+# Mooncake (transfer engine, store, mooncake_master), pinned by version and
+# by the sha256 of each wheel (one per CPython ABI: cp311 for Debian 12's
+# python3, cp313 for Debian 13's): tests/vm/mooncake-requirements.txt.
+# Installed hash-checked, binary only, without its Python dependencies
+# (aiohttp, requests, msgpack: only its HTTP tools use them, not the engine
+# or the store), into a virtual environment that sees the system's packages
+# (pyverbs). At run time it needs libibverbs1, libnuma1 and libcurl4.
+MOONCAKE_REQ=$(cd "$(dirname "$0")" && pwd)/mooncake-requirements.txt
 
 
 
@@ -188,9 +200,39 @@ bpo_debug() {
 	echo "$ver" >"$BPO_DEBUG_STAMP"
 }
 
+# A virtual environment of /usr/bin/python3 with the pinned Mooncake wheel,
+# at $1 (on the root the guests of the 6.1 lane share read-only, so under
+# $KVDMABUF_CACHE). Stamped with the requirements file's hash: a new pin
+# installs anew. A venv records its own path, so it is built in place.
+mooncake_venv() { # venv-dir
+	local venv=$1 stamp
+	stamp=$venv/.kvdmabuf-mooncake-$(sha256sum <"$MOONCAKE_REQ" | cut -c1-16)
+	[ -f "$stamp" ] && return 0
+	need_root "Mooncake in $venv"
+	echo "deps: installing $(sed -n 's/^\([a-z-]*==[^ ]*\).*/\1/p' "$MOONCAKE_REQ") into $venv"
+	rm -rf "$venv"
+	mkdir -p "$(dirname "$venv")"
+	{ /usr/bin/python3 -m venv --system-site-packages "$venv" &&
+	  "$venv/bin/pip" install -q --disable-pip-version-check \
+		--no-deps --require-hashes --only-binary=:all: \
+		-r "$MOONCAKE_REQ" &&
+	  "$venv/bin/python3" -c 'import mooncake.engine, mooncake.store'
+	} >"$CACHE/mooncake-venv.log" 2>&1 || {
+		tail -20 "$CACHE/mooncake-venv.log" >&2
+		echo "deps: installing Mooncake failed, log in $CACHE/mooncake-venv.log" >&2
+		rm -rf "$venv"
+		exit 1
+	}
+	touch "$stamp"
+}
+
 case "${1:-host}" in
-host | 6.1)
+host)
 	host_deps
+	;;
+6.1)
+	host_deps
+	mooncake_venv "$CACHE/mooncake-venv"
 	;;
 6.12)
 	host_deps

@@ -46,8 +46,9 @@ class SleepHooks:
     :param pds: the transfer engine's protection domains (pyverbs PDs)
     :param on_new_keys: receives the regions whose keys changed
     :param on_sleep_begin: receives the regions that stop now (tell peers)
-    :param drain: called while a sleep drains; return True once the
-        engine's transfer queues and its peers are quiet
+    :param drain: asked while a sleep drains; True once the transfer
+        engine's own queues are empty and its peers quiet (the in-flight
+        counts of :meth:`kvdmabuf.Region.io` are waited for in any case)
     """
 
     def __init__(self, config_path: Optional[str] = None, *,
