@@ -544,6 +544,37 @@ TEST_F(exp, exporter_revoke_let_go_without_ioctl)
 }
 
 /*
+ * An exporter whose revoke waits for every importer to unmap (vfio-pci):
+ * the module's slot is such an importer. With a dynamic importer mapping
+ * the proxy, and with one attached but not mapping, the module unmaps its
+ * slot within the exporter's bound (2 s), with no ioctl to prompt it.
+ * (An importer of the proxy that holds a pin it cannot give up keeps the
+ * slot mapped: that revoke times out, see module/README.md.)
+ */
+TEST_F(exp, revoke_waiting_exporter_is_not_kept_waiting)
+{
+	int p, e, h, i;
+
+	for (i = 0; i < 2; i++) {
+		p = kvd_create(self->dev, SIZE, NULL);
+		ASSERT_GE(p, 0);
+		e = exp_buf(self->exp, SIZE,
+			    variant->flags | KVD_EXP_CREATE_REVOKE_WAITS, SEED_B);
+		ASSERT_GE(e, 0);
+		ASSERT_EQ(0, kvd_attach(self->dev, p, e, 0));
+		h = imp_import(self->imp, p, 0);
+		ASSERT_GE(h, 0);
+		if (i)
+			ASSERT_EQ(0, imp_read(self->imp, h, 0, self->buf, SIZE));
+		EXPECT_EQ(0, exp_revoke(self->exp, e));
+		EXPECT_EQ(0, exp_let_go(_metadata, self->exp, e, 500));
+		EXPECT_EQ(0, imp_release(self->imp, h));
+		close(e);
+		close(p);
+	}
+}
+
+/*
  * Fences are the stale backing's only if they were on the proxy's resv
  * when it went stale: an importer's fence added after a replace (work on
  * the new backing) keeps the old one neither from being reaped nor from

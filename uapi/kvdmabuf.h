@@ -412,7 +412,9 @@ struct kvdmabuf_query {
 
 /**
  * struct kvdmabuf_event - record returned by read() on the device fd
- * @size: sizeof(struct kvdmabuf_event) as written by the kernel
+ * @size: this record's size as the kernel wrote it. Records may grow in a
+ *	later API version (new fields at the end): a reader walks a read()
+ *	buffer by @size, not by its own sizeof, and reads the fields it knows
  * @type: KVDMABUF_EVENT_STATE
  * @id: proxy id
  * @generation: the proxy's generation after the transition

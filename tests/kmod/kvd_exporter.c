@@ -26,6 +26,7 @@
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
+#include <linux/wait.h>
 #include <linux/workqueue.h>
 
 #include "compat.h"
@@ -58,6 +59,8 @@ struct kvd_exp_buf {
 	bool move_on_unpin;
 	bool async_move;
 	bool pin_busy;
+	bool revoke_waits;
+	wait_queue_head_t unmapped;	/* live_maps went down */
 	/* All below: dmabuf->resv. */
 	struct kvd_exp_copy *copy;	/* the last asynchronous move's */
 	struct kvd_exp_pages *cur;
@@ -381,6 +384,7 @@ static void kvd_exp_unmap(struct dma_buf_attachment *attach,
 	sg_free_table(sgt);
 	kfree(map);
 	buf->live_maps--;
+	wake_up(&buf->unmapped);
 }
 
 static void kvd_exp_release(struct dma_buf *dmabuf)
@@ -421,6 +425,7 @@ static long kvd_exp_create(void __user *uarg)
 			  KVD_EXP_CREATE_MOVE_ON_PIN |
 			  KVD_EXP_CREATE_MOVE_ON_UNPIN |
 			  KVD_EXP_CREATE_PIN_BUSY |
+			  KVD_EXP_CREATE_REVOKE_WAITS |
 			  KVD_EXP_CREATE_ASYNC_MOVE) ||
 	    arg.pad || arg.pad2)
 		return -EINVAL;
@@ -443,6 +448,8 @@ static long kvd_exp_create(void __user *uarg)
 	buf->move_on_pin = arg.flags & KVD_EXP_CREATE_MOVE_ON_PIN;
 	buf->move_on_unpin = arg.flags & KVD_EXP_CREATE_MOVE_ON_UNPIN;
 	buf->pin_busy = arg.flags & KVD_EXP_CREATE_PIN_BUSY;
+	buf->revoke_waits = arg.flags & KVD_EXP_CREATE_REVOKE_WAITS;
+	init_waitqueue_head(&buf->unmapped);
 	buf->async_move = arg.flags & KVD_EXP_CREATE_ASYNC_MOVE;
 	buf->cur = kvd_exp_pages_alloc(arg.size >> PAGE_SHIFT);
 	if (!buf->cur) {
@@ -535,6 +542,11 @@ static long kvd_exp_move(u32 fd, bool revoke)
 	if (!ret)
 		p = NULL;
 	dma_resv_unlock(buf->dmabuf->resv);
+	/* Unlocked, so importers can unmap; READ_ONCE: no resv held. */
+	if (!ret && revoke && buf->revoke_waits &&
+	    !wait_event_timeout(buf->unmapped, !READ_ONCE(buf->live_maps),
+				msecs_to_jiffies(KVD_EXP_REVOKE_WAIT_MS)))
+		ret = -ETIMEDOUT;
 out:
 	if (p)
 		kvd_exp_pages_free(p);

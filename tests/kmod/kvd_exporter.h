@@ -40,6 +40,12 @@
 /* Every pin fails with -EBUSY: memory the exporter cannot place now. */
 #define KVD_EXP_CREATE_PIN_BUSY		(1U << 7)
 /*
+ * REVOKE then waits, as vfio-pci's revoke does, until every importer has
+ * unmapped, at most KVD_EXP_REVOKE_WAIT_MS: -ETIMEDOUT if maps remain.
+ */
+#define KVD_EXP_CREATE_REVOKE_WAITS	(1U << 8)
+#define KVD_EXP_REVOKE_WAIT_MS		2000
+/*
  * The first pin moves the buffer before it pins it (new pages, a copy,
  * a move notification to every attachment, the pinning one included, the
  * old pages poisoned), as amdgpu_dma_buf_pin() migrating VRAM to GTT and
@@ -62,7 +68,7 @@
  *	KVD_EXP_CREATE_BUS_ADDR), KVD_EXP_CREATE_SLOW_MAP,
  *	KVD_EXP_CREATE_SLOW_UNMAP, KVD_EXP_CREATE_MOVE_ON_PIN,
  *	KVD_EXP_CREATE_MOVE_ON_UNPIN, KVD_EXP_CREATE_ASYNC_MOVE,
- *	KVD_EXP_CREATE_PIN_BUSY, or 0
+ *	KVD_EXP_CREATE_PIN_BUSY, KVD_EXP_CREATE_REVOKE_WAITS, or 0
  * @fd: out: the dma-buf fd (O_CLOEXEC)
  * @pad: must be 0
  */
