@@ -715,6 +715,32 @@ TEST_F(exp, ebusy_names_its_source)
 	close(b);
 }
 
+#ifndef KVD_IMP_UMEM
+/*
+ * An importer that maps one attachment twice (a DRM driver mapping for
+ * two directions) gets two tables: the first map of a whole-buffer proxy
+ * is lent the module's own table, the second must be a copy, never the
+ * same table again (its unmap would then free or unlink the lent one).
+ */
+TEST_F(exp, second_map_of_an_attachment_gets_its_own_table)
+{
+	struct kvd_imp_access a = {
+		.handle = (uint32_t)self->h, .length = SIZE,
+		.buf = (uintptr_t)self->buf, .flags = KVD_IMP_ACCESS_SECOND_MAP,
+	};
+	int n;
+
+	for (n = 0; n < 3; n++) {
+		memset(self->buf, 0, SIZE);
+		ASSERT_EQ(0, kvd_ioctl(self->imp, KVD_IMP_IOCTL_ACCESS, &a));
+		EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_A));
+	}
+	/* The first map, still held, still reads right. */
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_A));
+}
+#endif
+
 /* The backing's exporter moves it from another thread. */
 struct exp_mover {
 	int exp, buf, ret;

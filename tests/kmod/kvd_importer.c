@@ -255,6 +255,27 @@ static int kvd_imp_copy(struct kvd_imp *imp, void *buf, u64 offset, u64 len,
 	return -EIO;	/* mapping shorter than the dma-buf */
 }
 
+/* resv held, first map held: the same through a map of its own. */
+static int kvd_imp_copy_second(struct kvd_imp *imp, void *buf, u64 offset,
+			       u64 len, bool write)
+{
+	struct sg_table *first = imp->sgt, *second;
+	int ret;
+
+	second = dma_buf_map_attachment(imp->attach, DMA_BIDIRECTIONAL);
+	if (IS_ERR_OR_NULL(second))
+		return second ? PTR_ERR(second) : -ENOMEM;
+	if (second == first) {
+		ret = -EEXIST;
+	} else {
+		imp->sgt = second;
+		ret = kvd_imp_copy(imp, buf, offset, len, write);
+		imp->sgt = first;
+	}
+	dma_buf_unmap_attachment(imp->attach, second, DMA_BIDIRECTIONAL);
+	return ret;
+}
+
 static long kvd_imp_access(struct kvd_imp_file *f, void __user *uarg)
 {
 	struct kvd_imp_access arg;
@@ -266,7 +287,7 @@ static long kvd_imp_access(struct kvd_imp_file *f, void __user *uarg)
 
 	if (copy_from_user(&arg, uarg, sizeof(arg)))
 		return -EFAULT;
-	if (arg.flags & ~KVD_IMP_ACCESS_WRITE)
+	if (arg.flags & ~(KVD_IMP_ACCESS_WRITE | KVD_IMP_ACCESS_SECOND_MAP))
 		return -EINVAL;
 	if (!arg.length || arg.length > KVD_IMP_MAX_ACCESS)
 		return -EINVAL;
@@ -291,6 +312,9 @@ static long kvd_imp_access(struct kvd_imp_file *f, void __user *uarg)
 	ret = kvd_imp_map(imp);
 	if (ret) {
 		imp->failed++;
+	} else if (arg.flags & KVD_IMP_ACCESS_SECOND_MAP) {
+		ret = kvd_imp_copy_second(imp, buf, arg.offset, arg.length,
+					  write);
 	} else {
 		ret = kvd_imp_copy(imp, buf, arg.offset, arg.length, write);
 		if (!ret)

@@ -53,12 +53,20 @@ struct kvd_imp_import {
 };
 
 #define KVD_IMP_ACCESS_WRITE		(1U << 0)
+/*
+ * Through a second map of the attachment, made while the first is held
+ * and unmapped before the call returns (an importer mapping one
+ * attachment twice): -EEXIST if the exporter handed out the same table
+ * twice (each map must get its own).
+ */
+#define KVD_IMP_ACCESS_SECOND_MAP	(1U << 1)
 #define KVD_IMP_MAX_ACCESS		(1U << 20)
 
 /**
  * struct kvd_imp_access - KVD_IMP_IOCTL_ACCESS argument
  * @handle: in: import handle
- * @flags: in: KVD_IMP_ACCESS_WRITE to write, else read
+ * @flags: in: KVD_IMP_ACCESS_WRITE to write, else read; optionally
+ *	KVD_IMP_ACCESS_SECOND_MAP
  * @offset: in: byte offset into the dma-buf
  * @length: in: bytes, at most KVD_IMP_MAX_ACCESS
  * @buf: in: user buffer address
