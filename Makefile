@@ -85,10 +85,10 @@ BENCH_SRCS := $(sort $(wildcard tests/bench/*.c))
 BENCH := $(if $(BENCH_SRCS),tests/bench/kvdmabuf-bench)
 CYCLES ?= 3
 
-.PHONY: all lib cli tests asan modules dkms-src clean check check-unit check-vm demo bench deps fuzz \
+.PHONY: all lib cli tests asan modules rxe dkms-src clean check check-unit check-vm demo bench deps fuzz \
 	install modules_install
 
-all: lib cli tests modules
+all: lib cli tests modules rxe
 
 lib: $(LIB_A) $(LIB_SO)
 
@@ -182,6 +182,11 @@ modules:
 		echo "kvdmabuf: no kernel build tree; install linux-headers-\$$(uname -r) or pass KDIR=" >&2; \
 		exit 1; }
 	$(Q)$(MAKE) -C $(KDIR) M=$(CURDIR) W=1 $(if $(Q),,V=1) modules
+
+# Soft-RoCE with dma-buf MRs for the VM lanes, from KDIR's own rxe source
+# and tests/rxe/patches (tests/rxe/README.md); says why where it is not built.
+rxe:
+	$(Q)tests/rxe/build.sh "$(KDIR)" tests/rxe/build
 
 deps:
 	$(Q)tests/vm/deps.sh host
@@ -305,7 +310,7 @@ modules_install: modules
 clean:
 	$(Q)rm -f $(LIB_OBJS) $(LIB_A) lib/libkvdmabuf.so* $(CLI) $(TEST_BINS) $(HW_BINS) \
 		$(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(BENCH) $(CUDA_STAMP)
-	$(Q)rm -rf tests/asan
+	$(Q)rm -rf tests/asan tests/rxe/build
 	$(Q)test -z "$(KDIR)" -o ! -d "$(KDIR)" || \
 		$(MAKE) -C $(KDIR) M=$(CURDIR) clean >/dev/null
 	$(Q)rm -rf build

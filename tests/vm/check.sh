@@ -187,6 +187,12 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		return
 		;;
 	esac
+	# Soft-RoCE with dma-buf MRs (tests/rxe): where the lane built the
+	# patched rdma_rxe, rdma-core's rxe provider for the root's libibverbs.
+	[ $rc = 0 ] && [ -f "$build/tests/rxe/build/rdma_rxe.ko" ] && {
+		"$repo/tests/rxe/build-provider.sh" "${root:-/}" \
+			"$build/tests/rxe/build/provider" >>"$blog" 2>&1 || rc=1
+	}
 	# Our own copy of the console: runs of other trees may share $logs.
 	local plog
 	plog=$(mktemp /tmp/kvd-console.XXXXXX)

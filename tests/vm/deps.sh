@@ -26,7 +26,8 @@ HOST_PKGS="make gcc libc6-dev pkg-config linux-image-amd64 linux-headers-amd64
  qemu-system-x86 busybox-static rdma-core ibverbs-utils libibverbs-dev
  libdrm-dev libyaml-dev debootstrap rsync cpio xz-utils zstd iproute2 kmod
  util-linux coreutils locales python3 python3-pyverbs mandoc
- python3-venv python3-pip python3-setuptools libnuma1 libcurl4"
+ python3-venv python3-pip python3-setuptools libnuma1 libcurl4
+ cmake ninja-build libnl-3-dev libnl-route-3-dev git patch"
 
 # Mooncake (transfer engine, store, mooncake_master), pinned by version and
 # by the sha256 of each wheel (one per CPython ABI: cp311 for Debian 12's
@@ -60,6 +61,10 @@ BPO_DEBUG_PKGS="flex bison bc libelf-dev libssl-dev cpio xz-utils"
 # tests run on (python3, rdma-core's pyverbs) and DKMS (tests/vm/dkms.sh).
 ROOT_EXTRA_PKGS="python3 python3-pyverbs dkms"
 ROOT_EXTRA_STAMP=$TRIXIE_ROOT/.kvdmabuf-root-extras-v2
+# The 6.12 kernel's own source in that root (Debian 13's linux-source-6.12):
+# tests/rxe builds soft-RoCE with dma-buf MRs from its rxe.
+ROOT_SRC612_PKGS="linux-source-6.12"
+ROOT_SRC612_STAMP=$TRIXIE_ROOT/.kvdmabuf-root-src612-v1
 
 need_root() {
 	if [ "$(id -u)" != 0 ]; then
@@ -124,6 +129,21 @@ root_extras() {
 		exit 1
 	}
 	touch "$ROOT_EXTRA_STAMP"
+}
+
+root_src612() {
+	[ -f "$ROOT_SRC612_STAMP" ] && return 0
+	need_root "$ROOT_SRC612_PKGS in $TRIXIE_ROOT"
+	echo "deps: installing $ROOT_SRC612_PKGS into $TRIXIE_ROOT"
+	cp /etc/resolv.conf "$TRIXIE_ROOT/etc/resolv.conf" 2>/dev/null || true
+	{ in_root apt-get update -qq &&
+	  in_root apt-get install -y -qq --no-install-recommends \
+		$ROOT_SRC612_PKGS; } >"$CACHE/root-src612.log" 2>&1 || {
+		tail -20 "$CACHE/root-src612.log" >&2
+		echo "deps: installing $ROOT_SRC612_PKGS failed, log in $CACHE/root-src612.log" >&2
+		exit 1
+	}
+	touch "$ROOT_SRC612_STAMP"
 }
 
 # The backports suite in the root's sources, and a fresh package index.
@@ -238,6 +258,7 @@ host)
 	host_deps
 	trixie_root
 	root_extras
+	root_src612
 	;;
 7.3)
 	host_deps

@@ -44,7 +44,22 @@ for l in kvd0 kvd1; do
 	ip link set $l up || setup_fail "link $l up"
 done
 modprobe ib_uverbs || setup_fail "modprobe ib_uverbs"
-modprobe rdma_rxe || setup_fail "modprobe rdma_rxe"
+# Soft-RoCE with dma-buf MRs where the lane built it (tests/rxe): the
+# in-tree module's dependencies, then ours in its place; and rdma-core's
+# rxe provider with dma-buf registration, loaded by path.
+rxe_ko=$build/tests/rxe/build/rdma_rxe.ko
+if [ -f "$rxe_ko" ]; then
+	for m in $(modprobe --show-depends rdma_rxe |
+		   sed -n 's|^insmod .*/\([^/]*\)\.ko[.a-z]* *$|\1|p'); do
+		[ "$m" = rdma_rxe ] || modprobe "$m" || setup_fail "modprobe $m"
+	done
+	insmod "$rxe_ko" || setup_fail "insmod $rxe_ko"
+	for so in "$build"/tests/rxe/build/provider/librxe-rdmav*.so; do
+		[ -f "$so" ] && export RDMAV_DRIVERS=${so%-rdmav*.so}
+	done
+else
+	modprobe rdma_rxe || setup_fail "modprobe rdma_rxe"
+fi
 rdma link add rxe0 type rxe netdev kvd0 || setup_fail "rdma link add rxe0"
 rdma link add rxe1 type rxe netdev kvd1 || setup_fail "rdma link add rxe1"
 # Wait for the link-local GIDs (index 0) the tests address each other by.

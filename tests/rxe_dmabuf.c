@@ -1,0 +1,443 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rxe_dmabuf: soft-RoCE with dma-buf memory regions (tests/rxe: our rxe
+ * patch series and rdma-core provider patch, loaded in the VM in place of
+ * the in-tree rdma_rxe). Real verbs, real keys, a real wire (rxe0 and rxe1
+ * on a veth pair): ibv_reg_dmabuf_mr() of vgem buffers and of kvdmabuf
+ * proxies, RDMA WRITE and READ through RC queue pairs, the responder (the
+ * remote MR) and the requester and completer (a local MR) both on dma-buf
+ * pages. A proxy's backing is swapped and the same rkey reads the new
+ * bytes; a revoked proxy gives a completion error, never old bytes; the
+ * pinned mode (rdma_rxe's dmabuf_pinned parameter) makes a swap fail
+ * cleanly with EBUSY.
+ */
+#include <sys/mman.h>
+#include <sys/utsname.h>
+
+#include "harness.h"
+#include "proxy_common.h"
+#include "verbs_pair.h"
+
+#define LEN	(64u << 10)
+#define ACC	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
+		 IBV_ACCESS_REMOTE_READ)
+/* An I/O virtual address with nothing to do with the buffer's offset. */
+#define IOVA	0x5a5a000000ull
+#define PINNED_PARAM "/sys/module/rdma_rxe/parameters/dmabuf_pinned"
+
+/* Why the patched rxe is not loaded: the lane build's own reason. */
+static const char *rxe_missing_reason(void)
+{
+	static char why[256];
+	const char *build = getenv("KVDMABUF_BUILD");
+	char path[512];
+	FILE *f;
+
+	snprintf(why, sizeof(why), "rdma_rxe without dma-buf MRs loaded");
+	if (!build)
+		return why;
+	snprintf(path, sizeof(path), "%s/tests/rxe/build/SKIP", build);
+	f = fopen(path, "re");
+	if (!f)
+		return why;
+	if (fgets(why, sizeof(why), f))
+		why[strcspn(why, "\n")] = 0;
+	fclose(f);
+	return why;
+}
+
+/* CONFIG_DMABUF_DEBUG hides struct pages from importers (copied tables). */
+static int dmabuf_debug_kernel(void)
+{
+	char path[128], line[128];
+	struct utsname u;
+	int found = 0;
+	FILE *f;
+
+	if (uname(&u))
+		return 0;
+	snprintf(path, sizeof(path), "/boot/config-%s", u.release);
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (!strcmp(line, "CONFIG_DMABUF_DEBUG=y\n"))
+			found = 1;
+	fclose(f);
+	return found;
+}
+
+static int set_pinned(int on)
+{
+	int fd = open(PINNED_PARAM, O_WRONLY | O_CLOEXEC);
+	int ret = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (write(fd, on ? "Y" : "N", 1) != 1)
+		ret = -errno;
+	close(fd);
+	return ret;
+}
+
+FIXTURE(rxe) {
+	struct vp_end a, b;
+	int drm, dev;
+	void *abuf;		/* A's host memory, the other end of each op */
+	struct ibv_mr *amr;
+};
+
+FIXTURE_SETUP(rxe)
+{
+	self->drm = self->dev = -1;
+	if (access(PINNED_PARAM, F_OK))
+		SKIP(return, "%s", rxe_missing_reason());
+	if (dmabuf_debug_kernel())
+		SKIP(return, "CONFIG_DMABUF_DEBUG hides struct pages from importers: rxe copies with the CPU");
+	ASSERT_EQ(0, set_pinned(0));
+	ASSERT_EQ(0, vp_open(&self->a, vp_dev_name(0)));
+	ASSERT_EQ(0, vp_open(&self->b, vp_dev_name(1)));
+	ASSERT_EQ(0, vp_connect(&self->a, &self->b));
+	KVD_OPEN_VGEM(self->drm);
+	self->abuf = mmap(NULL, LEN, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, self->abuf);
+	self->amr = ibv_reg_mr(self->a.pd, self->abuf, LEN, ACC);
+	ASSERT_NOT_NULL(self->amr);
+}
+
+FIXTURE_TEARDOWN(rxe)
+{
+	if (self->amr)
+		ibv_dereg_mr(self->amr);
+	vp_close(&self->a);
+	vp_close(&self->b);
+	kvd_close(&self->drm);
+	kvd_close(&self->dev);
+	set_pinned(0);
+}
+
+/* A's RDMA op of @len bytes between abuf + @aoff and B's @iova (@rkey). */
+#define OP(opc, aoff, len, iova, rkey, st)				\
+	vp_rdma(&self->a, opc, (char *)self->abuf + (aoff), len,	\
+		self->amr->lkey, iova, rkey, st)
+
+/* The responder writes and reads a vgem buffer through its rkey. */
+TEST_F(rxe, vgem_write_then_read)
+{
+	struct ibv_mr *mr;
+	int fd = vgem_pattern_buf(self->drm, LEN, 7);
+
+	ASSERT_GE(fd, 0);
+	mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, fd, ACC);
+	if (!mr)
+		TH_LOG("ibv_reg_dmabuf_mr: %s", strerror(errno));
+	ASSERT_NOT_NULL(mr);
+	EXPECT_EQ(LEN, mr->length);
+
+	memset(self->abuf, 0, LEN);
+	ASSERT_EQ(0, OP(IBV_WR_RDMA_READ, 0, LEN, IOVA,
+			mr->rkey, NULL));
+	EXPECT_EQ(-1, pattern_check(self->abuf, LEN, 7));
+
+	pattern_fill(self->abuf, LEN, 8);
+	ASSERT_EQ(0, OP(IBV_WR_RDMA_WRITE, 0, LEN, IOVA,
+			mr->rkey, NULL));
+	EXPECT_EQ(1, dmabuf_equals(fd, 0, self->abuf, LEN));
+
+	EXPECT_EQ(0, ibv_dereg_mr(mr));
+	close(fd);
+}
+
+/*
+ * offset and iova are applied, not swapped: byte X of the MR (iova + X) is
+ * byte offset + X of the buffer, and only those bytes change.
+ */
+TEST_F(rxe, offset_and_iova_are_honoured)
+{
+	const uint64_t off = 3 * KVD_PAGE + 256, len = 5 * KVD_PAGE;
+	uint64_t iova = IOVA + 256;
+	unsigned char *p;
+	struct ibv_mr *mr;
+	int fd = vgem_dmabuf(self->drm, LEN);
+
+	ASSERT_GE(fd, 0);
+	p = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ASSERT_NE(MAP_FAILED, p);
+	memset(p, 0xee, LEN);
+	mr = ibv_reg_dmabuf_mr(self->b.pd, off, len, iova, fd, ACC);
+	if (!mr)
+		TH_LOG("ibv_reg_dmabuf_mr: %s", strerror(errno));
+	ASSERT_NOT_NULL(mr);
+
+	pattern_fill(self->abuf, 2 * KVD_PAGE, 9);
+	ASSERT_EQ(0, OP(IBV_WR_RDMA_WRITE, 0, 2 * KVD_PAGE,
+			iova + KVD_PAGE, mr->rkey, NULL));
+	EXPECT_EQ(-1, pattern_check(p + off + KVD_PAGE, 2 * KVD_PAGE, 9));
+	EXPECT_EQ(0xee, p[off + KVD_PAGE - 1]);
+	EXPECT_EQ(0xee, p[off + 3 * KVD_PAGE]);
+
+	/* Outside the MR (before iova, past its end): remote access error. */
+	enum ibv_wc_status st = IBV_WC_SUCCESS;
+
+	EXPECT_EQ(-EIO, OP(IBV_WR_RDMA_READ, 0, 64,
+			   iova - 64, mr->rkey, &st));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, st);
+
+	EXPECT_EQ(0, ibv_dereg_mr(mr));
+	munmap(p, LEN);
+	close(fd);
+}
+
+/* The requester and completer: A's local SGE is a dma-buf MR. */
+TEST_F(rxe, local_dmabuf_mr)
+{
+	struct ibv_mr *lmr, *rmr;
+	void *bbuf;
+	int fd = vgem_pattern_buf(self->drm, LEN, 10);
+
+	ASSERT_GE(fd, 0);
+	lmr = ibv_reg_dmabuf_mr(self->a.pd, 0, LEN, IOVA, fd, ACC);
+	if (!lmr)
+		TH_LOG("ibv_reg_dmabuf_mr: %s", strerror(errno));
+	ASSERT_NOT_NULL(lmr);
+	bbuf = mmap(NULL, LEN, PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, bbuf);
+	rmr = ibv_reg_mr(self->b.pd, bbuf, LEN, ACC);
+	ASSERT_NOT_NULL(rmr);
+
+	/* WRITE: the requester copies from the dma-buf pages. */
+	ASSERT_EQ(0, vp_rdma(&self->a, IBV_WR_RDMA_WRITE, (void *)IOVA, LEN,
+			     lmr->lkey, (uintptr_t)bbuf, rmr->rkey, NULL));
+	EXPECT_EQ(-1, pattern_check(bbuf, LEN, 10));
+
+	/* READ: the completer copies the response into the dma-buf pages. */
+	pattern_fill(bbuf, LEN, 11);
+	ASSERT_EQ(0, vp_rdma(&self->a, IBV_WR_RDMA_READ, (void *)IOVA, LEN,
+			     lmr->lkey, (uintptr_t)bbuf, rmr->rkey, NULL));
+	EXPECT_EQ(1, dmabuf_equals(fd, 0, bbuf, LEN));
+
+	EXPECT_EQ(0, ibv_dereg_mr(rmr));
+	EXPECT_EQ(0, ibv_dereg_mr(lmr));
+	munmap(bbuf, LEN);
+	close(fd);
+}
+
+/*
+ * FOLLOW: a proxy's backing is replaced, and the same rkey reads the new
+ * backing's bytes and writes into the new backing.
+ */
+TEST_F(rxe, proxy_swap_same_rkey_new_bytes)
+{
+	struct ibv_mr *mr;
+	int a, b, proxy;
+	uint32_t rkey;
+
+	KVD_OPEN_DEV(self->dev);
+	a = vgem_pattern_buf(self->drm, LEN, 21);
+	b = vgem_pattern_buf(self->drm, LEN, 22);
+	ASSERT_GE(a, 0);
+	ASSERT_GE(b, 0);
+	proxy = kvd_create(self->dev, LEN, NULL);
+	ASSERT_GE(proxy, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, proxy, a, 0));
+	mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, proxy, ACC);
+	if (!mr)
+		TH_LOG("ibv_reg_dmabuf_mr: %s", strerror(errno));
+	ASSERT_NOT_NULL(mr);
+	rkey = mr->rkey;
+
+	ASSERT_EQ(0, OP(IBV_WR_RDMA_READ, 0, LEN, IOVA, rkey,
+			NULL));
+	EXPECT_EQ(-1, pattern_check(self->abuf, LEN, 21));
+
+	ASSERT_EQ(0, kvd_replace(self->dev, proxy, b, 0));
+	memset(self->abuf, 0, LEN);
+	ASSERT_EQ(0, OP(IBV_WR_RDMA_READ, 0, LEN, IOVA, rkey,
+			NULL));
+	EXPECT_EQ(-1, pattern_check(self->abuf, LEN, 22));
+
+	/* A write lands in the new backing, not the old one. */
+	pattern_fill(self->abuf, LEN, 23);
+	ASSERT_EQ(0, OP(IBV_WR_RDMA_WRITE, 0, LEN, IOVA, rkey,
+			NULL));
+	EXPECT_EQ(1, dmabuf_equals(b, 0, self->abuf, LEN));
+	pattern_fill(self->abuf, LEN, 21);
+	EXPECT_EQ(1, dmabuf_equals(a, 0, self->abuf, LEN));
+
+	/* And back again, several times: the mapping is taken each time. */
+	for (int i = 0; i < 4; i++) {
+		int next = i % 2 ? b : a;
+		uint32_t seed = 30 + i;
+		void *p = mmap(NULL, LEN, PROT_WRITE, MAP_SHARED, next, 0);
+
+		ASSERT_NE(MAP_FAILED, p);
+		pattern_fill(p, LEN, seed);
+		munmap(p, LEN);
+		ASSERT_EQ(0, kvd_replace(self->dev, proxy, next, 0));
+		ASSERT_EQ(0, OP(IBV_WR_RDMA_READ, 0, LEN,
+				IOVA, rkey, NULL));
+		EXPECT_EQ(-1, pattern_check(self->abuf, LEN, seed));
+	}
+
+	EXPECT_EQ(0, ibv_dereg_mr(mr));
+	close(proxy);
+	close(a);
+	close(b);
+}
+
+/*
+ * A revoked proxy: a read through the rkey completes with an error and
+ * brings no byte of the old backing; a write changes nothing in it; a new
+ * registration of the revoked proxy is refused.
+ */
+TEST_F(rxe, revoked_proxy_errors_not_old_bytes)
+{
+	enum ibv_wc_status st = IBV_WC_SUCCESS;
+	struct ibv_mr *mr;
+	int a, proxy;
+	long i;
+
+	KVD_OPEN_DEV(self->dev);
+	a = vgem_pattern_buf(self->drm, LEN, 41);
+	ASSERT_GE(a, 0);
+	proxy = kvd_create(self->dev, LEN, NULL);
+	ASSERT_GE(proxy, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, proxy, a, 0));
+	mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, proxy, ACC);
+	if (!mr)
+		TH_LOG("ibv_reg_dmabuf_mr: %s", strerror(errno));
+	ASSERT_NOT_NULL(mr);
+	ASSERT_EQ(0, OP(IBV_WR_RDMA_READ, 0, LEN, IOVA,
+			mr->rkey, NULL));
+	EXPECT_EQ(-1, pattern_check(self->abuf, LEN, 41));
+
+	ASSERT_EQ(0, kvd_revoke(self->dev, proxy, 2000));
+	memset(self->abuf, 0, LEN);
+	EXPECT_EQ(-EIO, OP(IBV_WR_RDMA_READ, 0, LEN, IOVA,
+			   mr->rkey, &st));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, st);
+	for (i = 0; i < (long)(LEN / 4); i++)
+		if (((uint32_t *)self->abuf)[i])
+			break;
+	if (i != (long)(LEN / 4))
+		TH_LOG("old bytes delivered at word %ld", i);
+	EXPECT_EQ((long)(LEN / 4), i);
+
+	/* Nothing to map: a new registration is refused. */
+	EXPECT_NULL(ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, proxy, ACC));
+
+	ASSERT_EQ(0, ibv_dereg_mr(mr));
+	close(proxy);
+	close(a);
+}
+
+/* Registering a revoked (or never backed) proxy fails: nothing to map. */
+TEST_F(rxe, unbacked_proxy_refused)
+{
+	struct ibv_mr *mr;
+	int proxy;
+
+	KVD_OPEN_DEV(self->dev);
+	proxy = kvd_create(self->dev, LEN, NULL);
+	ASSERT_GE(proxy, 0);
+	mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, proxy, ACC);
+	EXPECT_NULL(mr);
+	if (mr)
+		ibv_dereg_mr(mr);
+	close(proxy);
+}
+
+/*
+ * A table without struct pages is refused with EOPNOTSUPP: a proxy over a
+ * window of its backing hands out a copy holding DMA addresses only.
+ */
+TEST_F(rxe, pageless_table_refused)
+{
+	struct ibv_mr *mr;
+	int a, proxy;
+
+	KVD_OPEN_DEV(self->dev);
+	a = vgem_pattern_buf(self->drm, 2 * LEN, 51);
+	ASSERT_GE(a, 0);
+	proxy = kvd_create(self->dev, LEN, NULL);
+	ASSERT_GE(proxy, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, proxy, a, LEN));
+	errno = 0;
+	mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, proxy, ACC);
+	EXPECT_NULL(mr);
+	EXPECT_EQ(EOPNOTSUPP, errno);
+	if (mr)
+		ibv_dereg_mr(mr);
+	close(proxy);
+	close(a);
+}
+
+/*
+ * The pinned mode: the MR pins the proxy, so a swap and a revoke fail
+ * with EBUSY and the rkey keeps reading the bytes it was registered on;
+ * once the MR is gone, the swap goes through.
+ */
+TEST_F(rxe, pinned_blocks_swap)
+{
+	struct ibv_mr *mr;
+	int a, b, proxy;
+
+	KVD_OPEN_DEV(self->dev);
+	a = vgem_pattern_buf(self->drm, LEN, 61);
+	b = vgem_pattern_buf(self->drm, LEN, 62);
+	ASSERT_GE(a, 0);
+	ASSERT_GE(b, 0);
+	proxy = kvd_create(self->dev, LEN, NULL);
+	ASSERT_GE(proxy, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, proxy, a, 0));
+	ASSERT_EQ(0, set_pinned(1));
+	mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, proxy, ACC);
+	ASSERT_EQ(0, set_pinned(0));
+	if (!mr)
+		TH_LOG("ibv_reg_dmabuf_mr: %s", strerror(errno));
+	ASSERT_NOT_NULL(mr);
+
+	EXPECT_EQ(-EBUSY, kvd_replace(self->dev, proxy, b, 0));
+	EXPECT_EQ(-EBUSY, kvd_revoke(self->dev, proxy, 200));
+	ASSERT_EQ(0, OP(IBV_WR_RDMA_READ, 0, LEN, IOVA,
+			mr->rkey, NULL));
+	EXPECT_EQ(-1, pattern_check(self->abuf, LEN, 61));
+
+	ASSERT_EQ(0, ibv_dereg_mr(mr));
+	EXPECT_EQ(0, kvd_replace(self->dev, proxy, b, 0));
+	close(proxy);
+	close(a);
+	close(b);
+}
+
+/* Deregistering an MR whose proxy moves under it, and moving after. */
+TEST_F(rxe, dereg_after_move)
+{
+	struct ibv_mr *mr;
+	int a, b, proxy;
+
+	KVD_OPEN_DEV(self->dev);
+	a = vgem_pattern_buf(self->drm, LEN, 71);
+	b = vgem_pattern_buf(self->drm, LEN, 72);
+	ASSERT_GE(a, 0);
+	ASSERT_GE(b, 0);
+	proxy = kvd_create(self->dev, LEN, NULL);
+	ASSERT_GE(proxy, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, proxy, a, 0));
+	mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, proxy, ACC);
+	if (!mr)
+		TH_LOG("ibv_reg_dmabuf_mr: %s", strerror(errno));
+	ASSERT_NOT_NULL(mr);
+	/* Moved and never accessed again: the MR holds no mapping. */
+	ASSERT_EQ(0, kvd_replace(self->dev, proxy, b, 0));
+	ASSERT_EQ(0, ibv_dereg_mr(mr));
+	EXPECT_EQ(0, kvd_replace(self->dev, proxy, a, 0));
+	EXPECT_EQ(0, kvd_revoke(self->dev, proxy, 2000));
+	close(proxy);
+	close(a);
+	close(b);
+}
+
+TEST_HARNESS_MAIN
