@@ -23,7 +23,7 @@ HOST_PKGS="make gcc libc6-dev pkg-config linux-image-amd64 linux-headers-amd64
  qemu-system-x86 busybox-static rdma-core ibverbs-utils libibverbs-dev
  libdrm-dev libyaml-dev debootstrap rsync cpio xz-utils zstd iproute2 kmod
  util-linux coreutils locales python3 python3-pyverbs mandoc
- python3-venv python3-pip python3-setuptools"
+ python3-venv python3-pip python3-setuptools perftest"
 
 
 
@@ -46,8 +46,8 @@ BPO_DEBUG_STAMP=$TRIXIE_ROOT/.kvdmabuf-bpo-debug-v1
 BPO_DEBUG_PKGS="flex bison bc libelf-dev libssl-dev cpio xz-utils"
 # Added to that root in place too (stamped the same way): what the Python
 # tests run on (python3, rdma-core's pyverbs) and DKMS (tests/vm/dkms.sh).
-ROOT_EXTRA_PKGS="python3 python3-pyverbs dkms"
-ROOT_EXTRA_STAMP=$TRIXIE_ROOT/.kvdmabuf-root-extras-v2
+ROOT_EXTRA_PKGS="python3 python3-pyverbs dkms perftest"
+ROOT_EXTRA_STAMP=$TRIXIE_ROOT/.kvdmabuf-root-extras-v3
 
 need_root() {
 	if [ "$(id -u)" != 0 ]; then
