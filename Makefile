@@ -66,6 +66,9 @@ LIB_A := lib/libkvdmabuf.a
 LIB_SO := lib/libkvdmabuf.so.$(VERSION)
 LIB_SONAME := libkvdmabuf.so.$(VERSION_MAJOR)
 LIB_MAP := $(wildcard lib/libkvdmabuf.map)
+PRELOAD_SO := lib/libkvdmabuf-preload.so
+PRELOAD_MAP := lib/preload/libkvdmabuf-preload.map
+PRELOAD_TESTS := tests/preload/symver tests/preload/fake/libibverbs.so.1
 
 TEST_SRCS := $(sort $(wildcard tests/*.c))
 TEST_BINS := $(TEST_SRCS:.c=)
@@ -90,7 +93,16 @@ CYCLES ?= 3
 
 all: lib cli tests modules rxe
 
-lib: $(LIB_A) $(LIB_SO)
+lib: $(LIB_A) $(LIB_SO) $(PRELOAD_SO)
+
+# The interposer an unmodified transfer engine runs under
+# (LD_PRELOAD=libkvdmabuf-preload.so, lib/README.md): standalone, no
+# libkvdmabuf or libibverbs linked in (it forwards with dlvsym).
+$(PRELOAD_SO): lib/preload/preload.c lib/kvdmabuf_preload.h $(PRELOAD_MAP)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -shared -Wl,-z,defs \
+		-Wl,--version-script=$(PRELOAD_MAP) -o $@ lib/preload/preload.c \
+		-lpthread -ldl
 
 # The admin's command, built from lib/ and installed with the library.
 CLI_SRCS := $(sort $(wildcard lib/cli/*.c))
@@ -102,7 +114,19 @@ $(CLI): $(CLI_SRCS) $(wildcard lib/cli/*.h) $(LIB_A) $(LIB_HDRS)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(CLI_SRCS) $(LIB_A) $(LDLIBS)
 
 # lib_cuda runs the command (kvdmabuf check).
-tests: $(TEST_BINS) $(HW_BINS) $(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(BENCH) $(CLI)
+tests: $(TEST_BINS) $(HW_BINS) $(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(BENCH) $(CLI) \
+	$(PRELOAD_TESTS)
+
+# tests/preload_symver.py: a program built against the real libibverbs,
+# run under the preload with a stand-in libibverbs (the same versions).
+tests/preload/symver: tests/preload/symver.c lib/kvdmabuf_preload.h
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -libverbs -ldl
+tests/preload/fake/libibverbs.so.1: tests/preload/fake_ibverbs.c tests/preload/fake_ibverbs.map
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) -shared -Wl,-soname,libibverbs.so.1 \
+		-Wl,--version-script=tests/preload/fake_ibverbs.map -o $@ $<
 
 lib/%.o: lib/%.c $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")
@@ -256,7 +280,8 @@ install: lib cli tests
 	ln -sf $(notdir $(LIB_SO)) $(DESTDIR)$(LIBDIR)/$(LIB_SONAME)
 	ln -sf $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/libkvdmabuf.so
 	install -m 0644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
-	install -m 0644 lib/kvdmabuf.h $(DESTDIR)$(INCLUDEDIR)/kvdmabuf.h
+	install -m 0755 $(PRELOAD_SO) $(DESTDIR)$(LIBDIR)/
+	install -m 0644 lib/kvdmabuf.h lib/kvdmabuf_preload.h $(DESTDIR)$(INCLUDEDIR)/
 	install -m 0644 uapi/kvdmabuf.h $(DESTDIR)$(INCLUDEDIR)/linux/kvdmabuf.h
 	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(call under_prefix,$(LIBDIR))|' \
 	    -e 's|@INCLUDEDIR@|$(call under_prefix,$(INCLUDEDIR))|' \
@@ -308,7 +333,7 @@ modules_install: modules
 	test -n "$(DESTDIR)" || depmod -a $(KERNELRELEASE_OF_KDIR)
 
 clean:
-	$(Q)rm -f $(LIB_OBJS) $(LIB_A) lib/libkvdmabuf.so* $(CLI) $(TEST_BINS) $(HW_BINS) \
+	$(Q)rm -f $(LIB_OBJS) $(LIB_A) lib/libkvdmabuf.so* $(PRELOAD_SO) $(PRELOAD_TESTS) $(CLI) $(TEST_BINS) $(HW_BINS) \
 		$(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(BENCH) $(CUDA_STAMP)
 	$(Q)rm -rf tests/asan tests/rxe/build
 	$(Q)test -z "$(KDIR)" -o ! -d "$(KDIR)" || \

@@ -328,4 +328,11 @@ int kvd_region_release(struct kvdmabuf_region *r, const char *what);
 void kvd_fire_key_callbacks(struct kvdmabuf_ctx *ctx,
 			    struct kvdmabuf_region *const *t, unsigned int n);
 
+/* interpose.c: under libkvdmabuf-preload.so (no-ops without it). The
+ * library's own registrations are not the engine's: between own(1) and
+ * own(0) they pass the interposer unrecorded. check: 0, or the preload's
+ * refusal of a sleep of @r (message set). */
+void kvd_preload_own(int on);
+int kvd_preload_check(struct kvdmabuf_region *r);
+
 #endif /* KVDMABUF_INTERNAL_H */

@@ -485,6 +485,14 @@ int kvdmabuf_sleep(struct kvdmabuf_ctx *ctx, const char *tag)
 		goto unlock;
 	if (!n)
 		goto done;      /* nothing awake to put to sleep */
+	/* Under libkvdmabuf-preload.so: an engine registration of this
+	 * memory that cannot follow refuses the sleep before anything
+	 * stops or is released. */
+	for (k = 0; k < n; k++) {
+		rc = kvd_preload_check(t[k]);
+		if (rc)
+			goto done;
+	}
 
 	kvd_busy_begin(ctx);
 	for (k = 0; k < n; k++)

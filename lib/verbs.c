@@ -153,8 +153,10 @@ int kvd_verbs_reg_dmabuf(struct kvdmabuf_ctx *ctx, unsigned int nic, int fd,
 	int rc;
 
 	errno = 0;
+	kvd_preload_own(1);
 	m = ibv_reg_dmabuf_mr(ctx->nics[nic].pd, offset, len, iova, fd,
 			      (int)ctx->access);
+	kvd_preload_own(0);
 	if (!m) {
 		rc = errno ? -errno : -EIO;
 		return kvd_err(ctx, rc, "ibv_reg_dmabuf_mr(%s, fd %d, offset "
@@ -175,7 +177,9 @@ int kvd_verbs_reg_addr(struct kvdmabuf_ctx *ctx, unsigned int nic,
 	int rc;
 
 	errno = 0;
+	kvd_preload_own(1);
 	m = ibv_reg_mr(ctx->nics[nic].pd, addr, len, (int)ctx->access);
+	kvd_preload_own(0);
 	if (!m) {
 		rc = errno ? -errno : -EIO;
 		return kvd_err(ctx, rc, "ibv_reg_mr(%s, %p, %zu) failed: %s",
@@ -190,8 +194,11 @@ int kvd_verbs_reg_addr(struct kvdmabuf_ctx *ctx, unsigned int nic,
 int kvd_verbs_dereg(struct kvdmabuf_ctx *ctx, unsigned int nic,
 		    struct kvd_mr *mr)
 {
-	int rc = ibv_dereg_mr(mr->handle);
+	int rc;
 
+	kvd_preload_own(1);
+	rc = ibv_dereg_mr(mr->handle);
+	kvd_preload_own(0);
 	if (rc) {
 		rc = rc > 0 ? -rc : rc;
 		return kvd_err(ctx, rc, "ibv_dereg_mr(%s, lkey 0x%x) failed: %s",

@@ -26,7 +26,7 @@ HOST_PKGS="make gcc libc6-dev pkg-config linux-image-amd64 linux-headers-amd64
  qemu-system-x86 busybox-static rdma-core ibverbs-utils libibverbs-dev
  libdrm-dev libyaml-dev debootstrap rsync cpio xz-utils zstd iproute2 kmod
  util-linux coreutils locales python3 python3-pyverbs mandoc
- python3-venv python3-pip python3-setuptools libnuma1 libcurl4
+ python3-venv python3-pip python3-setuptools libnuma1 libcurl4 perftest
  cmake ninja-build libnl-3-dev libnl-route-3-dev git patch"
 
 # Mooncake (transfer engine, store, mooncake_master), pinned by version and
@@ -59,8 +59,8 @@ BPO_DEBUG_STAMP=$TRIXIE_ROOT/.kvdmabuf-bpo-debug-v1
 BPO_DEBUG_PKGS="flex bison bc libelf-dev libssl-dev cpio xz-utils"
 # Added to that root in place too (stamped the same way): what the Python
 # tests run on (python3, rdma-core's pyverbs) and DKMS (tests/vm/dkms.sh).
-ROOT_EXTRA_PKGS="python3 python3-pyverbs dkms"
-ROOT_EXTRA_STAMP=$TRIXIE_ROOT/.kvdmabuf-root-extras-v2
+ROOT_EXTRA_PKGS="python3 python3-pyverbs dkms perftest"
+ROOT_EXTRA_STAMP=$TRIXIE_ROOT/.kvdmabuf-root-extras-v3
 # The 6.12 kernel's own source in that root (Debian 13's linux-source-6.12):
 # tests/rxe builds soft-RoCE with dma-buf MRs from its rxe.
 ROOT_SRC612_PKGS="linux-source-6.12"

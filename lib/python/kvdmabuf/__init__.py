@@ -203,6 +203,84 @@ def _load() -> ctypes.CDLL:
 _lib = _load()
 
 
+class _PreloadState(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint32) for n in (
+        "nr_regions", "nr_asleep", "nr_mrs", "nr_in_regions",
+        "nr_on_proxy", "nr_cannot_follow")] + [
+        ("env_error", ctypes.c_int32), ("reserved", ctypes.c_uint32)]
+
+
+def _preload():
+    """libkvdmabuf-preload.so's API when the process runs under it
+    (LD_PRELOAD), else None: found in the process, never loaded here."""
+    try:
+        fn = ctypes.CDLL(None).kvdmabuf_preload_declare
+    except AttributeError:
+        return None
+    g = ctypes.CDLL(None)
+    cp, sz = ctypes.c_char_p, ctypes.c_size_t
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p, sz, cp, ctypes.c_int, ctypes.c_uint64]
+    for name in ("kvdmabuf_preload_sleep", "kvdmabuf_preload_wake"):
+        f = getattr(g, name)
+        f.restype, f.argtypes = ctypes.c_int, [cp, cp, sz]
+    g.kvdmabuf_preload_query.restype = ctypes.c_int
+    g.kvdmabuf_preload_query.argtypes = [ctypes.POINTER(_PreloadState)]
+    return g
+
+
+def preload_loaded() -> bool:
+    """True when the process runs under libkvdmabuf-preload.so."""
+    return _preload() is not None
+
+
+def preload_declare(addr: int, length: int, tag: str = "kv_cache",
+                    dmabuf: Optional[tuple[int, int]] = None) -> None:
+    """Declare [addr, addr+length) as KV memory to the preload (an
+    engine's sleep hook, before or after its transfer engine registered
+    it). dmabuf: (fd, offset) of the region's proxy (Region.dmabuf()),
+    on which the transfer engine's registrations are then made."""
+    g = _preload()
+    if g is None:
+        raise Error(_errno.ENOSYS, "not running under libkvdmabuf-preload.so")
+    fd, off = dmabuf if dmabuf else (-1, 0)
+    rc = g.kvdmabuf_preload_declare(addr, length, _b(tag), fd, off)
+    if rc:
+        raise Error(-rc, "preload_declare(%#x, %#x): %s" % (
+            addr, length, os.strerror(-rc)))
+
+
+def _preload_call(name: str, tag: Optional[str]) -> tuple[bool, str]:
+    g = _preload()
+    if g is None:
+        return True, "not running under libkvdmabuf-preload.so"
+    err = ctypes.create_string_buffer(1024)
+    rc = getattr(g, name)(_b(tag), err, len(err))
+    return rc == 0, err.value.decode(errors="replace")
+
+
+def preload_sleep(tag: Optional[str] = None) -> tuple[bool, str]:
+    """(True, "") when every registration the transfer engine made over the
+    declared regions tagged @tag can follow; else (False, the reason,
+    naming the MR and NIC) and nothing changed: keep the memory mapped."""
+    return _preload_call("kvdmabuf_preload_sleep", tag)
+
+
+def preload_wake(tag: Optional[str] = None) -> tuple[bool, str]:
+    return _preload_call("kvdmabuf_preload_wake", tag)
+
+
+def preload_state() -> Optional[dict]:
+    """The preload's counts (kvdmabuf_preload_query()), or None."""
+    g = _preload()
+    if g is None:
+        return None
+    st = _PreloadState()
+    g.kvdmabuf_preload_query(ctypes.byref(st))
+    return {n: getattr(st, n) for n, _ in _PreloadState._fields_
+            if n != "reserved"}
+
+
 def version() -> tuple[int, int, int]:
     """The loaded C library's version (major, minor, patch)."""
     v = _lib.kvdmabuf_version()

@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvdmabuf_preload.h - the in-process API of libkvdmabuf-preload.so, the
+ * interposer that an unmodified transfer engine runs under
+ * (LD_PRELOAD=libkvdmabuf-preload.so).
+ *
+ * The preload interposes the engine's memory registrations (ibv_reg_mr in
+ * every form, ibv_reg_dmabuf_mr, ibv_dereg_mr, at every symbol version
+ * libibverbs exports) and records each one. Registrations that lie in a
+ * declared KV region are made on the region's proxy dma-buf, in the
+ * engine's own PD, when the region has one and the NIC takes dma-buf MRs;
+ * otherwise the engine's registration is made as asked and marked as one
+ * that cannot follow a wake: every sleep of memory it covers is refused,
+ * naming it, and nothing is released. Everything else passes through.
+ *
+ * These functions are found at run time, never linked: an engine's sleep
+ * hook (the Python binding, kvdmabuf.preload_*) or libkvdmabuf itself
+ * looks them up with dlsym(RTLD_DEFAULT, ...) and does without when the
+ * preload is not loaded. Every int-returning call returns >= 0 or a
+ * negative errno; messages go to the caller's buffer.
+ */
+#ifndef KVDMABUF_PRELOAD_H
+#define KVDMABUF_PRELOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/**
+ * Environment variable declaring KV regions before the engine starts:
+ * comma-separated ADDR+LEN[:TAG] entries, numbers in C syntax (0x... hex),
+ * e.g. "0x7e0000000000+0x40000000:kv_cache". A malformed value declares
+ * nothing and makes every sleep check fail with the parse error (never a
+ * silent pass-through of memory meant to be KV).
+ */
+#define KVDMABUF_PRELOAD_REGIONS_ENV "KVDMABUF_KV_REGIONS"
+
+/**
+ * kvdmabuf_preload_declare() - [@addr, @addr+@len) is KV memory, tagged
+ * @tag (NULL: "kv_cache"). @proxy_fd >= 0: the region's proxy dma-buf
+ * (kvdmabuf_region_dmabuf(), owned by the caller, which keeps it open
+ * while declared) at @proxy_offset; registrations in the region are made
+ * on it from now on. -1: no proxy (host memory). Registrations already
+ * made in the range are kept as they are and cannot follow.
+ * Return: 0; -EINVAL empty or wrapping range, or overlap with a declared
+ * region; -ENOMEM.
+ */
+int kvdmabuf_preload_declare(void *addr, size_t len, const char *tag,
+			     int proxy_fd, uint64_t proxy_offset);
+
+/** kvdmabuf_preload_undeclare() - forget the region starting at @addr.
+ *  Return: 0; -ENOENT none starts there. */
+int kvdmabuf_preload_undeclare(void *addr);
+
+/**
+ * kvdmabuf_preload_check() - may memory [@addr, @addr+@len) be released
+ * and replaced under the engine's registrations? 0: every registration of
+ * the engine that covers it is on a proxy (or there is none); -EBUSY:
+ * one cannot follow, named in @reason ("engine MR 0x... on NIC X pins:
+ * cannot sleep transparently"); -EINVAL: the declaration from the
+ * environment was malformed (the parse error in @reason).
+ */
+int kvdmabuf_preload_check(const void *addr, size_t len, char *reason,
+			   size_t reason_len);
+
+/**
+ * kvdmabuf_preload_sleep() - the engine is about to release the declared
+ * regions tagged @tag (NULL: all): refused (-EBUSY, reason in @err,
+ * nothing changed) if a registration of the engine in any of them cannot
+ * follow; else they are marked asleep until kvdmabuf_preload_wake().
+ * The drain is the engine's (kvdmabuf_preload.h cannot see ibv_post_send
+ * or peers' one-sided reads). Return: 0 or negative errno.
+ */
+int kvdmabuf_preload_sleep(const char *tag, char *err, size_t err_len);
+int kvdmabuf_preload_wake(const char *tag, char *err, size_t err_len);
+
+/**
+ * kvdmabuf_preload_own() - @on != 0: the calling thread's registrations
+ * are not the engine's (libkvdmabuf's own MRs, which it carries through
+ * sleep itself) and pass through unrecorded until the matching call with
+ * @on == 0. Nests.
+ */
+void kvdmabuf_preload_own(int on);
+
+/** State of the interposer (kvdmabuf_preload_query()). */
+struct kvdmabuf_preload_state {
+	uint32_t nr_regions;       /**< declared */
+	uint32_t nr_asleep;
+	uint32_t nr_mrs;           /**< live registrations of the engine */
+	uint32_t nr_in_regions;    /**< of those, in or across a region */
+	uint32_t nr_on_proxy;      /**< of those, made on a proxy */
+	uint32_t nr_cannot_follow; /**< of those, refusing sleep */
+	int32_t env_error;         /**< 0 or the environment's parse error */
+	uint32_t reserved;
+};
+int kvdmabuf_preload_query(struct kvdmabuf_preload_state *state);
+
+/**
+ * kvdmabuf_preload_calls() - how many times the entry point @symbol
+ * ("ibv_reg_mr@IBVERBS_1.1", ...) was entered, from anywhere (nested
+ * calls of libibverbs included). -ENOENT: not an interposed entry point.
+ */
+long long kvdmabuf_preload_calls(const char *symbol);
+
+/**
+ * kvdmabuf_preload_report() - one line per live registration of the
+ * engine in or across a declared region ("lkey 0x.. addr+len NIC mode
+ * reason"), NUL-terminated in @buf. Return: the length it needed.
+ */
+int kvdmabuf_preload_report(char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVDMABUF_PRELOAD_H */

@@ -1,0 +1,785 @@
+// SPDX-License-Identifier: MIT
+/*
+ * preload.c - libkvdmabuf-preload.so: interposes an unmodified transfer
+ * engine's memory registrations (LD_PRELOAD), records each one, makes
+ * those in declared KV regions on the region's proxy dma-buf in the
+ * engine's own PD, and refuses, by name, a sleep that would leave one of
+ * the engine's registrations on released memory. API: kvdmabuf_preload.h.
+ *
+ * Entry points, each at every version libibverbs.so.1 exports (rdma-core
+ * 44 and later; `objdump -T libibverbs.so.1`):
+ *   ibv_reg_mr@IBVERBS_1.0 (the 1.0 ABI: its PD and MR are wrappers; it
+ *     is forwarded as is, and libibverbs' own call of ibv_reg_mr_iova2 on
+ *     the real PD lands here, where it is handled), ibv_reg_mr@@IBVERBS_1.1
+ *     (what the ibv_reg_mr() macro calls without optional access flags),
+ *   ibv_reg_mr_iova@@IBVERBS_1.7, ibv_reg_mr_iova2@@IBVERBS_1.8 (the
+ *     macros' choice with IBV_ACCESS_OPTIONAL_RANGE flags),
+ *   ibv_reg_dmabuf_mr@@IBVERBS_1.12,
+ *   ibv_dereg_mr@IBVERBS_1.0 (forwarded; its inner ibv_dereg_mr lands
+ *     here) and ibv_dereg_mr@@IBVERBS_1.1.
+ * Each forwards with dlvsym() to the same symbol at the same version.
+ *
+ * Global state: an interposer has no context to hang it on; it is all in
+ * one struct (`kp`) under one mutex, held only while the tables are read
+ * or changed, never across a call into libibverbs. The per-thread depth
+ * lets libibverbs' internal calls (ibv_reg_mr@1.1 tail-calls
+ * ibv_reg_mr_iova2 through its PLT) and libkvdmabuf's own registrations
+ * (kvdmabuf_preload_own()) pass through unrecorded.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <infiniband/verbs.h>
+
+#include "kvdmabuf_preload.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define KP_TAGMAX 64
+#define KP_NAMEMAX 64
+#define KP_WHYMAX 320
+
+enum kp_entry {
+	E_REG_MR_1_0, E_REG_MR_1_1, E_REG_MR_IOVA, E_REG_MR_IOVA2,
+	E_REG_DMABUF, E_DEREG_1_0, E_DEREG_1_1, E_NR
+};
+
+static const struct {
+	const char *name, *version;
+} entries[E_NR] = {
+	[E_REG_MR_1_0] = { "ibv_reg_mr", "IBVERBS_1.0" },
+	[E_REG_MR_1_1] = { "ibv_reg_mr", "IBVERBS_1.1" },
+	[E_REG_MR_IOVA] = { "ibv_reg_mr_iova", "IBVERBS_1.7" },
+	[E_REG_MR_IOVA2] = { "ibv_reg_mr_iova2", "IBVERBS_1.8" },
+	[E_REG_DMABUF] = { "ibv_reg_dmabuf_mr", "IBVERBS_1.12" },
+	[E_DEREG_1_0] = { "ibv_dereg_mr", "IBVERBS_1.0" },
+	[E_DEREG_1_1] = { "ibv_dereg_mr", "IBVERBS_1.1" },
+};
+
+struct kp_region {
+	uintptr_t addr;
+	size_t len;
+	char tag[KP_TAGMAX];
+	int proxy_fd;                   /* -1: none */
+	uint64_t proxy_off;
+	bool asleep;
+};
+
+enum kp_mode {
+	KP_OUTSIDE = 0,                 /* in no region when made */
+	KP_ON_PROXY = 1,                /* made on a region's proxy */
+	KP_CANNOT_FOLLOW = 2,           /* by address, or the engine's dma-buf */
+};
+
+struct kp_mr {
+	struct ibv_mr *mr;
+	uintptr_t addr;                 /* the range the engine registered */
+	size_t len;
+	char nic[KP_NAMEMAX];
+	int mode;                       /* enum kp_mode */
+	char why[KP_WHYMAX];            /* KP_CANNOT_FOLLOW: the cause */
+};
+
+/* The interposer's whole state (see the head comment). */
+static struct {
+	pthread_mutex_t lock;
+	pthread_once_t env_once;
+	struct kp_region *regions;
+	unsigned int nr_regions, cap_regions;
+	struct kp_mr *mrs;
+	unsigned int nr_mrs, cap_mrs;
+	int env_error;
+	char env_msg[256];
+	void *_Atomic next[E_NR];
+	_Atomic long long calls[E_NR];
+} kp = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.env_once = PTHREAD_ONCE_INIT,
+};
+
+/* Calls of this thread that are not the engine's: nested in our own
+ * forwarding, or libkvdmabuf's. */
+static _Thread_local int kp_depth;
+
+static void msg(char *buf, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void msg(char *buf, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!buf || !len)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(buf, len, fmt, ap);
+	va_end(ap);
+}
+
+/*
+ * The real entry point. RTLD_NEXT finds libibverbs when it is in the
+ * global scope; a libibverbs loaded later with RTLD_LOCAL (a Python
+ * extension) is reached by its name.
+ */
+static void *next_fn(enum kp_entry e)
+{
+	void *f = atomic_load(&kp.next[e]);
+	void *h;
+
+	if (f)
+		return f;
+	f = dlvsym(RTLD_NEXT, entries[e].name, entries[e].version);
+	if (!f) {
+		h = dlopen("libibverbs.so.1", RTLD_LAZY | RTLD_NOLOAD);
+		if (h) {
+			f = dlvsym(h, entries[e].name, entries[e].version);
+			dlclose(h);
+		}
+	}
+	if (f)
+		atomic_store(&kp.next[e], f);
+	return f;
+}
+
+/* ---- declarations from the environment ---- */
+
+static int parse_entry(const char *s, size_t n)
+{
+	char buf[256], *end, *tag;
+	unsigned long long a, l;
+	int rc;
+
+	if (n >= sizeof(buf))
+		return -EINVAL;
+	memcpy(buf, s, n);
+	buf[n] = '\0';
+	tag = strchr(buf, ':');
+	if (tag)
+		*tag++ = '\0';
+	errno = 0;
+	a = strtoull(buf, &end, 0);
+	if (errno || end == buf || *end != '+')
+		return -EINVAL;
+	s = end + 1;
+	l = strtoull(s, &end, 0);
+	if (errno || end == s || *end)
+		return -EINVAL;
+	if (tag && !*tag)
+		return -EINVAL;
+	rc = kvdmabuf_preload_declare((void *)(uintptr_t)a, (size_t)l, tag,
+				      -1, 0);
+	return rc;
+}
+
+static void env_load(void)
+{
+	const char *v = getenv(KVDMABUF_PRELOAD_REGIONS_ENV), *p, *c;
+	int rc;
+
+	if (!v)
+		return;
+	for (p = v; *p; p = *c ? c + 1 : c) {
+		c = strchr(p, ',');
+		if (!c)
+			c = p + strlen(p);
+		if (c == p)
+			continue;
+		rc = parse_entry(p, (size_t)(c - p));
+		if (rc) {
+			pthread_mutex_lock(&kp.lock);
+			kp.env_error = rc;
+			snprintf(kp.env_msg, sizeof(kp.env_msg), "%s: entry "
+				 "'%.*s' is not ADDR+LEN[:TAG] or overlaps "
+				 "another (%s); no KV region is trusted: sleep "
+				 "refused", KVDMABUF_PRELOAD_REGIONS_ENV,
+				 (int)(c - p), p, strerror(-rc));
+			pthread_mutex_unlock(&kp.lock);
+			fprintf(stderr, "kvdmabuf-preload: %s\n", kp.env_msg);
+			return;
+		}
+	}
+}
+
+__attribute__((constructor)) static void kp_init(void)
+{
+	pthread_once(&kp.env_once, env_load);
+}
+
+/* ---- tables (kp.lock held) ---- */
+
+static bool overlaps(uintptr_t a, size_t la, uintptr_t b, size_t lb)
+{
+	return a < b + lb && b < a + la;
+}
+
+static struct kp_region *region_containing(uintptr_t a, size_t len)
+{
+	unsigned int i;
+
+	for (i = 0; i < kp.nr_regions; i++) {
+		struct kp_region *r = &kp.regions[i];
+
+		if (a >= r->addr && a - r->addr <= r->len &&
+		    len <= r->len - (a - r->addr))
+			return r;
+	}
+	return NULL;
+}
+
+static struct kp_region *region_overlapping(uintptr_t a, size_t len)
+{
+	unsigned int i;
+
+	for (i = 0; i < kp.nr_regions; i++)
+		if (overlaps(a, len, kp.regions[i].addr, kp.regions[i].len))
+			return &kp.regions[i];
+	return NULL;
+}
+
+static void nic_name(struct ibv_pd *pd, char *buf, size_t len)
+{
+	/* the public struct's field: no call into libibverbs needed */
+	if (pd && pd->context && pd->context->device)
+		snprintf(buf, len, "%s", pd->context->device->name);
+	else
+		snprintf(buf, len, "?");
+}
+
+static int mr_add(const struct kp_mr *m)
+{
+	if (kp.nr_mrs == kp.cap_mrs) {
+		unsigned int cap = kp.cap_mrs ? kp.cap_mrs * 2 : 64;
+		struct kp_mr *p = realloc(kp.mrs, cap * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		kp.mrs = p;
+		kp.cap_mrs = cap;
+	}
+	kp.mrs[kp.nr_mrs++] = *m;
+	return 0;
+}
+
+static void mr_forget(const struct ibv_mr *mr)
+{
+	unsigned int i;
+
+	for (i = 0; i < kp.nr_mrs; i++)
+		if (kp.mrs[i].mr == mr) {
+			kp.mrs[i] = kp.mrs[--kp.nr_mrs];
+			return;
+		}
+}
+
+/* ---- registration ---- */
+
+typedef struct ibv_mr *(*reg_mr_fn)(struct ibv_pd *, void *, size_t, int);
+typedef struct ibv_mr *(*reg_iova_fn)(struct ibv_pd *, void *, size_t,
+				      uint64_t, int);
+typedef struct ibv_mr *(*reg_iova2_fn)(struct ibv_pd *, void *, size_t,
+				       uint64_t, unsigned int);
+typedef struct ibv_mr *(*reg_dmabuf_fn)(struct ibv_pd *, uint64_t, size_t,
+					uint64_t, int, int);
+typedef int (*dereg_fn)(struct ibv_mr *);
+
+/* What the engine asked for, to be made as asked when not on a proxy. */
+struct kp_call {
+	enum kp_entry e;
+	struct ibv_pd *pd;
+	void *addr;             /* address forms */
+	size_t len;
+	uint64_t iova;
+	uint64_t offset;        /* dma-buf form */
+	int fd;
+	unsigned int access;
+};
+
+static struct ibv_mr *forward(const struct kp_call *c)
+{
+	void *f = next_fn(c->e);
+	struct ibv_mr *mr = NULL;
+
+	if (!f) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	kp_depth++;
+	switch (c->e) {
+	case E_REG_MR_1_0:
+	case E_REG_MR_1_1:
+		mr = ((reg_mr_fn)f)(c->pd, c->addr, c->len, (int)c->access);
+		break;
+	case E_REG_MR_IOVA:
+		mr = ((reg_iova_fn)f)(c->pd, c->addr, c->len, c->iova,
+				      (int)c->access);
+		break;
+	case E_REG_MR_IOVA2:
+		mr = ((reg_iova2_fn)f)(c->pd, c->addr, c->len, c->iova,
+				       c->access);
+		break;
+	case E_REG_DMABUF:
+		mr = ((reg_dmabuf_fn)f)(c->pd, c->offset, c->len, c->iova,
+					c->fd, (int)c->access);
+		break;
+	default:
+		errno = EINVAL;
+		break;
+	}
+	kp_depth--;
+	return mr;
+}
+
+/* The same registration on the region's proxy, in the engine's PD. */
+static struct ibv_mr *on_proxy(const struct kp_call *c, int proxy_fd,
+			       uint64_t off, int *err)
+{
+	void *f = next_fn(E_REG_DMABUF);
+	struct ibv_mr *mr;
+
+	if (!f) {
+		*err = ENOSYS;
+		return NULL;
+	}
+	kp_depth++;
+	errno = 0;
+	mr = ((reg_dmabuf_fn)f)(c->pd, off, c->len, c->iova, proxy_fd,
+				(int)c->access);
+	*err = mr ? 0 : errno ? errno : EIO;
+	kp_depth--;
+	if (mr && c->e != E_REG_DMABUF)
+		mr->addr = c->addr;     /* as ibv_reg_mr reports it */
+	else if (mr)
+		mr->addr = (void *)(uintptr_t)c->offset;
+	return mr;
+}
+
+static struct ibv_mr *reg_core(struct kp_call *c)
+{
+	uintptr_t a = c->e == E_REG_DMABUF ? (uintptr_t)c->iova :
+		      (uintptr_t)c->addr;
+	struct kp_mr rec = { .addr = a, .len = c->len, .mode = KP_OUTSIDE };
+	struct kp_region *r;
+	struct ibv_mr *mr = NULL;
+	int proxy_fd = -1, err = 0;
+	uint64_t poff = 0;
+	char tag[KP_TAGMAX] = "";
+	bool in = false;
+
+	if (kp_depth || !c->pd)
+		return forward(c);
+	pthread_once(&kp.env_once, env_load);
+	nic_name(c->pd, rec.nic, sizeof(rec.nic));
+	pthread_mutex_lock(&kp.lock);
+	r = region_containing(a, c->len);
+	if (r) {
+		in = true;
+		proxy_fd = r->proxy_fd;
+		poff = r->proxy_off + (a - r->addr);
+		snprintf(tag, sizeof(tag), "%s", r->tag);
+	} else if (region_overlapping(a, c->len)) {
+		in = true;
+		r = region_overlapping(a, c->len);
+		snprintf(tag, sizeof(tag), "%s", r->tag);
+		snprintf(rec.why, sizeof(rec.why), "it reaches past KV region "
+			 "'%s' %#" PRIxPTR "+%#zx (one MR over KV and other "
+			 "memory)", r->tag, r->addr, r->len);
+	}
+	pthread_mutex_unlock(&kp.lock);
+
+	if (in && proxy_fd >= 0) {
+		mr = on_proxy(c, proxy_fd, poff, &err);
+		if (mr) {
+			rec.mode = KP_ON_PROXY;
+		} else {
+			snprintf(rec.why, sizeof(rec.why), "NIC %s could not "
+				 "register region '%s''s proxy dma-buf (%s), so "
+				 "the %s was made as asked", rec.nic, tag,
+				 strerror(err), c->e == E_REG_DMABUF ?
+				 "engine's own dma-buf MR" :
+				 "registration by address");
+		}
+	} else if (in && !rec.why[0]) {
+		snprintf(rec.why, sizeof(rec.why), "KV region '%s' has no "
+			 "proxy dma-buf (host memory, or declared without "
+			 "one): the %s holds the pages it was made on", tag,
+			 c->e == E_REG_DMABUF ? "engine's own dma-buf MR" :
+			 "registration by address");
+	}
+	if (!mr) {
+		errno = 0;
+		mr = forward(c);
+		if (!mr)
+			return NULL;    /* nothing made: nothing to record */
+		if (in)
+			rec.mode = KP_CANNOT_FOLLOW;
+	}
+	rec.mr = mr;
+	pthread_mutex_lock(&kp.lock);
+	/* A region declared meanwhile: this registration cannot follow. */
+	if (rec.mode == KP_OUTSIDE && (r = region_overlapping(a, c->len))) {
+		rec.mode = KP_CANNOT_FOLLOW;
+		snprintf(rec.why, sizeof(rec.why), "made while KV region '%s' "
+			 "was being declared", r->tag);
+	}
+	err = mr_add(&rec);
+	pthread_mutex_unlock(&kp.lock);
+	if (err && in) {
+		/* unrecorded KV registration: never hand it out */
+		void *f = next_fn(E_DEREG_1_1);
+
+		if (f) {
+			kp_depth++;
+			((dereg_fn)f)(mr);
+			kp_depth--;
+		}
+		errno = ENOMEM;
+		return NULL;
+	}
+	return mr;
+}
+
+/* The entry points: global for .symver, hidden names (version script). */
+struct ibv_mr *kp_reg_mr_1_0(struct ibv_pd *pd, void *addr, size_t len,
+			     int access);
+struct ibv_mr *kp_reg_mr_1_1(struct ibv_pd *pd, void *addr, size_t len,
+			     int access);
+struct ibv_mr *kp_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t len,
+			      uint64_t iova, int access);
+struct ibv_mr *kp_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len,
+			       uint64_t iova, unsigned int access);
+struct ibv_mr *kp_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
+				size_t len, uint64_t iova, int fd, int access);
+int kp_dereg_mr_1_0(struct ibv_mr *mr);
+int kp_dereg_mr_1_1(struct ibv_mr *mr);
+
+struct ibv_mr *kp_reg_mr_1_1(struct ibv_pd *pd, void *addr,
+				    size_t len, int access)
+{
+	struct kp_call c = { .e = E_REG_MR_1_1, .pd = pd, .addr = addr,
+			     .len = len, .iova = (uintptr_t)addr,
+			     .access = (unsigned int)access };
+
+	atomic_fetch_add(&kp.calls[c.e], 1);
+	return reg_core(&c);
+}
+
+struct ibv_mr *kp_reg_mr_iova(struct ibv_pd *pd, void *addr,
+				     size_t len, uint64_t iova, int access)
+{
+	struct kp_call c = { .e = E_REG_MR_IOVA, .pd = pd, .addr = addr,
+			     .len = len, .iova = iova,
+			     .access = (unsigned int)access };
+
+	atomic_fetch_add(&kp.calls[c.e], 1);
+	return reg_core(&c);
+}
+
+struct ibv_mr *kp_reg_mr_iova2(struct ibv_pd *pd, void *addr,
+				      size_t len, uint64_t iova,
+				      unsigned int access)
+{
+	struct kp_call c = { .e = E_REG_MR_IOVA2, .pd = pd, .addr = addr,
+			     .len = len, .iova = iova, .access = access };
+
+	atomic_fetch_add(&kp.calls[c.e], 1);
+	return reg_core(&c);
+}
+
+struct ibv_mr *kp_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
+				       size_t len, uint64_t iova, int fd,
+				       int access)
+{
+	struct kp_call c = { .e = E_REG_DMABUF, .pd = pd, .offset = offset,
+			     .len = len, .iova = iova, .fd = fd,
+			     .access = (unsigned int)access };
+
+	atomic_fetch_add(&kp.calls[c.e], 1);
+	return reg_core(&c);
+}
+
+/*
+ * The 1.0 ABI: the PD is libibverbs' wrapper (struct ibv_pd_1_0), not
+ * ours to read. Forwarded at our depth, so that its inner call of
+ * ibv_reg_mr_iova2 with the real PD is handled above.
+ */
+struct ibv_mr *kp_reg_mr_1_0(struct ibv_pd *pd, void *addr,
+				    size_t len, int access)
+{
+	reg_mr_fn f = (reg_mr_fn)next_fn(E_REG_MR_1_0);
+
+	atomic_fetch_add(&kp.calls[E_REG_MR_1_0], 1);
+	if (!f) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	return f(pd, addr, len, access);
+}
+
+int kp_dereg_mr_1_0(struct ibv_mr *mr)
+{
+	dereg_fn f = (dereg_fn)next_fn(E_DEREG_1_0);
+
+	atomic_fetch_add(&kp.calls[E_DEREG_1_0], 1);
+	return f ? f(mr) : ENOSYS;
+}
+
+int kp_dereg_mr_1_1(struct ibv_mr *mr)
+{
+	dereg_fn f = (dereg_fn)next_fn(E_DEREG_1_1);
+	int rc;
+
+	atomic_fetch_add(&kp.calls[E_DEREG_1_1], 1);
+	if (!f)
+		return ENOSYS;
+	if (kp_depth)
+		return f(mr);
+	kp_depth++;
+	rc = f(mr);
+	kp_depth--;
+	if (!rc) {
+		pthread_mutex_lock(&kp.lock);
+		mr_forget(mr);
+		pthread_mutex_unlock(&kp.lock);
+	}
+	return rc;
+}
+
+/* Global, named by .symver; the version script hides the kp_ names. */
+__asm__(".symver kp_reg_mr_1_0, ibv_reg_mr@IBVERBS_1.0");
+__asm__(".symver kp_reg_mr_1_1, ibv_reg_mr@@IBVERBS_1.1");
+__asm__(".symver kp_reg_mr_iova, ibv_reg_mr_iova@@IBVERBS_1.7");
+__asm__(".symver kp_reg_mr_iova2, ibv_reg_mr_iova2@@IBVERBS_1.8");
+__asm__(".symver kp_reg_dmabuf_mr, ibv_reg_dmabuf_mr@@IBVERBS_1.12");
+__asm__(".symver kp_dereg_mr_1_0, ibv_dereg_mr@IBVERBS_1.0");
+__asm__(".symver kp_dereg_mr_1_1, ibv_dereg_mr@@IBVERBS_1.1");
+
+
+/* ---- the API (kvdmabuf_preload.h) ---- */
+
+EXPORT int kvdmabuf_preload_declare(void *addr, size_t len, const char *tag,
+				    int proxy_fd, uint64_t proxy_offset)
+{
+	uintptr_t a = (uintptr_t)addr;
+	struct kp_region *r;
+	unsigned int i;
+	int rc = 0;
+
+	if (!addr || !len || a + len < a || (tag && strlen(tag) >= KP_TAGMAX))
+		return -EINVAL;
+	pthread_mutex_lock(&kp.lock);
+	if (region_overlapping(a, len)) {
+		rc = -EINVAL;
+		goto out;
+	}
+	if (kp.nr_regions == kp.cap_regions) {
+		unsigned int cap = kp.cap_regions ? kp.cap_regions * 2 : 8;
+
+		r = realloc(kp.regions, cap * sizeof(*r));
+		if (!r) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		kp.regions = r;
+		kp.cap_regions = cap;
+	}
+	r = &kp.regions[kp.nr_regions++];
+	memset(r, 0, sizeof(*r));
+	r->addr = a;
+	r->len = len;
+	snprintf(r->tag, sizeof(r->tag), "%s", tag ? tag : "kv_cache");
+	r->proxy_fd = proxy_fd;
+	r->proxy_off = proxy_offset;
+	/* registrations made before: as they were, by address */
+	for (i = 0; i < kp.nr_mrs; i++) {
+		struct kp_mr *m = &kp.mrs[i];
+
+		if (m->mode != KP_OUTSIDE || !overlaps(m->addr, m->len, a, len))
+			continue;
+		m->mode = KP_CANNOT_FOLLOW;
+		snprintf(m->why, sizeof(m->why), "registered before KV region "
+			 "'%s' was declared", r->tag);
+	}
+out:
+	pthread_mutex_unlock(&kp.lock);
+	return rc;
+}
+
+EXPORT int kvdmabuf_preload_undeclare(void *addr)
+{
+	unsigned int i;
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&kp.lock);
+	for (i = 0; i < kp.nr_regions; i++)
+		if (kp.regions[i].addr == (uintptr_t)addr) {
+			memmove(&kp.regions[i], &kp.regions[i + 1],
+				(kp.nr_regions - i - 1) * sizeof(kp.regions[0]));
+			kp.nr_regions--;
+			rc = 0;
+			break;
+		}
+	pthread_mutex_unlock(&kp.lock);
+	return rc;
+}
+
+/* kp.lock held: the first registration over [a, a+len) that cannot follow. */
+static int check_locked(uintptr_t a, size_t len, char *reason, size_t rlen)
+{
+	unsigned int i;
+
+	if (kp.env_error) {
+		msg(reason, rlen, "%s", kp.env_msg);
+		return -EINVAL;
+	}
+	for (i = 0; i < kp.nr_mrs; i++) {
+		const struct kp_mr *m = &kp.mrs[i];
+
+		if (m->mode == KP_ON_PROXY || !overlaps(m->addr, m->len, a, len))
+			continue;
+		msg(reason, rlen, "engine MR 0x%x (%#" PRIxPTR "+%#zx) on NIC "
+		    "%s pins: cannot sleep transparently (%s); nothing was "
+		    "released", m->mr->lkey, m->addr, m->len, m->nic,
+		    m->why[0] ? m->why : "registered by address over this "
+		    "memory, in no declared KV region");
+		return -EBUSY;
+	}
+	return 0;
+}
+
+EXPORT int kvdmabuf_preload_check(const void *addr, size_t len, char *reason,
+				  size_t reason_len)
+{
+	int rc;
+
+	pthread_once(&kp.env_once, env_load);
+	msg(reason, reason_len, "%s", "");
+	pthread_mutex_lock(&kp.lock);
+	rc = check_locked((uintptr_t)addr, len, reason, reason_len);
+	pthread_mutex_unlock(&kp.lock);
+	return rc;
+}
+
+static int set_asleep(const char *tag, bool asleep, char *err, size_t len)
+{
+	char why[KP_WHYMAX + 200];
+	unsigned int i;
+	int rc = 0;
+
+	pthread_once(&kp.env_once, env_load);
+	msg(err, len, "%s", "");
+	pthread_mutex_lock(&kp.lock);
+	/* every region checked before any changes: all or nothing */
+	for (i = 0; asleep && i < kp.nr_regions; i++) {
+		const struct kp_region *r = &kp.regions[i];
+
+		if (tag && strcmp(tag, r->tag))
+			continue;
+		rc = check_locked(r->addr, r->len, why, sizeof(why));
+		if (rc) {
+			msg(err, len, "sleep of KV region '%s' %#" PRIxPTR
+			    "+%#zx refused: %s", r->tag, r->addr, r->len, why);
+			goto out;
+		}
+	}
+	if (asleep && kp.env_error) {
+		msg(err, len, "sleep refused: %s", kp.env_msg);
+		rc = -EINVAL;
+		goto out;
+	}
+	for (i = 0; i < kp.nr_regions; i++)
+		if (!tag || !strcmp(tag, kp.regions[i].tag))
+			kp.regions[i].asleep = asleep;
+out:
+	pthread_mutex_unlock(&kp.lock);
+	return rc;
+}
+
+EXPORT int kvdmabuf_preload_sleep(const char *tag, char *err, size_t err_len)
+{
+	return set_asleep(tag, true, err, err_len);
+}
+
+EXPORT int kvdmabuf_preload_wake(const char *tag, char *err, size_t err_len)
+{
+	return set_asleep(tag, false, err, err_len);
+}
+
+EXPORT void kvdmabuf_preload_own(int on)
+{
+	if (on)
+		kp_depth++;
+	else if (kp_depth > 0)
+		kp_depth--;
+}
+
+EXPORT int kvdmabuf_preload_query(struct kvdmabuf_preload_state *st)
+{
+	unsigned int i;
+
+	if (!st)
+		return -EINVAL;
+	pthread_once(&kp.env_once, env_load);
+	memset(st, 0, sizeof(*st));
+	pthread_mutex_lock(&kp.lock);
+	st->nr_regions = kp.nr_regions;
+	for (i = 0; i < kp.nr_regions; i++)
+		st->nr_asleep += kp.regions[i].asleep;
+	st->nr_mrs = kp.nr_mrs;
+	for (i = 0; i < kp.nr_mrs; i++) {
+		st->nr_in_regions += kp.mrs[i].mode != KP_OUTSIDE;
+		st->nr_on_proxy += kp.mrs[i].mode == KP_ON_PROXY;
+		st->nr_cannot_follow += kp.mrs[i].mode == KP_CANNOT_FOLLOW;
+	}
+	st->env_error = kp.env_error;
+	pthread_mutex_unlock(&kp.lock);
+	return 0;
+}
+
+EXPORT long long kvdmabuf_preload_calls(const char *symbol)
+{
+	char name[96];
+	unsigned int e;
+
+	if (!symbol)
+		return -EINVAL;
+	for (e = 0; e < E_NR; e++) {
+		snprintf(name, sizeof(name), "%s@%s", entries[e].name,
+			 entries[e].version);
+		if (!strcmp(name, symbol))
+			return atomic_load(&kp.calls[e]);
+	}
+	return -ENOENT;
+}
+
+EXPORT int kvdmabuf_preload_report(char *buf, size_t len)
+{
+	static const char *const mode[] = { "outside", "on-proxy",
+					    "cannot-follow" };
+	size_t used = 0;
+	unsigned int i;
+	int n;
+
+	if (buf && len)
+		buf[0] = '\0';
+	pthread_mutex_lock(&kp.lock);
+	for (i = 0; i < kp.nr_mrs; i++) {
+		const struct kp_mr *m = &kp.mrs[i];
+
+		if (m->mode == KP_OUTSIDE)
+			continue;
+		n = snprintf(buf && used < len ? buf + used : NULL,
+			     buf && used < len ? len - used : 0,
+			     "lkey 0x%x %#" PRIxPTR "+%#zx %s %s%s%s\n",
+			     m->mr->lkey, m->addr, m->len, m->nic,
+			     mode[m->mode], m->why[0] ? " " : "", m->why);
+		if (n > 0)
+			used += (size_t)n;
+	}
+	pthread_mutex_unlock(&kp.lock);
+	return (int)used;
+}

@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: MIT
+/*
+ * fake_ibverbs.c - a stand-in libibverbs.so.1 for tests/preload_symver.py:
+ * the registration entry points at the versions the real one exports
+ * (fake_ibverbs.map), each counting its calls and handing out a fake MR,
+ * so that the interposer's forwarding is checked on a machine without a
+ * NIC. Like the real one, the 1.0 forms call the current ones through the
+ * PLT (ibv_reg_mr@1.0 -> ibv_reg_mr_iova2, ibv_dereg_mr@1.0 ->
+ * ibv_dereg_mr). ibv_reg_dmabuf_mr fails with fake_dmabuf_errno when set.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ibv_pd;
+struct ibv_mr;
+
+/* The head of struct ibv_mr (verbs.h), as much as the tests read. */
+struct fake_mr {
+	void *context;
+	struct ibv_pd *pd;
+	void *addr;
+	size_t length;
+	uint32_t handle;
+	uint32_t lkey;
+	uint32_t rkey;
+	uint32_t pad;
+	char rest[64];
+};
+
+int fake_dmabuf_errno;
+long fake_calls[8];
+enum { F_REG_1_0, F_REG_1_1, F_IOVA, F_IOVA2, F_DMABUF, F_DEREG_1_0,
+       F_DEREG_1_1 };
+static uint32_t next_key = 0x100;
+
+/* the current forms, which the 1.0 ones call through the PLT */
+struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len,
+				uint64_t iova, unsigned int access);
+int ibv_dereg_mr(struct ibv_mr *mr);
+
+static struct ibv_mr *mr_new(struct ibv_pd *pd, void *addr, size_t len)
+{
+	struct fake_mr *m = calloc(1, sizeof(*m));
+
+	if (!m) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	m->pd = pd;
+	m->addr = addr;
+	m->length = len;
+	m->lkey = m->rkey = next_key++;
+	return (struct ibv_mr *)m;
+}
+
+struct ibv_mr *fake_reg_1_0(struct ibv_pd *pd, void *addr, size_t len,
+			    int access)
+{
+	fake_calls[F_REG_1_0]++;
+	return ibv_reg_mr_iova2(pd, addr, len, (uintptr_t)addr,
+				(unsigned int)access);
+}
+
+struct ibv_mr *fake_reg_1_1(struct ibv_pd *pd, void *addr, size_t len,
+			    int access)
+{
+	(void)access;
+	fake_calls[F_REG_1_1]++;
+	return mr_new(pd, addr, len);
+}
+
+struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t len,
+			       uint64_t iova, int access)
+{
+	(void)iova;
+	(void)access;
+	fake_calls[F_IOVA]++;
+	return mr_new(pd, addr, len);
+}
+
+struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len,
+				uint64_t iova, unsigned int access)
+{
+	(void)iova;
+	(void)access;
+	fake_calls[F_IOVA2]++;
+	return mr_new(pd, addr, len);
+}
+
+struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
+				 size_t len, uint64_t iova, int fd, int access)
+{
+	(void)iova;
+	(void)fd;
+	(void)access;
+	fake_calls[F_DMABUF]++;
+	if (fake_dmabuf_errno) {
+		errno = fake_dmabuf_errno;
+		return NULL;
+	}
+	return mr_new(pd, (void *)(uintptr_t)offset, len);
+}
+
+int fake_dereg_1_1(struct ibv_mr *mr);
+
+int fake_dereg_1_0(struct ibv_mr *mr)
+{
+	fake_calls[F_DEREG_1_0]++;
+	return ibv_dereg_mr(mr);
+}
+
+int fake_dereg_1_1(struct ibv_mr *mr)
+{
+	fake_calls[F_DEREG_1_1]++;
+	free(mr);
+	return 0;
+}
+
+__asm__(".symver fake_reg_1_0, ibv_reg_mr@IBVERBS_1.0");
+__asm__(".symver fake_reg_1_1, ibv_reg_mr@@IBVERBS_1.1");
+__asm__(".symver fake_dereg_1_0, ibv_dereg_mr@IBVERBS_1.0");
+__asm__(".symver fake_dereg_1_1, ibv_dereg_mr@@IBVERBS_1.1");

@@ -1,0 +1,196 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""preload_symver - libkvdmabuf-preload.so on the host, no NIC: a program
+built against the real libibverbs (tests/preload/symver) makes each form
+of registration, at each symbol version libibverbs exports, under
+LD_PRELOAD with a stand-in libibverbs (tests/preload/fake) that counts
+what reaches it. Each form must land in the interposer at its own version
+and be forwarded to the same version; the 1.0 ABI's inner calls are
+handled at 1.8/1.1. A registration in a declared KV region is made on its
+proxy (ibv_reg_dmabuf_mr in the caller's PD) when the region has one, is
+made as asked and refuses sleep by name when the NIC says EOPNOTSUPP or
+the region has none, whichever came first, declaration or registration.
+The Python binding's preload_* functions (ctypes)."""
+import ctypes
+import os
+import subprocess
+import sys
+
+import ktap
+from ktap import check
+
+TOP = ktap.use_build_tree()
+PRELOAD = os.path.join(TOP, "lib", "libkvdmabuf-preload.so")
+PROG = os.path.join(TOP, "tests", "preload", "symver")
+FAKE = os.path.join(TOP, "tests", "preload", "fake")
+
+
+def run(case):
+    env = dict(os.environ, LD_PRELOAD=PRELOAD, LD_LIBRARY_PATH=FAKE)
+    p = subprocess.run([PROG, case], env=env, capture_output=True,
+                       text=True, timeout=30)
+    for line in p.stdout.splitlines():
+        print("# " + line)
+    check(p.returncode == 0, "%s: status %d %s" % (case, p.returncode,
+                                                   p.stderr))
+    lines = p.stdout.splitlines()
+    return {"mr": lines[0], "reg": lines[1:3], "state": lines[3],
+            "check": lines[4], "dereg": lines[-4:-2],
+            "final": lines[-2:], "all": p.stdout}
+
+
+def lands(case, entries, fake_entries=None, dereg="ibv_dereg_mr@IBVERBS_1.1"):
+    r = run(case)
+    check(r["mr"].startswith("mr: made"), r["mr"])
+    want = "preload: " + " ".join(e + "+1" for e in entries)
+    check(r["reg"][0] == want, "%r != %r" % (r["reg"][0], want))
+    want = "fake: " + " ".join(e + "+1" for e in (fake_entries or entries))
+    check(r["reg"][1] == want, "%r != %r" % (r["reg"][1], want))
+    want = [dereg + "+1"] if isinstance(dereg, str) else [d + "+1" for d in dereg]
+    check(r["dereg"][0] == "preload: " + " ".join(want), r["dereg"][0])
+    check(r["final"][0].endswith("mrs 0 in 0 proxy 0 cannot 0"), r["final"][0])
+    return r
+
+
+def ibv_reg_mr_macro_lands_at_1_1():
+    lands("reg_mr", ["ibv_reg_mr@IBVERBS_1.1"])
+
+
+def ibv_reg_mr_with_optional_access_lands_at_iova2_1_8():
+    lands("reg_mr_optional", ["ibv_reg_mr_iova2@IBVERBS_1.8"])
+
+
+def ibv_reg_mr_iova_lands_at_1_7():
+    lands("reg_mr_iova", ["ibv_reg_mr_iova@IBVERBS_1.7"])
+
+
+def ibv_reg_mr_iova2_lands_at_1_8():
+    lands("reg_mr_iova2", ["ibv_reg_mr_iova2@IBVERBS_1.8"])
+
+
+def ibv_reg_dmabuf_mr_lands_at_1_12():
+    lands("reg_dmabuf", ["ibv_reg_dmabuf_mr@IBVERBS_1.12"])
+
+
+def abi_1_0_lands_and_its_inner_calls_are_handled():
+    r = lands("reg_mr_1_0", ["ibv_reg_mr@IBVERBS_1.0",
+                             "ibv_reg_mr_iova2@IBVERBS_1.8"],
+              dereg=["ibv_dereg_mr@IBVERBS_1.0", "ibv_dereg_mr@IBVERBS_1.1"])
+    # the inner call was recorded once (on the real PD), and forgotten
+    check("mrs 1 in 0" in r["state"], r["state"])
+
+
+def outside_any_region_passes_through_but_is_seen():
+    r = run("reg_mr")
+    check("regions 0 mrs 1 in 0 proxy 0 cannot 0" in r["state"], r["state"])
+    # memory under it is still not releasable: the library's sleep asks
+    check(r["check"].startswith("check: -16 engine MR 0x100"), r["check"])
+
+
+def in_region_without_proxy_cannot_follow_named():
+    r = run("reg_mr-kv")
+    check("cannot 1" in r["state"], r["state"])
+    check("engine MR 0x100" in r["check"] and "on NIC fake0 pins: cannot "
+          "sleep transparently" in r["check"] and "no proxy" in r["check"],
+          r["check"])
+    check(r["final"][1] == "check: 0 ", r["final"][1])
+
+
+def in_region_with_proxy_is_made_on_the_proxy():
+    r = run("reg_mr-kv-proxy")
+    check(r["reg"][1] == "fake: ibv_reg_dmabuf_mr@IBVERBS_1.12+1", r["reg"][1])
+    check("as asked" in r["mr"], r["mr"])   # mr->addr is the caller's
+    check("proxy 1 cannot 0" in r["state"], r["state"])
+    check(r["check"] == "check: 0 ", r["check"])
+
+
+def engines_own_dmabuf_in_region_is_replaced_by_the_proxy():
+    r = run("reg_dmabuf-kv-proxy")
+    check("proxy 1 cannot 0" in r["state"], r["state"])
+
+
+def nic_without_dmabuf_mrs_falls_back_and_refuses():
+    r = run("reg_mr-kv-proxy-eopnotsupp")
+    check(r["reg"][1] == "fake: ibv_reg_mr@IBVERBS_1.1+1 "
+          "ibv_reg_dmabuf_mr@IBVERBS_1.12+1", r["reg"][1])
+    check("Operation not supported" in r["check"] and "pins: cannot sleep "
+          "transparently" in r["check"], r["check"])
+
+
+def declared_after_registration_cannot_follow():
+    r = run("reg_mr_later")
+    check("regions 1 mrs 1 in 1 proxy 0 cannot 1" in r["all"], r["all"])
+    check("registered before KV region 'kv_cache' was declared" in r["all"],
+          r["all"])
+
+
+def registration_across_a_region_cannot_follow():
+    r = run("reg_mr_across-kv")
+    check("reaches past KV region" in r["check"], r["check"])
+
+
+def malformed_environment_refuses_sleep():
+    code = ("import kvdmabuf; ok, why = kvdmabuf.preload_sleep(); "
+            "print(ok, why)")
+    env = dict(os.environ, LD_PRELOAD=PRELOAD,
+               KVDMABUF_KV_REGIONS="0x100000+junk",
+               PYTHONPATH=os.path.join(TOP, "lib", "python"))
+    p = subprocess.run([sys.executable, "-c", code], env=env,
+                       capture_output=True, text=True, timeout=60)
+    print("# " + p.stdout.strip())
+    check(p.stdout.startswith("False") and "KVDMABUF_KV_REGIONS" in p.stdout,
+          p.stdout + p.stderr)
+
+
+def python_declares_and_sleeps():
+    """The binding declares a region (as a sleep hook would) and sleeps it:
+    nothing registered there, so the sleep is accepted. (The refusals, and
+    the library's own sleep asking the preload, run on soft-RoCE in
+    tests/preload_engine, in the VM.)"""
+    code = r'''
+import ctypes, mmap, kvdmabuf
+m = mmap.mmap(-1, 1 << 20)
+a = ctypes.addressof(ctypes.c_char.from_buffer(m))
+assert kvdmabuf.preload_loaded()
+kvdmabuf.preload_declare(a, 1 << 20, "kv_cache")
+print("state", kvdmabuf.preload_state())
+ok, why = kvdmabuf.preload_sleep("kv_cache")
+print("sleep", ok, why)
+'''
+    env = dict(os.environ, LD_PRELOAD=PRELOAD,
+               PYTHONPATH=os.path.join(TOP, "lib", "python"))
+    p = subprocess.run([sys.executable, "-c", code], env=env,
+                       capture_output=True, text=True, timeout=60)
+    for line in (p.stdout + p.stderr).splitlines():
+        print("# " + line)
+    check(p.returncode == 0, p.stderr)
+    check("'nr_regions': 1" in p.stdout, p.stdout)
+    check("sleep True" in p.stdout, p.stdout)   # nothing registered there
+
+
+def binding_without_the_preload_says_so():
+    import kvdmabuf
+    if os.environ.get("LD_PRELOAD"):
+        raise ktap.Skip("this run is preloaded")
+    check(not kvdmabuf.preload_loaded(), "preload seen without LD_PRELOAD")
+
+
+if __name__ == "__main__":
+    sys.exit(ktap.main([
+        ibv_reg_mr_macro_lands_at_1_1,
+        ibv_reg_mr_with_optional_access_lands_at_iova2_1_8,
+        ibv_reg_mr_iova_lands_at_1_7,
+        ibv_reg_mr_iova2_lands_at_1_8,
+        ibv_reg_dmabuf_mr_lands_at_1_12,
+        abi_1_0_lands_and_its_inner_calls_are_handled,
+        outside_any_region_passes_through_but_is_seen,
+        in_region_without_proxy_cannot_follow_named,
+        in_region_with_proxy_is_made_on_the_proxy,
+        engines_own_dmabuf_in_region_is_replaced_by_the_proxy,
+        nic_without_dmabuf_mrs_falls_back_and_refuses,
+        declared_after_registration_cannot_follow,
+        registration_across_a_region_cannot_follow,
+        malformed_environment_refuses_sleep,
+        python_declares_and_sleeps,
+        binding_without_the_preload_says_so,
+    ]))
