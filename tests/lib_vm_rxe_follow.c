@@ -16,13 +16,13 @@
 
 #include "harness.h"
 #include "lib_fake.h"
+#include "rxe_env.h"
 #include "verbs_pair.h"
 #include "vgem.h"
 #include "../uapi/kvdmabuf.h"
 
 #define LEN (256u << 10)
 #define BLK 4096u
-#define PINNED_PARAM "/sys/module/rdma_rxe/parameters/dmabuf_pinned"
 
 static void *map_dumb(int drm_fd, uint32_t handle, size_t len, void *at)
 {
@@ -34,27 +34,6 @@ static void *map_dumb(int drm_fd, uint32_t handle, size_t len, void *at)
 	p = mmap(at, len, PROT_READ | PROT_WRITE,
 		 MAP_SHARED | (at ? MAP_FIXED : 0), drm_fd, (off_t)m.offset);
 	return p == MAP_FAILED ? NULL : p;
-}
-
-/* CONFIG_DMABUF_DEBUG hides struct pages from importers (copied tables). */
-static int dmabuf_debug_kernel(void)
-{
-	char path[128], line[128];
-	struct utsname u;
-	int found = 0;
-	FILE *f;
-
-	if (uname(&u))
-		return 0;
-	snprintf(path, sizeof(path), "/boot/config-%s", u.release);
-	f = fopen(path, "re");
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		if (!strcmp(line, "CONFIG_DMABUF_DEBUG=y\n"))
-			found = 1;
-	fclose(f);
-	return found;
 }
 
 FIXTURE(rf) {
@@ -74,8 +53,8 @@ FIXTURE_SETUP(rf)
 	int rc;
 
 	self->drm = -1;
-	if (access(PINNED_PARAM, F_OK))
-		SKIP(return, "soft-RoCE without dma-buf MRs (tests/rxe not built for this kernel)");
+	if (rxe_dmabuf_missing())
+		SKIP(return, "%s", rxe_dmabuf_missing());
 	if (dmabuf_debug_kernel())
 		SKIP(return, "CONFIG_DMABUF_DEBUG hides struct pages from importers: rxe copies with the CPU");
 	if (access(KVDMABUF_DEVICE_PATH, F_OK))

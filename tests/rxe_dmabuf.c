@@ -16,6 +16,7 @@
 
 #include "harness.h"
 #include "proxy_common.h"
+#include "rxe_env.h"
 #include "verbs_pair.h"
 
 #define LEN	(64u << 10)
@@ -23,49 +24,6 @@
 		 IBV_ACCESS_REMOTE_READ)
 /* An I/O virtual address with nothing to do with the buffer's offset. */
 #define IOVA	0x5a5a000000ull
-#define PINNED_PARAM "/sys/module/rdma_rxe/parameters/dmabuf_pinned"
-
-/* Why the patched rxe is not loaded: the lane build's own reason. */
-static const char *rxe_missing_reason(void)
-{
-	static char why[256];
-	const char *build = getenv("KVDMABUF_BUILD");
-	char path[512];
-	FILE *f;
-
-	snprintf(why, sizeof(why), "rdma_rxe without dma-buf MRs loaded");
-	if (!build)
-		return why;
-	snprintf(path, sizeof(path), "%s/tests/rxe/build/SKIP", build);
-	f = fopen(path, "re");
-	if (!f)
-		return why;
-	if (fgets(why, sizeof(why), f))
-		why[strcspn(why, "\n")] = 0;
-	fclose(f);
-	return why;
-}
-
-/* CONFIG_DMABUF_DEBUG hides struct pages from importers (copied tables). */
-static int dmabuf_debug_kernel(void)
-{
-	char path[128], line[128];
-	struct utsname u;
-	int found = 0;
-	FILE *f;
-
-	if (uname(&u))
-		return 0;
-	snprintf(path, sizeof(path), "/boot/config-%s", u.release);
-	f = fopen(path, "re");
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		if (!strcmp(line, "CONFIG_DMABUF_DEBUG=y\n"))
-			found = 1;
-	fclose(f);
-	return found;
-}
 
 static int set_pinned(int on)
 {
@@ -90,8 +48,8 @@ FIXTURE(rxe) {
 FIXTURE_SETUP(rxe)
 {
 	self->drm = self->dev = -1;
-	if (access(PINNED_PARAM, F_OK))
-		SKIP(return, "%s", rxe_missing_reason());
+	if (rxe_dmabuf_missing())
+		SKIP(return, "%s", rxe_dmabuf_missing());
 	if (dmabuf_debug_kernel())
 		SKIP(return, "CONFIG_DMABUF_DEBUG hides struct pages from importers: rxe copies with the CPU");
 	ASSERT_EQ(0, set_pinned(0));
