@@ -4,6 +4,7 @@
 #   make                      library (shared + static), module(s), tests
 #   make check                everything: host unit tests + VM suite on every kernel lane
 #   make check-unit           host-only tests, no VM
+#   make update-counts        tests/vm/expected-counts from build/logs
 #   make check-vm KERNEL=6.1  VM suite on one lane (6.1 = Debian 12, 6.12 = Debian 13,
 #                             7.3 = Debian 13 + trixie-backports kernel, debug)
 #   make demo / make bench    the demonstration and the benchmarks
@@ -86,7 +87,7 @@ BENCH := $(if $(BENCH_SRCS),tests/bench/kvdmabuf-bench)
 CYCLES ?= 3
 
 .PHONY: all lib cli tests asan modules dkms-src clean check check-unit check-vm demo bench deps fuzz \
-	install modules_install
+	install modules_install update-counts
 
 all: lib cli tests modules
 
@@ -194,6 +195,12 @@ check-vm:
 
 check:
 	$(Q)tests/vm/check.sh all
+
+# tests/vm/expected-counts (the number of tests per program and lane,
+# checked by every lane) from the logs of the last run in build/logs:
+# after adding or removing tests, run the lanes (make check), then this.
+update-counts:
+	$(Q)tests/vm/counts.sh update
 
 # The demonstration runs in a VM of lane KERNEL; DEMO_ARGS=--stress adds
 # concurrent transfers up to each sleep.
