@@ -15,9 +15,6 @@
 #                                     whose log is in LOGDIR (build/logs:
 #                                     unit.log, vm-LANE.log), keeping the
 #                                     other lanes' (make update-counts)
-#   counts.sh listed LANE LIST BINDIR the lines of what each program of
-#                                     LIST lists (-l) here: what a full run
-#                                     should give, before one has been made
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -68,13 +65,6 @@ check)
 			exit bad
 		}' "$list" - <<<"$got"
 	;;
-listed)
-	lane=$2 list=$3 bindir=$4
-	for p in $(sed 's/#.*//' "$list"); do
-		n=$("$bindir/$p" -l 2>/dev/null | grep -c .)
-		printf '%-8s %-22s %d\n' "$lane" "$p" "$n"
-	done
-	;;
 update)
 	logs=${2:-$repo/build/logs} list=${3:-$file}
 	tmp=$(mktemp)
@@ -108,7 +98,7 @@ update)
 	mv "$tmp" "$list"
 	;;
 *)
-	echo "usage: $0 print LANE LOG | check LANE LOG [FILE] | update [LOGDIR [FILE]] | listed LANE LIST BINDIR" >&2
+	echo "usage: $0 print LANE LOG | check LANE LOG [FILE] | update [LOGDIR [FILE]]" >&2
 	exit 2
 	;;
 esac
