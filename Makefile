@@ -4,6 +4,8 @@
 #   make                      library (shared + static), module(s), tests
 #   make check                everything: host unit tests + VM suite on every kernel lane
 #   make check-unit           host-only tests, no VM
+#   make mutants              breakages the tests must catch (tests/mutants)
+#   make update-counts        tests/vm/expected-counts from build/logs
 #   make check-vm KERNEL=6.1  VM suite on one lane (6.1 = Debian 12, 6.12 = Debian 13,
 #                             7.3 = Debian 13 + trixie-backports kernel, debug)
 #   make demo / make bench    the demonstration and the benchmarks
@@ -89,7 +91,7 @@ BENCH := $(if $(BENCH_SRCS),tests/bench/kvdmabuf-bench)
 CYCLES ?= 3
 
 .PHONY: all lib cli tests asan modules rxe dkms-src clean check check-unit check-vm demo bench deps fuzz \
-	install modules_install
+	install modules_install mutants update-counts
 
 all: lib cli tests modules rxe
 
@@ -223,6 +225,19 @@ check-vm:
 
 check:
 	$(Q)tests/vm/check.sh all
+
+# tests/vm/expected-counts (the number of tests per program and lane,
+# checked by every lane) from the logs of the last run in build/logs:
+# after adding or removing tests, run the lanes (make check), then this.
+update-counts:
+	$(Q)tests/vm/counts.sh update
+
+# Each breakage of tests/mutants/mutants.list in a scratch copy of HEAD,
+# against the tests that must catch it; a table (build/mutants/table.md).
+# Not part of make check: one VM boot per module breakage (about 3 min on
+# 2 cores). MUTANTS_ARGS: --only NAME, --baseline, --keep.
+mutants:
+	$(Q)tests/mutants/run.py $(MUTANTS_ARGS)
 
 # The demonstration runs in a VM of lane KERNEL; DEMO_ARGS=--stress adds
 # concurrent transfers up to each sleep.

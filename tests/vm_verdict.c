@@ -2,7 +2,9 @@
 /*
  * vm_verdict: the VM lane's judge (tests/vm/verdict.sh) fails a run for
  * each reason it must, and passes a clean one. Without this, a lane that
- * silently ignored a kernel WARNING would look green.
+ * silently ignored a kernel WARNING would look green. The same for the
+ * lanes' other judges: skips.sh (a skip must be listed with its reason)
+ * and counts.sh (every program reports as many tests as listed).
  */
 #include <libgen.h>
 #include <limits.h>
@@ -123,6 +125,109 @@ TEST_F(report, fails_the_run)
 	snprintf(log, sizeof(log), "KVD-DMESG-BEGIN\r\n%s\r\n%s", variant->line,
 		 clean_tail);
 	EXPECT_EQ(1, judge(log));
+}
+
+/* Writes @text to a new temporary file; its path in @path (XXXXXX). */
+static int put(char *path, const char *text)
+{
+	int fd = mkstemp(path);
+	ssize_t len = (ssize_t)strlen(text);
+
+	if (fd < 0)
+		return -1;
+	if (write(fd, text, len) != len) {
+		close(fd);
+		return -1;
+	}
+	return close(fd);
+}
+
+/* Runs tests/vm/@script @args LOG LIST, on lane 6.1; returns its status. */
+static int judge_with(const char *script, const char *args, const char *log,
+		      const char *list)
+{
+	char exe[PATH_MAX], cmd[2 * PATH_MAX + 256];
+	char lpath[] = "/tmp/kvd-judge-log.XXXXXX";
+	char fpath[] = "/tmp/kvd-judge-list.XXXXXX";
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	int st;
+
+	if (n < 0)
+		return -1;
+	exe[n] = 0;
+	if (put(lpath, log) || put(fpath, list))
+		return -1;
+	snprintf(cmd, sizeof(cmd), "%s/vm/%s %s 6.1 %s %s >/dev/null 2>&1",
+		 dirname(exe), script, args, lpath, fpath);
+	st = system(cmd);
+	unlink(lpath);
+	unlink(fpath);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static const char skip_log[] =
+	"# ===== proxy_udmabuf\r\n"
+	"ok 1 udmabuf.reads # SKIP /dev/udmabuf: No such file or directory "
+	"(CONFIG_UDMABUF not set)\r\n"
+	"# ===== proxy_follow\r\n"
+	"ok 1 follow.works\r\n";
+
+TEST(skip_listed_with_its_reason_passes)
+{
+	EXPECT_EQ(0, judge_with("skips.sh", "", skip_log,
+		"# why\n6.1 proxy_udmabuf * # /dev/udmabuf: * (CONFIG_UDMABUF not set)\n"));
+}
+
+TEST(skip_listed_for_another_reason_fails)
+{
+	EXPECT_EQ(1, judge_with("skips.sh", "", skip_log,
+		"6.1 proxy_udmabuf * # no edu PCI device*\n"));
+}
+
+TEST(skip_of_another_lane_or_program_fails)
+{
+	EXPECT_EQ(1, judge_with("skips.sh", "", skip_log,
+		"6.12 proxy_udmabuf * # *\n6.1 proxy_follow * # *\n"));
+}
+
+TEST(skip_list_line_without_reason_fails)
+{
+	EXPECT_EQ(1, judge_with("skips.sh", "", skip_log,
+		"6.1 proxy_udmabuf *\n6.1 proxy_udmabuf * # /dev/udmabuf: *\n"));
+}
+
+static const char count_log[] =
+	"# ===== smoke_module\r\n"
+	"TAP version 13\r\n1..2\r\nok 1 a\r\nnot ok 2 b\r\n"
+	"# ===== py_engine.py\r\n"
+	"ok 1 c # SKIP why\r\n# ok 1 a nested line\r\n"
+	"# ===== proxy_abi\r\n"
+	"not ok - proxy_abi: exited with status 139\r\n";
+
+TEST(counts_as_listed_pass)
+{
+	EXPECT_EQ(0, judge_with("counts.sh", "check", count_log,
+		"# LANE PROGRAM TESTS\n6.1 smoke_module 2\n6.1 py_engine.py 1\n"
+		"6.1 proxy_abi 0\n6.12 other 5\n"));
+}
+
+TEST(program_dropped_from_the_list_fails)
+{
+	EXPECT_EQ(1, judge_with("counts.sh", "check", count_log,
+		"6.1 smoke_module 2\n6.1 py_engine.py 1\n6.1 proxy_abi 0\n"
+		"6.1 proxy_races 1\n"));
+}
+
+TEST(program_with_fewer_tests_fails)
+{
+	EXPECT_EQ(1, judge_with("counts.sh", "check", count_log,
+		"6.1 smoke_module 2\n6.1 py_engine.py 1\n6.1 proxy_abi 12\n"));
+}
+
+TEST(program_not_in_the_counts_fails)
+{
+	EXPECT_EQ(1, judge_with("counts.sh", "check", count_log,
+		"6.1 smoke_module 2\n6.1 py_engine.py 1\n"));
 }
 
 TEST_HARNESS_MAIN

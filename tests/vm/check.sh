@@ -79,6 +79,15 @@ judge_skips() { # lane log
 	return 1
 }
 
+# A program whose number of tests differs from tests/vm/expected-counts
+# for the lane (one dropped from a list, one that stopped early) fails it.
+judge_counts() { # lane log
+	local out
+	out=$("$here/counts.sh" check "$1" "$2") && return 0
+	echo "$out" | tee -a "$2"
+	return 1
+}
+
 stage_unit() {
 	local log=$logs/unit.log t0=$SECONDS rc=0
 	"$here/deps.sh" host || { account unit 1 /dev/null 0; return; }
@@ -104,6 +113,7 @@ stage_unit() {
 		rc=${PIPESTATUS[0]}
 	fi
 	judge_skips unit "$log" || rc=1
+	judge_counts unit "$log" || rc=1
 	account unit $rc "$log" $((SECONDS - t0))
 }
 
@@ -234,7 +244,10 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 			cat "$plog" >"$log.boot1"
 		done
 		cat "$plog" >"$log"
-		[ "${2:-}" = -- ] || judge_skips "$lane" "$log" || rc=1
+		if [ "${2:-}" != -- ]; then
+			judge_skips "$lane" "$log" || rc=1
+			judge_counts "$lane" "$log" || rc=1
+		fi
 	fi
 	rm -f "$plog"
 	# Still under the lock: no other run of this tree rewrites $log.

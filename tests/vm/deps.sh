@@ -20,7 +20,11 @@
 set -euo pipefail
 
 CACHE=${KVDMABUF_CACHE:-/var/cache/kvdmabuf}
-MIRROR=${KVDMABUF_MIRROR:-http://deb.debian.org/debian}
+# Debian's archive as this machine reaches it (a site mirror or proxy):
+# KVDMABUF_MIRROR, else the first source of apt's own lists that carries a
+# Debian release (debian_mirror below); looked up only when a step
+# downloads.
+MIRROR=${KVDMABUF_MIRROR:-}
 
 HOST_PKGS="make gcc libc6-dev pkg-config linux-image-amd64 linux-headers-amd64
  qemu-system-x86 busybox-static rdma-core ibverbs-utils libibverbs-dev
@@ -39,6 +43,62 @@ HOST_PKGS="make gcc libc6-dev pkg-config linux-image-amd64 linux-headers-amd64
 MOONCAKE_REQ=$(cd "$(dirname "$0")" && pwd)/mooncake-requirements.txt
 
 
+
+# Prints the URI of the first apt source of this machine, one-line
+# (sources.list, *.list) or deb822 (*.sources, its URIs: and Suites:), of
+# type deb, not disabled, whose suites include a Debian release (bookworm,
+# trixie, ..., stable, sid: not -updates or -security); fails with a
+# message naming KVDMABUF_MIRROR if there is none.
+debian_mirror() {
+	local f files=()
+	[ -f /etc/apt/sources.list ] && files+=(/etc/apt/sources.list)
+	for f in /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+		[ -f "$f" ] && files+=("$f")
+	done
+	[ ${#files[@]} -gt 0 ] && awk '
+		function release(s) {
+			return s ~ /^(buster|bullseye|bookworm|trixie|forky|duke|sid|oldoldstable|oldstable|stable|testing|unstable)$/
+		}
+		function stanza(   i, n, u, s) {
+			if (!found && types ~ /(^|[ \t])deb([ \t]|$)/ && enabled !~ /^[ \t]*no/) {
+				n = split(suites, s)
+				split(uris, u)
+				for (i = 1; i <= n; i++)
+					if (release(s[i]) && u[1] != "") {
+						print u[1]
+						found = 1
+						exit
+					}
+			}
+			types = uris = suites = enabled = ""
+		}
+		FNR == 1 { stanza(); deb822 = FILENAME ~ /\.sources$/ }
+		/^[ \t]*#/ { next }
+		!deb822 {
+			sub(/\[[^]]*\]/, "")
+			if ($1 == "deb" && release($3)) {
+				print $2
+				found = 1
+				exit
+			}
+			next
+		}
+		/^[ \t]*$/ { stanza(); next }
+		tolower($1) == "types:" { $1 = ""; types = $0 }
+		tolower($1) == "uris:" { $1 = ""; uris = $0 }
+		tolower($1) == "suites:" { $1 = ""; suites = $0 }
+		tolower($1) == "enabled:" { $1 = ""; enabled = $0 }
+		END { stanza() }' "${files[@]}" | grep . && return 0
+	echo "deps: no Debian release in this machine's apt sources" \
+		"(/etc/apt/sources.list, /etc/apt/sources.list.d): set" \
+		"KVDMABUF_MIRROR to Debian's archive or a mirror of it" >&2
+	return 1
+}
+
+# Sets MIRROR, once, for a step that downloads.
+need_mirror() {
+	[ -n "$MIRROR" ] || MIRROR=$(debian_mirror) || exit 1
+}
 
 # Debian 13 root: built inside it are the 6.12 modules and the lane's tests;
 # the guest runs it as its user space.
@@ -94,6 +154,7 @@ trixie_root() {
 	echo "deps: building the Debian 13 root in $TRIXIE_ROOT (a few minutes, once)"
 	mkdir -p "$CACHE"
 	rm -rf "$tmp"
+	need_mirror
 	debootstrap --variant=minbase --include="$TRIXIE_PKGS" trixie "$tmp" \
 		"$MIRROR" >"$CACHE/debootstrap.log" 2>&1 || {
 		tail -20 "$CACHE/debootstrap.log" >&2
@@ -149,6 +210,7 @@ root_src612() {
 # The backports suite in the root's sources, and a fresh package index.
 bpo_update() {
 	local list=$TRIXIE_ROOT/etc/apt/sources.list.d/kvdmabuf-backports.list
+	need_mirror
 	echo "deb $MIRROR $BPO_SUITE main" >"$list"
 	cp /etc/resolv.conf "$TRIXIE_ROOT/etc/resolv.conf" 2>/dev/null || true
 	in_root apt-get update -qq >/dev/null

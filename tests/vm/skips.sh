@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: GPL-2.0
 # Judges the skips of a lane's log against tests/vm/expected-skips: prints a
 # failing TAP line, with the test's reason, for each skip not listed for
-# LANE, and exits 1 if there was any. The program of each TAP line is the
+# LANE with that program, test and reason, and exits 1 if there was any (or
+# if a line of the list has no reason). The program of each TAP line is the
 # last "# ===== NAME" header of run-tests.sh before it.
 #
 #   skips.sh LANE LOG [LIST]
@@ -18,15 +19,29 @@ tr -d '\r' <"$log" | awk -v lane="$lane" -v list="$list" '
 	}
 	BEGIN {
 		n = 0
+		bad = 0
 		while ((getline line < list) > 0) {
-			sub(/#.*/, "", line)
-			if (split(line, f) < 2 || f[1] != lane)
+			ln++
+			if (line ~ /^[ \t]*(#|$)/)
+				continue
+			# LANE PROGRAM TEST # REASON
+			i = index(line, "#")
+			why = i ? substr(line, i + 1) : ""
+			sub(/^[ \t]+/, "", why)
+			sub(/[ \t]+$/, "", why)
+			if (split(i ? substr(line, 1, i - 1) : line, f) != 3 || why == "") {
+				printf "not ok - %s:%d: not LANE PROGRAM TEST # REASON\n", list, ln
+				bad = 1
+				continue
+			}
+			if (f[1] != lane)
 				continue
 			n++
 			prog[n] = f[2]
-			test[n] = glob2re(f[3] == "" ? "*" : f[3])
+			test[n] = glob2re(f[3])
+			reason_re[n] = glob2re(why)
+			reason_glob[n] = why
 		}
-		bad = 0
 	}
 	/^# ===== / { cur = $3; next }
 	/^ok .*# SKIP/ {
@@ -35,10 +50,18 @@ tr -d '\r' <"$log" | awk -v lane="$lane" -v list="$list" '
 		reason = name
 		sub(/ # SKIP.*/, "", name)
 		sub(/.*# SKIP ?/, "", reason)
-		for (i = 1; i <= n; i++)
-			if (prog[i] == cur && name ~ test[i])
+		listed = ""
+		for (i = 1; i <= n; i++) {
+			if (prog[i] != cur || name !~ test[i])
+				continue
+			if (reason ~ reason_re[i])
 				next
-		printf "not ok - unexpected skip on lane %s: %s %s: %s\n", lane, cur, name, reason
+			listed = listed "; listed: " reason_glob[i]
+		}
+		if (listed != "")
+			printf "not ok - skip on lane %s for another reason: %s %s: %s%s\n", lane, cur, name, reason, listed
+		else
+			printf "not ok - unexpected skip on lane %s: %s %s: %s\n", lane, cur, name, reason
 		bad = 1
 	}
 	END { exit bad }'

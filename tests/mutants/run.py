@@ -1,0 +1,378 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""make mutants: each breakage of tests/mutants/mutants.list, applied to a
+scratch copy of the tree (git archive of HEAD), built, and run against the
+tests that must catch it; a table of what was caught.
+
+    run.py [--list FILE] [--only NAME]... [--baseline] [--keep] [--table FILE]
+
+A VM test runs with tests/vm/check.sh run LANE PROGRAM ARGS from the scratch
+copy (one guest per breakage; the VM lock serializes it with other runs), a
+unit test is the scratch copy's program run on this machine. A breakage is
+caught when its test run fails: a failing TAP line, a kernel log report, a
+test that crashed or timed out. It SURVIVED when the tests passed. A
+breakage whose text is not found exactly once, a tree that does not build,
+a run whose tests all skipped or whose VM setup failed, is an ERROR: never a
+pass. --baseline first runs every named test on the unmutated copy, which
+must pass (else the table would mean nothing). Exit status 0 only when
+every breakage was caught (and the baseline passed).
+"""
+import argparse
+import datetime
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+KEYWORDS = ("file:", "replace:", "with:", "test:")
+JOBS = os.environ.get("KVDMABUF_JOBS", "2")
+
+
+class ListError(Exception):
+    pass
+
+
+# The test run in progress (its own process group), ended on SIGINT/SIGTERM.
+CHILD = []
+
+
+def run_child(cmd, **kw):
+    p = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, **kw)
+    CHILD.append(p)
+    try:
+        out, _ = p.communicate()
+    finally:
+        CHILD.remove(p)
+    return p.returncode, out.decode(errors="replace")
+
+
+def on_signal(signum, frame):
+    for p in CHILD:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    raise KeyboardInterrupt
+
+
+def parse(path):
+    """Entries: dict(name, what, edits=[(file, old, new)], tests=[[...]])."""
+    entries, cur, block = [], None, None
+    with open(path) as f:
+        lines = f.read().split("\n")
+    for n, line in enumerate(lines, 1):
+        if line.startswith("== "):
+            head = line[3:]
+            name, _, what = head.partition(":")
+            cur = {"name": name.strip(), "what": what.strip(), "edits": [],
+                   "tests": [], "line": n}
+            entries.append(cur)
+            block = None
+            continue
+        if cur is None or (block is None and
+                           (line.startswith("#") or not line.strip())):
+            continue
+        if line.startswith("file:"):
+            cur["edits"].append([line[5:].strip(), [], []])
+            block = None
+        elif line.startswith("replace:") or line.startswith("with:"):
+            if not cur["edits"]:
+                raise ListError("%s:%d: %s before file:" % (path, n, line))
+            block = cur["edits"][-1][1 if line.startswith("replace:") else 2]
+        elif line.startswith("test:"):
+            words = line[5:].split()
+            if len(words) < 2:
+                raise ListError("%s:%d: test: LANE PROGRAM [ARGS]" % (path, n))
+            cur["tests"].append(words)
+            block = None
+        elif line.startswith("#") and block is None:
+            continue
+        elif block is not None:
+            block.append(line)
+        else:
+            raise ListError("%s:%d: unexpected line: %s" % (path, n, line))
+    for e in entries:
+        if not e["edits"] or not e["tests"]:
+            raise ListError("%s:%d: %s needs file/replace/with and test" %
+                            (path, e["line"], e["name"]))
+        for ed in e["edits"]:
+            for blk in (ed[1], ed[2]):
+                while blk and not blk[-1].strip():
+                    blk.pop()
+            if not ed[1]:
+                raise ListError("%s: %s: empty replace block" %
+                                (path, e["name"]))
+    names = [e["name"] for e in entries]
+    dup = {x for x in names if names.count(x) > 1}
+    if dup:
+        raise ListError("%s: names used twice: %s" % (path, ", ".join(dup)))
+    return entries
+
+
+def scratch_copy(commit):
+    d = tempfile.mkdtemp(prefix="kvd-mutant.")
+    ar = subprocess.Popen(["git", "-C", REPO, "archive", commit],
+                          stdout=subprocess.PIPE)
+    subprocess.run(["tar", "-x", "-C", d], stdin=ar.stdout, check=True)
+    if ar.wait():
+        raise RuntimeError("git archive failed")
+    return d
+
+
+def apply(tree, entry):
+    """Apply the edits; an error string, or None."""
+    for path, old, new in entry["edits"]:
+        p = os.path.join(tree, path)
+        if not os.path.exists(p):
+            return "%s: no such file" % path
+        with open(p) as f:
+            text = f.read()
+        o = "\n".join(old) + "\n"
+        count = text.count(o)
+        if count != 1:
+            return "%s: the replace text occurs %d times" % (path, count)
+        text = text.replace(o, "\n".join(new) + ("\n" if new else ""))
+        with open(p, "w") as f:
+            f.write(text)
+    return None
+
+
+def lane_dirs(tree):
+    """The build trees check.sh makes for a checkout (lanes/<sha1 of path>)."""
+    cache = os.environ.get("KVDMABUF_CACHE", "/var/cache/kvdmabuf")
+    h = hashlib.sha1(tree.encode()).hexdigest()[:12]
+    return [os.path.join(cache, "lanes", h),
+            os.path.join(cache, "trixie-root", "kvdmabuf-lanes", h)]
+
+
+def run_unit(tree, words, log):
+    prog, args = words[1], words[2:]
+    target = "tests/" + prog
+    extra = []
+    if os.path.exists(os.path.join(tree, "tests/fake_cuda")):
+        extra.append("tests/fake_cuda/libcuda.so.1")
+    if prog.startswith("asan/"):
+        extra += ["tests/asan/fake_cuda", "tests/asan/vm", "tests/asan/hw"]
+    b = subprocess.run(["make", "-C", tree, "-j" + JOBS, "lib", target] + extra,
+                       stdout=log, stderr=subprocess.STDOUT)
+    if b.returncode:
+        return "build", ""
+    t0 = time.time()
+    rc, out = run_child([os.path.join(tree, target)] + args, cwd=tree)
+    log.write(out.encode())
+    log.write(("# %s: status %d after %ds\n" %
+               (target, rc, time.time() - t0)).encode())
+    return rc, out
+
+
+def run_vm(tree, words, log):
+    lane, prog, args = words[0], words[1], words[2:]
+    env = dict(os.environ, KVDMABUF_JOBS=JOBS)
+    rc, out = run_child([os.path.join(tree, "tests/vm/check.sh"), "run", lane,
+                         "tests/" + prog] + args, cwd=tree, env=env)
+    log.write(out.encode())
+    if re.search(r"^# build for lane \S+ failed", out, re.M):
+        return "build", out
+    return rc, out
+
+
+def judge(rc, out):
+    """(verdict, detail) of one test run."""
+    if rc == "build":
+        return "ERROR", "does not build"
+    fails = re.findall(r"^not ok \d+ (\S+)", out, re.M)
+    if re.search(r"^not ok - vm setup", out, re.M):
+        return "ERROR", "VM setup failed"
+    if rc == 0:
+        oks = re.findall(r"^ok \d+ ", out, re.M)
+        skips = re.findall(r"^ok \d+ .*# SKIP", out, re.M)
+        if oks and len(skips) == len(oks):
+            return "ERROR", "skipped"
+        if not oks:
+            return "ERROR", "ran no test"
+        return "SURVIVED", "%d passed" % len(oks)
+    if rc == 4:
+        return "ERROR", "skipped"
+    if fails:
+        return "caught", "not ok: " + ", ".join(fails)
+    if "the guest kernel log has reports" in out:
+        m = re.search(r"(WARNING:.*|BUG:.*|KASAN.*|Oops.*)", out)
+        return "caught", "kernel log: " + (m.group(1)[:60] if m else "report")
+    if "did not finish" in out:
+        return "caught", "guest did not finish"
+    m = re.search(r"^not ok - (.*)", out, re.M)
+    if m:
+        return "caught", m.group(1)[:80]
+    return "caught", "exit status %s" % rc
+
+
+def run_tests(tree, entry, log):
+    """The first test line that catches it, else the last verdict."""
+    verdict = ("ERROR", "no test")
+    for words in entry["tests"]:
+        log.write(("### test: %s\n" % " ".join(words)).encode())
+        log.flush()
+        if words[0] == "unit":
+            rc, out = run_unit(tree, words, log)
+        else:
+            rc, out = run_vm(tree, words, log)
+        verdict = judge(rc, out)
+        if verdict[0] == "caught":
+            return verdict
+    return verdict
+
+
+def cleanup(tree, keep):
+    if keep:
+        return
+    for d in lane_dirs(tree):
+        if os.path.isdir(d):
+            shutil.rmtree(d, ignore_errors=True)
+    shutil.rmtree(tree, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--list", default=os.path.join(HERE, "mutants.list"))
+    ap.add_argument("--only", action="append", default=[],
+                    help="run only this breakage (repeatable)")
+    ap.add_argument("--baseline", action="store_true",
+                    help="first run every named test on the unmutated tree")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the scratch copies (their paths are printed)")
+    ap.add_argument("--table", default=os.path.join(REPO, "build/mutants/table.md"))
+    ap.add_argument("--check-list", action="store_true",
+                    help="only check that every breakage applies to HEAD")
+    a = ap.parse_args()
+
+    try:
+        entries = parse(a.list)
+    except ListError as e:
+        print("mutants: %s" % e, file=sys.stderr)
+        return 2
+    unknown = set(a.only) - {e["name"] for e in entries}
+    if unknown:
+        print("mutants: no such breakage: %s" % ", ".join(sorted(unknown)),
+              file=sys.stderr)
+        return 2
+    if a.only:
+        entries = [e for e in entries if e["name"] in a.only]
+    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"],
+                            stdout=subprocess.PIPE, check=True
+                            ).stdout.decode().strip()
+    logdir = os.path.join(REPO, "build/mutants")
+    os.makedirs(logdir, exist_ok=True)
+
+    if a.check_list:
+        bad = 0
+        for e in entries:
+            tree = scratch_copy(commit)
+            err = apply(tree, e)
+            shutil.rmtree(tree)
+            print("%-32s %s" % (e["name"], err or "applies"))
+            bad |= bool(err)
+        return 1 if bad else 0
+
+    if a.baseline:
+        groups = {}
+        for e in entries:
+            for w in e["tests"]:
+                key = tuple(w[:2])
+                groups.setdefault(key, []).extend(w[2:])
+        tree = scratch_copy(commit)
+        ok = True
+        with open(os.path.join(logdir, "baseline.log"), "wb") as log:
+            for key, args in groups.items():
+                words = list(key) + args
+                log.write(("### baseline: %s\n" % " ".join(words)).encode())
+                if words[0] == "unit":
+                    rc, out = run_unit(tree, words, log)
+                else:
+                    rc, out = run_vm(tree, words, log)
+                v, d = judge(rc, out)
+                print("# baseline %-28s %s (%s)" % (" ".join(key),
+                      "passes" if v == "SURVIVED" else "FAILS", d), flush=True)
+                ok &= v == "SURVIVED"
+        cleanup(tree, a.keep)
+        if not ok:
+            print("mutants: the unmutated tree fails a named test (see %s)" %
+                  os.path.join(logdir, "baseline.log"), file=sys.stderr)
+            return 2
+
+    rows = []
+    t_all = time.time()
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    def tests_of(e):
+        return "; ".join(" ".join(w) for w in e["tests"])
+
+    def write_table(pending):
+        """The table so far (written after each breakage), not-run rows last."""
+        date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+        out = ["Tree %s, %s, %d breakages, %ds:" %
+               (commit[:12], date, len(rows) + len(pending),
+                time.time() - t_all), "",
+               "| breakage | expected catching test | result |",
+               "|---|---|---|"]
+        for name, what, tests, v, d, secs in rows:
+            out.append("| `%s`: %s | `%s` | %s (%s, %ds) |" %
+                       (name, what, tests, v, d, secs))
+        for e in pending:
+            out.append("| `%s`: %s | `%s` | not run |" %
+                       (e["name"], e["what"], tests_of(e)))
+        table = "\n".join(out) + "\n"
+        os.makedirs(os.path.dirname(a.table), exist_ok=True)
+        with open(a.table, "w") as f:
+            f.write(table)
+        return table
+
+    interrupted = False
+    table = write_table(entries)
+    for k, e in enumerate(entries):
+        t0 = time.time()
+        tree = scratch_copy(commit)
+        logpath = os.path.join(logdir, e["name"] + ".log")
+        try:
+            with open(logpath, "wb") as log:
+                err = apply(tree, e)
+                if err:
+                    verdict = ("ERROR", "does not apply: " + err)
+                else:
+                    verdict = run_tests(tree, e, log)
+        except KeyboardInterrupt:
+            interrupted = True
+        if a.keep:
+            print("# %s: scratch copy %s" % (e["name"], tree))
+        cleanup(tree, a.keep)
+        if interrupted:
+            table = write_table(entries[k:])
+            break
+        secs = int(time.time() - t0)
+        rows.append((e["name"], e["what"], tests_of(e), verdict[0], verdict[1],
+                     secs))
+        print("# %-28s %-8s %4ds  %s" % (e["name"], verdict[0], secs,
+                                         verdict[1]), flush=True)
+        table = write_table(entries[k + 1:])
+
+    print()
+    print(table)
+    survived = sum(r[3] == "SURVIVED" for r in rows)
+    errors = sum(r[3] == "ERROR" for r in rows)
+    print("%d caught, %d survived, %d errors%s (logs in %s)" %
+          (len(rows) - survived - errors, survived, errors,
+           ", interrupted: %d not run" % (len(entries) - len(rows))
+           if interrupted else "", logdir))
+    return 0 if not survived and not errors and not interrupted else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
