@@ -57,7 +57,7 @@ def dkms_module_loads_with_modprobe():
         sh("rmmod", "kvdmabuf")
         check(sh("insmod", LANE_KO).returncode == 0,
               "the lane's module did not load again")
-    check(api_version() >> 16 == 2)
+    check(api_version() >> 16 == 3)
 
 
 if __name__ == "__main__":
