@@ -177,34 +177,29 @@ in_root() {
 		- "$TRIXIE_ROOT" "$@"
 }
 
-root_extras() {
-	[ -f "$ROOT_EXTRA_STAMP" ] && return 0
-	need_root "$ROOT_EXTRA_PKGS in $TRIXIE_ROOT"
-	echo "deps: installing $ROOT_EXTRA_PKGS into $TRIXIE_ROOT"
+# Packages added to the Debian 13 root in place, once per stamp.
+root_install() { # stamp log-name packages
+	local stamp=$1 log=$CACHE/$2.log pkgs=$3
+	[ -f "$stamp" ] && return 0
+	need_root "$pkgs in $TRIXIE_ROOT"
+	echo "deps: installing $pkgs into $TRIXIE_ROOT"
 	cp /etc/resolv.conf "$TRIXIE_ROOT/etc/resolv.conf" 2>/dev/null || true
 	{ in_root apt-get update -qq &&
 	  in_root apt-get install -y -qq --no-install-recommends \
-		$ROOT_EXTRA_PKGS; } >"$CACHE/root-extras.log" 2>&1 || {
-		tail -20 "$CACHE/root-extras.log" >&2
-		echo "deps: installing $ROOT_EXTRA_PKGS failed, log in $CACHE/root-extras.log" >&2
+		$pkgs; } >"$log" 2>&1 || {
+		tail -20 "$log" >&2
+		echo "deps: installing $pkgs failed, log in $log" >&2
 		exit 1
 	}
-	touch "$ROOT_EXTRA_STAMP"
+	touch "$stamp"
+}
+
+root_extras() {
+	root_install "$ROOT_EXTRA_STAMP" root-extras "$ROOT_EXTRA_PKGS"
 }
 
 root_src612() {
-	[ -f "$ROOT_SRC612_STAMP" ] && return 0
-	need_root "$ROOT_SRC612_PKGS in $TRIXIE_ROOT"
-	echo "deps: installing $ROOT_SRC612_PKGS into $TRIXIE_ROOT"
-	cp /etc/resolv.conf "$TRIXIE_ROOT/etc/resolv.conf" 2>/dev/null || true
-	{ in_root apt-get update -qq &&
-	  in_root apt-get install -y -qq --no-install-recommends \
-		$ROOT_SRC612_PKGS; } >"$CACHE/root-src612.log" 2>&1 || {
-		tail -20 "$CACHE/root-src612.log" >&2
-		echo "deps: installing $ROOT_SRC612_PKGS failed, log in $CACHE/root-src612.log" >&2
-		exit 1
-	}
-	touch "$ROOT_SRC612_STAMP"
+	root_install "$ROOT_SRC612_STAMP" root-src612 "$ROOT_SRC612_PKGS"
 }
 
 # The backports suite in the root's sources, and a fresh package index.
