@@ -529,7 +529,11 @@ int kvd_drain(struct kvd_proxy *proxy, u32 timeout_ms)
 	list_splice_tail_init(&proxy->graveyard, &dead);
 	mutex_unlock(&proxy->lock);
 	kvd_bury(&dead);
-	/* What the reap work was burying meanwhile is gone too. */
+	/*
+	 * What the reap work or an exporter's invalidation was burying
+	 * meanwhile (outside proxy->lock) is gone too.
+	 */
+	flush_work(&proxy->inval_work);
 	flush_work(&proxy->reap_work);
 	return ret;
 }

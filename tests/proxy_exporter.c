@@ -70,6 +70,14 @@ FIXTURE_TEARDOWN(exp)
 		close(self->dev);
 }
 
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 /* Reads the device fd's queued events; returns the last REVOKED one's gen. */
 static uint64_t last_revoked_event(int dev)
 {
@@ -172,6 +180,42 @@ TEST_F(exp, exporter_revoke_revokes_the_proxy)
 	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
 	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_C));
 	close(b);
+}
+
+/*
+ * REVOKE after an exporter's revoke returns once the module let go of the
+ * old backing, also when the work that revoked the proxy is still tearing
+ * the slot down (the exporter's unmap sleeps, as a GPU driver's may): the
+ * caller then frees the backing and must find nothing of it held.
+ */
+TEST_F(exp, revoke_waits_for_the_exporter_revokes_teardown)
+{
+	struct kvdmabuf_query q;
+	struct kvd_exp_info i;
+	uint64_t t0;
+	int e, p, h;
+
+	e = exp_buf(self->exp, SIZE, variant->flags | KVD_EXP_CREATE_SLOW_UNMAP,
+		    SEED_B);
+	ASSERT_GE(e, 0);
+	p = kvd_create(self->dev, SIZE, NULL);
+	ASSERT_GE(p, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, p, e, 0));
+	h = imp_import(self->imp, p, 0);
+	ASSERT_GE(h, 0);
+	ASSERT_EQ(0, imp_read(self->imp, h, 0, self->buf, SIZE));
+	t0 = now_ms();
+	ASSERT_EQ(0, exp_revoke(self->exp, e));
+	ASSERT_EQ(0, kvd_wait_state(self->dev, p, KVDMABUF_STATE_REVOKED, &q));
+	ASSERT_EQ(0, kvd_revoke(self->dev, p, 5000));
+	/* The slot's unmap began after t0 and sleeps that long. */
+	EXPECT_GE(now_ms() - t0, (uint64_t)KVD_EXP_SLOW_MAP_MS);
+	ASSERT_EQ(0, exp_info(self->exp, e, &i));
+	EXPECT_EQ(0, i.live_maps);
+	EXPECT_EQ(0, i.attachments);
+	EXPECT_EQ(0, imp_release(self->imp, h));
+	close(p);
+	close(e);
 }
 
 /* The module maps the backing for the importer's own device. */
@@ -803,14 +847,6 @@ TEST_F_TIMEOUT(exp, exporter_move_during_build_revokes_after_publish, 60)
 	EXPECT_EQ(0, imp_release(self->imp, h2));
 	EXPECT_EQ(0, imp_release(self->imp, h3));
 	close(r.backing);
-}
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 /* QUERY in a loop for @ms, the longest one kept (a thread of its own). */
