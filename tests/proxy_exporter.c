@@ -94,6 +94,25 @@ static uint64_t last_revoked_event(int dev)
 	return gen;
 }
 
+/* Waits (10 s at most) for a BACKED event of a generation after @gen. */
+static int wait_backed_event(int dev, uint64_t gen)
+{
+	struct pollfd pfd = { .fd = dev, .events = POLLIN };
+	struct kvdmabuf_event ev[64];
+	int n, i;
+
+	while (poll(&pfd, 1, 10000) == 1) {
+		n = read(dev, ev, sizeof(ev));
+		if (n < 0)
+			return -errno;
+		for (i = 0; i < n / (int)sizeof(ev[0]); i++)
+			if (ev[i].state == KVDMABUF_STATE_BACKED &&
+			    ev[i].generation > gen)
+				return 0;
+	}
+	return -ETIMEDOUT;
+}
+
 /* An importer read must fail, or (if it wrongly succeeds) show which bytes. */
 static int read_while_revoked(struct __test_metadata *_metadata, int imp,
 			      int h, char *buf)
@@ -877,9 +896,18 @@ static void *query_loop_fn(void *p)
  * module does it with no lock of its own held, so QUERY and importer
  * attaches and detaches (MR registration, deregistration) answer
  * meanwhile, each in a thread of its own. The slow unmap is the old
- * backing's, after a replace (by the replace's drain or the reap work).
+ * backing's, after a replace; who tears it down depends on @by:
+ * BY_REAP_WORK: the importer mapped the old backing, its unmap in the move
+ * notification queues the reap work; BY_DRAIN: nothing maps it and no QUERY
+ * runs until the swap's event, so the replace's own drain does (a drain
+ * burying under proxy->lock stalls QUERY and importer attaches).
  */
-TEST_F_TIMEOUT(exp, slow_backing_unmap_blocks_no_query, 60)
+enum teardown_by { BY_REAP_WORK, BY_DRAIN };
+
+static void slow_unmap_blocks_nothing(struct __test_metadata *_metadata,
+				      FIXTURE_DATA(exp) *self,
+				      const FIXTURE_VARIANT(exp) *variant,
+				      enum teardown_by by)
 {
 	struct slow_replace r = { .dev = self->dev, .proxy = self->proxy };
 	struct query_loop l = {
@@ -895,19 +923,30 @@ TEST_F_TIMEOUT(exp, slow_backing_unmap_blocks_no_query, 60)
 		    variant->flags | KVD_EXP_CREATE_SLOW_UNMAP, SEED_B);
 	ASSERT_GE(b, 0);
 	ASSERT_EQ(0, kvd_replace(self->dev, self->proxy, b, 0));
-	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
-	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_B));
+	if (by == BY_REAP_WORK) {
+		ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+		EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_B));
+	}
 
 	/* Back onto a quick backing: b's slot goes, slowly. */
 	r.backing = exp_buf(self->exp, SIZE, variant->flags, SEED_C);
 	ASSERT_GE(r.backing, 0);
 	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
 	gen = q.generation;
+	if (by == BY_DRAIN)
+		last_revoked_event(self->dev);	/* drop the queued events */
 	ASSERT_EQ(0, pthread_create(&tid, NULL, slow_replace_fn, &r));
 	/* Once swapped, new importers get no slot in b: none of theirs is slow. */
-	do {
-		ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
-	} while (q.generation == gen);
+	if (by == BY_DRAIN) {
+		ASSERT_EQ(0, wait_backed_event(self->dev, gen));
+	} else {
+		do {
+			t = now_ms();
+			ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+			dt = now_ms() - t;
+			l.worst = dt > l.worst ? dt : l.worst;
+		} while (q.generation == gen);
+	}
 	ASSERT_EQ(0, pthread_create(&qtid, NULL, query_loop_fn, &l));
 	t0 = now_ms();
 	while ((t = now_ms()) - t0 < (uint64_t)l.ms) {
@@ -939,6 +978,16 @@ TEST_F_TIMEOUT(exp, slow_backing_unmap_blocks_no_query, 60)
 	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_C));
 	close(r.backing);
 	close(b);
+}
+
+TEST_F_TIMEOUT(exp, slow_backing_unmap_blocks_no_query, 60)
+{
+	slow_unmap_blocks_nothing(_metadata, self, variant, BY_REAP_WORK);
+}
+
+TEST_F_TIMEOUT(exp, slow_unmap_by_the_drain_blocks_no_query, 60)
+{
+	slow_unmap_blocks_nothing(_metadata, self, variant, BY_DRAIN);
 }
 
 #ifndef KVD_IMP_UMEM
