@@ -11,19 +11,20 @@
 #
 #   build-provider.sh ROOT OUT
 #
-# The source is a git copy of linux-rdma/rdma-core with its release tags:
-# $KVDMABUF_RDMA_CORE_GIT (a local repository or a URL), by default
-# $KVDMABUF_CACHE/rdma-core.git where a machine without GitHub access keeps
-# one (git clone --bare), else https://github.com/linux-rdma/rdma-core.git.
-# Where it cannot be had, OUT/SKIP says why and the exit status is 0.
+# The source, first found of: $KVDMABUF_RDMA_CORE_GIT (a git copy of
+# linux-rdma/rdma-core with its release tags, local or a URL);
+# $KVDMABUF_CACHE/rdma-core.git (a bare clone kept there); the source
+# distribution named in tests/rxe/rdma-core/MAJOR/source, fetched
+# hash-checked from the Python package index pip uses (pyverbs' sdist
+# carries the whole rdma-core tree of its release); GitHub's rdma-core.
+# Where none can be had, OUT/SKIP says why and the exit status is 0.
 set -euo pipefail
 root=$1 out=$2
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${KVDMABUF_CACHE:-/var/cache/kvdmabuf}/rdma-core
 git_src=${KVDMABUF_RDMA_CORE_GIT:-}
-if [ -z "$git_src" ]; then
-	git_src=https://github.com/linux-rdma/rdma-core.git
-	[ -d "$cache.git" ] && git_src=$cache.git
+if [ -z "$git_src" ] && [ -d "$cache.git" ]; then
+	git_src=$cache.git
 fi
 jobs=${KVDMABUF_JOBS:-$(nproc)}
 mkdir -p "$out" "$cache"
@@ -51,10 +52,21 @@ if [ ! -f "$dir/.done" ]; then
 	echo "rxe provider: building rdma-core $tag with tests/rxe/rdma-core (once)"
 	rm -rf "$dir"
 	mkdir -p "$dir/src"
+	# VERSION PACKAGE FILE SHA256 TREE of the sdist for this release.
+	sdist=$(awk -v v="$ver" '$1 == v { print $2, $3, $4, $5 }' \
+		"$series/source" 2>/dev/null || true)
 	if [ -d "$git_src" ]; then
 		git -C "$git_src" archive "$tag" | tar -x -C "$dir/src" ||
 			skip "no tag $tag in $git_src"
+	elif [ -z "$git_src" ] && [ -n "$sdist" ]; then
+		set -- $sdist
+		python3 "$here/fetch-sdist.py" "$1" "$2" "$3" "$dir/$2" \
+			>"$dir/fetch.log" 2>&1 ||
+			skip "cannot fetch $2 from the package index: $(tail -1 "$dir/fetch.log")"
+		tar -xzf "$dir/$2" -C "$dir/src" --strip-components=2 "$4"
+		rm -f "$dir/$2"
 	else
+		git_src=${git_src:-https://github.com/linux-rdma/rdma-core.git}
 		git clone -q --depth 1 --branch "$tag" "$git_src" "$dir/src.git" \
 			>"$dir/clone.log" 2>&1 ||
 			skip "cannot fetch rdma-core $tag from $git_src (set KVDMABUF_RDMA_CORE_GIT)"
