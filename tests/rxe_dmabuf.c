@@ -9,8 +9,11 @@
  * pages. A proxy's backing is swapped and the same rkey reads the new
  * bytes; a revoked proxy gives a completion error, never old bytes; the
  * pinned mode (rdma_rxe's dmabuf_pinned parameter) makes a swap fail
- * cleanly with EBUSY.
+ * cleanly with EBUSY. Under traffic (a thread reading and writing through
+ * the rkey without pause), no byte moves to or from a backing once the
+ * swap or revoke that let it go has returned: the test poisons it then.
  */
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/utsname.h>
 
@@ -396,6 +399,258 @@ TEST_F(rxe, dereg_after_move)
 	close(proxy);
 	close(a);
 	close(b);
+}
+
+#define POISON	0xdeu
+
+/* Fills @len bytes of dma-buf @fd with @seed's pattern, or @POISON bytes. */
+static int dmabuf_fill(int fd, size_t len, int poison, uint32_t seed)
+{
+	void *p = mmap(NULL, len, PROT_WRITE, MAP_SHARED, fd, 0);
+
+	if (p == MAP_FAILED)
+		return -errno;
+	if (poison)
+		memset(p, POISON, len);
+	else
+		pattern_fill(p, len, seed);
+	munmap(p, len);
+	return 0;
+}
+
+/* Is every byte of dma-buf @fd @POISON? */
+static int dmabuf_all_poison(int fd, size_t len)
+{
+	unsigned char *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+	size_t i;
+
+	if (p == MAP_FAILED)
+		return -errno;
+	for (i = 0; i < len && p[i] == POISON; i++)
+		;
+	munmap(p, len);
+	return i == len;
+}
+
+/*
+ * A's traffic through @rkey: a READ of the first half of the MR into the
+ * first half of abuf, a WRITE of abuf's second half into the MR's second
+ * half, until told to stop or an op fails. A read that brings a poisoned
+ * word read a backing already let go.
+ */
+struct traffic {
+	struct vp_end *e;
+	char *abuf;
+	uint32_t lkey, rkey;
+	int stop;			/* atomic */
+	long ops;			/* atomic */
+	long poisoned;
+	int err;
+	enum ibv_wc_status st;
+};
+
+static void *traffic_fn(void *arg)
+{
+	struct traffic *t = arg;
+	const uint32_t half = LEN / 2;
+	uint32_t i;
+
+	while (!__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE)) {
+		memset(t->abuf, 0, half);
+		t->err = vp_rdma(t->e, IBV_WR_RDMA_READ, t->abuf, half, t->lkey,
+				 IOVA, t->rkey, &t->st);
+		if (t->err)
+			break;
+		for (i = 0; i < half / 4; i++)
+			if (((uint32_t *)t->abuf)[i] == 0xdededede)
+				t->poisoned++;
+		t->err = vp_rdma(t->e, IBV_WR_RDMA_WRITE, t->abuf + half, half,
+				 t->lkey, IOVA + half, t->rkey, &t->st);
+		if (t->err)
+			break;
+		__atomic_add_fetch(&t->ops, 1, __ATOMIC_RELEASE);
+	}
+	return NULL;
+}
+
+/* Waits (10 s at most) until @t has done @n more ops or has stopped. */
+static int traffic_wait(struct traffic *t, long n)
+{
+	long start = __atomic_load_n(&t->ops, __ATOMIC_ACQUIRE);
+	int ms;
+
+	for (ms = 0; ms < 10000; ms++) {
+		if (__atomic_load_n(&t->ops, __ATOMIC_ACQUIRE) - start >= n)
+			return 0;
+		usleep(1000);
+	}
+	return -ETIMEDOUT;
+}
+
+/*
+ * FOLLOW under traffic: the proxy is swapped between two backings 20
+ * times while A reads and writes through the same rkey; after each swap
+ * returned, the backing it left is poisoned. No read ever brings a
+ * poisoned word and the last backing left stays all poison (no write
+ * landed in it after its swap), and no op fails.
+ */
+TEST_F(rxe, swaps_under_traffic_leave_nothing_behind)
+{
+	struct traffic t = { .e = &self->a, .abuf = self->abuf };
+	struct ibv_mr *mr;
+	int buf[2], proxy, i;
+	pthread_t tid;
+
+	KVD_OPEN_DEV(self->dev);
+	buf[0] = vgem_pattern_buf(self->drm, LEN, 80);
+	buf[1] = vgem_dmabuf(self->drm, LEN);
+	ASSERT_GE(buf[0], 0);
+	ASSERT_GE(buf[1], 0);
+	proxy = kvd_create(self->dev, LEN, NULL);
+	ASSERT_GE(proxy, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, proxy, buf[0], 0));
+	mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, proxy, ACC);
+	ASSERT_NOT_NULL(mr);
+	pattern_fill((char *)self->abuf + LEN / 2, LEN / 2, 99);
+	t.lkey = self->amr->lkey;
+	t.rkey = mr->rkey;
+	ASSERT_EQ(0, pthread_create(&tid, NULL, traffic_fn, &t));
+	for (i = 1; i <= 20; i++) {
+		int next = buf[i % 2], old = buf[(i + 1) % 2];
+
+		/* Traffic on the current backing first: the swap meets it. */
+		if (traffic_wait(&t, 2))
+			break;
+		/* No ASSERT while the thread runs: it would be left going. */
+		if (dmabuf_fill(next, LEN, 0, 80 + i) ||
+		    kvd_replace(self->dev, proxy, next, 0) ||
+		    dmabuf_fill(old, LEN, 1, 0))
+			break;
+	}
+	EXPECT_EQ(0, traffic_wait(&t, 2));
+	__atomic_store_n(&t.stop, 1, __ATOMIC_RELEASE);
+	ASSERT_EQ(0, pthread_join(tid, NULL));
+	TH_LOG("%ld read+write pairs over 20 swaps", t.ops);
+	EXPECT_EQ(21, i);
+	EXPECT_EQ(0, t.err);
+	EXPECT_EQ(0, t.poisoned);
+	/* The one let go last (i = 20 moved onto buf[0]). */
+	EXPECT_EQ(1, dmabuf_all_poison(buf[1], LEN));
+	/* And the traffic's writes went to the backing that stayed. */
+	ASSERT_EQ(0, OP(IBV_WR_RDMA_READ, 0, LEN / 2, IOVA + LEN / 2, mr->rkey,
+			NULL));
+	EXPECT_EQ(-1, pattern_check(self->abuf, LEN / 2, 99));
+
+	EXPECT_EQ(0, ibv_dereg_mr(mr));
+	close(proxy);
+	close(buf[0]);
+	close(buf[1]);
+}
+
+/*
+ * A revoke under traffic: the first op after it completes with a remote
+ * access error, no read brought a word of the poisoned backing, and no
+ * write changed it after the revoke returned.
+ */
+TEST_F(rxe, revoke_under_traffic_errors_and_leaves_nothing_behind)
+{
+	struct traffic t = { .e = &self->a, .abuf = self->abuf };
+	struct ibv_mr *mr;
+	int a, proxy;
+	pthread_t tid;
+
+	KVD_OPEN_DEV(self->dev);
+	a = vgem_pattern_buf(self->drm, LEN, 90);
+	ASSERT_GE(a, 0);
+	proxy = kvd_create(self->dev, LEN, NULL);
+	ASSERT_GE(proxy, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, proxy, a, 0));
+	mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, proxy, ACC);
+	ASSERT_NOT_NULL(mr);
+	t.lkey = self->amr->lkey;
+	t.rkey = mr->rkey;
+	ASSERT_EQ(0, pthread_create(&tid, NULL, traffic_fn, &t));
+	EXPECT_EQ(0, traffic_wait(&t, 4));
+	EXPECT_EQ(0, kvd_revoke(self->dev, proxy, 2000));
+	EXPECT_EQ(0, dmabuf_fill(a, LEN, 1, 0));
+	/* It ends by itself at its first failed op; a failure above: stop. */
+	if (!_metadata->passed)
+		__atomic_store_n(&t.stop, 1, __ATOMIC_RELEASE);
+	ASSERT_EQ(0, pthread_join(tid, NULL));
+	TH_LOG("%ld read+write pairs before the error", t.ops);
+	EXPECT_EQ(-EIO, t.err);
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, t.st);
+	EXPECT_EQ(0, t.poisoned);
+	EXPECT_EQ(1, dmabuf_all_poison(a, LEN));
+
+	EXPECT_EQ(0, ibv_dereg_mr(mr));
+	close(proxy);
+	close(a);
+}
+
+/* REPLACE in a loop from a thread of its own, until told to stop. */
+struct swapper {
+	int dev, proxy, buf[2], stop, swaps, err;
+};
+
+static void *swapper_fn(void *arg)
+{
+	struct swapper *w = arg;
+
+	while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
+		w->err = kvd_replace(w->dev, w->proxy, w->buf[w->swaps % 2], 0);
+		if (w->err)
+			break;
+		w->swaps++;
+	}
+	return NULL;
+}
+
+/*
+ * MRs registered, accessed and deregistered while the proxy moves under
+ * them from another thread: every registration and access succeeds, and
+ * once all MRs are gone the proxy has no importer left.
+ */
+TEST_F(rxe, register_and_deregister_while_moving)
+{
+	struct swapper w = { 0 };
+	struct kvdmabuf_query q;
+	struct ibv_mr *mr;
+	pthread_t tid;
+	int i;
+
+	KVD_OPEN_DEV(self->dev);
+	w.dev = self->dev;
+	w.buf[0] = vgem_pattern_buf(self->drm, LEN, 95);
+	w.buf[1] = vgem_pattern_buf(self->drm, LEN, 95);
+	ASSERT_GE(w.buf[0], 0);
+	ASSERT_GE(w.buf[1], 0);
+	w.proxy = kvd_create(self->dev, LEN, NULL);
+	ASSERT_GE(w.proxy, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, w.proxy, w.buf[1], 0));
+	ASSERT_EQ(0, pthread_create(&tid, NULL, swapper_fn, &w));
+	for (i = 0; i < 30; i++) {
+		mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, w.proxy, ACC);
+		if (!mr) {
+			TH_LOG("registration %d: %s", i, strerror(errno));
+			break;
+		}
+		memset(self->abuf, 0, LEN);
+		EXPECT_EQ(0, OP(IBV_WR_RDMA_READ, 0, LEN, IOVA, mr->rkey, NULL));
+		EXPECT_EQ(-1, pattern_check(self->abuf, LEN, 95));
+		if (ibv_dereg_mr(mr))
+			break;
+	}
+	__atomic_store_n(&w.stop, 1, __ATOMIC_RELEASE);
+	ASSERT_EQ(0, pthread_join(tid, NULL));
+	TH_LOG("%d registrations over %d swaps", i, w.swaps);
+	EXPECT_EQ(30, i);
+	EXPECT_EQ(0, w.err);
+	ASSERT_EQ(0, kvd_query(self->dev, w.proxy, &q));
+	EXPECT_EQ(0, q.dynamic_importers + q.pinned_importers);
+	close(w.proxy);
+	close(w.buf[0]);
+	close(w.buf[1]);
 }
 
 TEST_HARNESS_MAIN
