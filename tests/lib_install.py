@@ -123,7 +123,8 @@ def vllm_plugin_hooks_run_in_vllms_order():
     unmapped only after kvdmabuf put its tag to sleep, mapped and made
     accessible before kvdmabuf wakes it, the KV-only release puts the KV
     cache alone to sleep, and each step leaves the tags asleep that vLLM's
-    own allocator leaves unmapped."""
+    own allocator leaves unmapped; the same with a vLLM from before the
+    KV-only release (an allocator without discard)."""
     d, e = venv()
     p = run("%s/v/bin/pip install --no-index --no-build-isolation %s/src/"
             "examples/vllm_plugin" % (d, d), env=e)
@@ -133,26 +134,32 @@ def vllm_plugin_hooks_run_in_vllms_order():
         f.write("protocol: tcp\n")
     e["PYTHONPATH"] = "%s/tests/vllm_standin:%s/lib/python/examples" % (
         TOP, TOP)
-    p = run("%s/v/bin/python %s/tests/vllm_standin/serve.py %s"
-            % (d, TOP, conf), env=e, cwd="/")
-    check(p.returncode == 0, "serve.py exited %d" % p.returncode)
-    out = json.loads(p.stdout)
-    check(out["plugins"] == ["kvdmabuf"], "plugins loaded: %s" % out["plugins"])
     after = {"sleep(1)": ["kv_cache", "weights"],
              "wake_up(weights)": ["kv_cache"], "wake_up(kv_cache)": [],
              "release_kv_cache_memory": ["kv_cache"], "sleep(2)":
              ["kv_cache", "weights"], "wake_up()": []}
-    for s in out["steps"]:
-        print("# %s: %s, after: %s" % (s["step"], s["driver"], s["after"]))
-        check(s["driver"], "%s: the allocator did nothing" % s["step"])
-        for what, tag, asleep in s["driver"]:
-            # unmap: the tag asleep before; map and set_access: not woken yet
-            check(tag in asleep, "%s: %s of %s while kvdmabuf had it awake"
-                  % (s["step"], what, tag))
-        check(s["after"] == after[s["step"]], "%s left %s asleep" % (
-            s["step"], s["after"]))
-    check(out["sleeps"] == 3 and out["wakes"] == 4, "sleeps %d, wakes %d"
-          % (out["sleeps"], out["wakes"]))
+    # today's vLLM, then one from before the KV-only release (no discard)
+    for old, sleeps, wakes, nsteps in (("", 3, 4, 7), ("old", 2, 3, 5)):
+        p = run("%s/v/bin/python %s/tests/vllm_standin/serve.py %s %s"
+                % (d, TOP, conf, old), env=e, cwd="/")
+        check(p.returncode == 0, "serve.py %s exited %d" % (old,
+                                                            p.returncode))
+        out = json.loads(p.stdout)
+        check(out["plugins"] == ["kvdmabuf"], "plugins loaded: %s"
+              % out["plugins"])
+        check(len(out["steps"]) == nsteps, str(out["steps"]))
+        for s in out["steps"]:
+            print("# %s%s: %s, after: %s" % (old and "old vLLM: ", s["step"],
+                                             s["driver"], s["after"]))
+            check(s["driver"], "%s: the allocator did nothing" % s["step"])
+            for what, tag, asleep in s["driver"]:
+                # unmap: the tag asleep before; map, set_access: not woken
+                check(tag in asleep, "%s: %s of %s while kvdmabuf had it "
+                      "awake" % (s["step"], what, tag))
+            check(s["after"] == after[s["step"]], "%s left %s asleep" % (
+                s["step"], s["after"]))
+        check(out["sleeps"] == sleeps and out["wakes"] == wakes,
+              "sleeps %d, wakes %d" % (out["sleeps"], out["wakes"]))
 
 
 def command_runs_and_finds_its_selftests():

@@ -9,7 +9,10 @@ wake_up(). Prints one JSON object: the plugins loaded, and for each step
 the allocator's driver steps with which tags kvdmabuf had asleep at that
 moment, and the asleep tags after the step.
 
-Usage: serve.py CONFIG (a kvdmabuf YAML; protocol tcp needs no NIC)"""
+Usage: serve.py CONFIG [old]
+CONFIG: a kvdmabuf YAML (protocol tcp needs no NIC); old: a vLLM from
+before the KV-only release (its CuMemAllocator has no discard), whose
+steps are the same without it."""
 import json
 import mmap
 import sys
@@ -21,7 +24,9 @@ from vllm.v1.worker.gpu_worker import Worker
 SIZE = 4 * mmap.PAGESIZE
 
 
-def main(config):
+def main(config, old=False):
+    if old:
+        del cumem.CuMemAllocator.discard
     load_general_plugins()
     import kvdmabuf_vllm
     worker = Worker()
@@ -39,14 +44,17 @@ def main(config):
     steps, current = [], None
     cumem.observers.append(
         lambda what, tag: current["driver"].append([what, tag, asleep()]))
-    for name, call in (
-            ("sleep(1)", lambda: worker.sleep(1)),
-            ("wake_up(weights)", lambda: worker.wake_up(["weights"])),
-            ("wake_up(kv_cache)", lambda: worker.wake_up(["kv_cache"])),
-            ("release_kv_cache_memory", lambda: worker.discard(("kv_cache",))),
-            ("wake_up(kv_cache)", lambda: worker.wake_up(["kv_cache"])),
-            ("sleep(2)", lambda: worker.sleep(2)),
-            ("wake_up()", lambda: worker.wake_up())):
+    for name, call, kv_only in (
+            ("sleep(1)", lambda: worker.sleep(1), False),
+            ("wake_up(weights)", lambda: worker.wake_up(["weights"]), False),
+            ("wake_up(kv_cache)", lambda: worker.wake_up(["kv_cache"]), False),
+            ("release_kv_cache_memory", lambda: worker.discard(("kv_cache",)),
+             True),
+            ("wake_up(kv_cache)", lambda: worker.wake_up(["kv_cache"]), True),
+            ("sleep(2)", lambda: worker.sleep(2), False),
+            ("wake_up()", lambda: worker.wake_up(), False)):
+        if old and kv_only:
+            continue
         current = {"step": name, "driver": []}
         steps.append(current)
         call()
@@ -58,4 +66,4 @@ def main(config):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2:] == ["old"])
