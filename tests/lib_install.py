@@ -22,6 +22,8 @@ from ktap import check
 
 TOP = ktap.use_build_tree()
 STAGE = None
+VENV = None
+VENV_ENV = {}
 
 
 def run(cmd, env=None, **kw):
@@ -75,16 +77,21 @@ def python_package_imports_the_installed_library():
     check(p.stdout.split()[1] == s + "/usr/lib/libkvdmabuf.so.0", p.stdout)
 
 
-def pip_install_into_a_venv_offline():
-    d = tempfile.mkdtemp(prefix="kvd-venv.")
-    try:
+def venv():
+    """A fresh virtual environment with lib/python installed by pip,
+    offline (made once): (its folder, the environment to run it in)."""
+    global VENV
+    if VENV is None:
+        d = tempfile.mkdtemp(prefix="kvd-venv.")
+        VENV = d
         # a copy of the package's folder: the build writes beside it
         shutil.copytree(os.path.join(TOP, "lib", "python"), d + "/src",
                         ignore=shutil.ignore_patterns("build", "*.egg-info",
                                                       "__pycache__"))
         p = run("/usr/bin/python3 -m venv --system-site-packages %s/v" % d)
         check(p.returncode == 0, "python3 -m venv failed")
-        e = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1",
+        e = dict(os.environ, PIP_NO_INDEX="1",
+                 PIP_DISABLE_PIP_VERSION_CHECK="1",
                  KVDMABUF_LIBRARY_FILE=os.path.join(TOP, "lib",
                                                     "libkvdmabuf.so.0"))
         e.pop("KVDMABUF_LIBRARY", None)
@@ -94,13 +101,65 @@ def pip_install_into_a_venv_offline():
         check(p.returncode == 0, "pip install failed")
         for k in ("KVDMABUF_LIBRARY_FILE", "LD_LIBRARY_PATH"):
             e.pop(k, None)
-        p = run("%s/v/bin/python -c 'import kvdmabuf, kvdmabuf.hooks; "
-                "print(kvdmabuf._lib._name, kvdmabuf.version())'" % d, env=e,
-                cwd="/")
-        check(p.returncode == 0 and p.stdout.startswith(d + "/v/"),
-              p.stdout)
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
+        VENV_ENV.update(e)
+    check(VENV_ENV, "making the virtual environment failed (see the first "
+          "test that used it)")
+    return VENV, dict(VENV_ENV)
+
+
+def pip_install_into_a_venv_offline():
+    d, e = venv()
+    p = run("%s/v/bin/python -c 'import kvdmabuf, kvdmabuf.hooks; "
+            "print(kvdmabuf._lib._name, kvdmabuf.version())'" % d, env=e,
+            cwd="/")
+    check(p.returncode == 0 and p.stdout.startswith(d + "/v/"), p.stdout)
+
+
+def vllm_plugin_hooks_run_in_vllms_order():
+    """The vLLM plugin example (lib/python/examples/vllm_plugin), installed
+    by pip into the venv, is found by the stand-in's plugin loader through
+    its entry point (vllm.general_plugins) and, with sleep and wake in
+    vLLM's order (tests/vllm_standin/serve.py): every allocation is
+    unmapped only after kvdmabuf put its tag to sleep, mapped and made
+    accessible before kvdmabuf wakes it, the KV-only release puts the KV
+    cache alone to sleep, and each step leaves the tags asleep that vLLM's
+    own allocator leaves unmapped; the same with a vLLM from before the
+    KV-only release (an allocator without discard)."""
+    d, e = venv()
+    p = run("%s/v/bin/pip install --no-index --no-build-isolation %s/src/"
+            "examples/vllm_plugin" % (d, d), env=e)
+    check(p.returncode == 0, "pip install of the plugin failed")
+    conf = os.path.join(d, "kvdmabuf.yaml")
+    with open(conf, "w") as f:
+        f.write("protocol: tcp\n")
+    e["PYTHONPATH"] = "%s/tests/vllm_standin:%s/lib/python/examples" % (
+        TOP, TOP)
+    after = {"sleep(1)": ["kv_cache", "weights"],
+             "wake_up(weights)": ["kv_cache"], "wake_up(kv_cache)": [],
+             "release_kv_cache_memory": ["kv_cache"], "sleep(2)":
+             ["kv_cache", "weights"], "wake_up()": []}
+    # today's vLLM, then one from before the KV-only release (no discard)
+    for old, sleeps, wakes, nsteps in (("", 3, 4, 7), ("old", 2, 3, 5)):
+        p = run("%s/v/bin/python %s/tests/vllm_standin/serve.py %s %s"
+                % (d, TOP, conf, old), env=e, cwd="/")
+        check(p.returncode == 0, "serve.py %s exited %d" % (old,
+                                                            p.returncode))
+        out = json.loads(p.stdout)
+        check(out["plugins"] == ["kvdmabuf"], "plugins loaded: %s"
+              % out["plugins"])
+        check(len(out["steps"]) == nsteps, str(out["steps"]))
+        for s in out["steps"]:
+            print("# %s%s: %s, after: %s" % (old and "old vLLM: ", s["step"],
+                                             s["driver"], s["after"]))
+            check(s["driver"], "%s: the allocator did nothing" % s["step"])
+            for what, tag, asleep in s["driver"]:
+                # unmap: the tag asleep before; map, set_access: not woken
+                check(tag in asleep, "%s: %s of %s while kvdmabuf had it "
+                      "awake" % (s["step"], what, tag))
+            check(s["after"] == after[s["step"]], "%s left %s asleep" % (
+                s["step"], s["after"]))
+        check(out["sleeps"] == sleeps and out["wakes"] == wakes,
+              "sleeps %d, wakes %d" % (out["sleeps"], out["wakes"]))
 
 
 def command_runs_and_finds_its_selftests():
@@ -200,6 +259,7 @@ if __name__ == "__main__":
         c_program_builds_with_pkg_config,
         python_package_imports_the_installed_library,
         pip_install_into_a_venv_offline,
+        vllm_plugin_hooks_run_in_vllms_order,
         command_runs_and_finds_its_selftests,
         selftest_that_tests_nothing_fails,
         check_says_how_to_install_the_module,
@@ -208,6 +268,7 @@ if __name__ == "__main__":
         man_pages_lint_clean_and_cross_referenced,
         udev_rule_installed,
     ])
-    if STAGE:
-        shutil.rmtree(STAGE, ignore_errors=True)
+    for tmp in (STAGE, VENV):
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
     raise SystemExit(rc)

@@ -241,6 +241,62 @@ def hooks_callback_error_wakes_every_tag_and_undoes_nothing():
     m.close()
 
 
+def pd_pointer_takes_pointers_and_refuses_the_rest():
+    """A struct ibv_pd * as an int or c_void_p passes as it is; NULL, other
+    types and a pyverbs PD of an rdma-core before 59 (whose PD.pd crashes:
+    here a stand-in pyverbs.pd module whose property records a read) are
+    refused, naming what to pass, before anything reads the object."""
+    import ctypes
+    import sys
+    import types
+    check(kvdmabuf.pd_pointer(0x1000) == 0x1000)
+    check(kvdmabuf.pd_pointer(ctypes.c_void_p(0x2000)) == 0x2000)
+    for bad in (0, ctypes.c_void_p()):
+        e = expect_exc(ValueError, kvdmabuf.pd_pointer, bad)
+        check("ibv_alloc_pd" in str(e), str(e))
+    for bad in (True, "rxe0", object(), 1.5):
+        e = expect_exc(TypeError, kvdmabuf.pd_pointer, bad)
+        check("ibv_alloc_pd" in str(e), str(e))
+    expect_exc(TypeError, kvdmabuf.Context, config("protocol: tcp\n"),
+               pds=["rxe0"])
+    rel = kvdmabuf.rdma_core_release()     # libkvdmabuf loaded libibverbs
+    check(isinstance(rel, int) and rel > 0, repr(rel))
+
+    reads = []
+
+    class PD:
+        @property
+        def pd(self):
+            reads.append(1)
+            return 0x3000
+    fake = types.ModuleType("pyverbs.pd")
+    fake.PD = PD
+    saved = (sys.modules.get("pyverbs.pd"), kvdmabuf.rdma_core_release)
+    sys.modules["pyverbs.pd"] = fake
+    try:
+        for release in (44, 58, None):
+            kvdmabuf.rdma_core_release = lambda: release
+            e = expect_exc(TypeError, kvdmabuf.pd_pointer, PD())
+            check("ibv_alloc_pd" in str(e) and "59" in str(e), str(e))
+        check(not reads, "PD.pd read on an rdma-core that crashes on it")
+        kvdmabuf.rdma_core_release = lambda: 59
+        check(kvdmabuf.pd_pointer(PD()) == 0x3000 and reads == [1])
+    finally:
+        if saved[0] is None:
+            del sys.modules["pyverbs.pd"]
+        else:
+            sys.modules["pyverbs.pd"] = saved[0]
+        kvdmabuf.rdma_core_release = saved[1]
+
+
+def expect_exc(exc, fn, *args, **kw):
+    try:
+        fn(*args, **kw)
+    except exc as e:
+        return e
+    raise AssertionError("%s not raised" % exc.__name__)
+
+
 if __name__ == "__main__":
     raise SystemExit(ktap.main([
         version_matches_the_library,
@@ -251,4 +307,5 @@ if __name__ == "__main__":
         sleep_start_and_drain_callbacks,
         hooks_gate_answers_without_raising,
         hooks_callback_error_wakes_every_tag_and_undoes_nothing,
+        pd_pointer_takes_pointers_and_refuses_the_rest,
     ]))

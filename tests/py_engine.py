@@ -4,8 +4,10 @@
 binding (pyverbs), over soft-RoCE (rxe0 for the engine, rxe1 for a peer
 process) in the VM:
 
-* the engine registers its KV region through kvdmabuf on its own pyverbs PD
-  and publishes the keys; a second process reads and writes that memory by
+* the engine registers its KV region through kvdmabuf on its own PD, got
+  through ctypes from libibverbs as an engine without pyverbs would
+  (tests/verbs_ctypes.py: pyverbs before rdma-core 59 does not expose the
+  struct ibv_pd *), and publishes the keys; a second process reads and writes that memory by
   RDMA with them; the engine sleeps (memory unpinned and given back) and
   wakes (new memory at the same address); the new keys arrive through the
   key-change callback before I/O resumes, and every byte moved by the peer
@@ -50,6 +52,26 @@ def config(extra=""):
     f.write("protocol: rdma\nnics: [%s]\n%s" % (IBDEV_A, extra))
     f.close()
     return f.name
+
+
+class EngineEndpoint:
+    """The engine's RC QP, on the PD it gave kvdmabuf (verbs_ctypes)."""
+
+    def __init__(self, dev):
+        import verbs_ctypes
+        self.dev, self.qp = dev, verbs_ctypes.RCQueuePair(dev, ACCESS)
+
+    def me(self):
+        g = self.dev.gid().hex()
+        return {"qpn": self.qp.qp_num,
+                "gid": ":".join(g[i:i + 4] for i in range(0, 32, 4))}
+
+    def connect(self, peer):
+        self.qp.connect(peer["qpn"],
+                        bytes.fromhex(peer["gid"].replace(":", "")))
+
+    def close(self):
+        self.qp.close()
 
 
 class Endpoint:
@@ -166,24 +188,40 @@ def pattern(cycle, who):
 def engine_keeps_peer_rdma_right_through_sleep_and_wake():
     need_verbs()
     import kvdmabuf
+    import verbs_ctypes
     from hostvmm import HostVMM
+
+    dev = verbs_ctypes.Device(IBDEV_A)
+    # a pyverbs PD: taken where pyverbs gives its pointer (rdma-core 59 on),
+    # else refused with what to pass, without touching the object
     from pyverbs.device import Context
     from pyverbs.pd import PD
-
     vctx = Context(name=IBDEV_A)
-    pd = PD(vctx)
+    vpd = PD(vctx)
+    if (kvdmabuf.rdma_core_release() or 0) < \
+            kvdmabuf.PYVERBS_PD_POINTER_SINCE:
+        try:
+            kvdmabuf.Context(config(), pds=[vpd])
+            raise AssertionError("a pyverbs PD of rdma-core %s was taken"
+                                 % kvdmabuf.rdma_core_release())
+        except TypeError as e:
+            check("ibv_alloc_pd" in str(e), str(e))
+    else:
+        check(kvdmabuf.pd_pointer(vpd) == vpd.pd)
+    vpd.close()
+    vctx.close()
     announced = []
 
     def on_keys(regions):
         # I/O is still stopped: nothing may use the old keys meanwhile
         announced.append([(r.keys(0), r.io_begin()) for r in regions])
 
-    ctx = kvdmabuf.Context(config(), pds=[pd], key_change=on_keys)
+    ctx = kvdmabuf.Context(config(), pds=[dev.pd], key_change=on_keys)
     mem = HostVMM(LEN)
     kv = ctx.add_region(mem.addr, LEN, "host", tag="kv_cache",
                         released_at_sleep=True)
     check(kv.info().mode == kvdmabuf.MODE_REREGISTER, str(kv.info()))
-    ep = Endpoint(vctx, pd)
+    ep = EngineEndpoint(dev)
     peer = Peer(ep)
     _, rkey, gen = kv.keys(0)
     stale = None
@@ -217,6 +255,8 @@ def engine_keeps_peer_rdma_right_through_sleep_and_wake():
     check(r["status"] == WC_REM_ACCESS_ERR, "stale rkey gave %s" % r)
     peer.close()
     ctx.close()
+    ep.close()
+    dev.close()
     mem.close()
 
 

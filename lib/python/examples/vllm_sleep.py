@@ -9,7 +9,8 @@ the tags it is given. The names below mirror those hook points; host memory
 stands in for GPU memory (no vLLM here). The connector calls
 ``hooks.release()`` (every tag) before the allocator unmaps and
 ``hooks.restore(tags)`` after it mapped those tags again (and set their
-access), and republishes keys that changed.
+access), and republishes keys that changed. In a real vLLM, the plugin
+in vllm_plugin/ makes those two calls at the allocator itself.
 
 Usage: KVDMABUF_CONFIG=kvdmabuf.yaml vllm_sleep.py [cycles]
 """

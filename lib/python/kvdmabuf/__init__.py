@@ -26,11 +26,14 @@ import contextlib
 import ctypes
 import errno as _errno
 import os
+import re
+import sys
 from typing import Callable, Iterable, Iterator, Optional, Sequence, Union
 
 __all__ = [
     "Context", "Region", "RegionInfo", "State", "Error", "GateRefused",
     "DrainTimeout", "Busy", "Broken", "gate", "version", "pd_pointer",
+    "rdma_core_release",
     "MEM_HOST", "MEM_CUDA", "MEM_DRM", "MODE_FOLLOW", "MODE_REREGISTER",
     "MODE_HOST", "MODE_NOREG", "MODULE_AUTO", "MODULE_REQUIRE", "MODULE_OFF",
 ]
@@ -292,42 +295,80 @@ if version()[:2] != BINDING_VERSION:
                       "%d.%d" % ((SONAME,) + version() + BINDING_VERSION))
 
 
-def pd_pointer(pd: object) -> int:
-    """The ``struct ibv_pd *`` of a pyverbs ``PD``, or of an int as given.
+#: The rdma-core release from which pyverbs' ``PD.pd`` is the
+#: ``struct ibv_pd *`` as an int (rdma-core commit "pyverbs: Change PD object
+#: return type"); before it, the property casts that pointer to a Python
+#: object, and reading it crashes the process.
+PYVERBS_PD_POINTER_SINCE = 59
 
-    pyverbs exposes it as ``PD.pd`` from rdma-core 45 on; in older pyverbs
-    (Debian 12's 44) that property dereferences the pointer as a Python
-    object and crashes. So the pointer is read from the object's own fields
-    (all of them valid pointers or NULL) and accepted only if the struct it
-    points to carries the PD's kernel handle (``PD.handle``, which pyverbs
-    does expose) and leads, through ``context->device``, to a device with a
-    name that is a registered verbs device. Raises ValueError when no field
-    passes.
+_PD_HELP = ("pass the engine's struct ibv_pd * as an int (from ibv_alloc_pd() "
+            "in its own C code, or through ctypes from libibverbs)")
+
+
+def rdma_core_release() -> Optional[int]:
+    """The rdma-core release of the libibverbs mapped in this process (the
+    number in its file name, ``libibverbs.so.1.<abi>.<release>.<n>``, which
+    is how rdma-core names it), or None when none is mapped or the name
+    says nothing. pyverbs comes from the same rdma-core build."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                m = re.search(r"/libibverbs\.so\.1\.\d+\.(\d+)\.\d+$",
+                              line.rstrip())
+                if m:
+                    return int(m.group(1))
+    except OSError:
+        pass
+    return None
+
+
+def _pyverbs_pd_class():
+    """pyverbs' PD class when pyverbs is imported (any PD object given to us
+    comes from it then), else None; never imports pyverbs."""
+    mod = sys.modules.get("pyverbs.pd")
+    return getattr(mod, "PD", None) if mod is not None else None
+
+
+def pd_pointer(pd: object) -> int:
+    """The ``struct ibv_pd *`` to give the library, from:
+
+    * an int (or ``ctypes.c_void_p``): the pointer itself, as an engine gets
+      it from its own C code or through ctypes (``ibv_alloc_pd()``);
+    * a pyverbs ``PD`` of rdma-core :data:`PYVERBS_PD_POINTER_SINCE` or
+      later, whose ``PD.pd`` is that pointer; the release is read from the
+      libibverbs file in the process (:func:`rdma_core_release`), since an
+      older pyverbs (Debian 12's 44, Debian 13's 56) crashes on ``PD.pd``.
+
+    Raises TypeError for anything else, a pyverbs PD of an older or unknown
+    release included, and ValueError for a NULL pointer (a closed PD); the
+    message says what to pass. Nothing is read from the object's memory.
     """
-    if isinstance(pd, int):
-        return pd
-    handle = getattr(pd, "handle")
-    P = ctypes.POINTER(ctypes.c_void_p)
-    base = id(pd)
-    for off in range(16, 128, 8):
-        cand = ctypes.cast(base + off, P)[0]
-        if not cand or cand % 8:
-            continue
-        try:
-            if ctypes.c_uint32.from_address(cand + 8).value != handle:
-                continue
-            vctx = ctypes.c_void_p.from_address(cand).value
-            if not vctx or vctx % 8:
-                continue
-            dev = ctypes.c_void_p.from_address(vctx).value
-            if not dev or dev % 8:
-                continue
-            name = ctypes.string_at(dev + 24, 64).split(b"\0")[0]
-        except (OSError, ValueError):
-            continue
-        if name and os.path.isdir(b"/sys/class/infiniband/" + name):
-            return cand
-    raise ValueError("cannot find the ibv_pd pointer of %r" % (pd,))
+    if isinstance(pd, ctypes.c_void_p):
+        pd = pd.value or 0
+    if isinstance(pd, int) and not isinstance(pd, bool):
+        ptr = pd
+    elif _pyverbs_pd_class() is not None and \
+            isinstance(pd, _pyverbs_pd_class()):
+        rel = rdma_core_release()
+        if rel is None or rel < PYVERBS_PD_POINTER_SINCE:
+            raise TypeError(
+                "pd_pointer: pyverbs of rdma-core %s does not expose the "
+                "struct ibv_pd * of a PD (PD.pd gives it from rdma-core %d "
+                "on); %s" % (rel if rel is not None else "(release unknown)",
+                             PYVERBS_PD_POINTER_SINCE, _PD_HELP))
+        ptr = pd.pd
+        if not isinstance(ptr, int):
+            raise TypeError("pd_pointer: pyverbs PD.pd gave %r, not an int; "
+                            "%s" % (type(ptr).__name__, _PD_HELP))
+    else:
+        raise TypeError("pd_pointer: %s is not a protection domain; %s, or "
+                        "a pyverbs PD of rdma-core %d or later" % (
+                            type(pd).__name__, _PD_HELP,
+                            PYVERBS_PD_POINTER_SINCE))
+    if ptr <= 0:
+        raise ValueError("pd_pointer: %#x is no struct ibv_pd * (a closed "
+                         "PD?); %s" % (ptr, _PD_HELP))
+    return ptr
 
 
 def _raise(rc: int, msg: str) -> None:
@@ -458,8 +499,9 @@ class Context:
 
     :param config_path: YAML config (None: ``$KVDMABUF_CONFIG``, else the
         built-in defaults, protocol rdma)
-    :param pds: the engine's protection domains: pyverbs ``PD`` objects or
-        raw ``struct ibv_pd *`` addresses (see :func:`pd_pointer`); empty:
+    :param pds: the engine's protection domains: ``struct ibv_pd *``
+        addresses as ints, or pyverbs ``PD`` objects where pyverbs exposes
+        the pointer (see :func:`pd_pointer`); empty:
         the library opens the config's NICs itself
     :param key_change: called with the regions whose keys changed, once per
         sleep or wake, before I/O resumes: republish their keys
@@ -610,7 +652,8 @@ class Context:
             _lib.kvdmabuf_io_end_many(arr, len(regions))
 
     def nic_add(self, pd: object) -> int:
-        """A NIC (pyverbs PD or ``struct ibv_pd *``) joins; returns its index."""
+        """A NIC (its ``struct ibv_pd *``, see :func:`pd_pointer`) joins;
+        returns its index."""
         idx = ctypes.c_uint()
         self._check(_lib.kvdmabuf_nic_add(
             self._h, ctypes.c_void_p(pd_pointer(pd)), ctypes.byref(idx)))

@@ -43,7 +43,8 @@ class SleepHooks:
 
     :param config_path: kvdmabuf YAML (None: ``$KVDMABUF_CONFIG``, else the
         built-in defaults: no file needed)
-    :param pds: the transfer engine's protection domains (pyverbs PDs)
+    :param pds: the transfer engine's protection domains: their
+        ``struct ibv_pd *`` as ints (see :func:`kvdmabuf.pd_pointer`)
     :param on_new_keys: receives the regions whose keys changed
     :param on_sleep_begin: receives the regions that stop now (tell peers)
     :param drain: asked while a sleep drains; True once the transfer

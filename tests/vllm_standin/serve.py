@@ -1,0 +1,69 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""A vLLM process on the stand-in, for tests/lib_install.py: load the
+general plugins as every vLLM process does, allocate weights and KV cache,
+register both with kvdmabuf through the plugin's hooks (what a KV connector
+does), then sleep and wake in vLLM's order: sleep(1), wake_up(["weights"]),
+wake_up(["kv_cache"]), the KV-only release and its wake, sleep(2),
+wake_up(). Prints one JSON object: the plugins loaded, and for each step
+the allocator's driver steps with which tags kvdmabuf had asleep at that
+moment, and the asleep tags after the step.
+
+Usage: serve.py CONFIG [old]
+CONFIG: a kvdmabuf YAML (protocol tcp needs no NIC); old: a vLLM from
+before the KV-only release (its CuMemAllocator has no discard), whose
+steps are the same without it."""
+import json
+import mmap
+import sys
+
+from vllm.plugins import load_general_plugins, loaded
+from vllm.device_allocator import cumem
+from vllm.v1.worker.gpu_worker import Worker
+
+SIZE = 4 * mmap.PAGESIZE
+
+
+def main(config, old=False):
+    if old:
+        del cumem.CuMemAllocator.discard
+    load_general_plugins()
+    import kvdmabuf_vllm
+    worker = Worker()
+    worker.load_model([SIZE, SIZE])
+    worker.initialize_from_config([SIZE, 2 * SIZE])
+    hooks = kvdmabuf_vllm.hooks(config)
+    regions = [hooks.register(addr, n, tag, mem="host")
+               for tag, allocs in (("weights", worker.weights),
+                                   ("kv_cache", worker.kv_caches))
+               for addr, n in allocs]
+
+    def asleep():
+        return sorted({r.info().tag for r in regions if r.info().asleep})
+
+    steps, current = [], None
+    cumem.observers.append(
+        lambda what, tag: current["driver"].append([what, tag, asleep()]))
+    for name, call, kv_only in (
+            ("sleep(1)", lambda: worker.sleep(1), False),
+            ("wake_up(weights)", lambda: worker.wake_up(["weights"]), False),
+            ("wake_up(kv_cache)", lambda: worker.wake_up(["kv_cache"]), False),
+            ("release_kv_cache_memory", lambda: worker.discard(("kv_cache",)),
+             True),
+            ("wake_up(kv_cache)", lambda: worker.wake_up(["kv_cache"]), True),
+            ("sleep(2)", lambda: worker.sleep(2), False),
+            ("wake_up()", lambda: worker.wake_up(), False)):
+        if old and kv_only:
+            continue
+        current = {"step": name, "driver": []}
+        steps.append(current)
+        call()
+        current["after"] = asleep()
+    st = hooks.ctx.query()
+    print(json.dumps({"plugins": loaded, "steps": steps,
+                      "sleeps": st.sleeps, "wakes": st.wakes}))
+    hooks.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:] == ["old"])

@@ -1,0 +1,35 @@
+# SPDX-License-Identifier: MIT
+"""Stands for vllm/v1/worker/gpu_worker.py, Worker: the weights are
+allocated under the tag "weights" (load_model), the KV cache under
+"kv_cache" (initialize_from_config); sleep(level) / wake_up(tags) go to
+the sleep-mode backend's suspend / resume, and the KV-only release
+(EngineCore.release_kv_cache_memory(), through the executor) to its
+discard(("kv_cache",))."""
+from vllm.device_allocator import get_mem_allocator_instance
+from vllm.device_allocator.sleep_mode_backend import CuMemBackend
+
+
+class Worker:
+    def __init__(self):
+        self.backend = CuMemBackend()
+        self.weights, self.kv_caches = [], []
+
+    def _alloc(self, tag, sizes):
+        allocator = get_mem_allocator_instance()
+        with allocator.use_memory_pool(tag=tag):
+            return [(allocator.malloc(n), n) for n in sizes]
+
+    def load_model(self, sizes):
+        self.weights = self._alloc("weights", sizes)
+
+    def initialize_from_config(self, sizes):
+        self.kv_caches = self._alloc("kv_cache", sizes)
+
+    def sleep(self, level=1):
+        self.backend.suspend(level)
+
+    def wake_up(self, tags=None):
+        self.backend.resume(tags)
+
+    def discard(self, tags):
+        self.backend.discard(tags)
