@@ -136,7 +136,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		kver=$(basename "$(dirname "$kver")")
 		kernel=/boot/vmlinuz-$kver moddir=/lib/modules/$kver root=/
 		build=$lanes/lane-6.1 guest_build=$build
-		# The IOMMU variant (tests/proxy_edu) on the oldest kernel.
+		# The IOMMU variant (tests/proxy_edu) on every kernel.
 		machine=q35 iommu=1
 		# Mooncake's wheel, in a venv of this root (deps.sh host).
 		guest_env+=(KVDMABUF_MOONCAKE_VENV=$cache/mooncake-venv)
@@ -149,9 +149,10 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		root=$cache/trixie-root
 		case $lane in
 		6.12) kver=$(newest "$root"/lib/modules/6.12.*) ;;
-		# The IOMMU variant (tests/proxy_edu) on the newest kernel.
-		7.3) kver=$(newest "$root"/lib/modules/7.*-amd64) machine=q35 iommu=1 ;;
+		7.3) kver=$(newest "$root"/lib/modules/7.*-amd64) ;;
 		esac
+		# The IOMMU variant (tests/proxy_edu) on every kernel.
+		machine=q35 iommu=1
 		kver=$(basename "$kver")
 		# One build tree per checkout and lane, as for the other lanes.
 		guest_build=/kvdmabuf-lanes/${lanes##*/}/lane-$lane
