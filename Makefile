@@ -152,6 +152,9 @@ tests/%: tests/%.c tests/harness.h $(LIB_A) $(LIB_HDRS) $(wildcard tests/*.h tes
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LIB_A) $(LDLIBS)
 
+# demo_verdict includes the demo's report.c (its verdict on made-up results).
+tests/demo_verdict tests/asan/demo_verdict: tests/demo/report.c tests/demo/demo.h
+
 # The *_umem programs are their base program's .c with another importer.
 UMEM_VARIANTS := $(foreach t,$(filter tests/%_umem,$(TEST_BINS)),$(if \
 	$(wildcard $(t:_umem=).c),$(t)))
