@@ -3,7 +3,8 @@
 # The test driver behind make check / check-unit / check-vm.
 #
 #   check.sh unit          host-only tests (tests/unit.list)
-#   check.sh vm LANE       VM suite (tests/vm.list) on one kernel lane: 6.1
+#   check.sh vm LANE       VM suite (tests/vm.list, then tests/vm-LANE.list
+#                          where there is one) on one kernel lane: 6.1
 #                          (Debian 12), 6.12 (Debian 13), 7.3 (Debian 13 with
 #                          the newest 7.x kernel of trixie-backports), debug
 #                          (that kernel's source with lockdep, KASAN, DMA API
@@ -215,7 +216,9 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		return
 		;;
 	esac
+	# and the lane's own list after it (tests/vm-6.1.list: the demo)
 	local run=("$guest_build/tests/vm.list")
+	[ -f "$repo/tests/vm-$lane.list" ] && run+=("$guest_build/tests/vm-$lane.list")
 	if [ "${2:-}" = -- ]; then
 		run=(-- "$guest_build/${3#./}" "${@:4}")
 	fi

@@ -5,7 +5,7 @@
 # rxe0/rxe1 on a veth pair, the kvdmabuf module and the test importer), runs
 # the test list, unloads the project's modules and prints the kernel log.
 #
-#   guest-run.sh BUILD_DIR MODROOT LIST          run a test list
+#   guest-run.sh BUILD_DIR MODROOT LIST [LIST..] run test lists, in order
 #   guest-run.sh BUILD_DIR MODROOT -- CMD ARGS   run one program (make demo)
 #
 # BUILD_DIR is the lane's build tree as the guest sees it. MODROOT is the
@@ -84,7 +84,9 @@ if [ "$1" = -- ]; then
 	shift
 	"$@" || failed=1
 else
-	"$(dirname "$0")/run-tests.sh" "$1" "$build/tests" || failed=1
+	for list; do
+		"$(dirname "$0")/run-tests.sh" "$list" "$build/tests" || failed=1
+	done
 fi
 
 # Unloading must work once the tests are done: nothing may be left held.

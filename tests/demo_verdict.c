@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * demo_verdict - make demo's verdict (tests/demo/report.c) on made-up
+ * results, host-only: a run that shows the fix and the silent bug passes;
+ * a baseline whose wrong blocks came with transfer errors (a loud failure,
+ * as with nvidia-peermem's invalidation, not the bug the demo portrays), a
+ * baseline with no wrong block, and a kvdmabuf pass with a wrong block or
+ * a transfer error each fail, for their own reason. tests/demo_once.py runs
+ * the real demo in the 6.1 lane.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "demo/report.c"
+
+/* Two rows where the baseline must show the bug (A's and B's), the keys,
+ * the follow path: every check of the verdict satisfied. */
+static void good_run(struct demo_results *r)
+{
+	static const char *const ph[2] = {
+		"A gets KV that B put while A slept",
+		"B gets KV that A put after its wake",
+	};
+	unsigned int i, p;
+
+	memset(r, 0, sizeof(*r));
+	for (i = 0; i < 2; i++) {
+		struct demo_row *w = demo_row(r, "sleep/wake cycles", ph[i]);
+
+		w->expect_bug = true;
+		w->who = ph[i][0];
+		for (p = 0; p < DEMO_NR_PASSES; p++) {
+			w->used[p] = true;
+			w->c[p].total = DEMO_PROMPTS;
+			w->c[p].ok = p % 2 ? 0 : DEMO_PROMPTS;
+		}
+	}
+	for (p = 0; p < DEMO_NR_PASSES; p++)
+		r->pass_done[p] = true;
+	strcpy(r->mode[DEMO_NIC_RXE], "reregister");
+	strcpy(r->mode[DEMO_NIC_UMEM], "follow");
+	r->keys[0].gen_first = 1;
+	r->keys[0].gen_last = 2;
+	r->keys[0].stale_tried = r->keys[0].stale_refused = 1;
+	r->keys[2].gen_first = r->keys[2].gen_last = 1;
+	r->keys[2].wakes = 1;
+	r->follow.ran = true;
+	r->follow.cycles = 1;
+	r->follow.total = r->follow.correct = 2;
+	r->follow.refused_asleep = 1;
+	r->follow.same_handle = r->follow.same_proxy = true;
+	r->follow.len = 1 << 20;
+	r->follow.min_drop_kb = 1024;
+	r->follow.invalidations = 1;
+}
+
+/* The verdict, and its printed line in @line. */
+static bool verdict(struct demo_results *r, char *line, size_t len)
+{
+	FILE *f = tmpfile();
+	char buf[4096];
+	int saved;
+	bool ok;
+
+	if (!f)
+		abort();
+	fflush(stdout);
+	saved = dup(STDOUT_FILENO);
+	if (saved < 0 || dup2(fileno(f), STDOUT_FILENO) < 0)
+		abort();
+	ok = demo_report(r, false);
+	fflush(stdout);
+	if (dup2(saved, STDOUT_FILENO) < 0)
+		abort();
+	close(saved);
+	rewind(f);
+	line[0] = 0;
+	while (fgets(buf, sizeof(buf), f))
+		if (!strncmp(buf, "verdict: ", 9))
+			snprintf(line, len, "%s", buf);
+	fclose(f);
+	printf("# %s", line);
+	return ok;
+}
+
+TEST(silent_baseline_and_correct_kvdmabuf_pass)
+{
+	static struct demo_results r;
+	char line[4096];
+
+	good_run(&r);
+	ASSERT_TRUE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "verdict: PASS") != NULL);
+}
+
+TEST(baseline_transfer_errors_fail)
+{
+	static struct demo_results r;
+	char line[4096];
+	unsigned int p;
+
+	for (p = 1; p < DEMO_NR_PASSES; p += 2) {
+		good_run(&r);
+		r.xfer_errors[p] = 8;	/* the same wrong blocks, loudly */
+		ASSERT_FALSE(verdict(&r, line, sizeof(line)));
+		ASSERT_TRUE(strstr(line, p == 1 ?
+				   "rxe baseline: 8 transfer errors" :
+				   "umem baseline: 8 transfer errors") != NULL);
+	}
+}
+
+TEST(baseline_without_wrong_blocks_fails)
+{
+	static struct demo_results r;
+	char line[4096];
+
+	good_run(&r);
+	r.rows[0].c[1].ok = DEMO_PROMPTS;	/* A's blocks right */
+	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "rxe baseline did not reproduce wrong "
+			   "blocks delivered silently on A") != NULL);
+}
+
+TEST(kvdmabuf_wrong_block_or_transfer_error_fails)
+{
+	static struct demo_results r;
+	char line[4096];
+
+	good_run(&r);
+	r.rows[1].c[2].ok = DEMO_PROMPTS - 1;
+	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "umem kvdmabuf: sleep/wake cycles / B gets "
+			   "KV that A put after its wake: 7/8 correct") != NULL);
+	good_run(&r);
+	r.xfer_errors[0] = 1;
+	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "rxe kvdmabuf: 1 transfer errors") != NULL);
+}
+
+TEST_HARNESS_MAIN
