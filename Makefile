@@ -100,10 +100,14 @@ lib: $(LIB_A) $(LIB_SO) $(PRELOAD_SO)
 # The interposer an unmodified transfer engine runs under
 # (LD_PRELOAD=libkvdmabuf-preload.so, lib/README.md): standalone, no
 # libkvdmabuf or libibverbs linked in (it forwards with dlvsym).
-$(PRELOAD_SO): lib/preload/preload.c lib/kvdmabuf_preload.h $(PRELOAD_MAP)
+# preload_cuda.c: the CUDA driver's cuMemUnmap/cuMemMap/cuMemSetAccess and
+# cuGetProcAddress (declared by lib/cuda_api.h; libcuda is never linked).
+PRELOAD_SRCS := $(sort $(wildcard lib/preload/*.c))
+$(PRELOAD_SO): $(PRELOAD_SRCS) $(wildcard lib/preload/*.h) lib/kvdmabuf_preload.h \
+		lib/cuda_api.h $(PRELOAD_MAP)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -shared -Wl,-z,defs \
-		-Wl,--version-script=$(PRELOAD_MAP) -o $@ lib/preload/preload.c \
+		-Wl,--version-script=$(PRELOAD_MAP) -o $@ $(PRELOAD_SRCS) \
 		-lpthread -ldl
 
 # The admin's command, built from lib/ and installed with the library.
