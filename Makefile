@@ -134,6 +134,18 @@ tests/preload/fake/libibverbs.so.1: tests/preload/fake_ibverbs.c tests/preload/f
 	$(Q)$(CC) $(CFLAGS) -shared -Wl,-soname,libibverbs.so.1 \
 		-Wl,--version-script=tests/preload/fake_ibverbs.map -o $@ $<
 
+# tests/preload_cuda dlopen()s the preload, the fake libcuda and the fake
+# libibverbs, in that order: linked with neither libkvdmabuf nor libibverbs
+# (a real libibverbs loaded first would take the preload's forwarding).
+PRELOAD_CUDA_DEPS := tests/harness.h lib/kvdmabuf_preload.h lib/cuda_api.h
+tests/preload_cuda: tests/preload_cuda.c $(PRELOAD_CUDA_DEPS)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -ldl -lpthread
+tests/asan/preload_cuda: tests/preload_cuda.c $(PRELOAD_CUDA_DEPS)
+	@$(if $(Q),echo "  CC      $@ (asan)")
+	$(Q)mkdir -p tests/asan
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(ASAN_FLAGS) -o $@ $< -ldl -lpthread
+
 lib/%.o: lib/%.c $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -fvisibility=default -c -o $@ $<
@@ -186,18 +198,22 @@ tests/asan/%: tests/%.c $(LIB_SRCS) $(LIB_HDRS) $(wildcard tests/*.h)
 $(CUDA_TESTS) $(HW_BINS) $(CUDA_TESTS:tests/%=tests/asan/%): $(CUDA_STAMP) \
 	lib/cuda_api.h tests/cuda_compat.h
 
+# As the driver's, its own calls and the entry points its cuGetProcAddress
+# hands out are its own functions, never an interposer's of the same name.
+FAKE_CUDA_LDFLAGS := -Wl,-Bsymbolic-functions
 $(FAKE_CUDA): $(FAKE_CUDA_SRCS) $(wildcard tests/fake_cuda/*.h) tests/cuda_compat.h \
 		lib/cuda_api.h $(CUDA_STAMP)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CUDA_CPPFLAGS) $(CFLAGS) -shared -Wl,-soname,libcuda.so.1 \
-		-o $@ $(FAKE_CUDA_SRCS) -ldrm -lpthread
+		$(FAKE_CUDA_LDFLAGS) -o $@ $(FAKE_CUDA_SRCS) -ldrm -lpthread
 
 $(FAKE_CUDA_OLD): $(FAKE_CUDA_SRCS) $(wildcard tests/fake_cuda/*.h) tests/cuda_compat.h \
 		lib/cuda_api.h $(CUDA_STAMP)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CPPFLAGS) $(CUDA_CPPFLAGS) -DFAKE_CUDA_OLD $(CFLAGS) -shared \
-		-Wl,-soname,libcuda.so.1 -o $@ $(FAKE_CUDA_SRCS) -ldrm -lpthread
+		-Wl,-soname,libcuda.so.1 $(FAKE_CUDA_LDFLAGS) -o $@ $(FAKE_CUDA_SRCS) \
+		-ldrm -lpthread
 
 $(DEMO): $(DEMO_SRCS) $(wildcard tests/demo/*.h tests/*.h) $(LIB_A) $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")

@@ -377,7 +377,12 @@ static kvd_CUresult region_sleep(const struct kp_region_view *v)
 			return KVD_CUDA_ERROR_NOT_PERMITTED;
 		}
 	}
-	s = &kc.sleepers[kc.nr_sleepers++];
+	/* one entry per region (woken by the hooks meanwhile: renewed) */
+	s = sleeper_at(v->addr);
+	if (s)
+		free(s->iv);
+	else
+		s = &kc.sleepers[kc.nr_sleepers++];
 	*s = (struct kc_sleeper){ .addr = v->addr, .len = v->len,
 				  .ops = v->ops, .has_ops = v->has_ops };
 	atomic_store(&kc.nr_asleep, kc.nr_sleepers);
