@@ -70,7 +70,8 @@ LIB_SONAME := libkvdmabuf.so.$(VERSION_MAJOR)
 LIB_MAP := $(wildcard lib/libkvdmabuf.map)
 PRELOAD_SO := lib/libkvdmabuf-preload.so
 PRELOAD_MAP := lib/preload/libkvdmabuf-preload.map
-PRELOAD_TESTS := tests/preload/symver tests/preload/fake/libibverbs.so.1
+PRELOAD_TESTS := tests/preload/symver tests/preload/fake/libibverbs.so.1 \
+	$(if $(FAKE_CUDA_SRCS),tests/preload/cuda_engine)
 
 TEST_SRCS := $(sort $(wildcard tests/*.c))
 TEST_BINS := $(TEST_SRCS:.c=)
@@ -128,6 +129,13 @@ tests: $(TEST_BINS) $(HW_BINS) $(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(BENCH) $(
 tests/preload/symver: tests/preload/symver.c lib/kvdmabuf_preload.h
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -libverbs -ldl
+# tests/preload_cuda runs it under LD_PRELOAD: an engine linked with -lcuda
+# (the fake libcuda's soname), against the toolkit's cuda.h where found.
+tests/preload/cuda_engine: tests/preload/cuda_engine.c $(FAKE_CUDA) lib/kvdmabuf_preload.h \
+		lib/cuda_api.h tests/cuda_compat.h $(CUDA_STAMP)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CUDA_CPPFLAGS) $(CFLAGS) -o $@ $< \
+		-Ltests/fake_cuda -l:libcuda.so.1 -ldl
 tests/preload/fake/libibverbs.so.1: tests/preload/fake_ibverbs.c tests/preload/fake_ibverbs.map
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)mkdir -p $(@D)

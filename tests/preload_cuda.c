@@ -25,6 +25,8 @@
  * order, so that the global lookup finds the preload first, as
  * LD_PRELOAD makes it (LD_PRELOAD itself would put the preload ahead of
  * the sanitizers' runtime in the asan twin). Not linked with libibverbs.
+ * One test runs tests/preload/cuda_engine, an engine linked with -lcuda,
+ * under LD_PRELOAD itself.
  */
 #include <dlfcn.h>
 #include <libgen.h>
@@ -497,6 +499,56 @@ TEST_F(kv, driver_handle_lookups_bypass_the_interposer)
 	LOG_IS("unmap");
 	EXPECT_EQ(0, so.revoked);
 	EXPECT_EQ(0, t.calls("cuMemUnmap"));
+}
+
+/*
+ * The same with LD_PRELOAD itself, at process start: an engine linked
+ * with -lcuda (tests/preload/cuda_engine) binds its cuMemUnmap to the
+ * preload, and the wake goes through cuda.h's cuGetProcAddress.
+ */
+TEST(linked_engine_under_LD_PRELOAD)
+{
+	char exe[PATH_MAX], pre[PATH_MAX], dir[PATH_MAX];
+	char env_pre[PATH_MAX + 16], env_dir[PATH_MAX + 24], out[2048];
+	char *argv[] = { exe, NULL };
+	char *envp[] = { env_pre, env_dir, NULL };
+	int fds[2], status = -1;
+	size_t n = 0;
+	ssize_t r;
+	pid_t pid;
+
+	path_of(exe, sizeof(exe), "preload/cuda_engine");
+	path_of(pre, sizeof(pre), "../lib/libkvdmabuf-preload.so");
+	path_of(dir, sizeof(dir), "fake_cuda");
+	if (access(exe, X_OK) || access(pre, R_OK))
+		SKIP(return, "tests/preload/cuda_engine or the preload not built");
+	snprintf(env_pre, sizeof(env_pre), "LD_PRELOAD=%s", pre);
+	snprintf(env_dir, sizeof(env_dir), "LD_LIBRARY_PATH=%s", dir);
+	ASSERT_EQ(0, pipe(fds));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		dup2(fds[1], 1);
+		close(fds[0]);
+		execve(exe, argv, envp);
+		_exit(127);
+	}
+	close(fds[1]);
+	while (n < sizeof(out) - 1 &&
+	       (r = read(fds[0], out + n, sizeof(out) - 1 - n)) > 0)
+		n += (size_t)r;
+	out[n] = '\0';
+	close(fds[0]);
+	waitpid(pid, &status, 0);
+	TH_LOG("%s", out);
+	ASSERT_TRUE(WIFEXITED(status));
+	EXPECT_EQ(0, WEXITSTATUS(status));
+	EXPECT_NOT_NULL(strstr(out, "libkvdmabuf-preload.so\n"));
+	EXPECT_NOT_NULL(strstr(out, "sleep: revoke unmap\n"));
+	EXPECT_NOT_NULL(strstr(out, "wake: map access map access export "
+			       "replace\n"));
+	EXPECT_NOT_NULL(strstr(out, "calls: cuMemUnmap 1 "
+			       "cuGetProcAddress_v2 2\n"));
 }
 
 TEST_HARNESS_MAIN
