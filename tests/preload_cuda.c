@@ -463,6 +463,22 @@ TEST_F(kv, engine_mr_that_cannot_follow_refuses_the_unmap)
 	LOG_IS("revoke unmap");
 }
 
+TEST_F(kv, one_unmap_over_two_regions_is_all_or_nothing)
+{
+	/* the next chunk: a second region, with a proxy, no operations */
+	ASSERT_EQ(0, t.declare(self->base + 2 * CHUNK, CHUNK, "kv2",
+			       self->proxy, 2 * CHUNK));
+	memset(self->base, 0x5a, 3 * CHUNK);
+	EXPECT_EQ(KVD_CUDA_ERROR_NOT_PERMITTED,
+		  t.unmap((kvd_CUdeviceptr)(uintptr_t)self->base, 3 * CHUNK));
+	ERROR_HAS("'kv2'");
+	/* the first was revoked, then swapped back onto the same memory */
+	LOG_IS("revoke export replace");
+	EXPECT_EQ(RW, so.access_at_replace);
+	EXPECT_EQ(0u, asleep());
+	EXPECT_EQ(0x5a, self->base[3 * CHUNK - 1]);
+}
+
 TEST_F(kv, driver_refusing_the_unmap_wakes_the_region_again)
 {
 	setenv("FAKE_CUDA_MODE", "unmap_fail", 1);
