@@ -68,6 +68,7 @@ static struct {
 	int *dmabuf_errno;
 	int (*declare)(void *, size_t, const char *, int, uint64_t);
 	int (*set_ops)(void *, const struct kvdmabuf_preload_proxy_ops *);
+	int (*undeclare)(void *);
 	int (*query)(struct kvdmabuf_preload_state *);
 	long long (*calls)(const char *);
 	int (*cuda_error)(char *, size_t);
@@ -176,6 +177,7 @@ static int load(char *why, size_t len)
 	*(void **)&t.dmabuf_errno = dlsym(t.verbs, "fake_dmabuf_errno");
 	G(declare, "kvdmabuf_preload_declare");
 	G(set_ops, "kvdmabuf_preload_set_proxy_ops");
+	G(undeclare, "kvdmabuf_preload_undeclare");
 	G(query, "kvdmabuf_preload_query");
 	G(calls, "kvdmabuf_preload_calls");
 	G(cuda_error, "kvdmabuf_preload_cuda_error");
@@ -185,7 +187,7 @@ static int load(char *why, size_t len)
 	    !t.reg_mr || !t.dereg_mr || !t.d_unmap || !t.d_map ||
 	    !t.d_access || !t.d_create || !t.d_release || !t.d_reserve ||
 	    !t.d_gpa2 || !t.note || !t.log || !t.access_of ||
-	    !t.last_export || !t.dmabuf_errno || !t.declare || !t.set_ops ||
+	    !t.last_export || !t.dmabuf_errno || !t.declare || !t.set_ops || !t.undeclare ||
 	    !t.query || !t.calls || !t.cuda_error) {
 		snprintf(why, len, "a symbol is missing");
 		return -1;
@@ -505,6 +507,19 @@ TEST_F(kv, region_without_proxy_sleeps_and_wakes_unswapped)
 	LOG_IS("map access");
 	EXPECT_EQ(0u, asleep());
 	EXPECT_EQ(0, so.revoked);
+}
+
+TEST_F(kv, region_undeclared_while_asleep_is_forgotten)
+{
+	ASSERT_EQ(KVD_CUDA_SUCCESS,
+		  t.unmap((kvd_CUdeviceptr)(uintptr_t)self->base, 2 * CHUNK));
+	LOG_IS("revoke unmap");
+	/* its owner took it back: the wake is no longer the interposer's */
+	ASSERT_EQ(0, t.undeclare(self->base));
+	ASSERT_EQ(0, remap(self->base, 0, t.map, t.access));
+	ASSERT_EQ(0, remap(self->base, 1, t.map, t.access));
+	LOG_IS("map access map access");
+	EXPECT_EQ(0, so.replaced);
 }
 
 TEST_F(kv, driver_handle_lookups_bypass_the_interposer)

@@ -83,8 +83,6 @@ static const char *const kc_symbol[S_NR] = {
 struct kc_sleeper {
 	uintptr_t addr;
 	size_t len;
-	struct kvdmabuf_preload_proxy_ops ops;
-	bool has_ops;
 	struct { uintptr_t a, b; } *iv;
 	unsigned int nr_iv;
 };
@@ -383,28 +381,37 @@ static kvd_CUresult region_sleep(const struct kp_region_view *v)
 		free(s->iv);
 	else
 		s = &kc.sleepers[kc.nr_sleepers++];
-	*s = (struct kc_sleeper){ .addr = v->addr, .len = v->len,
-				  .ops = v->ops, .has_ops = v->has_ops };
+	*s = (struct kc_sleeper){ .addr = v->addr, .len = v->len };
 	atomic_store(&kc.nr_asleep, kc.nr_sleepers);
 	return KVD_CUDA_SUCCESS;
 }
 
-/* New memory of @s is mapped and accessible: export, replace, awake. On
- * failure @s stays asleep (a later cuMemSetAccess tries again). */
+/*
+ * New memory of @s is mapped and accessible: export, replace, awake, with
+ * the region's operations as they are now. On failure @s stays asleep (a
+ * later cuMemSetAccess tries again). A region undeclared meanwhile is
+ * forgotten: its owner took it back.
+ */
 static kvd_CUresult region_wake(struct kc_sleeper *s)
 {
 	char why[KC_ERRMAX - 128];
 	kvd_CUresult r = KVD_CUDA_SUCCESS;
+	struct kp_region_view v;
 	int fd = -1, rc;
 
-	if (s->has_ops) {
+	if (kp_regions_overlapping(s->addr, s->len, &v, 1) != 1 ||
+	    v.addr != s->addr || v.len != s->len) {
+		sleeper_drop(s);
+		return KVD_CUDA_SUCCESS;
+	}
+	if (v.has_ops) {
 		r = kc_export(s->addr, s->len, &fd);
 		if (r != KVD_CUDA_SUCCESS)
 			return r;
 		why[0] = '\0';
 		kc_depth++;
-		rc = s->ops.replace(s->ops.arg, (void *)s->addr, s->len, fd,
-				    why, sizeof(why));
+		rc = v.ops.replace(v.ops.arg, (void *)s->addr, s->len, fd,
+				   why, sizeof(why));
 		kc_depth--;
 		close(fd);
 		if (rc) {
