@@ -603,6 +603,96 @@ EXPORT kvd_cuGetProcAddress_v1_fn cuGetProcAddress
 EXPORT kvd_cuGetProcAddress_fn cuGetProcAddress_v2
 	__attribute__((alias("kc_get_proc_v2")));
 
+/*
+ * ---- dlsym() on a handle of libcuda (x86-64) ----
+ * The CUDA runtime opens libcuda itself and looks cuGetProcAddress_v2 up
+ * with dlsym(handle, ...), which no symbol interposition reaches; every
+ * other entry point it (and PyTorch, NCCL through it) uses comes from
+ * that function. So dlsym is interposed too (dlsym@@GLIBC_2.34 and the
+ * dlsym@GLIBC_2.2.5 older programs bind to): a lookup of one of the five
+ * names on a real handle gets the preload's entry point (the driver's is
+ * kept to forward to); every other call is a tail jump into glibc's
+ * dlsym, so that what depends on the caller (RTLD_NEXT, RTLD_DEFAULT from
+ * a library loaded RTLD_LOCAL, dlmopen namespaces) still sees the real
+ * caller. The jump needs assembly: x86-64 only; elsewhere dlsym is not
+ * interposed and those lookups reach the driver. dlvsym is not
+ * interposed (libcuda's symbols have no versions).
+ */
+#if defined(__x86_64__) && defined(__ELF__)
+KP_HIDDEN void *kc_dlsym_next;  /* glibc's dlsym */
+KP_HIDDEN void *kc_dlsym_filter(void *handle, const char *name);
+
+void *kc_dlsym_filter(void *handle, const char *name)
+{
+	void *f = __atomic_load_n(&kc_dlsym_next, __ATOMIC_ACQUIRE);
+	unsigned int i;
+
+	if (!f) {
+		f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+		if (!f)
+			f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+		if (!f) {
+			fprintf(stderr, "kvdmabuf-preload: glibc's dlsym not "
+				"found\n");
+			abort();
+		}
+		__atomic_store_n(&kc_dlsym_next, f, __ATOMIC_RELEASE);
+	}
+	if (handle == RTLD_DEFAULT || handle == RTLD_NEXT || !name ||
+	    name[0] != 'c' || name[1] != 'u')
+		return NULL;
+	for (i = 0; i < S_NR_ENTRIES; i++) {
+		if (strcmp(name, kc_symbol[i]))
+			continue;
+		/* the handle's own (its caller is not asked for) */
+		f = ((void *(*)(void *, const char *))f)(handle, name);
+		if (!f || is_own(f))
+			return NULL;    /* glibc answers, dlerror() and all */
+		if (!atomic_load(&kc.real[i]))
+			atomic_store(&kc.real[i], f);
+		return kc_own[i];
+	}
+	return NULL;
+}
+
+/* dlsym: the filter's answer, or on to glibc with the caller's return
+ * address still on the stack. */
+__asm__(".text\n"
+	".p2align 4\n"
+	".type kc_dlsym, @function\n"
+	".type kc_dlsym_old, @function\n"
+	".globl kc_dlsym\n"
+	".globl kc_dlsym_old\n"
+	"kc_dlsym:\n"
+	"kc_dlsym_old:\n"
+	"	.cfi_startproc\n"
+#ifdef __CET__
+	"	endbr64\n"
+#endif
+	"	push %rdi\n"
+	"	.cfi_adjust_cfa_offset 8\n"
+	"	push %rsi\n"
+	"	.cfi_adjust_cfa_offset 8\n"
+	"	sub $8, %rsp\n"
+	"	.cfi_adjust_cfa_offset 8\n"
+	"	call kc_dlsym_filter\n"
+	"	add $8, %rsp\n"
+	"	.cfi_adjust_cfa_offset -8\n"
+	"	pop %rsi\n"
+	"	.cfi_adjust_cfa_offset -8\n"
+	"	pop %rdi\n"
+	"	.cfi_adjust_cfa_offset -8\n"
+	"	test %rax, %rax\n"
+	"	jz 1f\n"
+	"	ret\n"
+	"1:	jmp *kc_dlsym_next(%rip)\n"
+	"	.cfi_endproc\n"
+	".size kc_dlsym, .-kc_dlsym\n"
+	".size kc_dlsym_old, .-kc_dlsym_old\n"
+	".symver kc_dlsym, dlsym@@GLIBC_2.34\n"
+	".symver kc_dlsym_old, dlsym@GLIBC_2.2.5\n");
+#endif
+
 /* ---- the API (kvdmabuf_preload.h) ---- */
 
 EXPORT int kvdmabuf_preload_set_proxy_ops(void *addr,

@@ -4,8 +4,10 @@
  * vLLM's cumem_allocator is), built against the toolkit's cuda.h where
  * there is one, run under LD_PRELOAD=libkvdmabuf-preload.so with the fake
  * libcuda first on LD_LIBRARY_PATH. It calls cuMemUnmap, cuMemMap and
- * cuMemSetAccess by name (bound by the dynamic linker at start) and, for
- * the wake, through cuda.h's cuGetProcAddress (cuGetProcAddress_v2). Its
+ * cuMemSetAccess by name (bound by the dynamic linker at start), as the
+ * CUDA runtime does (dlsym() of cuGetProcAddress_v2 on its own handle of
+ * libcuda, then that function), and, for the wake, through cuda.h's
+ * cuGetProcAddress (cuGetProcAddress_v2). Its
  * "hook" (what a sleep hook in the same process would do) declares the
  * region and the stand-in proxy operations through the preload's API,
  * found with dlsym(). Prints what the test checks, one "key: value" a
@@ -63,6 +65,14 @@ static int chunk(CUdeviceptr p, map_fn *map, access_fn *access)
 	return access(p, CHUNK, &rw, 1) ? -1 : 0;
 }
 
+/* The file that defines @f. */
+static const char *from(void *f)
+{
+	Dl_info info;
+
+	return f && dladdr(f, &info) && info.dli_fname ? info.dli_fname : "?";
+}
+
 int main(void)
 {
 	struct kvdmabuf_preload_proxy_ops ops = { do_revoke, do_replace, NULL };
@@ -73,8 +83,11 @@ int main(void)
 	map_fn *m = NULL;
 	access_fn *a = NULL;
 	char log[512];
+	CUresult (*gpa)(const char *, void **, int, cuuint64_t,
+			CUdriverProcAddressQueryResult *);
+	CUresult (*unmap)(CUdeviceptr, size_t);
 	CUdeviceptr base;
-	Dl_info info;
+	void *h;
 	int proxy;
 
 	*(void **)&declare = dlsym(RTLD_DEFAULT, "kvdmabuf_preload_declare");
@@ -88,8 +101,7 @@ int main(void)
 		return 1;
 	}
 	/* which object the linker bound the engine's cuMemUnmap to */
-	printf("cuMemUnmap-from: %s\n", dladdr((void *)cuMemUnmap, &info) &&
-	       info.dli_fname ? info.dli_fname : "?");
+	printf("cuMemUnmap-from: %s\n", from((void *)cuMemUnmap));
 	if (cuInit(0) || cuMemAddressReserve(&base, 2 * CHUNK, 0, 0, 0) ||
 	    chunk(base, cuMemMap, cuMemSetAccess) ||
 	    chunk(base + CHUNK, cuMemMap, cuMemSetAccess))
@@ -100,11 +112,25 @@ int main(void)
 	    set_ops((void *)(uintptr_t)base, &ops))
 		return 1;
 	get_log(log, sizeof(log));
-	/* sleep: the engine's own calls, by name */
-	if (cuMemUnmap(base, 2 * CHUNK))
+	/* sleep: the engine's own call by name, then as the CUDA runtime
+	 * finds entry points: its own handle of libcuda, dlsym() of
+	 * cuGetProcAddress_v2 there, and that function */
+	if (cuMemUnmap(base, CHUNK))
+		return 1;
+	h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	*(void **)&gpa = h ? dlsym(h, "cuGetProcAddress_v2") : NULL;
+	if (!gpa || gpa("cuMemUnmap", (void **)&unmap, 12000, 0, NULL) ||
+	    !unmap || unmap(base + CHUNK, CHUNK))
 		return 1;
 	get_log(log, sizeof(log));
 	printf("sleep: %s\n", log);
+	printf("handle-cuGetProcAddress_v2-from: %s\n", from((void *)gpa));
+	printf("handle-cuMemUnmap-from: %s\n", from((void *)unmap));
+	/* what depends on the caller still does: the next cuMemUnmap after
+	 * this program is the preload's (after the preload: the driver's) */
+	printf("next-cuMemUnmap-from: %s\n",
+	       from(dlsym(RTLD_NEXT, "cuMemUnmap")));
+	dlclose(h);
 	/* wake: through the entry points cuGetProcAddress hands out */
 	if (cuGetProcAddress("cuMemMap", (void **)&m, 12000, 0, NULL) ||
 	    cuGetProcAddress("cuMemSetAccess", (void **)&a, 12000, 0, NULL) ||
