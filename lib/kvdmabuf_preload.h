@@ -119,7 +119,9 @@ int kvdmabuf_preload_report(char *buf, size_t len);
  * The preload also interposes cuMemUnmap, cuMemMap, cuMemSetAccess and
  * cuGetProcAddress (both the CUDA 11.3 symbol and cuGetProcAddress_v2, which
  * hand back the preload's own cuMemUnmap/cuMemMap/cuMemSetAccess and
- * cuGetProcAddress*, everything else as the driver answers):
+ * cuGetProcAddress*, everything else as the driver answers), and, on
+ * x86-64, dlsym (the same five names looked up on a handle of libcuda, as
+ * the CUDA runtime does; everything else goes on to glibc's):
  *  - a cuMemUnmap over part of an awake declared region puts the region to
  *    sleep first: the check of kvdmabuf_preload_check(), then the proxy's
  *    revoke(), then the unmap is forwarded. Refused (an engine MR that
