@@ -70,8 +70,12 @@ LIB_SONAME := libkvdmabuf.so.$(VERSION_MAJOR)
 LIB_MAP := $(wildcard lib/libkvdmabuf.map)
 PRELOAD_SO := lib/libkvdmabuf-preload.so
 PRELOAD_MAP := lib/preload/libkvdmabuf-preload.map
+# The toolkit's CUDA runtime, where there is one (tests/preload/cudart_probe).
+CUDART := $(if $(CUDA_H),$(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart.so \
+	$(CUDA_HOME)/targets/*/lib/libcudart.so)))
 PRELOAD_TESTS := tests/preload/symver tests/preload/fake/libibverbs.so.1 \
-	$(if $(FAKE_CUDA_SRCS),tests/preload/cuda_engine)
+	$(if $(FAKE_CUDA_SRCS),tests/preload/cuda_engine) \
+	$(if $(CUDART),tests/preload/cudart_probe)
 
 TEST_SRCS := $(sort $(wildcard tests/*.c))
 TEST_BINS := $(TEST_SRCS:.c=)
@@ -136,6 +140,10 @@ tests/preload/cuda_engine: tests/preload/cuda_engine.c $(FAKE_CUDA) lib/kvdmabuf
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CUDA_CPPFLAGS) $(CFLAGS) -o $@ $< \
 		-Ltests/fake_cuda -l:libcuda.so.1 -ldl
+tests/preload/cudart_probe: tests/preload/cudart_probe.c $(CUDA_STAMP)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CUDA_CPPFLAGS) $(CFLAGS) -o $@ $< -L$(dir $(CUDART)) \
+		-lcudart -Wl,-rpath,$(patsubst %/,%,$(dir $(CUDART))) -ldl
 tests/preload/fake/libibverbs.so.1: tests/preload/fake_ibverbs.c tests/preload/fake_ibverbs.map
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)mkdir -p $(@D)
