@@ -74,7 +74,7 @@ PRELOAD_MAP := lib/preload/libkvdmabuf-preload.map
 CUDART := $(if $(CUDA_H),$(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart.so \
 	$(CUDA_HOME)/targets/*/lib/libcudart.so)))
 PRELOAD_TESTS := tests/preload/symver tests/preload/fake/libibverbs.so.1 \
-	$(if $(FAKE_CUDA_SRCS),tests/preload/cuda_engine) \
+	$(if $(wildcard tests/fake_cuda/*.c),tests/preload/cuda_engine) \
 	$(if $(CUDART),tests/preload/cudart_probe)
 
 TEST_SRCS := $(sort $(wildcard tests/*.c))
@@ -153,7 +153,9 @@ tests/preload/fake/libibverbs.so.1: tests/preload/fake_ibverbs.c tests/preload/f
 # tests/preload_cuda dlopen()s the preload, the fake libcuda and the fake
 # libibverbs, in that order: linked with neither libkvdmabuf nor libibverbs
 # (a real libibverbs loaded first would take the preload's forwarding).
-PRELOAD_CUDA_DEPS := tests/harness.h lib/kvdmabuf_preload.h lib/cuda_api.h
+# What it runs is built with it (order-only), so that it runs when built alone.
+PRELOAD_CUDA_DEPS := tests/harness.h lib/kvdmabuf_preload.h lib/cuda_api.h \
+	| $(PRELOAD_SO) $(FAKE_CUDA) $(PRELOAD_TESTS)
 tests/preload_cuda: tests/preload_cuda.c $(PRELOAD_CUDA_DEPS)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -ldl -lpthread
