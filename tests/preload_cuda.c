@@ -481,12 +481,34 @@ TEST_F(kv, one_unmap_over_two_regions_is_all_or_nothing)
 	EXPECT_EQ(0x5a, self->base[3 * CHUNK - 1]);
 }
 
+TEST_F(kv, failed_rollback_stays_asleep_and_says_so)
+{
+	kvd_CUdeviceptr b = (kvd_CUdeviceptr)(uintptr_t)self->base;
+
+	ASSERT_EQ(0, t.declare(self->base + 2 * CHUNK, CHUNK, "kv2",
+			       self->proxy, 2 * CHUNK));
+	/* kv2 refuses; kv, revoked already, cannot be exported again */
+	setenv("FAKE_CUDA_MODE", "export_fail", 1);
+	EXPECT_EQ(KVD_CUDA_ERROR_NOT_PERMITTED, t.unmap(b, 3 * CHUNK));
+	unsetenv("FAKE_CUDA_MODE");
+	ERROR_HAS("'kv2'");
+	ERROR_HAS("1 KV region(s) it put to sleep stay asleep");
+	LOG_IS("revoke");
+	EXPECT_EQ(RW, t.access_of(self->base));
+	EXPECT_EQ(1u, asleep());
+	/* the memory is there: an access over it wakes the region */
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.access(b, 2 * CHUNK, &rw, 1));
+	LOG_IS("access export replace");
+	EXPECT_EQ(0u, asleep());
+}
+
 TEST_F(kv, driver_refusing_the_unmap_wakes_the_region_again)
 {
 	setenv("FAKE_CUDA_MODE", "unmap_fail", 1);
 	EXPECT_EQ(KVD_CUDA_ERROR_INVALID_VALUE,
 		  t.unmap((kvd_CUdeviceptr)(uintptr_t)self->base, CHUNK));
 	unsetenv("FAKE_CUDA_MODE");
+	ERROR_HAS("the driver refused it (CUDA_ERROR_INVALID_VALUE, 1)");
 	/* revoked, then the same memory exported and swapped back in */
 	LOG_IS("revoke export replace");
 	EXPECT_EQ(1, so.replaced);

@@ -427,6 +427,36 @@ static kvd_CUresult region_wake(struct kc_sleeper *s)
 	return r;
 }
 
+/*
+ * The regions a refused cuMemUnmap (@r) put to sleep, woken again on the
+ * memory still mapped. One that cannot be stays asleep (a cuMemSetAccess
+ * over it tries again), said after the first reason.
+ */
+static void rollback(kvd_CUdeviceptr ptr, size_t size, kvd_CUresult r,
+		     const uintptr_t *slept, unsigned int n)
+{
+	char first[KC_ERRMAX];
+	struct kc_sleeper *s;
+	unsigned int stuck = 0;
+
+	if (r != KVD_CUDA_ERROR_NOT_PERMITTED)  /* the driver's refusal */
+		snprintf(kc_err, sizeof(kc_err), "cuMemUnmap(0x%llx, %#zx): "
+			 "the driver refused it (%s, %u)", ptr, size,
+			 cu_err(r), r);
+	memcpy(first, kc_err, sizeof(first));
+	while (n) {
+		s = sleeper_at(slept[--n]);
+		if (s && region_wake(s) != KVD_CUDA_SUCCESS)
+			stuck++;
+	}
+	if (stuck)
+		fail("%s; %u KV region(s) it put to sleep stay asleep on memory "
+		     "still mapped (the wake failed: a cuMemSetAccess over "
+		     "them tries again)", first, stuck);
+	else
+		memcpy(kc_err, first, sizeof(first));
+}
+
 /* ---- the entry points ---- */
 
 kvd_CUresult kc_mem_unmap(kvd_CUdeviceptr ptr, size_t size)
@@ -436,7 +466,6 @@ kvd_CUresult kc_mem_unmap(kvd_CUdeviceptr ptr, size_t size)
 	uintptr_t slept[KC_MAX_REGIONS];
 	unsigned int n, i, nr_slept = 0;
 	kvd_CUresult r = KVD_CUDA_SUCCESS;
-	struct kc_sleeper *s;
 
 	atomic_fetch_add(&kc.calls[S_MEM_UNMAP], 1);
 	if (!f)
@@ -474,11 +503,8 @@ kvd_CUresult kc_mem_unmap(kvd_CUdeviceptr ptr, size_t size)
 			kc.sleepers[i].nr_iv = 0;
 	/* refused, or the driver refused the unmap: the memory is still
 	 * there, so the regions slept here wake on it again */
-	while (r != KVD_CUDA_SUCCESS && nr_slept) {
-		s = sleeper_at(slept[--nr_slept]);
-		if (s)
-			region_wake(s);
-	}
+	if (r != KVD_CUDA_SUCCESS && nr_slept)
+		rollback(ptr, size, r, slept, nr_slept);
 	pthread_mutex_unlock(&kc.transition);
 	return r;
 }
