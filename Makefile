@@ -70,7 +70,12 @@ LIB_SONAME := libkvdmabuf.so.$(VERSION_MAJOR)
 LIB_MAP := $(wildcard lib/libkvdmabuf.map)
 PRELOAD_SO := lib/libkvdmabuf-preload.so
 PRELOAD_MAP := lib/preload/libkvdmabuf-preload.map
-PRELOAD_TESTS := tests/preload/symver tests/preload/fake/libibverbs.so.1
+# The toolkit's CUDA runtime, where there is one (tests/preload/cudart_probe).
+CUDART := $(if $(CUDA_H),$(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart.so \
+	$(CUDA_HOME)/targets/*/lib/libcudart.so)))
+PRELOAD_TESTS := tests/preload/symver tests/preload/fake/libibverbs.so.1 \
+	$(if $(wildcard tests/fake_cuda/*.c),tests/preload/cuda_engine) \
+	$(if $(CUDART),tests/preload/cudart_probe)
 
 TEST_SRCS := $(sort $(wildcard tests/*.c))
 TEST_BINS := $(TEST_SRCS:.c=)
@@ -100,10 +105,14 @@ lib: $(LIB_A) $(LIB_SO) $(PRELOAD_SO)
 # The interposer an unmodified transfer engine runs under
 # (LD_PRELOAD=libkvdmabuf-preload.so, lib/README.md): standalone, no
 # libkvdmabuf or libibverbs linked in (it forwards with dlvsym).
-$(PRELOAD_SO): lib/preload/preload.c lib/kvdmabuf_preload.h $(PRELOAD_MAP)
+# preload_cuda.c: the CUDA driver's cuMemUnmap/cuMemMap/cuMemSetAccess and
+# cuGetProcAddress (declared by lib/cuda_api.h; libcuda is never linked).
+PRELOAD_SRCS := $(sort $(wildcard lib/preload/*.c))
+$(PRELOAD_SO): $(PRELOAD_SRCS) $(wildcard lib/preload/*.h) lib/kvdmabuf_preload.h \
+		lib/cuda_api.h $(PRELOAD_MAP)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -shared -Wl,-z,defs \
-		-Wl,--version-script=$(PRELOAD_MAP) -o $@ lib/preload/preload.c \
+		-Wl,--version-script=$(PRELOAD_MAP) -o $@ $(PRELOAD_SRCS) \
 		-lpthread -ldl
 
 # The admin's command, built from lib/ and installed with the library.
@@ -124,11 +133,36 @@ tests: $(TEST_BINS) $(HW_BINS) $(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(BENCH) $(
 tests/preload/symver: tests/preload/symver.c lib/kvdmabuf_preload.h
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -libverbs -ldl
+# tests/preload_cuda runs it under LD_PRELOAD: an engine linked with -lcuda
+# (the fake libcuda's soname), against the toolkit's cuda.h where found.
+tests/preload/cuda_engine: tests/preload/cuda_engine.c $(FAKE_CUDA) lib/kvdmabuf_preload.h \
+		lib/cuda_api.h tests/cuda_compat.h $(CUDA_STAMP)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CUDA_CPPFLAGS) $(CFLAGS) -o $@ $< \
+		-Ltests/fake_cuda -l:libcuda.so.1 -ldl
+tests/preload/cudart_probe: tests/preload/cudart_probe.c $(CUDA_STAMP)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CUDA_CPPFLAGS) $(CFLAGS) -o $@ $< -L$(dir $(CUDART)) \
+		-lcudart -Wl,-rpath,$(patsubst %/,%,$(dir $(CUDART))) -ldl
 tests/preload/fake/libibverbs.so.1: tests/preload/fake_ibverbs.c tests/preload/fake_ibverbs.map
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) -shared -Wl,-soname,libibverbs.so.1 \
 		-Wl,--version-script=tests/preload/fake_ibverbs.map -o $@ $<
+
+# tests/preload_cuda dlopen()s the preload, the fake libcuda and the fake
+# libibverbs, in that order: linked with neither libkvdmabuf nor libibverbs
+# (a real libibverbs loaded first would take the preload's forwarding).
+# What it runs is built with it (order-only), so that it runs when built alone.
+PRELOAD_CUDA_DEPS := tests/harness.h lib/kvdmabuf_preload.h lib/cuda_api.h \
+	| $(PRELOAD_SO) $(FAKE_CUDA) $(PRELOAD_TESTS)
+tests/preload_cuda: tests/preload_cuda.c $(PRELOAD_CUDA_DEPS)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -ldl -lpthread
+tests/asan/preload_cuda: tests/preload_cuda.c $(PRELOAD_CUDA_DEPS)
+	@$(if $(Q),echo "  CC      $@ (asan)")
+	$(Q)mkdir -p tests/asan
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(ASAN_FLAGS) -o $@ $< -ldl -lpthread
 
 lib/%.o: lib/%.c $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")
@@ -185,18 +219,22 @@ tests/asan/%: tests/%.c $(LIB_SRCS) $(LIB_HDRS) $(wildcard tests/*.h)
 $(CUDA_TESTS) $(HW_BINS) $(CUDA_TESTS:tests/%=tests/asan/%): $(CUDA_STAMP) \
 	lib/cuda_api.h tests/cuda_compat.h
 
+# As the driver's, its own calls and the entry points its cuGetProcAddress
+# hands out are its own functions, never an interposer's of the same name.
+FAKE_CUDA_LDFLAGS := -Wl,-Bsymbolic-functions
 $(FAKE_CUDA): $(FAKE_CUDA_SRCS) $(wildcard tests/fake_cuda/*.h) tests/cuda_compat.h \
 		lib/cuda_api.h $(CUDA_STAMP)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CUDA_CPPFLAGS) $(CFLAGS) -shared -Wl,-soname,libcuda.so.1 \
-		-o $@ $(FAKE_CUDA_SRCS) -ldrm -lpthread
+		$(FAKE_CUDA_LDFLAGS) -o $@ $(FAKE_CUDA_SRCS) -ldrm -lpthread
 
 $(FAKE_CUDA_OLD): $(FAKE_CUDA_SRCS) $(wildcard tests/fake_cuda/*.h) tests/cuda_compat.h \
 		lib/cuda_api.h $(CUDA_STAMP)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CPPFLAGS) $(CUDA_CPPFLAGS) -DFAKE_CUDA_OLD $(CFLAGS) -shared \
-		-Wl,-soname,libcuda.so.1 -o $@ $(FAKE_CUDA_SRCS) -ldrm -lpthread
+		-Wl,-soname,libcuda.so.1 $(FAKE_CUDA_LDFLAGS) -o $@ $(FAKE_CUDA_SRCS) \
+		-ldrm -lpthread
 
 $(DEMO): $(DEMO_SRCS) $(wildcard tests/demo/*.h tests/*.h) $(LIB_A) $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")

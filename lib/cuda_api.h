@@ -25,6 +25,7 @@
 #define KVDMABUF_CUDA_API_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* ---- types ---- */
 typedef unsigned int kvd_CUresult;              /* enum cudaError_enum */
@@ -36,6 +37,8 @@ typedef unsigned int kvd_CUpointer_attribute;   /* enum */
 typedef unsigned int kvd_CUmemRangeHandleType;  /* enum */
 typedef unsigned long long kvd_CUmemGenericAllocationHandle;
 typedef unsigned int kvd_CUmemAllocationGranularity_flags; /* enum */
+typedef uint64_t kvd_cuuint64_t;
+typedef unsigned int kvd_CUdriverProcAddressQueryResult; /* enum */
 
 /* cuMemCreate's description of an allocation (tests/hw only). */
 typedef struct {
@@ -70,6 +73,7 @@ typedef struct {
 #define KVD_CUDA_ERROR_NO_DEVICE 100
 #define KVD_CUDA_ERROR_INVALID_DEVICE 101
 #define KVD_CUDA_ERROR_INVALID_CONTEXT 201
+#define KVD_CUDA_ERROR_NOT_PERMITTED 800
 #define KVD_CUDA_ERROR_NOT_SUPPORTED 801
 
 /* ---- attributes, handle types, flags ---- */
@@ -88,6 +92,14 @@ typedef struct {
 #define KVD_CU_MEM_LOCATION_TYPE_DEVICE 1
 #define KVD_CU_MEM_ACCESS_FLAGS_PROT_READWRITE 3
 #define KVD_CU_MEM_ALLOC_GRANULARITY_MINIMUM 0
+/* cuGetProcAddress: flags (CUdriverProcAddress_flags; the preload passes
+ * them through) and the result (CUdriverProcAddressQueryResult) */
+#define KVD_CU_GET_PROC_ADDRESS_DEFAULT 0
+#define KVD_CU_GET_PROC_ADDRESS_LEGACY_STREAM 1
+#define KVD_CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2
+#define KVD_CU_GET_PROC_ADDRESS_SUCCESS 0
+#define KVD_CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND 1
+#define KVD_CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT 2
 
 /* ---- entry points: the type of each, kvd_<cuda.h name>_fn ---- */
 typedef kvd_CUresult kvd_cuInit_fn(unsigned int flags);
@@ -134,6 +146,15 @@ typedef kvd_CUresult kvd_cuMemcpyHtoD_fn(kvd_CUdeviceptr dstDevice,
 		const void *srcHost, size_t ByteCount);
 typedef kvd_CUresult kvd_cuMemcpyDtoH_fn(void *dstHost,
 		kvd_CUdeviceptr srcDevice, size_t ByteCount);
+/* cuda.h's cuGetProcAddress is a macro for cuGetProcAddress_v2 (CUDA
+ * 12.0, with @symbolStatus); the symbol cuGetProcAddress that libcuda
+ * also exports is the CUDA 11.3 one without it, declared in cuda.h only
+ * for the driver's own build (__CUDA_API_VERSION_INTERNAL). */
+typedef kvd_CUresult kvd_cuGetProcAddress_fn(const char *symbol, void **pfn,
+		int cudaVersion, kvd_cuuint64_t flags,
+		kvd_CUdriverProcAddressQueryResult *symbolStatus);
+typedef kvd_CUresult kvd_cuGetProcAddress_v1_fn(const char *symbol,
+		void **pfn, int cudaVersion, kvd_cuuint64_t flags);
 
 /*
  * The symbols, X(name, symbol): @symbol is what dlsym() looks up for the
@@ -172,5 +193,11 @@ typedef kvd_CUresult kvd_cuMemcpyDtoH_fn(void *dstHost,
 	X(cuMemSetAccess, cuMemSetAccess)                                \
 	X(cuMemcpyHtoD, cuMemcpyHtoD_v2)                                 \
 	X(cuMemcpyDtoH, cuMemcpyDtoH_v2)
+
+/* What libkvdmabuf-preload.so interposes besides cuMemMap, cuMemUnmap and
+ * cuMemSetAccess (lib/preload/preload_cuda.c; the 11.3 cuGetProcAddress
+ * too, kvd_cuGetProcAddress_v1_fn). */
+#define KVD_CUDA_PRELOAD_CALLS(X)                                        \
+	X(cuGetProcAddress, cuGetProcAddress_v2)
 
 #endif /* KVDMABUF_CUDA_API_H */

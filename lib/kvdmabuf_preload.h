@@ -100,8 +100,10 @@ int kvdmabuf_preload_query(struct kvdmabuf_preload_state *state);
 
 /**
  * kvdmabuf_preload_calls() - how many times the entry point @symbol
- * ("ibv_reg_mr@IBVERBS_1.1", ...) was entered, from anywhere (nested
- * calls of libibverbs included). -ENOENT: not an interposed entry point.
+ * ("ibv_reg_mr@IBVERBS_1.1", ..., "cuMemUnmap", "cuMemMap",
+ * "cuMemSetAccess", "cuGetProcAddress", "cuGetProcAddress_v2") was
+ * entered, from anywhere (nested calls of libibverbs included).
+ * -ENOENT: not an interposed entry point.
  */
 long long kvdmabuf_preload_calls(const char *symbol);
 
@@ -111,6 +113,74 @@ long long kvdmabuf_preload_calls(const char *symbol);
  * reason"), NUL-terminated in @buf. Return: the length it needed.
  */
 int kvdmabuf_preload_report(char *buf, size_t len);
+
+/*
+ * Sleep and wake driven by the CUDA driver (lib/preload/preload_cuda.c).
+ * The preload also interposes cuMemUnmap, cuMemMap, cuMemSetAccess and
+ * cuGetProcAddress (both the CUDA 11.3 symbol and cuGetProcAddress_v2, which
+ * hand back the preload's own cuMemUnmap/cuMemMap/cuMemSetAccess and
+ * cuGetProcAddress*, everything else as the driver answers), and, on
+ * x86-64, dlsym (the same five names looked up on a handle of libcuda, as
+ * the CUDA runtime does; everything else goes on to glibc's):
+ *  - a cuMemUnmap over part of an awake declared region puts the region to
+ *    sleep first: the check of kvdmabuf_preload_check(), then the proxy's
+ *    revoke(), then the unmap is forwarded. Refused (an engine MR that
+ *    cannot follow, a region with a proxy but no operations, revoke()
+ *    failed): cuMemUnmap returns CUDA_ERROR_NOT_PERMITTED (800), nothing
+ *    is unmapped, the reason is on stderr and in
+ *    kvdmabuf_preload_cuda_error();
+ *  - a region the interposer put to sleep wakes when successful
+ *    cuMemSetAccess calls have covered all of it again: after the last of
+ *    them, its memory is exported as a dma-buf
+ *    (cuMemGetHandleForAddressRange, in the primary context of the
+ *    memory's device) and handed to the proxy's replace(). A failed wake
+ *    leaves the region asleep and that cuMemSetAccess returns the export's
+ *    error, or CUDA_ERROR_NOT_PERMITTED when replace() failed (the access
+ *    is set all the same);
+ *  - anything outside the declared regions, and calls into regions that
+ *    are asleep already (kvdmabuf_preload_sleep()), pass through.
+ */
+
+/**
+ * struct kvdmabuf_preload_proxy_ops - what the owner of a region's proxy
+ * (the process's kvdmabuf context: only the /dev/kvdmabuf file that
+ * created a proxy may change its backing) does for the CUDA interposer.
+ * Called from the thread that called cuMemUnmap/cuMemSetAccess, with the
+ * CUDA interposer's lock held (other threads' sleeps and wakes wait: an
+ * operation must not wait for one); CUDA calls made inside pass through.
+ * @revoke: the region [@addr, @addr+@len) is about to be unmapped: the
+ *	proxy must stop mapping it (KVDMABUF_IOCTL_REVOKE). 0 or a negative
+ *	errno with the reason in @err (the unmap is then refused).
+ * @replace: the region's new memory, exported as the dma-buf @dmabuf_fd
+ *	(the region's bytes from offset 0; the preload closes it after the
+ *	call): make it the proxy's backing (KVDMABUF_IOCTL_ATTACH with
+ *	KVDMABUF_ATTACH_REPLACE). 0 or a negative errno, reason in @err.
+ * @arg: passed to both.
+ */
+struct kvdmabuf_preload_proxy_ops {
+	int (*revoke)(void *arg, void *addr, size_t len, char *err,
+		      size_t err_len);
+	int (*replace)(void *arg, void *addr, size_t len, int dmabuf_fd,
+		       char *err, size_t err_len);
+	void *arg;
+};
+
+/**
+ * kvdmabuf_preload_set_proxy_ops() - the proxy operations of the declared
+ * region that starts at @addr (copied; NULL: none). A region with a proxy
+ * and no operations refuses a cuMemUnmap while awake.
+ * Return: 0; -ENOENT no region starts at @addr; -EINVAL an operation is
+ * missing.
+ */
+int kvdmabuf_preload_set_proxy_ops(void *addr,
+				   const struct kvdmabuf_preload_proxy_ops *ops);
+
+/**
+ * kvdmabuf_preload_cuda_error() - the calling thread's last refusal or
+ * failure of the CUDA interposer ("" if none), NUL-terminated in @buf.
+ * Return: its length.
+ */
+int kvdmabuf_preload_cuda_error(char *buf, size_t len);
 
 #ifdef __cplusplus
 }

@@ -35,6 +35,7 @@ SAME_VALUE(CUDA_ERROR_STUB_LIBRARY);
 SAME_VALUE(CUDA_ERROR_NO_DEVICE);
 SAME_VALUE(CUDA_ERROR_INVALID_DEVICE);
 SAME_VALUE(CUDA_ERROR_INVALID_CONTEXT);
+SAME_VALUE(CUDA_ERROR_NOT_PERMITTED);
 SAME_VALUE(CUDA_ERROR_NOT_SUPPORTED);
 SAME_VALUE(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL);
 SAME_VALUE(CU_POINTER_ATTRIBUTE_RANGE_START_ADDR);
@@ -49,6 +50,12 @@ SAME_VALUE(CU_MEM_ALLOCATION_TYPE_PINNED);
 SAME_VALUE(CU_MEM_LOCATION_TYPE_DEVICE);
 SAME_VALUE(CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
 SAME_VALUE(CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+SAME_VALUE(CU_GET_PROC_ADDRESS_DEFAULT);
+SAME_VALUE(CU_GET_PROC_ADDRESS_LEGACY_STREAM);
+SAME_VALUE(CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+SAME_VALUE(CU_GET_PROC_ADDRESS_SUCCESS);
+SAME_VALUE(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+SAME_VALUE(CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
 
 /* ---- types: compatible in the C sense (enums: with unsigned int) ---- */
 #define SAME_TYPE(name) \
@@ -64,6 +71,8 @@ SAME_TYPE(CUpointer_attribute);
 SAME_TYPE(CUmemRangeHandleType);
 SAME_TYPE(CUmemGenericAllocationHandle);
 SAME_TYPE(CUmemAllocationGranularity_flags);
+SAME_TYPE(cuuint64_t);
+SAME_TYPE(CUdriverProcAddressQueryResult);
 
 /* ---- structs: size, alignment, every field's offset and size ---- */
 #define SAME_SIZE(name) \
@@ -138,6 +147,7 @@ ENUM_FIELD(CUmemAccessDesc, flags, CUmemAccess_flags);
 #define THEIRS_cuMemUnmap __typeof__(cuMemUnmap)
 #define THEIRS_cuMemcpyHtoD __typeof__(cuMemcpyHtoD)
 #define THEIRS_cuMemcpyDtoH __typeof__(cuMemcpyDtoH)
+#define THEIRS_cuGetProcAddress __typeof__(cuGetProcAddress)
 
 #define PROTO_cuMemGetAllocationGranularity(prop) \
 	CUresult(size_t *, const prop *, CUmemAllocationGranularity_flags)
@@ -165,6 +175,7 @@ WRITTEN_OUT(cuMemSetAccess, CUmemAccessDesc);
 		       "prototype of " #name);
 KVD_CUDA_LIB_CALLS(SAME_PROTO)
 KVD_CUDA_TEST_CALLS(SAME_PROTO)
+KVD_CUDA_PRELOAD_CALLS(SAME_PROTO)
 
 /* ---- symbols: the name cuda.h's macros give, as the driver exports ---- */
 struct entry {
@@ -179,6 +190,7 @@ struct entry {
 static const struct entry entries[] = {
 	KVD_CUDA_LIB_CALLS(ENTRY_LIB)
 	KVD_CUDA_TEST_CALLS(ENTRY_TEST)
+	KVD_CUDA_PRELOAD_CALLS(ENTRY_TEST)
 };
 #define NR_ENTRIES (sizeof(entries) / sizeof(entries[0]))
 
@@ -229,6 +241,8 @@ TEST(stub_exports_every_symbol)
 			       entries[i].symbol);
 		EXPECT_NOT_NULL(f);
 	}
+	/* the CUDA 11.3 cuGetProcAddress the preload interposes too */
+	EXPECT_NOT_NULL(dlsym(dl, "cuGetProcAddress"));
 	dlclose(dl);
 }
 

@@ -27,6 +27,8 @@ typedef kvd_CUmemAllocationGranularity_flags CUmemAllocationGranularity_flags;
 typedef kvd_CUmemLocation CUmemLocation;
 typedef kvd_CUmemAllocationProp CUmemAllocationProp;
 typedef kvd_CUmemAccessDesc CUmemAccessDesc;
+typedef kvd_cuuint64_t cuuint64_t;
+typedef kvd_CUdriverProcAddressQueryResult CUdriverProcAddressQueryResult;
 
 #define CUDA_SUCCESS KVD_CUDA_SUCCESS
 #define CUDA_ERROR_INVALID_VALUE KVD_CUDA_ERROR_INVALID_VALUE
@@ -34,6 +36,7 @@ typedef kvd_CUmemAccessDesc CUmemAccessDesc;
 #define CUDA_ERROR_NO_DEVICE KVD_CUDA_ERROR_NO_DEVICE
 #define CUDA_ERROR_INVALID_DEVICE KVD_CUDA_ERROR_INVALID_DEVICE
 #define CUDA_ERROR_INVALID_CONTEXT KVD_CUDA_ERROR_INVALID_CONTEXT
+#define CUDA_ERROR_NOT_PERMITTED KVD_CUDA_ERROR_NOT_PERMITTED
 #define CUDA_ERROR_NOT_SUPPORTED KVD_CUDA_ERROR_NOT_SUPPORTED
 #define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL \
 	KVD_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
@@ -56,6 +59,11 @@ typedef kvd_CUmemAccessDesc CUmemAccessDesc;
 #define CU_MEM_ACCESS_FLAGS_PROT_READWRITE \
 	KVD_CU_MEM_ACCESS_FLAGS_PROT_READWRITE
 #define CU_MEM_ALLOC_GRANULARITY_MINIMUM KVD_CU_MEM_ALLOC_GRANULARITY_MINIMUM
+#define CU_GET_PROC_ADDRESS_SUCCESS KVD_CU_GET_PROC_ADDRESS_SUCCESS
+#define CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND \
+	KVD_CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND
+#define CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT \
+	KVD_CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
 
 /* cuda.h's names of versioned entry points (KVD_CUDA_*_CALLS) */
 #define cuMemGetAddressRange cuMemGetAddressRange_v2
@@ -65,11 +73,13 @@ typedef kvd_CUmemAccessDesc CUmemAccessDesc;
 #define cuMemGetInfo cuMemGetInfo_v2
 #define cuMemcpyHtoD cuMemcpyHtoD_v2
 #define cuMemcpyDtoH cuMemcpyDtoH_v2
+#define cuGetProcAddress cuGetProcAddress_v2
 
 /* the prototypes, as cuda.h declares them */
 #define KVD_CU_PROTO(name, symbol) kvd_##name##_fn name;
 KVD_CUDA_LIB_CALLS(KVD_CU_PROTO)
 KVD_CUDA_TEST_CALLS(KVD_CU_PROTO)
+KVD_CUDA_PRELOAD_CALLS(KVD_CU_PROTO)
 #undef KVD_CU_PROTO
 #endif /* KVD_HAVE_CUDA_H */
 

@@ -39,6 +39,7 @@
 #include <infiniband/verbs.h>
 
 #include "kvdmabuf_preload.h"
+#include "preload_internal.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define KP_TAGMAX 64
@@ -69,6 +70,8 @@ struct kp_region {
 	int proxy_fd;                   /* -1: none */
 	uint64_t proxy_off;
 	bool asleep;
+	bool has_ops;                   /* set by the proxy's owner */
+	struct kvdmabuf_preload_proxy_ops ops; /* preload_cuda.c */
 };
 
 enum kp_mode {
@@ -753,7 +756,7 @@ EXPORT long long kvdmabuf_preload_calls(const char *symbol)
 		if (!strcmp(name, symbol))
 			return atomic_load(&kp.calls[e]);
 	}
-	return -ENOENT;
+	return kp_cuda_calls(symbol);
 }
 
 EXPORT int kvdmabuf_preload_report(char *buf, size_t len)
@@ -782,4 +785,84 @@ EXPORT int kvdmabuf_preload_report(char *buf, size_t len)
 	}
 	pthread_mutex_unlock(&kp.lock);
 	return (int)used;
+}
+
+/* ---- for the CUDA interposer (preload_internal.h) ---- */
+
+unsigned int kp_regions_overlapping(uintptr_t a, size_t len,
+				    struct kp_region_view *v, unsigned int max)
+{
+	unsigned int i, n = 0;
+
+	pthread_once(&kp.env_once, env_load);
+	pthread_mutex_lock(&kp.lock);
+	for (i = 0; i < kp.nr_regions; i++) {
+		const struct kp_region *r = &kp.regions[i];
+
+		if (!overlaps(a, len, r->addr, r->len))
+			continue;
+		if (n < max) {
+			v[n] = (struct kp_region_view){
+				.addr = r->addr, .len = r->len,
+				.proxy_fd = r->proxy_fd,
+				.proxy_off = r->proxy_off,
+				.asleep = r->asleep, .has_ops = r->has_ops,
+				.ops = r->ops,
+			};
+			snprintf(v[n].tag, sizeof(v[n].tag), "%s", r->tag);
+		}
+		n++;
+	}
+	pthread_mutex_unlock(&kp.lock);
+	return n;
+}
+
+static struct kp_region *region_at(uintptr_t addr)
+{
+	unsigned int i;
+
+	for (i = 0; i < kp.nr_regions; i++)
+		if (kp.regions[i].addr == addr)
+			return &kp.regions[i];
+	return NULL;
+}
+
+int kp_region_set_asleep(uintptr_t addr, bool asleep, char *err,
+			 size_t err_len)
+{
+	struct kp_region *r;
+	int rc = 0;
+
+	pthread_once(&kp.env_once, env_load);
+	msg(err, err_len, "%s", "");
+	pthread_mutex_lock(&kp.lock);
+	r = region_at(addr);
+	if (!r)
+		rc = -ENOENT;
+	else if (asleep)
+		rc = check_locked(r->addr, r->len, err, err_len);
+	if (!rc)
+		r->asleep = asleep;
+	pthread_mutex_unlock(&kp.lock);
+	return rc;
+}
+
+int kp_region_set_ops(uintptr_t addr,
+		      const struct kvdmabuf_preload_proxy_ops *ops)
+{
+	struct kp_region *r;
+	int rc = 0;
+
+	pthread_mutex_lock(&kp.lock);
+	r = region_at(addr);
+	if (!r) {
+		rc = -ENOENT;
+	} else {
+		r->has_ops = ops != NULL;
+		memset(&r->ops, 0, sizeof(r->ops));
+		if (ops)
+			r->ops = *ops;
+	}
+	pthread_mutex_unlock(&kp.lock);
+	return rc;
 }

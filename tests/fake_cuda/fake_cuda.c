@@ -40,6 +40,15 @@
  *    else: CUDA_ERROR_NOT_SUPPORTED and a line on stderr) - a limit of
  *    the fake, not of the driver.
  *
+ * The VMM calls around an engine's sleep, for the preload's tests
+ * (tests/preload_cuda): cuMemAddressReserve/Free, cuMemCreate/Release,
+ * cuMemMap (a whole allocation at offset 0), cuMemUnmap (whole mappings
+ * only), cuMemSetAccess (every byte mapped; the flags kept per mapping,
+ * fakecu_access()), and cuGetProcAddress_v2 / the CUDA 11.3
+ * cuGetProcAddress for those names (driver version 13.0). map, unmap,
+ * access and export are logged in order with the test's own notes
+ * (fakecu_note(), fakecu_log()).
+ *
  * Built a second time with -DFAKE_CUDA_OLD (tests/fake_cuda/old/), as a
  * driver before CUDA 11.7: no cuMemGetHandleForAddressRange.
  *
@@ -51,10 +60,12 @@
  *   without it) | oldflags (any flag: CUDA_ERROR_INVALID_VALUE, as a
  *   driver before CUDA 12.8) | nogdrattr (IS_GPU_DIRECT_RDMA_CAPABLE not
  *   reported: CUDA_ERROR_INVALID_VALUE) | stub (as the toolkit's link-time
- *   stub libcuda.so: cuInit and cuGetErrorName CUDA_ERROR_STUB_LIBRARY).
+ *   stub libcuda.so: cuInit and cuGetErrorName CUDA_ERROR_STUB_LIBRARY) |
+ *   unmap_fail (cuMemUnmap: CUDA_ERROR_INVALID_VALUE, nothing unmapped).
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -210,6 +221,7 @@ struct fake_map {
 	int dev;
 	int gdr;
 	uint32_t vgem_handle;   /* 0: anonymous memory */
+	unsigned int access;    /* cuMemSetAccess's flags; 0 after a map */
 };
 
 static struct fake_res res[MAXRES];
@@ -357,7 +369,7 @@ static int map_new(void *at, size_t size, int dev, int gdr, int vgem)
 		rc = -errno;
 		goto out;
 	}
-	maps[i] = (struct fake_map){ a, size, dev, gdr, h };
+	maps[i] = (struct fake_map){ a, size, dev, gdr, h, 0 };
 	rc = 0;
 out:
 	pthread_mutex_unlock(&lock);
@@ -371,25 +383,32 @@ EXPORT int fakecu_map(void *at, size_t size, int dev, int gdr)
 	return map_new(at, size, dev, gdr, 0);
 }
 
+/* Unmap @m (lock held): its VA stays reserved. */
+static void unmap_locked(struct fake_map *m)
+{
+	struct drm_gem_close gc = { 0 };
+
+	mmap((void *)(uintptr_t)m->addr, m->size, PROT_NONE, MAP_PRIVATE |
+	     MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+	if (m->vgem_handle) {
+		gc.handle = m->vgem_handle;
+		drmIoctl(vgem_fd, DRM_IOCTL_GEM_CLOSE, &gc);
+	}
+	memset(m, 0, sizeof(*m));
+}
+
 /* Test API: cuMemUnmap + cuMemRelease of the mapping that starts at @at;
  * its VA stays reserved. */
 EXPORT int fakecu_unmap(void *at)
 {
 	dptr_t a = (dptr_t)(uintptr_t)at;
-	struct drm_gem_close gc = { 0 };
 	struct fake_map *m;
 	int rc = -EINVAL;
 
 	pthread_mutex_lock(&lock);
 	m = map_of(a);
 	if (m && m->addr == a) {
-		mmap(at, m->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS |
-		     MAP_NORESERVE | MAP_FIXED, -1, 0);
-		if (m->vgem_handle) {
-			gc.handle = m->vgem_handle;
-			drmIoctl(vgem_fd, DRM_IOCTL_GEM_CLOSE, &gc);
-		}
-		memset(m, 0, sizeof(*m));
+		unmap_locked(m);
 		rc = 0;
 	}
 	pthread_mutex_unlock(&lock);
@@ -430,6 +449,52 @@ EXPORT int fakecu_remap(void *addr)
 	if (fakecu_unmap(addr))
 		return -EIO;
 	return map_new(addr, old.size, old.dev, old.gdr, old.vgem_handle != 0);
+}
+
+/* ---- the order of calls (tests of the preload check it) ---- */
+
+static char call_log[4096];
+
+/* Append @what to the log (lock held, or the caller's own note). */
+static void log_call(const char *what)
+{
+	size_t n = strlen(call_log);
+
+	snprintf(call_log + n, sizeof(call_log) - n, "%s%s", n ? " " : "",
+		 what);
+}
+
+/* Test API: a note of the test's in the same log (what its stand-in
+ * for the proxy did, between the driver calls). */
+EXPORT void fakecu_note(const char *what)
+{
+	pthread_mutex_lock(&lock);
+	log_call(what);
+	pthread_mutex_unlock(&lock);
+}
+
+/* Test API: the log since the last call ("map access unmap export ..."),
+ * then cleared. */
+EXPORT void fakecu_log(char *buf, size_t len)
+{
+	pthread_mutex_lock(&lock);
+	snprintf(buf, len, "%s", call_log);
+	call_log[0] = '\0';
+	pthread_mutex_unlock(&lock);
+}
+
+/* Test API: cuMemSetAccess's flags of the mapping holding @p, -1 where
+ * nothing is mapped. */
+EXPORT int fakecu_access(void *p)
+{
+	struct fake_map *m;
+	int rc;
+
+	pthread_mutex_lock(&lock);
+	m = map_of((dptr_t)(uintptr_t)p);
+	rc = m ? (int)m->access : -1;
+	pthread_mutex_unlock(&lock);
+	return rc;
 }
 
 /* ---- what the last export asked for (tests check it) ---- */
@@ -607,6 +672,7 @@ EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr,
 	}
 	*(int *)handle = fd;
 	rc = CUDA_SUCCESS;
+	log_call("export");
 out:
 	pthread_mutex_unlock(&lock);
 	return rc;
@@ -641,4 +707,245 @@ EXPORT CUresult cuGetErrorName(CUresult error, const char **str)
 		*str = NULL;
 		return CUDA_ERROR_INVALID_VALUE;
 	}
+}
+
+/* ---- the VMM calls: what an engine calls around a sleep ---- */
+
+/* cuMemCreate's allocations: handle = index + 1. */
+#define MAXALLOC 64
+static struct {
+	size_t size;
+	int dev, gdr;
+} allocs[MAXALLOC];
+
+EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size,
+				    size_t alignment, CUdeviceptr addr,
+				    unsigned long long flags)
+{
+	void *p;
+
+	if (!ptr || flags || (alignment && alignment % PAGE))
+		return CUDA_ERROR_INVALID_VALUE;
+	p = fakecu_reserve(size, (void *)(uintptr_t)addr);
+	if (!p && addr)         /* the hint is a hint */
+		p = fakecu_reserve(size, NULL);
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	*ptr = (CUdeviceptr)(uintptr_t)p;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+	struct fake_res *r;
+	CUresult rc = CUDA_ERROR_INVALID_VALUE;
+	dptr_t p;
+
+	pthread_mutex_lock(&lock);
+	r = res_of(ptr);
+	if (r && r->base == ptr && r->size == size) {
+		for (p = ptr; p < ptr + size && !map_of(p); p += PAGE)
+			;
+		if (p >= ptr + size) {  /* nothing mapped in it */
+			munmap((void *)(uintptr_t)ptr, size);
+			memset(r, 0, sizeof(*r));
+			rc = CUDA_SUCCESS;
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	return rc;
+}
+
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+			    const CUmemAllocationProp *prop,
+			    unsigned long long flags)
+{
+	CUresult rc = CUDA_ERROR_INVALID_VALUE;
+	int i;
+
+	if (!handle || !prop || flags || !size || size % PAGE ||
+	    prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+	    prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (prop->location.id < 0 || prop->location.id >= ndev())
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&lock);
+	for (i = 0; i < MAXALLOC && allocs[i].size; i++)
+		;
+	if (i < MAXALLOC) {
+		allocs[i].size = size;
+		allocs[i].dev = prop->location.id;
+		allocs[i].gdr = prop->allocFlags.gpuDirectRDMACapable;
+		*handle = (CUmemGenericAllocationHandle)i + 1;
+		rc = CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&lock);
+	return rc;
+}
+
+/* The memory stays mapped where it is (the driver frees it at the last
+ * unmap); the handle is gone. */
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	if (!handle || handle > MAXALLOC || !allocs[handle - 1].size)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&lock);
+	allocs[handle - 1].size = 0;
+	pthread_mutex_unlock(&lock);
+	return CUDA_SUCCESS;
+}
+
+/* The whole allocation, at offset 0 (all the fake models); new anonymous
+ * memory, no access until cuMemSetAccess. */
+EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+			 CUmemGenericAllocationHandle handle,
+			 unsigned long long flags)
+{
+	int dev, gdr, rc;
+
+	if (!handle || handle > MAXALLOC || offset || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&lock);
+	dev = allocs[handle - 1].dev;
+	gdr = allocs[handle - 1].gdr;
+	rc = allocs[handle - 1].size == size ? 0 : -EINVAL;
+	pthread_mutex_unlock(&lock);
+	if (!rc)
+		rc = map_new((void *)(uintptr_t)ptr, size, dev, gdr, 0);
+	if (rc)
+		return CUDA_ERROR_INVALID_VALUE;
+	fakecu_note("map");
+	return CUDA_SUCCESS;
+}
+
+/* Every mapping in [ptr, ptr+size) must lie in it whole, and there must
+ * be one. FAKE_CUDA_MODE=unmap_fail: CUDA_ERROR_INVALID_VALUE, nothing
+ * unmapped (a driver refusing the unmap). */
+EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+	CUresult rc = CUDA_ERROR_INVALID_VALUE;
+	struct fake_map *m;
+	int i, n = 0;
+
+	if (!size || (ptr | size) % PAGE || mode_is("unmap_fail"))
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&lock);
+	for (i = 0; i < MAXMAP; i++) {
+		m = &maps[i];
+		if (!m->size || m->addr >= ptr + size ||
+		    m->addr + m->size <= ptr)
+			continue;
+		if (m->addr < ptr || m->addr + m->size > ptr + size)
+			goto out;
+		n++;
+	}
+	for (i = 0; n && i < MAXMAP; i++)
+		if (maps[i].size && maps[i].addr >= ptr &&
+		    maps[i].addr < ptr + size)
+			unmap_locked(&maps[i]);
+	if (n) {
+		log_call("unmap");
+		rc = CUDA_SUCCESS;
+	}
+out:
+	pthread_mutex_unlock(&lock);
+	return rc;
+}
+
+/* Every byte mapped; one descriptor per device (the fake keeps the
+ * flags of the last). */
+EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size,
+			       const CUmemAccessDesc *desc, size_t count)
+{
+	CUresult rc = CUDA_ERROR_INVALID_VALUE;
+	struct fake_map *m;
+	size_t i;
+	dptr_t p;
+
+	if (!desc || !count || !size || (ptr | size) % PAGE)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (i = 0; i < count; i++)
+		if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+		    desc[i].location.id < 0 || desc[i].location.id >= ndev() ||
+		    desc[i].flags > CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+			return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&lock);
+	for (p = ptr; p < ptr + size; p = m->addr + m->size)
+		if (!(m = map_of(p)))
+			goto out;
+	for (p = ptr; p < ptr + size; p = m->addr + m->size) {
+		m = map_of(p);
+		m->access = desc[count - 1].flags;
+	}
+	log_call("access");
+	rc = CUDA_SUCCESS;
+out:
+	pthread_mutex_unlock(&lock);
+	return rc;
+}
+
+/* ---- cuGetProcAddress ---- */
+
+/* The CUDA version of this fake driver. */
+#define FAKE_DRIVER_VERSION 13000
+
+#undef cuGetProcAddress
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+			  cuuint64_t flags);
+
+/*
+ * As the driver: @symbol is a base name; NULL in *pfn and SUCCESS for a
+ * name it does not have or a @cudaVersion before the entry point's;
+ * CUDA_ERROR_INVALID_VALUE for a version past the driver's or an unknown
+ * flag. "cuGetProcAddress" is the 11.3 function before 12000, _v2 from
+ * then on.
+ */
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn,
+				    int cudaVersion, cuuint64_t flags,
+				    CUdriverProcAddressQueryResult *status)
+{
+	static const struct {
+		const char *name;
+		int since;
+		void *fn;
+	} procs[] = {
+		{ "cuGetProcAddress", 12000, (void *)cuGetProcAddress_v2 },
+		{ "cuGetProcAddress", 11030, (void *)cuGetProcAddress },
+		{ "cuMemMap", 10020, (void *)cuMemMap },
+		{ "cuMemUnmap", 10020, (void *)cuMemUnmap },
+		{ "cuMemSetAccess", 10020, (void *)cuMemSetAccess },
+		{ "cuMemCreate", 10020, (void *)cuMemCreate },
+		{ "cuMemRelease", 10020, (void *)cuMemRelease },
+		{ "cuMemAddressReserve", 10020, (void *)cuMemAddressReserve },
+		{ "cuMemAddressFree", 10020, (void *)cuMemAddressFree },
+		{ "cuPointerGetAttribute", 4000, (void *)cuPointerGetAttribute },
+	};
+	CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+	unsigned int i;
+
+	if (!symbol || !pfn || cudaVersion > FAKE_DRIVER_VERSION ||
+	    (flags & ~(cuuint64_t)3))
+		return CUDA_ERROR_INVALID_VALUE;
+	*pfn = NULL;
+	for (i = 0; i < sizeof(procs) / sizeof(procs[0]); i++) {
+		if (strcmp(symbol, procs[i].name))
+			continue;
+		if (cudaVersion < procs[i].since) {
+			st = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+			continue;
+		}
+		*pfn = procs[i].fn;
+		st = CU_GET_PROC_ADDRESS_SUCCESS;
+		break;
+	}
+	if (status)
+		*status = st;
+	return CUDA_SUCCESS;
+}
+
+/* The CUDA 11.3 symbol (cuda.h declares it for the driver's build only). */
+EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+				 cuuint64_t flags)
+{
+	return cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, NULL);
 }

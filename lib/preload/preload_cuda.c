@@ -1,0 +1,737 @@
+// SPDX-License-Identifier: MIT
+/*
+ * preload_cuda.c - libkvdmabuf-preload.so's CUDA driver interposer: sleep
+ * and wake of declared KV regions driven by the engine's own cuMemUnmap,
+ * cuMemMap and cuMemSetAccess (semantics: kvdmabuf_preload.h).
+ *
+ * Entry points (libcuda exports them unversioned; the version script gives
+ * them the preload's default version, which unversioned references and
+ * dlsym() bind to):
+ *   cuMemUnmap, cuMemMap, cuMemSetAccess (CUDA 10.2, one ABI each);
+ *   cuGetProcAddress (the CUDA 11.3 symbol: symbol, pfn, cudaVersion,
+ *     flags) and cuGetProcAddress_v2 (12.0: the same and symbolStatus; what
+ *     cuda.h's cuGetProcAddress macro names): forwarded, then where the
+ *     driver returned an entry point for one of the five names, the
+ *     preload's own is handed back instead (for "cuGetProcAddress", the
+ *     wrapper of the ABI the driver chose: the pointer it returned, else
+ *     _v2 from cudaVersion 12000 on). Flags pass through untouched.
+ * Each forwards to the driver's symbol found with dlsym(RTLD_NEXT), else
+ * in an already loaded libcuda.so.1 (an engine's libcuda loaded with
+ * RTLD_LOCAL), else to the pointer the driver's cuGetProcAddress returned.
+ *
+ * Not reached: a caller that looks these up with dlsym() on its own
+ * handle of libcuda (dlopen("libcuda.so.1") then dlsym(handle, ...): the
+ * CUDA runtime does so for cuGetProcAddress itself) binds to the driver
+ * directly, past any LD_PRELOAD; libkvdmabuf's own exports do so on
+ * purpose.
+ *
+ * Locking: one mutex (kc.transition) around each sleep (check, revoke,
+ * the forwarded unmap) and each wake (the forwarded set-access, export,
+ * replace), so that a second thread unmapping the same region waits for
+ * the revoke; calls outside declared regions never take it. Nested calls
+ * (from the proxy operations, or the driver) pass through (kc_depth).
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_api.h"
+#include "kvdmabuf_preload.h"
+#include "preload_internal.h"
+
+#define EXPORT __attribute__((visibility("default")))
+/* Regions one call may cover (more: refused, named). */
+#define KC_MAX_REGIONS 64
+#define KC_ERRMAX 512
+/* cudaVersion from which cuGetProcAddress("cuGetProcAddress") is _v2 */
+#define KC_GET_PROC_V2_SINCE 12000
+
+/* The driver's functions: the five interposed ones, then those a wake
+ * calls. */
+enum kc_sym {
+	S_MEM_UNMAP, S_MEM_MAP, S_MEM_SET_ACCESS, S_GET_PROC, S_GET_PROC_V2,
+	S_NR_ENTRIES,
+	S_POINTER_ATTR = S_NR_ENTRIES, S_DEVICE_GET, S_PRIMARY_RETAIN,
+	S_PRIMARY_RELEASE, S_CTX_PUSH, S_CTX_POP, S_EXPORT, S_NR
+};
+
+static const char *const kc_symbol[S_NR] = {
+	[S_MEM_UNMAP] = "cuMemUnmap",
+	[S_MEM_MAP] = "cuMemMap",
+	[S_MEM_SET_ACCESS] = "cuMemSetAccess",
+	[S_GET_PROC] = "cuGetProcAddress",
+	[S_GET_PROC_V2] = "cuGetProcAddress_v2",
+	[S_POINTER_ATTR] = "cuPointerGetAttribute",
+	[S_DEVICE_GET] = "cuDeviceGet",
+	[S_PRIMARY_RETAIN] = "cuDevicePrimaryCtxRetain",
+	[S_PRIMARY_RELEASE] = "cuDevicePrimaryCtxRelease_v2",
+	[S_CTX_PUSH] = "cuCtxPushCurrent_v2",
+	[S_CTX_POP] = "cuCtxPopCurrent_v2",
+	[S_EXPORT] = "cuMemGetHandleForAddressRange",
+};
+
+/* A region this interposer put to sleep, and what cuMemSetAccess has
+ * covered of it since: intervals [a, b), sorted, disjoint. */
+struct kc_sleeper {
+	uintptr_t addr;
+	size_t len;
+	struct { uintptr_t a, b; } *iv;
+	unsigned int nr_iv;
+};
+
+static struct {
+	pthread_mutex_t transition;
+	void *_Atomic real[S_NR];
+	_Atomic long long calls[S_NR_ENTRIES];
+	struct kc_sleeper *sleepers;    /* under transition */
+	unsigned int nr_sleepers;
+	_Atomic unsigned int nr_asleep; /* fast path of cuMemSetAccess */
+} kc = {
+	.transition = PTHREAD_MUTEX_INITIALIZER,
+};
+
+static _Thread_local int kc_depth;
+static _Thread_local char kc_err[KC_ERRMAX];
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The reason of a refusal or failure: this thread's, and on stderr. */
+static void fail(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(kc_err, sizeof(kc_err), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "kvdmabuf-preload: %s\n", kc_err);
+}
+
+/* The interposer's own entry points (their exported names are aliases). */
+KP_HIDDEN kvd_cuMemUnmap_fn kc_mem_unmap;
+KP_HIDDEN kvd_cuMemMap_fn kc_mem_map;
+KP_HIDDEN kvd_cuMemSetAccess_fn kc_mem_set_access;
+KP_HIDDEN kvd_cuGetProcAddress_v1_fn kc_get_proc;
+KP_HIDDEN kvd_cuGetProcAddress_fn kc_get_proc_v2;
+
+static void *const kc_own[S_NR_ENTRIES] = {
+	[S_MEM_UNMAP] = (void *)kc_mem_unmap,
+	[S_MEM_MAP] = (void *)kc_mem_map,
+	[S_MEM_SET_ACCESS] = (void *)kc_mem_set_access,
+	[S_GET_PROC] = (void *)kc_get_proc,
+	[S_GET_PROC_V2] = (void *)kc_get_proc_v2,
+};
+
+static bool is_own(void *f)
+{
+	unsigned int i;
+
+	for (i = 0; i < S_NR_ENTRIES; i++)
+		if (f == kc_own[i])
+			return true;
+	return false;
+}
+
+/* The driver's @s (NULL while no libcuda is loaded: looked up again). */
+static void *real(enum kc_sym s)
+{
+	void *f = atomic_load(&kc.real[s]);
+	void *h;
+
+	if (f)
+		return f;
+	f = dlsym(RTLD_NEXT, kc_symbol[s]);
+	if (!f || is_own(f)) {
+		f = NULL;
+		h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+		if (h) {
+			f = dlsym(h, kc_symbol[s]);
+			dlclose(h);
+		}
+	}
+	if (f && !is_own(f))
+		atomic_store(&kc.real[s], f);
+	else
+		f = NULL;
+	return f;
+}
+
+long long kp_cuda_calls(const char *symbol)
+{
+	unsigned int i;
+
+	for (i = 0; i < S_NR_ENTRIES; i++)
+		if (!strcmp(kc_symbol[i], symbol))
+			return atomic_load(&kc.calls[i]);
+	return -ENOENT;
+}
+
+/* ---- the sleepers' coverage ---- */
+
+static struct kc_sleeper *sleeper_at(uintptr_t addr)
+{
+	unsigned int i;
+
+	for (i = 0; i < kc.nr_sleepers; i++)
+		if (kc.sleepers[i].addr == addr)
+			return &kc.sleepers[i];
+	return NULL;
+}
+
+static void sleeper_drop(struct kc_sleeper *s)
+{
+	free(s->iv);
+	*s = kc.sleepers[--kc.nr_sleepers];
+	atomic_store(&kc.nr_asleep, kc.nr_sleepers);
+}
+
+/* [a, b) of @s becomes covered (@add) or not; -ENOMEM. */
+static int cover(struct kc_sleeper *s, uintptr_t a, uintptr_t b, bool add)
+{
+	unsigned int i, j, n = 0;
+	uintptr_t ta, tb;
+	__typeof__(s->iv) v;
+
+	a = a < s->addr ? s->addr : a;
+	b = b > s->addr + s->len ? s->addr + s->len : b;
+	if (a >= b)
+		return 0;
+	v = malloc((s->nr_iv + 2) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (i = 0; i < s->nr_iv; i++) {
+		ta = s->iv[i].a;
+		tb = s->iv[i].b;
+		if (tb <= a || ta >= b) {
+			v[n].a = ta;
+			v[n++].b = tb;
+			continue;
+		}
+		if (ta < a) {
+			v[n].a = ta;
+			v[n++].b = a;
+		}
+		if (tb > b) {
+			v[n].a = b;
+			v[n++].b = tb;
+		}
+	}
+	if (add) {
+		v[n].a = a;
+		v[n++].b = b;
+	}
+	/* sort (few intervals), then merge touching ones */
+	for (i = 1; i < n; i++)
+		for (j = i; j > 0 && v[j - 1].a > v[j].a; j--) {
+			ta = v[j].a, tb = v[j].b;
+			v[j] = v[j - 1];
+			v[j - 1].a = ta, v[j - 1].b = tb;
+		}
+	for (i = 0, j = 0; i < n; i++) {
+		if (j && v[i].a <= v[j - 1].b) {
+			if (v[i].b > v[j - 1].b)
+				v[j - 1].b = v[i].b;
+		} else {
+			v[j++] = v[i];
+		}
+	}
+	free(s->iv);
+	s->iv = v;
+	s->nr_iv = j;
+	return 0;
+}
+
+static bool covered(const struct kc_sleeper *s)
+{
+	return s->nr_iv == 1 && s->iv[0].a == s->addr &&
+	       s->iv[0].b == s->addr + s->len;
+}
+
+/* ---- export of the region's new memory ---- */
+
+static const char *cu_err(kvd_CUresult r)
+{
+	static const struct { kvd_CUresult r; const char *name; } n[] = {
+		{ KVD_CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE" },
+		{ KVD_CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE" },
+		{ KVD_CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT" },
+		{ KVD_CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED" },
+		{ KVD_CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED" },
+	};
+	unsigned int i;
+
+	for (i = 0; i < sizeof(n) / sizeof(n[0]); i++)
+		if (n[i].r == r)
+			return n[i].name;
+	return "CUDA error";
+}
+
+/*
+ * [addr, addr+len) as a dma-buf fd, in the primary context of the memory's
+ * device (pushed and popped: the caller's current context is kept). The
+ * PCIe mapping first, flags 0 where the driver refuses it (before 12.8).
+ */
+static kvd_CUresult kc_export(uintptr_t addr, size_t len, int *fd)
+{
+	kvd_cuPointerGetAttribute_fn *attr = real(S_POINTER_ATTR);
+	kvd_cuDeviceGet_fn *get = real(S_DEVICE_GET);
+	kvd_cuDevicePrimaryCtxRetain_fn *retain = real(S_PRIMARY_RETAIN);
+	kvd_cuDevicePrimaryCtxRelease_fn *release = real(S_PRIMARY_RELEASE);
+	kvd_cuCtxPushCurrent_fn *push = real(S_CTX_PUSH);
+	kvd_cuCtxPopCurrent_fn *pop = real(S_CTX_POP);
+	kvd_cuMemGetHandleForAddressRange_fn *ex = real(S_EXPORT);
+	kvd_CUdeviceptr p = (kvd_CUdeviceptr)addr;
+	kvd_CUcontext pctx = NULL, popped;
+	kvd_CUdevice dev;
+	kvd_CUresult r;
+	int ordinal = -1;
+
+	if (!attr || !get || !retain || !release || !push || !pop || !ex) {
+		fail("wake of %#" PRIxPTR "+%#zx: the CUDA driver lacks "
+		     "cuMemGetHandleForAddressRange or the context calls "
+		     "(before CUDA 11.7?)", addr, len);
+		return KVD_CUDA_ERROR_NOT_SUPPORTED;
+	}
+	r = attr(&ordinal, KVD_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
+	if (r == KVD_CUDA_SUCCESS)
+		r = get(&dev, ordinal);
+	if (r == KVD_CUDA_SUCCESS)
+		r = retain(&pctx, dev);
+	if (r != KVD_CUDA_SUCCESS) {
+		fail("wake of %#" PRIxPTR "+%#zx: no device context for its "
+		     "memory (%s, %u)", addr, len, cu_err(r), r);
+		return r;
+	}
+	r = push(pctx);
+	if (r == KVD_CUDA_SUCCESS) {
+		r = ex(fd, p, len, KVD_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+		       KVD_CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE);
+		if (r == KVD_CUDA_ERROR_NOT_SUPPORTED ||
+		    r == KVD_CUDA_ERROR_INVALID_VALUE)
+			r = ex(fd, p, len,
+			       KVD_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+		pop(&popped);
+	}
+	release(dev);
+	if (r != KVD_CUDA_SUCCESS)
+		fail("wake of %#" PRIxPTR "+%#zx: cuMemGetHandleForAddressRange "
+		     "failed on device %d: %s (%u); the region stays asleep",
+		     addr, len, ordinal, cu_err(r), r);
+	return r;
+}
+
+/* ---- sleep and wake of one region (kc.transition held) ---- */
+
+static kvd_CUresult region_sleep(const struct kp_region_view *v)
+{
+	char why[KC_ERRMAX - 128];
+	struct kc_sleeper *s;
+	int rc;
+
+	if (v->proxy_fd >= 0 && !v->has_ops) {
+		fail("cuMemUnmap refused: KV region '%s' %#" PRIxPTR "+%#zx "
+		     "is awake and has a proxy dma-buf but no proxy operations "
+		     "(kvdmabuf_preload_set_proxy_ops): its registrations "
+		     "would stay on the old memory; nothing was unmapped "
+		     "(sleep it first: kvdmabuf_sleep + kvdmabuf_preload_sleep)",
+		     v->tag, v->addr, v->len);
+		return KVD_CUDA_ERROR_NOT_PERMITTED;
+	}
+	if (kc.nr_sleepers % 16 == 0) {
+		s = realloc(kc.sleepers, (kc.nr_sleepers + 16) *
+			    sizeof(*s));
+		if (!s) {
+			fail("cuMemUnmap refused: out of memory");
+			return KVD_CUDA_ERROR_NOT_PERMITTED;
+		}
+		kc.sleepers = s;
+	}
+	rc = kp_region_set_asleep(v->addr, true, why, sizeof(why));
+	if (rc) {
+		fail("cuMemUnmap refused: KV region '%s' %#" PRIxPTR "+%#zx "
+		     "cannot sleep: %s", v->tag, v->addr, v->len,
+		     rc == -ENOENT ? "undeclared meanwhile" : why);
+		return KVD_CUDA_ERROR_NOT_PERMITTED;
+	}
+	if (v->has_ops) {
+		why[0] = '\0';
+		kc_depth++;
+		rc = v->ops.revoke(v->ops.arg, (void *)v->addr, v->len, why,
+				   sizeof(why));
+		kc_depth--;
+		if (rc) {
+			kp_region_set_asleep(v->addr, false, NULL, 0);
+			fail("cuMemUnmap refused: revoke of KV region '%s' %#"
+			     PRIxPTR "+%#zx's proxy failed (%s): %s; nothing "
+			     "was unmapped", v->tag, v->addr, v->len,
+			     strerror(rc < 0 ? -rc : rc), why);
+			return KVD_CUDA_ERROR_NOT_PERMITTED;
+		}
+	}
+	/* one entry per region (woken by the hooks meanwhile: renewed) */
+	s = sleeper_at(v->addr);
+	if (s)
+		free(s->iv);
+	else
+		s = &kc.sleepers[kc.nr_sleepers++];
+	*s = (struct kc_sleeper){ .addr = v->addr, .len = v->len };
+	atomic_store(&kc.nr_asleep, kc.nr_sleepers);
+	return KVD_CUDA_SUCCESS;
+}
+
+/*
+ * New memory of @s is mapped and accessible: export, replace, awake, with
+ * the region's operations as they are now. On failure @s stays asleep (a
+ * later cuMemSetAccess tries again). A region undeclared meanwhile is
+ * forgotten: its owner took it back.
+ */
+static kvd_CUresult region_wake(struct kc_sleeper *s)
+{
+	char why[KC_ERRMAX - 128];
+	kvd_CUresult r = KVD_CUDA_SUCCESS;
+	struct kp_region_view v;
+	int fd = -1, rc;
+
+	if (kp_regions_overlapping(s->addr, s->len, &v, 1) != 1 ||
+	    v.addr != s->addr || v.len != s->len) {
+		sleeper_drop(s);
+		return KVD_CUDA_SUCCESS;
+	}
+	if (v.has_ops) {
+		r = kc_export(s->addr, s->len, &fd);
+		if (r != KVD_CUDA_SUCCESS)
+			return r;
+		why[0] = '\0';
+		kc_depth++;
+		rc = v.ops.replace(v.ops.arg, (void *)s->addr, s->len, fd,
+				   why, sizeof(why));
+		kc_depth--;
+		close(fd);
+		if (rc) {
+			fail("wake of %#" PRIxPTR "+%#zx: replace of its "
+			     "proxy's backing failed (%s): %s; the region "
+			     "stays asleep", s->addr, s->len,
+			     strerror(rc < 0 ? -rc : rc), why);
+			return KVD_CUDA_ERROR_NOT_PERMITTED;
+		}
+	}
+	kp_region_set_asleep(s->addr, false, NULL, 0);
+	sleeper_drop(s);
+	return r;
+}
+
+/*
+ * The regions a refused cuMemUnmap (@r) put to sleep, woken again on the
+ * memory still mapped. One that cannot be stays asleep (a cuMemSetAccess
+ * over it tries again), said after the first reason.
+ */
+static void rollback(kvd_CUdeviceptr ptr, size_t size, kvd_CUresult r,
+		     const uintptr_t *slept, unsigned int n)
+{
+	char first[KC_ERRMAX];
+	struct kc_sleeper *s;
+	unsigned int stuck = 0;
+
+	if (r != KVD_CUDA_ERROR_NOT_PERMITTED)  /* the driver's refusal */
+		snprintf(kc_err, sizeof(kc_err), "cuMemUnmap(0x%llx, %#zx): "
+			 "the driver refused it (%s, %u)", ptr, size,
+			 cu_err(r), r);
+	memcpy(first, kc_err, sizeof(first));
+	while (n) {
+		s = sleeper_at(slept[--n]);
+		if (s && region_wake(s) != KVD_CUDA_SUCCESS)
+			stuck++;
+	}
+	if (stuck)
+		fail("%s; %u KV region(s) it put to sleep stay asleep on memory "
+		     "still mapped (the wake failed: a cuMemSetAccess over "
+		     "them tries again)", first, stuck);
+	else
+		memcpy(kc_err, first, sizeof(first));
+}
+
+/* ---- the entry points ---- */
+
+kvd_CUresult kc_mem_unmap(kvd_CUdeviceptr ptr, size_t size)
+{
+	kvd_cuMemUnmap_fn *f = real(S_MEM_UNMAP);
+	struct kp_region_view v[KC_MAX_REGIONS];
+	uintptr_t slept[KC_MAX_REGIONS];
+	unsigned int n, i, nr_slept = 0;
+	kvd_CUresult r = KVD_CUDA_SUCCESS;
+
+	atomic_fetch_add(&kc.calls[S_MEM_UNMAP], 1);
+	if (!f)
+		return KVD_CUDA_ERROR_NOT_SUPPORTED;
+	if (kc_depth || !size ||
+	    !kp_regions_overlapping((uintptr_t)ptr, size, NULL, 0))
+		return f(ptr, size);
+	pthread_mutex_lock(&kc.transition);
+	n = kp_regions_overlapping((uintptr_t)ptr, size, v, KC_MAX_REGIONS);
+	if (n > KC_MAX_REGIONS) {
+		fail("cuMemUnmap(0x%llx, %#zx) refused: it covers %u KV "
+		     "regions, more than %u; nothing was unmapped", ptr, size,
+		     n, KC_MAX_REGIONS);
+		r = KVD_CUDA_ERROR_NOT_PERMITTED;
+		n = 0;
+	}
+	/* every awake region first, all or nothing */
+	for (i = 0; i < n && r == KVD_CUDA_SUCCESS; i++) {
+		if (v[i].asleep)
+			continue;
+		r = region_sleep(&v[i]);
+		if (r == KVD_CUDA_SUCCESS)
+			slept[nr_slept++] = v[i].addr;
+	}
+	if (r == KVD_CUDA_SUCCESS) {
+		kc_depth++;
+		r = f(ptr, size);
+		kc_depth--;
+	}
+	/* what set-access covered of a sleeping region is unmapped again
+	 * (out of memory: all of it counts as not covered) */
+	for (i = 0; r == KVD_CUDA_SUCCESS && i < kc.nr_sleepers; i++)
+		if (cover(&kc.sleepers[i], (uintptr_t)ptr,
+			  (uintptr_t)ptr + size, false))
+			kc.sleepers[i].nr_iv = 0;
+	/* refused, or the driver refused the unmap: the memory is still
+	 * there, so the regions slept here wake on it again */
+	if (r != KVD_CUDA_SUCCESS && nr_slept)
+		rollback(ptr, size, r, slept, nr_slept);
+	pthread_mutex_unlock(&kc.transition);
+	return r;
+}
+
+kvd_CUresult kc_mem_map(kvd_CUdeviceptr ptr, size_t size, size_t offset,
+			kvd_CUmemGenericAllocationHandle handle,
+			unsigned long long flags)
+{
+	kvd_cuMemMap_fn *f = real(S_MEM_MAP);
+
+	atomic_fetch_add(&kc.calls[S_MEM_MAP], 1);
+	return f ? f(ptr, size, offset, handle, flags) :
+		   KVD_CUDA_ERROR_NOT_SUPPORTED;
+}
+
+kvd_CUresult kc_mem_set_access(kvd_CUdeviceptr ptr, size_t size,
+			       const kvd_CUmemAccessDesc *desc, size_t count)
+{
+	kvd_cuMemSetAccess_fn *f = real(S_MEM_SET_ACCESS);
+	uintptr_t a = (uintptr_t)ptr;
+	kvd_CUresult r, w;
+	struct kc_sleeper *s;
+	unsigned int i;
+
+	atomic_fetch_add(&kc.calls[S_MEM_SET_ACCESS], 1);
+	if (!f)
+		return KVD_CUDA_ERROR_NOT_SUPPORTED;
+	if (kc_depth || !atomic_load(&kc.nr_asleep))
+		return f(ptr, size, desc, count);
+	pthread_mutex_lock(&kc.transition);
+	kc_depth++;
+	r = f(ptr, size, desc, count);
+	kc_depth--;
+	for (i = 0; r == KVD_CUDA_SUCCESS && i < kc.nr_sleepers; ) {
+		s = &kc.sleepers[i];
+		if (a >= s->addr + s->len || s->addr >= a + size) {
+			i++;
+			continue;
+		}
+		if (cover(s, a, a + size, true)) {
+			fail("wake of %#" PRIxPTR "+%#zx: out of memory",
+			     s->addr, s->len);
+			r = KVD_CUDA_ERROR_NOT_PERMITTED;
+			break;
+		}
+		if (!covered(s)) {
+			i++;
+			continue;
+		}
+		w = region_wake(s);     /* drops s (the last moves to i) */
+		if (w != KVD_CUDA_SUCCESS) {
+			r = w;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&kc.transition);
+	return r;
+}
+
+/* The entry points the driver handed back, swapped for ours. */
+static void hand_back(const char *symbol, void **pfn, int version)
+{
+	void *got;
+	unsigned int i;
+
+	if (!symbol || !pfn || !*pfn || is_own(*pfn))
+		return;
+	got = *pfn;
+	for (i = 0; i < S_NR_ENTRIES; i++) {
+		if (i == S_GET_PROC_V2 || strcmp(symbol, kc_symbol[i]))
+			continue;
+		if (i == S_GET_PROC &&
+		    (got == real(S_GET_PROC_V2) ||
+		     (got != real(S_GET_PROC) &&
+		      version >= KC_GET_PROC_V2_SINCE)))
+			i = S_GET_PROC_V2;
+		if (!atomic_load(&kc.real[i]))
+			atomic_store(&kc.real[i], got);
+		*pfn = kc_own[i];
+		return;
+	}
+}
+
+kvd_CUresult kc_get_proc(const char *symbol, void **pfn, int cudaVersion,
+			 kvd_cuuint64_t flags)
+{
+	kvd_cuGetProcAddress_v1_fn *f = real(S_GET_PROC);
+	kvd_CUresult r;
+
+	atomic_fetch_add(&kc.calls[S_GET_PROC], 1);
+	if (!f)
+		return KVD_CUDA_ERROR_NOT_SUPPORTED;
+	r = f(symbol, pfn, cudaVersion, flags);
+	if (r == KVD_CUDA_SUCCESS)
+		hand_back(symbol, pfn, cudaVersion);
+	return r;
+}
+
+kvd_CUresult kc_get_proc_v2(const char *symbol, void **pfn, int cudaVersion,
+			    kvd_cuuint64_t flags,
+			    kvd_CUdriverProcAddressQueryResult *status)
+{
+	kvd_cuGetProcAddress_fn *f = real(S_GET_PROC_V2);
+	kvd_CUresult r;
+
+	atomic_fetch_add(&kc.calls[S_GET_PROC_V2], 1);
+	if (!f)
+		return KVD_CUDA_ERROR_NOT_SUPPORTED;
+	r = f(symbol, pfn, cudaVersion, flags, status);
+	if (r == KVD_CUDA_SUCCESS)
+		hand_back(symbol, pfn, cudaVersion);
+	return r;
+}
+
+/* The exported names (version script: libkvdmabuf-preload.map). */
+EXPORT kvd_cuMemUnmap_fn cuMemUnmap __attribute__((alias("kc_mem_unmap")));
+EXPORT kvd_cuMemMap_fn cuMemMap __attribute__((alias("kc_mem_map")));
+EXPORT kvd_cuMemSetAccess_fn cuMemSetAccess
+	__attribute__((alias("kc_mem_set_access")));
+EXPORT kvd_cuGetProcAddress_v1_fn cuGetProcAddress
+	__attribute__((alias("kc_get_proc")));
+EXPORT kvd_cuGetProcAddress_fn cuGetProcAddress_v2
+	__attribute__((alias("kc_get_proc_v2")));
+
+/*
+ * ---- dlsym() on a handle of libcuda (x86-64) ----
+ * The CUDA runtime opens libcuda itself and looks cuGetProcAddress_v2 up
+ * with dlsym(handle, ...), which no symbol interposition reaches; every
+ * other entry point it (and PyTorch, NCCL through it) uses comes from
+ * that function. So dlsym is interposed too (dlsym@@GLIBC_2.34 and the
+ * dlsym@GLIBC_2.2.5 older programs bind to): a lookup of one of the five
+ * names on a real handle gets the preload's entry point (the driver's is
+ * kept to forward to); every other call is a tail jump into glibc's
+ * dlsym, so that what depends on the caller (RTLD_NEXT, RTLD_DEFAULT from
+ * a library loaded RTLD_LOCAL, dlmopen namespaces) still sees the real
+ * caller. The jump needs assembly: x86-64 only; elsewhere dlsym is not
+ * interposed and those lookups reach the driver. dlvsym is not
+ * interposed (libcuda's symbols have no versions).
+ */
+#if defined(__x86_64__) && defined(__ELF__)
+KP_HIDDEN void *kc_dlsym_next;  /* glibc's dlsym */
+KP_HIDDEN void *kc_dlsym_filter(void *handle, const char *name);
+
+void *kc_dlsym_filter(void *handle, const char *name)
+{
+	void *f = __atomic_load_n(&kc_dlsym_next, __ATOMIC_ACQUIRE);
+	unsigned int i;
+
+	if (!f) {
+		f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+		if (!f)
+			f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+		if (!f) {
+			fprintf(stderr, "kvdmabuf-preload: glibc's dlsym not "
+				"found\n");
+			abort();
+		}
+		__atomic_store_n(&kc_dlsym_next, f, __ATOMIC_RELEASE);
+	}
+	if (handle == RTLD_DEFAULT || handle == RTLD_NEXT || !name ||
+	    name[0] != 'c' || name[1] != 'u')
+		return NULL;
+	for (i = 0; i < S_NR_ENTRIES; i++) {
+		if (strcmp(name, kc_symbol[i]))
+			continue;
+		/* the handle's own (its caller is not asked for) */
+		f = ((void *(*)(void *, const char *))f)(handle, name);
+		if (!f || is_own(f))
+			return NULL;    /* glibc answers, dlerror() and all */
+		if (!atomic_load(&kc.real[i]))
+			atomic_store(&kc.real[i], f);
+		return kc_own[i];
+	}
+	return NULL;
+}
+
+/* dlsym: the filter's answer, or on to glibc with the caller's return
+ * address still on the stack. */
+__asm__(".text\n"
+	".p2align 4\n"
+	".type kc_dlsym, @function\n"
+	".type kc_dlsym_old, @function\n"
+	".globl kc_dlsym\n"
+	".globl kc_dlsym_old\n"
+	"kc_dlsym:\n"
+	"kc_dlsym_old:\n"
+	"	.cfi_startproc\n"
+#ifdef __CET__
+	"	endbr64\n"
+#endif
+	"	push %rdi\n"
+	"	.cfi_adjust_cfa_offset 8\n"
+	"	push %rsi\n"
+	"	.cfi_adjust_cfa_offset 8\n"
+	"	sub $8, %rsp\n"
+	"	.cfi_adjust_cfa_offset 8\n"
+	"	call kc_dlsym_filter\n"
+	"	add $8, %rsp\n"
+	"	.cfi_adjust_cfa_offset -8\n"
+	"	pop %rsi\n"
+	"	.cfi_adjust_cfa_offset -8\n"
+	"	pop %rdi\n"
+	"	.cfi_adjust_cfa_offset -8\n"
+	"	test %rax, %rax\n"
+	"	jz 1f\n"
+	"	ret\n"
+	"1:	jmp *kc_dlsym_next(%rip)\n"
+	"	.cfi_endproc\n"
+	".size kc_dlsym, .-kc_dlsym\n"
+	".size kc_dlsym_old, .-kc_dlsym_old\n"
+	".symver kc_dlsym, dlsym@@GLIBC_2.34\n"
+	".symver kc_dlsym_old, dlsym@GLIBC_2.2.5\n");
+#endif
+
+/* ---- the API (kvdmabuf_preload.h) ---- */
+
+EXPORT int kvdmabuf_preload_set_proxy_ops(void *addr,
+				const struct kvdmabuf_preload_proxy_ops *ops)
+{
+	if (ops && (!ops->revoke || !ops->replace))
+		return -EINVAL;
+	return kp_region_set_ops((uintptr_t)addr, ops);
+}
+
+EXPORT int kvdmabuf_preload_cuda_error(char *buf, size_t len)
+{
+	if (buf && len)
+		snprintf(buf, len, "%s", kc_err);
+	return (int)strlen(kc_err);
+}

@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * preload_internal.h - what preload_cuda.c (the CUDA driver interposer)
+ * reads and changes of preload.c's region table. Hidden: the version
+ * script exports none of it.
+ */
+#ifndef KVDMABUF_PRELOAD_INTERNAL_H
+#define KVDMABUF_PRELOAD_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvdmabuf_preload.h"
+
+#define KP_HIDDEN __attribute__((visibility("hidden")))
+
+/* A copy of one declared region, taken under the table's lock. */
+struct kp_region_view {
+	uintptr_t addr;
+	size_t len;
+	char tag[64];
+	int proxy_fd;                   /* -1: none */
+	uint64_t proxy_off;
+	bool asleep;
+	bool has_ops;                   /* kvdmabuf_preload_set_proxy_ops() */
+	struct kvdmabuf_preload_proxy_ops ops;
+};
+
+/* The declared regions overlapping [a, a+len), at most @max of them
+ * copied to @v, in the table's order. Return: how many overlap. */
+KP_HIDDEN unsigned int kp_regions_overlapping(uintptr_t a, size_t len,
+					      struct kp_region_view *v,
+					      unsigned int max);
+
+/*
+ * Mark the region that starts at @addr asleep (checked as
+ * kvdmabuf_preload_check() does, in the same critical section: -EBUSY or
+ * -EINVAL with the reason in @err, nothing changed) or awake.
+ * -ENOENT: no region starts there.
+ */
+KP_HIDDEN int kp_region_set_asleep(uintptr_t addr, bool asleep, char *err,
+				   size_t err_len);
+
+/* Set (@ops non-NULL) or clear the proxy operations of the region that
+ * starts at @addr. -ENOENT: none starts there. */
+KP_HIDDEN int kp_region_set_ops(uintptr_t addr,
+				const struct kvdmabuf_preload_proxy_ops *ops);
+
+/* kvdmabuf_preload_calls() for the CUDA entry points; -ENOENT: not one. */
+KP_HIDDEN long long kp_cuda_calls(const char *symbol);
+
+#endif /* KVDMABUF_PRELOAD_INTERNAL_H */

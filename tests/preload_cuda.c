@@ -1,0 +1,682 @@
+// SPDX-License-Identifier: MIT
+/*
+ * preload_cuda - sleep and wake of a declared KV region driven by the
+ * engine's own CUDA calls under libkvdmabuf-preload.so: cuMemUnmap and
+ * cuMemSetAccess resolved by the dynamic linker (dlsym(RTLD_DEFAULT)) and
+ * fetched with cuGetProcAddress / cuGetProcAddress_v2 all land in the
+ * interposer; the proxy is revoked before the unmap reaches the driver and
+ * replaced with a fresh export after the last cuMemSetAccess; ranges
+ * outside the declared regions, and names the interposer does not own,
+ * pass through; a refused sleep (no proxy operations, a revoke that
+ * fails, an engine MR that cannot follow) returns CUDA_ERROR_NOT_PERMITTED
+ * and leaves the memory mapped; a driver that refuses the unmap gets the
+ * region woken again on the same memory.
+ *
+ * Host-only, no kernel module. What stands in:
+ *  - tests/fake_cuda/libcuda.so.1 for the CUDA driver (VMM calls,
+ *    cuGetProcAddress, cuMemGetHandleForAddressRange), logging its calls
+ *    in order;
+ *  - tests/preload/fake/libibverbs.so.1 for libibverbs (an engine's MR);
+ *  - the proxy operations below for the owner of the region's proxy (a
+ *    kvdmabuf context: KVDMABUF_IOCTL_REVOKE and KVDMABUF_IOCTL_ATTACH
+ *    with KVDMABUF_ATTACH_REPLACE on /dev/kvdmabuf); they note "revoke"
+ *    and "replace" in the same log, and what they saw of the memory then.
+ * The preload and the stand-ins are dlopen()ed with RTLD_GLOBAL in that
+ * order, so that the global lookup finds the preload first, as
+ * LD_PRELOAD makes it (LD_PRELOAD itself would put the preload ahead of
+ * the sanitizers' runtime in the asan twin). Not linked with libibverbs.
+ * One test runs tests/preload/cuda_engine, an engine linked with -lcuda,
+ * under LD_PRELOAD itself.
+ */
+#include <dlfcn.h>
+#include <libgen.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <infiniband/verbs.h>
+
+#include "harness.h"
+#include "cuda_api.h"
+#include "kvdmabuf_preload.h"
+
+#define PAGE 4096ul
+#define CHUNK (16 * PAGE)       /* one cuMemCreate allocation */
+#define NCHUNK 4                /* chunks 0-1: the region; 2-3: outside */
+#define RW KVD_CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+
+/* What the test calls: through the global lookup (the interposer), the
+ * driver's own (its handle), the fakes' test APIs, the preload's API. */
+static struct {
+	void *pre, *cuda, *verbs;
+	kvd_cuMemUnmap_fn *unmap;
+	kvd_cuMemMap_fn *map;
+	kvd_cuMemSetAccess_fn *access;
+	kvd_cuGetProcAddress_fn *gpa2;
+	kvd_cuGetProcAddress_v1_fn *gpa1;
+	struct ibv_mr *(*reg_mr)(struct ibv_pd *, void *, size_t, int);
+	int (*dereg_mr)(struct ibv_mr *);
+	kvd_cuMemUnmap_fn *d_unmap;
+	kvd_cuMemMap_fn *d_map;
+	kvd_cuMemSetAccess_fn *d_access;
+	kvd_cuMemCreate_fn *d_create;
+	kvd_cuMemRelease_fn *d_release;
+	kvd_cuMemAddressReserve_fn *d_reserve;
+	kvd_cuGetProcAddress_fn *d_gpa2;
+	void (*note)(const char *);
+	void (*log)(char *, size_t);
+	int (*access_of)(void *);
+	void (*last_export)(unsigned long long *, size_t *, unsigned long *);
+	int *dmabuf_errno;
+	int (*declare)(void *, size_t, const char *, int, uint64_t);
+	int (*set_ops)(void *, const struct kvdmabuf_preload_proxy_ops *);
+	int (*undeclare)(void *);
+	int (*query)(struct kvdmabuf_preload_state *);
+	long long (*calls)(const char *);
+	int (*cuda_error)(char *, size_t);
+} t;
+
+/* The stand-in proxy owner: what it was asked, what it saw. */
+static struct {
+	int revoke_rc, replace_rc;
+	int revoked, replaced;
+	int mapped_at_revoke;   /* first and last byte of the region */
+	int access_at_replace;  /* the smaller of the two; -1: unmapped */
+	long long replace_size; /* of the dma-buf handed over */
+} so;
+
+static int so_revoke(void *arg, void *addr, size_t len, char *err,
+		     size_t n)
+{
+	(void)arg;
+	t.note("revoke");
+	so.revoked++;
+	so.mapped_at_revoke = t.access_of(addr) >= 0 &&
+			      t.access_of((char *)addr + len - 1) >= 0;
+	if (so.revoke_rc)
+		snprintf(err, n, "the stand-in proxy refuses");
+	return so.revoke_rc;
+}
+
+static int so_replace(void *arg, void *addr, size_t len, int fd, char *err,
+		      size_t n)
+{
+	struct stat st;
+	int a, b;
+
+	(void)arg;
+	t.note("replace");
+	so.replaced++;
+	a = t.access_of(addr);
+	b = t.access_of((char *)addr + len - 1);
+	so.access_at_replace = a < b ? a : b;
+	so.replace_size = fstat(fd, &st) ? -1 : (long long)st.st_size;
+	if (so.replace_rc)
+		snprintf(err, n, "the stand-in proxy refuses");
+	return so.replace_rc;
+}
+
+static const struct kvdmabuf_preload_proxy_ops so_ops = {
+	.revoke = so_revoke, .replace = so_replace,
+};
+
+/* tests/ of the build tree, from this program's path (tests/asan/ too). */
+static void path_of(char *buf, size_t len, const char *rel)
+{
+	char exe[PATH_MAX], *d;
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	size_t l;
+
+	exe[n > 0 ? n : 0] = '\0';
+	d = dirname(exe);
+	l = strlen(d);
+	if (l >= 5 && !strcmp(d + l - 5, "/asan"))
+		d[l - 5] = '\0';
+	snprintf(buf, len, "%s/%s", d, rel);
+}
+
+/* 0, or the reason why not in @why. */
+static int load(char *why, size_t len)
+{
+	char pre[PATH_MAX], cuda[PATH_MAX], verbs[PATH_MAX];
+
+	path_of(pre, sizeof(pre), "../lib/libkvdmabuf-preload.so");
+	path_of(cuda, sizeof(cuda), "fake_cuda/libcuda.so.1");
+	path_of(verbs, sizeof(verbs), "preload/fake/libibverbs.so.1");
+	if (access(pre, R_OK) || access(cuda, R_OK) || access(verbs, R_OK)) {
+		snprintf(why, len, "%.120s, %.120s or %.120s not built", pre,
+			 cuda, verbs);
+		return -1;
+	}
+	t.pre = dlopen(pre, RTLD_NOW | RTLD_GLOBAL);
+	t.cuda = dlopen(cuda, RTLD_NOW | RTLD_GLOBAL);
+	t.verbs = dlopen(verbs, RTLD_NOW | RTLD_GLOBAL);
+	if (!t.pre || !t.cuda || !t.verbs) {
+		snprintf(why, len, "dlopen: %s", dlerror());
+		return -1;
+	}
+#define G(f, name) *(void **)&t.f = dlsym(RTLD_DEFAULT, name)
+#define D(f, name) *(void **)&t.f = dlsym(t.cuda, name)
+	G(unmap, "cuMemUnmap");
+	G(map, "cuMemMap");
+	G(access, "cuMemSetAccess");
+	G(gpa2, "cuGetProcAddress_v2");
+	G(gpa1, "cuGetProcAddress");
+	*(void **)&t.reg_mr = dlvsym(RTLD_DEFAULT, "ibv_reg_mr", "IBVERBS_1.1");
+	*(void **)&t.dereg_mr = dlvsym(RTLD_DEFAULT, "ibv_dereg_mr",
+				       "IBVERBS_1.1");
+	D(d_unmap, "cuMemUnmap");
+	D(d_map, "cuMemMap");
+	D(d_access, "cuMemSetAccess");
+	D(d_create, "cuMemCreate");
+	D(d_release, "cuMemRelease");
+	D(d_reserve, "cuMemAddressReserve");
+	D(d_gpa2, "cuGetProcAddress_v2");
+	D(note, "fakecu_note");
+	D(log, "fakecu_log");
+	D(access_of, "fakecu_access");
+	D(last_export, "fakecu_last_export");
+	*(void **)&t.dmabuf_errno = dlsym(t.verbs, "fake_dmabuf_errno");
+	G(declare, "kvdmabuf_preload_declare");
+	G(set_ops, "kvdmabuf_preload_set_proxy_ops");
+	G(undeclare, "kvdmabuf_preload_undeclare");
+	G(query, "kvdmabuf_preload_query");
+	G(calls, "kvdmabuf_preload_calls");
+	G(cuda_error, "kvdmabuf_preload_cuda_error");
+#undef G
+#undef D
+	if (!t.unmap || !t.map || !t.access || !t.gpa2 || !t.gpa1 ||
+	    !t.reg_mr || !t.dereg_mr || !t.d_unmap || !t.d_map ||
+	    !t.d_access || !t.d_create || !t.d_release || !t.d_reserve ||
+	    !t.d_gpa2 || !t.note || !t.log || !t.access_of ||
+	    !t.last_export || !t.dmabuf_errno || !t.declare || !t.set_ops || !t.undeclare ||
+	    !t.query || !t.calls || !t.cuda_error) {
+		snprintf(why, len, "a symbol is missing");
+		return -1;
+	}
+	return 0;
+}
+
+/* cuMemCreate of one chunk on device 0, GPUDirect RDMA capable. */
+static kvd_CUresult create(kvd_CUmemGenericAllocationHandle *h)
+{
+	kvd_CUmemAllocationProp p = { 0 };
+
+	p.type = KVD_CU_MEM_ALLOCATION_TYPE_PINNED;
+	p.location.type = KVD_CU_MEM_LOCATION_TYPE_DEVICE;
+	p.location.id = 0;
+	p.allocFlags.gpuDirectRDMACapable = 1;
+	return t.d_create(h, CHUNK, &p, 0);
+}
+
+static const kvd_CUmemAccessDesc rw = {
+	.location = { .type = KVD_CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
+	.flags = RW,
+};
+
+static char *log_now(void)
+{
+	static char buf[4096];
+
+	t.log(buf, sizeof(buf));
+	return buf;
+}
+
+static unsigned int asleep(void)
+{
+	struct kvdmabuf_preload_state st;
+
+	return t.query(&st) ? ~0u : st.nr_asleep;
+}
+
+#define LOG_IS(want)                                                    \
+	do {                                                            \
+		const char *l_ = log_now();                             \
+		if (strcmp(l_, want))                                   \
+			TH_LOG("call log '%s', expected '%s'", l_, want); \
+		EXPECT_EQ(0, strcmp(l_, want));                         \
+	} while (0)
+
+#define ERROR_HAS(what)                                                 \
+	do {                                                            \
+		char e_[512];                                           \
+		t.cuda_error(e_, sizeof(e_));                           \
+		if (!strstr(e_, what))                                  \
+			TH_LOG("error '%s' lacks '%s'", e_, what);      \
+		EXPECT_NOT_NULL(strstr(e_, what));                      \
+	} while (0)
+
+FIXTURE(kv) {
+	char *base;             /* NCHUNK chunks, mapped, read-write */
+	kvd_CUmemGenericAllocationHandle h[NCHUNK];
+	int proxy;              /* stands for the region's proxy dma-buf */
+};
+
+FIXTURE_SETUP(kv)
+{
+	kvd_CUdeviceptr p;
+	char why[400];
+	int i;
+
+	memset(&so, 0, sizeof(so));
+	self->proxy = -1;
+	if (load(why, sizeof(why)))
+		SKIP(return, "%s", why);
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.d_reserve(&p, NCHUNK * CHUNK, 0, 0, 0));
+	self->base = (char *)(uintptr_t)p;
+	for (i = 0; i < NCHUNK; i++) {
+		ASSERT_EQ(KVD_CUDA_SUCCESS, create(&self->h[i]));
+		ASSERT_EQ(KVD_CUDA_SUCCESS, t.d_map(p + i * CHUNK, CHUNK, 0,
+						    self->h[i], 0));
+		ASSERT_EQ(KVD_CUDA_SUCCESS, t.d_access(p + i * CHUNK, CHUNK,
+						       &rw, 1));
+	}
+	self->proxy = memfd_create("stand-in-proxy", MFD_CLOEXEC);
+	ASSERT_LE(0, self->proxy);
+	ASSERT_EQ(0, t.declare(self->base, 2 * CHUNK, "kv", self->proxy, 0));
+	ASSERT_EQ(0, t.set_ops(self->base, &so_ops));
+	log_now();
+	/* the global lookup found the interposer, not the driver */
+	ASSERT_NE((void *)t.d_unmap, (void *)t.unmap);
+}
+
+FIXTURE_TEARDOWN(kv)
+{
+	if (self->proxy >= 0)
+		close(self->proxy);
+}
+
+/* The engine's wake of chunk @i: new memory mapped there, then access,
+ * through @map and @access (the interposer's, however obtained). */
+static int remap(char *base, int i, kvd_cuMemMap_fn *map,
+		 kvd_cuMemSetAccess_fn *access)
+{
+	kvd_CUdeviceptr p = (kvd_CUdeviceptr)(uintptr_t)(base + i * CHUNK);
+	kvd_CUmemGenericAllocationHandle h;
+
+	if (create(&h) || map(p, CHUNK, 0, h, 0))
+		return -1;
+	t.d_release(h);                 /* mapped: the memory stays */
+	return access(p, CHUNK, &rw, 1) ? -1 : 0;
+}
+
+TEST_F(kv, dlsym_resolved_calls_sleep_before_unmap_wake_after_access)
+{
+	kvd_CUdeviceptr b = (kvd_CUdeviceptr)(uintptr_t)self->base;
+	unsigned long long ptr;
+	unsigned long n0, n;
+	size_t size;
+
+	t.last_export(&ptr, &size, &n0);
+	/* the first unmap in the region: revoked while still mapped */
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.unmap(b, CHUNK));
+	LOG_IS("revoke unmap");
+	EXPECT_EQ(1, so.mapped_at_revoke);
+	EXPECT_EQ(1u, asleep());
+	EXPECT_EQ(-1, t.access_of(self->base));
+	/* the rest of it: asleep already, no second revoke */
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.unmap(b + CHUNK, CHUNK));
+	LOG_IS("unmap");
+	EXPECT_EQ(1, so.revoked);
+	t.d_release(self->h[0]);
+	t.d_release(self->h[1]);
+	/* half of it back: nothing swapped yet */
+	ASSERT_EQ(0, remap(self->base, 0, t.map, t.access));
+	LOG_IS("map access");
+	EXPECT_EQ(0, so.replaced);
+	EXPECT_EQ(1u, asleep());
+	/* all of it: exported and swapped after the last access */
+	ASSERT_EQ(0, remap(self->base, 1, t.map, t.access));
+	LOG_IS("map access export replace");
+	EXPECT_EQ(1, so.replaced);
+	EXPECT_EQ(RW, so.access_at_replace);
+	EXPECT_EQ((long long)(2 * CHUNK), so.replace_size);
+	t.last_export(&ptr, &size, &n);
+	EXPECT_EQ(b, ptr);
+	EXPECT_EQ(2 * CHUNK, size);
+	EXPECT_EQ(n0 + 1, n);
+	EXPECT_EQ(0u, asleep());
+	EXPECT_EQ(2, t.calls("cuMemUnmap"));
+	EXPECT_EQ(2, t.calls("cuMemMap"));
+	EXPECT_EQ(2, t.calls("cuMemSetAccess"));
+}
+
+TEST_F(kv, cuGetProcAddress_hands_back_the_interposer)
+{
+	kvd_CUdeviceptr b = (kvd_CUdeviceptr)(uintptr_t)self->base;
+	kvd_CUdriverProcAddressQueryResult st = ~0u;
+	kvd_cuMemUnmap_fn *unmap = NULL;
+	kvd_cuMemMap_fn *map = NULL;
+	kvd_cuMemSetAccess_fn *access = NULL;
+	void *f = NULL, *d = NULL;
+
+	/* the three, from either entry point; the driver's own differ */
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.gpa2("cuMemUnmap", (void **)&unmap,
+					   12000, 0, &st));
+	EXPECT_EQ(KVD_CU_GET_PROC_ADDRESS_SUCCESS, st);
+	EXPECT_EQ((void *)t.unmap, (void *)unmap);
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.gpa1("cuMemMap", (void **)&map, 11030,
+					   KVD_CU_GET_PROC_ADDRESS_LEGACY_STREAM));
+	EXPECT_EQ((void *)t.map, (void *)map);
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.gpa2("cuMemSetAccess", (void **)&access,
+		  12000, KVD_CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+		  NULL));
+	EXPECT_EQ((void *)t.access, (void *)access);
+	/* cuGetProcAddress itself: the ABI the driver chose, ours */
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.gpa2("cuGetProcAddress", &f, 12000, 0,
+					   NULL));
+	EXPECT_EQ((void *)t.gpa2, f);
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.gpa2("cuGetProcAddress", &f, 11030, 0,
+					   NULL));
+	EXPECT_EQ((void *)t.gpa1, f);
+	/* anything else: the driver's answer, untouched */
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.gpa2("cuMemCreate", &f, 12000, 0, NULL));
+	EXPECT_EQ((void *)t.d_create, f);
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.gpa2("cuMemUnmap", &f, 10010, 0, &st));
+	EXPECT_NULL(f);
+	EXPECT_EQ(KVD_CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT, st);
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.gpa2("cuNoSuchCall", &f, 12000, 0, &st));
+	EXPECT_NULL(f);
+	EXPECT_EQ(KVD_CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, st);
+	EXPECT_EQ(KVD_CUDA_ERROR_INVALID_VALUE,
+		  t.gpa2("cuMemUnmap", &f, 99000, 0, NULL));
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.d_gpa2("cuMemUnmap", &d, 12000, 0,
+					     NULL));
+	EXPECT_NE(d, (void *)unmap);
+	/* a sleep and a wake through the pointers fetched */
+	ASSERT_EQ(KVD_CUDA_SUCCESS, unmap(b, 2 * CHUNK));
+	LOG_IS("revoke unmap");
+	EXPECT_EQ(1u, asleep());
+	ASSERT_EQ(0, remap(self->base, 0, map, access));
+	ASSERT_EQ(0, remap(self->base, 1, map, access));
+	LOG_IS("map access map access export replace");
+	EXPECT_EQ(0u, asleep());
+	EXPECT_LE(5, t.calls("cuGetProcAddress_v2"));
+	EXPECT_EQ(1, t.calls("cuGetProcAddress"));
+}
+
+TEST_F(kv, undeclared_ranges_pass_through)
+{
+	kvd_CUdeviceptr b = (kvd_CUdeviceptr)(uintptr_t)self->base;
+
+	/* the chunk right after the region, through the interposer */
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.unmap(b + 2 * CHUNK, CHUNK));
+	LOG_IS("unmap");
+	ASSERT_EQ(0, remap(self->base, 2, t.map, t.access));
+	LOG_IS("map access");
+	EXPECT_EQ(0, so.revoked);
+	EXPECT_EQ(0, so.replaced);
+	EXPECT_EQ(0u, asleep());
+	EXPECT_EQ(RW, t.access_of(self->base));       /* region untouched */
+	/* the interposer saw them */
+	EXPECT_EQ(1, t.calls("cuMemUnmap"));
+	EXPECT_EQ(1, t.calls("cuMemSetAccess"));
+	/* a driver error outside the regions is the driver's */
+	EXPECT_EQ(KVD_CUDA_ERROR_INVALID_VALUE, t.unmap(b + 2 * CHUNK, 1));
+}
+
+/* Refused: CUDA_ERROR_NOT_PERMITTED, nothing unmapped, the data there. */
+#define REFUSED(self, reason)                                           \
+	do {                                                            \
+		kvd_CUdeviceptr b_ = (kvd_CUdeviceptr)(uintptr_t)(self)->base; \
+		memset((self)->base, 0x5a, 2 * CHUNK);                  \
+		EXPECT_EQ(KVD_CUDA_ERROR_NOT_PERMITTED, t.unmap(b_, CHUNK)); \
+		ERROR_HAS(reason);                                      \
+		EXPECT_EQ(RW, t.access_of((self)->base));               \
+		EXPECT_EQ(0x5a, (self)->base[CHUNK - 1]);               \
+		EXPECT_EQ(0u, asleep());                                \
+	} while (0)
+
+TEST_F(kv, refused_without_proxy_operations_leaves_the_mapping)
+{
+	ASSERT_EQ(0, t.set_ops(self->base, NULL));
+	REFUSED(self, "no proxy operations");
+	LOG_IS("");
+}
+
+TEST_F(kv, refused_by_the_revoke_leaves_the_mapping)
+{
+	so.revoke_rc = -EBUSY;
+	REFUSED(self, "the stand-in proxy refuses");
+	LOG_IS("revoke");
+	/* allowed again: it sleeps */
+	so.revoke_rc = 0;
+	EXPECT_EQ(KVD_CUDA_SUCCESS,
+		  t.unmap((kvd_CUdeviceptr)(uintptr_t)self->base, CHUNK));
+	LOG_IS("revoke unmap");
+}
+
+TEST_F(kv, engine_mr_that_cannot_follow_refuses_the_unmap)
+{
+	struct ibv_device dev = { .name = "fakenic0" };
+	struct ibv_context ctx = { .device = &dev };
+	struct ibv_pd pd = { .context = &ctx };
+	struct ibv_mr *mr;
+
+	/* a NIC without dma-buf MRs: the engine's MR is made by address */
+	*t.dmabuf_errno = EOPNOTSUPP;
+	mr = t.reg_mr(&pd, self->base, CHUNK, IBV_ACCESS_LOCAL_WRITE);
+	ASSERT_NOT_NULL(mr);
+	REFUSED(self, "on NIC fakenic0 pins: cannot sleep transparently");
+	LOG_IS("");                     /* not even the revoke */
+	EXPECT_EQ(0, so.revoked);
+	/* once the engine dropped it, the region sleeps */
+	ASSERT_EQ(0, t.dereg_mr(mr));
+	EXPECT_EQ(KVD_CUDA_SUCCESS,
+		  t.unmap((kvd_CUdeviceptr)(uintptr_t)self->base, CHUNK));
+	LOG_IS("revoke unmap");
+}
+
+TEST_F(kv, one_unmap_over_two_regions_is_all_or_nothing)
+{
+	/* the next chunk: a second region, with a proxy, no operations */
+	ASSERT_EQ(0, t.declare(self->base + 2 * CHUNK, CHUNK, "kv2",
+			       self->proxy, 2 * CHUNK));
+	memset(self->base, 0x5a, 3 * CHUNK);
+	EXPECT_EQ(KVD_CUDA_ERROR_NOT_PERMITTED,
+		  t.unmap((kvd_CUdeviceptr)(uintptr_t)self->base, 3 * CHUNK));
+	ERROR_HAS("'kv2'");
+	/* the first was revoked, then swapped back onto the same memory */
+	LOG_IS("revoke export replace");
+	EXPECT_EQ(RW, so.access_at_replace);
+	EXPECT_EQ(0u, asleep());
+	EXPECT_EQ(0x5a, self->base[3 * CHUNK - 1]);
+}
+
+TEST_F(kv, failed_rollback_stays_asleep_and_says_so)
+{
+	kvd_CUdeviceptr b = (kvd_CUdeviceptr)(uintptr_t)self->base;
+
+	ASSERT_EQ(0, t.declare(self->base + 2 * CHUNK, CHUNK, "kv2",
+			       self->proxy, 2 * CHUNK));
+	/* kv2 refuses; kv, revoked already, cannot be exported again */
+	setenv("FAKE_CUDA_MODE", "export_fail", 1);
+	EXPECT_EQ(KVD_CUDA_ERROR_NOT_PERMITTED, t.unmap(b, 3 * CHUNK));
+	unsetenv("FAKE_CUDA_MODE");
+	ERROR_HAS("'kv2'");
+	ERROR_HAS("1 KV region(s) it put to sleep stay asleep");
+	LOG_IS("revoke");
+	EXPECT_EQ(RW, t.access_of(self->base));
+	EXPECT_EQ(1u, asleep());
+	/* the memory is there: an access over it wakes the region */
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.access(b, 2 * CHUNK, &rw, 1));
+	LOG_IS("access export replace");
+	EXPECT_EQ(0u, asleep());
+}
+
+TEST_F(kv, driver_refusing_the_unmap_wakes_the_region_again)
+{
+	setenv("FAKE_CUDA_MODE", "unmap_fail", 1);
+	EXPECT_EQ(KVD_CUDA_ERROR_INVALID_VALUE,
+		  t.unmap((kvd_CUdeviceptr)(uintptr_t)self->base, CHUNK));
+	unsetenv("FAKE_CUDA_MODE");
+	ERROR_HAS("the driver refused it (CUDA_ERROR_INVALID_VALUE, 1)");
+	/* revoked, then the same memory exported and swapped back in */
+	LOG_IS("revoke export replace");
+	EXPECT_EQ(1, so.replaced);
+	EXPECT_EQ(RW, so.access_at_replace);
+	EXPECT_EQ(0u, asleep());
+}
+
+TEST_F(kv, region_without_proxy_sleeps_and_wakes_unswapped)
+{
+	kvd_CUdeviceptr b = (kvd_CUdeviceptr)(uintptr_t)self->base;
+
+	/* host-style declaration: no proxy, no operations */
+	ASSERT_EQ(0, t.declare(self->base + 2 * CHUNK, CHUNK, "host", -1, 0));
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.unmap(b + 2 * CHUNK, CHUNK));
+	LOG_IS("unmap");
+	EXPECT_EQ(1u, asleep());
+	ASSERT_EQ(0, remap(self->base, 2, t.map, t.access));
+	LOG_IS("map access");
+	EXPECT_EQ(0u, asleep());
+	EXPECT_EQ(0, so.revoked);
+}
+
+TEST_F(kv, region_undeclared_while_asleep_is_forgotten)
+{
+	ASSERT_EQ(KVD_CUDA_SUCCESS,
+		  t.unmap((kvd_CUdeviceptr)(uintptr_t)self->base, 2 * CHUNK));
+	LOG_IS("revoke unmap");
+	/* its owner took it back: the wake is no longer the interposer's */
+	ASSERT_EQ(0, t.undeclare(self->base));
+	ASSERT_EQ(0, remap(self->base, 0, t.map, t.access));
+	ASSERT_EQ(0, remap(self->base, 1, t.map, t.access));
+	LOG_IS("map access map access");
+	EXPECT_EQ(0, so.replaced);
+}
+
+TEST_F(kv, driver_pointer_bypasses_the_interposer)
+{
+	/* the interposer sees only what binds to it: a pointer the driver
+	 * handed out with nothing in the way (here libc's dlsym on the
+	 * driver's handle: this program bound dlsym before the preload was
+	 * loaded) reaches the driver directly */
+	ASSERT_EQ(KVD_CUDA_SUCCESS,
+		  t.d_unmap((kvd_CUdeviceptr)(uintptr_t)self->base, CHUNK));
+	LOG_IS("unmap");
+	EXPECT_EQ(0, so.revoked);
+	EXPECT_EQ(0, t.calls("cuMemUnmap"));
+}
+
+/* The value of "KEY: value" in @out ("" if none), in a static buffer. */
+static const char *value(const char *out, const char *key)
+{
+	static char v[PATH_MAX];
+	const char *p = out;
+	size_t k = strlen(key), n;
+
+	while (p && *p) {
+		if (!strncmp(p, key, k) && p[k] == ':' && p[k + 1] == ' ') {
+			p += k + 2;
+			n = strcspn(p, "\n");
+			snprintf(v, sizeof(v), "%.*s", (int)n, p);
+			return v;
+		}
+		p = strchr(p, '\n');
+		p = p ? p + 1 : NULL;
+	}
+	return "";
+}
+
+/*
+ * The same with LD_PRELOAD itself, at process start: an engine linked
+ * with -lcuda (tests/preload/cuda_engine) binds its cuMemUnmap to the
+ * preload; it also looks cuGetProcAddress_v2 up as the CUDA runtime does
+ * (dlsym() on its own handle of libcuda), which the preload's dlsym
+ * catches on x86-64; the wake goes through cuda.h's cuGetProcAddress.
+ */
+/*
+ * Run tests/@prog under LD_PRELOAD=the preload, the fake libcuda first on
+ * the library path; its stdout in @out. Return: its exit status, -1 when
+ * it did not run, -2 when @prog or the preload is not built.
+ */
+static int run_preloaded(const char *prog, char *out, size_t len,
+			 char *pre, size_t pre_len)
+{
+	char exe[PATH_MAX], dir[PATH_MAX];
+	char env_pre[PATH_MAX + 16], env_dir[PATH_MAX + 24];
+	char *argv[] = { exe, NULL };
+	char *envp[] = { env_pre, env_dir, NULL };
+	int fds[2], status = -1;
+	size_t n = 0;
+	ssize_t r;
+	pid_t pid;
+
+	path_of(exe, sizeof(exe), prog);
+	path_of(pre, pre_len, "../lib/libkvdmabuf-preload.so");
+	path_of(dir, sizeof(dir), "fake_cuda");
+	if (access(exe, X_OK) || access(pre, R_OK))
+		return -2;
+	snprintf(env_pre, sizeof(env_pre), "LD_PRELOAD=%s", pre);
+	snprintf(env_dir, sizeof(env_dir), "LD_LIBRARY_PATH=%s", dir);
+	if (pipe(fds))
+		return -1;
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (!pid) {
+		dup2(fds[1], 1);
+		close(fds[0]);
+		execve(exe, argv, envp);
+		_exit(127);
+	}
+	close(fds[1]);
+	while (n < len - 1 && (r = read(fds[0], out + n, len - 1 - n)) > 0)
+		n += (size_t)r;
+	out[n] = '\0';
+	close(fds[0]);
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+		return -1;
+	return WEXITSTATUS(status);
+}
+
+TEST(linked_engine_under_LD_PRELOAD)
+{
+	char out[2048], pre[PATH_MAX];
+	int rc = run_preloaded("preload/cuda_engine", out, sizeof(out), pre,
+			       sizeof(pre));
+
+	if (rc == -2)
+		SKIP(return, "tests/preload/cuda_engine or the preload not built");
+	TH_LOG("%s", out);
+	EXPECT_EQ(0, rc);
+	EXPECT_EQ(0, strcmp(value(out, "cuMemUnmap-from"), pre));
+	EXPECT_EQ(0, strcmp(value(out, "sleep"), "revoke unmap unmap"));
+	EXPECT_EQ(0, strcmp(value(out, "wake"),
+			    "map access map access export replace"));
+	EXPECT_EQ(0, strcmp(value(out, "calls"),
+			    "cuMemUnmap 2 cuGetProcAddress_v2 3"));
+#if defined(__x86_64__)
+	/* the runtime's way, through the preload's dlsym */
+	EXPECT_EQ(0, strcmp(value(out, "handle-cuGetProcAddress_v2-from"),
+			    pre));
+	EXPECT_EQ(0, strcmp(value(out, "handle-cuMemUnmap-from"), pre));
+#endif
+	/* dlsym(RTLD_NEXT) still answers for its real caller */
+	EXPECT_EQ(0, strcmp(value(out, "next-cuMemUnmap-from"), pre));
+}
+
+/*
+ * NVIDIA's CUDA runtime (the toolkit's libcudart, where make found one)
+ * initialising against the fake libcuda: its driver entry points come
+ * through the cuGetProcAddress_v2 it looked up with dlsym() on its own
+ * handle of libcuda, i.e. through the interposer (x86-64). The fake lacks
+ * most of what it asks for, so it then gives up: only the count matters.
+ */
+TEST(cuda_runtime_lookups_land_in_the_interposer)
+{
+	char out[512], pre[PATH_MAX];
+	int rc = run_preloaded("preload/cudart_probe", out, sizeof(out), pre,
+			       sizeof(pre));
+
+	if (rc == -2)
+		SKIP(return, "no CUDA toolkit with libcudart found by make "
+		     "(tests/preload/cudart_probe not built)");
+#if !defined(__x86_64__)
+	SKIP(return, "dlsym is interposed on x86-64 only");
+#endif
+	TH_LOG("%s", out);
+	ASSERT_EQ(0, rc);
+	EXPECT_LT(0, atoi(value(out, "calls")));
+}
+
+TEST_HARNESS_MAIN
