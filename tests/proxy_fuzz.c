@@ -1323,25 +1323,69 @@ static void *drain_helper_fn(void *p)
 	return NULL;
 }
 
+/*
+ * Proxy slot @sel's model, with the slot's lock and the model's held; NULL
+ * (nothing held) when the slot is empty or the proxy is not ours.
+ */
+static struct pmodel *lock_own_proxy(struct world *w, uint64_t sel,
+				     struct pslot **psp)
+{
+	struct pslot *ps = &w->p[sel % PSLOTS];
+
+	pthread_mutex_lock(&ps->lock);
+	if (ps->fd < 0 || !ps->m) {
+		pthread_mutex_unlock(&ps->lock);
+		return NULL;
+	}
+	pthread_mutex_lock(&ps->m->lock);
+	*psp = ps;
+	return ps->m;
+}
+
+/*
+ * A temporary import (@flags) of the backed proxy in @ps that maps it:
+ * its first *@len bytes read and checked. The handle, or -errno: the
+ * import or its first access failed (a check failure written unless
+ * memory ran out; nothing left imported).
+ */
+static int import_mapped(struct world *w, struct shared *sh,
+			 struct pslot *ps, struct pmodel *m, uint32_t flags,
+			 uint64_t *len, const char *who)
+{
+	struct kvd_imp_import im = { .fd = (uint32_t)ps->fd, .flags = flags };
+	uint8_t tmp[64];
+	int ret;
+
+	ret = imp_ioctl(w->imp, KVD_IMP_IOCTL_IMPORT, &im);
+	if (ret) {
+		if (!mem_ran_out(ret))
+			BAD("%s: import of a backed proxy: %s", who, ename(-ret));
+		return ret;
+	}
+	*len = m->length < sizeof(tmp) ? m->length : sizeof(tmp);
+	ret = imp_do_access(w->imp, (int)im.handle, 0, 0, *len, tmp);
+	if (ret) {
+		BAD("%s: first access of a backed proxy: %s", who, ename(-ret));
+		imp_do_release(w->imp, (int)im.handle);
+		return ret;
+	}
+	data_check(sh, m, tmp, 0, *len, who);
+	return (int)im.handle;
+}
+
 static int do_drain(struct world *w, struct shared *sh, const struct op *op)
 {
-	struct pslot *ps = &w->p[op->b % PSLOTS];
+	struct pslot *ps = NULL;
 	const struct devf *d;
 	struct drain_helper h = { .w = w, .sh = sh, .replace = op->y % 2 };
-	struct kvd_imp_import im = { .flags = KVD_IMP_IMPORT_LAZY };
-	uint8_t tmp[64];
 	struct pmodel *m;
 	pthread_t tid;
 	uint64_t bid = 0;
 	int ret, i, fresh = -1;
 
-	pthread_mutex_lock(&ps->lock);
-	m = ps->m;
-	if (ps->fd < 0 || !m) {
-		pthread_mutex_unlock(&ps->lock);
+	m = lock_own_proxy(w, op->b, &ps);
+	if (!m)
 		return 1;
-	}
-	pthread_mutex_lock(&m->lock);
 	d = m->owner;
 	/* Only where nothing else would hold the drain: a backed proxy, no
 	 * pin, no other lazy mapping. */
@@ -1351,21 +1395,12 @@ static int do_drain(struct world *w, struct shared *sh, const struct op *op)
 	for (i = 0; i < ISLOTS; i++)
 		if (m->lazy_map[i])
 			goto out;
-	im.fd = (uint32_t)ps->fd;
-	ret = imp_ioctl(w->imp, KVD_IMP_IOCTL_IMPORT, &im);
-	if (ret) {
-		if (!mem_ran_out(ret))
-			BAD("drain: lazy import of a backed proxy: %s", ename(-ret));
+	h.handle = import_mapped(w, sh, ps, m, KVD_IMP_IMPORT_LAZY, &h.len,
+				 "drain: lazy import");
+	if (h.handle < 0) {
+		ret = h.handle;
 		goto out;
 	}
-	h.handle = (int)im.handle;
-	h.len = m->length < sizeof(tmp) ? m->length : sizeof(tmp);
-	ret = imp_do_access(w->imp, h.handle, 0, 0, h.len, tmp);
-	if (ret) {
-		BAD("drain: first access of a backed proxy: %s", ename(-ret));
-		goto release;
-	}
-	data_check(sh, m, tmp, 0, h.len, "drain: first read");
 	h.old_seed = m->seed;
 	h.old_off = m->boff;
 	if (h.replace) {
@@ -1450,40 +1485,26 @@ out:
 static int do_exp_inval(struct world *w, struct shared *sh,
 			const struct op *op)
 {
-	struct pslot *ps = &w->p[op->b % PSLOTS];
-	struct kvd_imp_import im = { 0 };
+	struct pslot *ps = NULL;
 	struct kvdmabuf_query q;
 	const char *what = op->y % 2 ? "move" : "revoke";
 	uint8_t tmp[64];
 	struct pmodel *m;
 	uint64_t len;
 	double end;
-	int ret, r;
+	int ret, r, h;
 
-	pthread_mutex_lock(&ps->lock);
-	m = ps->m;
-	if (ps->fd < 0 || !m) {
-		pthread_mutex_unlock(&ps->lock);
+	m = lock_own_proxy(w, op->b, &ps);
+	if (!m)
 		return 1;
-	}
-	pthread_mutex_lock(&m->lock);
 	ret = 1;
 	if (m->state != KVDMABUF_STATE_BACKED || m->exp_fd < 0 || m->pins)
 		goto out;
-	im.fd = (uint32_t)ps->fd;
-	ret = imp_ioctl(w->imp, KVD_IMP_IOCTL_IMPORT, &im);
-	if (ret) {
-		if (!mem_ran_out(ret))
-			BAD("exp-inval: import of a backed proxy: %s", ename(-ret));
+	h = import_mapped(w, sh, ps, m, 0, &len, "exp-inval: dynamic import");
+	if (h < 0) {
+		ret = h;
 		goto out;
 	}
-	len = m->length < sizeof(tmp) ? m->length : sizeof(tmp);
-	ret = imp_do_access(w->imp, (int)im.handle, 0, 0, len, tmp);
-	if (ret) {
-		BAD("exp-inval: access of a backed proxy: %s", ename(-ret));
-		goto release;
-	}
-	data_check(sh, m, tmp, 0, len, "exp-inval: read before the invalidation");
 	ret = op->y % 2 ? exp_move(w->exp, m->exp_fd) :
 			  exp_revoke(w->exp, m->exp_fd);
 	if (ret) {
@@ -1510,12 +1531,12 @@ static int do_exp_inval(struct world *w, struct shared *sh,
 	else
 		query_check(m, &q);
 	/* The import that mapped it now reads nothing. */
-	r = imp_do_access(w->imp, (int)im.handle, 0, 0, len, tmp);
+	r = imp_do_access(w->imp, h, 0, 0, len, tmp);
 	if (r != -ENODEV)
 		BAD("exp-inval: access after the exporter's %s: %s (the model says ENODEV)",
 		    what, ename(-r));
 release:
-	r = imp_do_release(w->imp, (int)im.handle);
+	r = imp_do_release(w->imp, h);
 	if (r)
 		BAD("exp-inval: release: %s", ename(-r));
 out:
