@@ -126,13 +126,15 @@ static const double floor_per_s[OP_NKINDS] = {
  * umem-import 30-51 %, umem-access 15-24 %, exp-inval 18-22 %), so that a
  * kind starved by more than four fifths fails on any lane, while the
  * spread between seeds, loads and lanes (about a factor of two) passes.
+ * access: a third (a run with 95 % of its accesses starved measured 1.4 %:
+ * 3 successes in 220 tries, too few for a fifth to stand clear).
  */
 static const double ratio_floor[OP_NKINDS] = {
 	[OP_VERSION] = 0.14, [OP_CREATE] = 0.12, [OP_ATTACH] = 0.03,
 	[OP_REPLACE] = 0.025, [OP_REVOKE] = 0.04, [OP_QUERY] = 0.07,
 	[OP_BADCMD] = 0.2, [OP_BADPTR] = 0.2, [OP_VGEM] = 0.2,
 	[OP_CLOSE] = 0.12, [OP_DUP] = 0.08, [OP_IMPORT] = 0.09,
-	[OP_IMPORT_LAZY] = 0.12, [OP_IMPORT_PIN] = 0.03, [OP_ACCESS] = 0.015,
+	[OP_IMPORT_LAZY] = 0.12, [OP_IMPORT_PIN] = 0.03, [OP_ACCESS] = 0.025,
 	[OP_RELEASE] = 0.1, [OP_READEV] = 0.13, [OP_REOPEN] = 0,
 	[OP_DRAIN] = 0.03, [OP_FORK] = 0.2, [OP_UIMPORT] = 0.08,
 	[OP_UACCESS] = 0.03, [OP_EXP_INVAL] = 0.035,
