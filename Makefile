@@ -287,7 +287,8 @@ demo:
 		--cycles $(CYCLES) $(DEMO_ARGS)
 
 # The ioctl fuzzer alone, on the debug kernel (FUZZ_KERNEL=6.1|6.12 for
-# another lane), for SECONDS with SEED (default: from the clock, printed).
+# another lane), for SECONDS with SEED alone (default: the fixed seeds, then
+# one from the clock, each for an equal share; every seed is printed).
 SECONDS ?= 600
 FUZZ_KERNEL ?= debug
 fuzz:
