@@ -5,8 +5,8 @@
  * (LD_PRELOAD=libkvdmabuf-preload.so).
  *
  * The preload interposes the engine's memory registrations (ibv_reg_mr in
- * every form, ibv_reg_dmabuf_mr, ibv_dereg_mr, at every symbol version
- * libibverbs exports) and records each one. Registrations that lie in a
+ * every form, ibv_reg_dmabuf_mr, ibv_dereg_mr, ibv_rereg_mr, at every
+ * symbol version libibverbs exports) and records each one. Registrations that lie in a
  * declared KV region are made on the region's proxy dma-buf, in the
  * engine's own PD, when the region has one and the NIC takes dma-buf MRs;
  * otherwise the engine's registration is made as asked and marked as one

@@ -10,7 +10,10 @@ handled at 1.8/1.1. A registration in a declared KV region is made on its
 proxy (ibv_reg_dmabuf_mr in the caller's PD) when the region has one, is
 made as asked and refuses sleep by name when the NIC says EOPNOTSUPP or
 the region has none, whichever came first, declaration or registration.
-The Python binding's preload_* functions (ctypes)."""
+ibv_rereg_mr (its one version, 1.1): forwarded with the record following
+the new range, or refused (EOPNOTSUPP, named on stderr, the stand-in never
+reached) where a new translation would leave a proxy or land by address
+in a proxied region. The Python binding's preload_* functions (ctypes)."""
 import ctypes
 import os
 import subprocess
@@ -36,7 +39,8 @@ def run(case):
     lines = p.stdout.splitlines()
     return {"mr": lines[0], "reg": lines[1:3], "state": lines[3],
             "check": lines[4], "dereg": lines[-4:-2],
-            "final": lines[-2:], "all": p.stdout}
+            "final": lines[-2:], "all": p.stdout, "err": p.stderr,
+            "rereg": [l for l in lines if l.startswith("rereg:")]}
 
 
 def lands(case, entries, fake_entries=None, dereg="ibv_dereg_mr@IBVERBS_1.1"):
@@ -129,6 +133,62 @@ def registration_across_a_region_cannot_follow():
     check("reaches past KV region" in r["check"], r["check"])
 
 
+def rereg(case):
+    """The ibv_rereg_mr part of @case: (its result line, the interposer's
+    and the stand-in's counts, the state after it)."""
+    r = run(case)
+    i = r["all"].splitlines().index(r["rereg"][0])
+    lines = r["all"].splitlines()
+    return r, lines[i:i + 4]
+
+
+def rereg_outside_regions_is_forwarded_at_1_1():
+    r, (res, pre, fake, st) = rereg("reg_mr-rereg_access")
+    check(res == "rereg: 0 Success addr old", res)
+    check(pre == "preload: ibv_rereg_mr@IBVERBS_1.1+1", pre)
+    check(fake == "fake: ibv_rereg_mr@IBVERBS_1.1+1", fake)
+
+
+def rereg_access_of_a_proxy_mr_is_forwarded_and_stays_on_the_proxy():
+    r, (res, pre, fake, st) = rereg("reg_mr-kv-proxy-rereg_access")
+    check(res.startswith("rereg: 0 "), res)
+    check(fake == "fake: ibv_rereg_mr@IBVERBS_1.1+1", fake)
+    check("proxy 1 cannot 0" in st, st)
+
+
+def rereg_translation_of_a_proxy_mr_is_refused_by_name():
+    r, (res, pre, fake, st) = rereg("reg_mr-kv-proxy-rereg_in")
+    check(res == "rereg: -1 Operation not supported addr old", res)
+    check(pre == "preload: ibv_rereg_mr@IBVERBS_1.1+1", pre)
+    check(fake == "fake:", fake)        # never reached libibverbs
+    check("proxy 1 cannot 0" in st, st)
+    check("ibv_rereg_mr of MR 0x100 refused: it is made on a KV region's "
+          "proxy dma-buf" in r["err"] and "deregister it and register"
+          in r["err"], r["err"])
+
+
+def rereg_into_a_proxied_region_is_refused():
+    r, (res, pre, fake, st) = rereg("reg_mr_head-kv-proxy-rereg_in")
+    check(res.startswith("rereg: -1 Operation not supported"), res)
+    check(fake == "fake:", fake)
+    check("lies in KV region 'kv_cache', served by its proxy" in r["err"],
+          r["err"])
+
+
+def rereg_into_a_region_without_proxy_cannot_follow():
+    r, (res, pre, fake, st) = rereg("reg_mr_head-kv-rereg_in")
+    check(res == "rereg: 0 Success addr new", res)
+    check("in 1 proxy 0 cannot 1" in st, st)
+    check("re-registered (ibv_rereg_mr) by address into KV region "
+          "'kv_cache'" in r["all"], r["all"])
+
+
+def rereg_out_of_a_region_can_no_longer_block_it():
+    r, (res, pre, fake, st) = rereg("reg_mr-kv-rereg_out")
+    check(res == "rereg: 0 Success addr new", res)
+    check("in 0 proxy 0 cannot 0" in st, st)
+
+
 def malformed_environment_refuses_sleep():
     code = ("import kvdmabuf; ok, why = kvdmabuf.preload_sleep(); "
             "print(ok, why)")
@@ -190,6 +250,12 @@ if __name__ == "__main__":
         nic_without_dmabuf_mrs_falls_back_and_refuses,
         declared_after_registration_cannot_follow,
         registration_across_a_region_cannot_follow,
+        rereg_outside_regions_is_forwarded_at_1_1,
+        rereg_access_of_a_proxy_mr_is_forwarded_and_stays_on_the_proxy,
+        rereg_translation_of_a_proxy_mr_is_refused_by_name,
+        rereg_into_a_proxied_region_is_refused,
+        rereg_into_a_region_without_proxy_cannot_follow,
+        rereg_out_of_a_region_can_no_longer_block_it,
         malformed_environment_refuses_sleep,
         python_declares_and_sleeps,
         binding_without_the_preload_says_so,

@@ -16,7 +16,10 @@
  *     macros' choice with IBV_ACCESS_OPTIONAL_RANGE flags),
  *   ibv_reg_dmabuf_mr@@IBVERBS_1.12,
  *   ibv_dereg_mr@IBVERBS_1.0 (forwarded; its inner ibv_dereg_mr lands
- *     here) and ibv_dereg_mr@@IBVERBS_1.1.
+ *     here) and ibv_dereg_mr@@IBVERBS_1.1,
+ *   ibv_rereg_mr@@IBVERBS_1.1 (its only version): forwarded and the
+ *     record updated, or refused where the result would be an MR by
+ *     address in a region that has a proxy (see kp_rereg_mr_1_1()).
  * Each forwards with dlvsym() to the same symbol at the same version.
  *
  * Global state: an interposer has no context to hang it on; it is all in
@@ -47,7 +50,7 @@
 
 enum kp_entry {
 	E_REG_MR_1_0, E_REG_MR_1_1, E_REG_MR_IOVA, E_REG_MR_IOVA2,
-	E_REG_DMABUF, E_DEREG_1_0, E_DEREG_1_1, E_NR
+	E_REG_DMABUF, E_DEREG_1_0, E_DEREG_1_1, E_REREG_1_1, E_NR
 };
 
 static const struct {
@@ -60,6 +63,7 @@ static const struct {
 	[E_REG_DMABUF] = { "ibv_reg_dmabuf_mr", "IBVERBS_1.12" },
 	[E_DEREG_1_0] = { "ibv_dereg_mr", "IBVERBS_1.0" },
 	[E_DEREG_1_1] = { "ibv_dereg_mr", "IBVERBS_1.1" },
+	[E_REREG_1_1] = { "ibv_rereg_mr", "IBVERBS_1.1" },
 };
 
 struct kp_region {
@@ -265,6 +269,16 @@ static int mr_add(const struct kp_mr *m)
 	return 0;
 }
 
+static struct kp_mr *mr_find(const struct ibv_mr *mr)
+{
+	unsigned int i;
+
+	for (i = 0; i < kp.nr_mrs; i++)
+		if (kp.mrs[i].mr == mr)
+			return &kp.mrs[i];
+	return NULL;
+}
+
 static void mr_forget(const struct ibv_mr *mr)
 {
 	unsigned int i;
@@ -286,6 +300,8 @@ typedef struct ibv_mr *(*reg_iova2_fn)(struct ibv_pd *, void *, size_t,
 typedef struct ibv_mr *(*reg_dmabuf_fn)(struct ibv_pd *, uint64_t, size_t,
 					uint64_t, int, int);
 typedef int (*dereg_fn)(struct ibv_mr *);
+typedef int (*rereg_fn)(struct ibv_mr *, int, struct ibv_pd *, void *,
+			size_t, int);
 
 /* What the engine asked for, to be made as asked when not on a proxy. */
 struct kp_call {
@@ -456,6 +472,8 @@ struct ibv_mr *kp_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
 				size_t len, uint64_t iova, int fd, int access);
 int kp_dereg_mr_1_0(struct ibv_mr *mr);
 int kp_dereg_mr_1_1(struct ibv_mr *mr);
+int kp_rereg_mr_1_1(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
+		    void *addr, size_t len, int access);
 
 struct ibv_mr *kp_reg_mr_1_1(struct ibv_pd *pd, void *addr,
 				    size_t len, int access)
@@ -549,6 +567,111 @@ int kp_dereg_mr_1_1(struct ibv_mr *mr)
 	return rc;
 }
 
+/*
+ * kp.lock held: why ibv_rereg_mr(@m's MR, @flags, [@a, @a+@len)) must be
+ * refused, in @why, or "" when it may be forwarded. A new translation
+ * would take an MR made on a proxy off it (the provider re-pins by
+ * address), or put one by address into a region whose memory the proxy
+ * serves (it would not follow a wake): neither can be re-done on the
+ * proxy in place (the engine holds the struct ibv_mr, whose handle the
+ * provider owns), so the engine must deregister and register again.
+ */
+static void rereg_refusal(const struct kp_mr *m, int flags, uintptr_t a,
+			  size_t len, char *why, size_t wlen)
+{
+	const struct kp_region *r;
+
+	why[0] = '\0';
+	if (!(flags & IBV_REREG_MR_CHANGE_TRANSLATION))
+		return;
+	if (m && m->mode == KP_ON_PROXY) {
+		msg(why, wlen, "it is made on a KV region's proxy dma-buf; a "
+		    "new translation would pin memory by address instead");
+		return;
+	}
+	r = region_overlapping(a, len);
+	if (r && r->proxy_fd >= 0)
+		msg(why, wlen, "the new range %#" PRIxPTR "+%#zx lies in KV "
+		    "region '%s', served by its proxy: an MR by address there "
+		    "would not follow a wake", a, len, r->tag);
+}
+
+/* kp.lock held: @m after a successful rereg of its MR. */
+static void rereg_record(struct kp_mr *m, int flags, struct ibv_pd *pd,
+			 uintptr_t a, size_t len)
+{
+	const struct kp_region *r;
+
+	if (flags & IBV_REREG_MR_CHANGE_PD)
+		nic_name(pd, m->nic, sizeof(m->nic));
+	if (!(flags & IBV_REREG_MR_CHANGE_TRANSLATION))
+		return;         /* a proxy MR stays on its proxy */
+	m->addr = a;
+	m->len = len;
+	m->why[0] = '\0';
+	m->mode = KP_OUTSIDE;
+	r = region_overlapping(a, len);
+	if (r) {
+		m->mode = KP_CANNOT_FOLLOW;
+		msg(m->why, sizeof(m->why), "re-registered (ibv_rereg_mr) by "
+		    "address into KV region '%s', which has no proxy", r->tag);
+	}
+}
+
+/*
+ * ibv_rereg_mr@@IBVERBS_1.1: forwarded, and the engine's record follows
+ * it (new range: in a region or not again; new PD: its NIC). Refused with
+ * IBV_REREG_MR_ERR_INPUT (the MR is unchanged and valid), errno
+ * EOPNOTSUPP and a line on stderr where rereg_refusal() says so.
+ */
+int kp_rereg_mr_1_1(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
+		    void *addr, size_t len, int access)
+{
+	rereg_fn f = (rereg_fn)next_fn(E_REREG_1_1);
+	char why[KP_WHYMAX];
+	struct kp_mr *m;
+	uintptr_t a;
+	size_t l;
+	int rc;
+
+	atomic_fetch_add(&kp.calls[E_REREG_1_1], 1);
+	if (!f) {
+		errno = ENOSYS;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	if (kp_depth || !mr)
+		return f(mr, flags, pd, addr, len, access);
+	pthread_once(&kp.env_once, env_load);
+	pthread_mutex_lock(&kp.lock);
+	m = mr_find(mr);
+	a = m ? m->addr : (uintptr_t)mr->addr;
+	l = m ? m->len : mr->length;
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		a = (uintptr_t)addr;
+		l = len;
+	}
+	rereg_refusal(m, flags, a, l, why, sizeof(why));
+	pthread_mutex_unlock(&kp.lock);
+	if (why[0]) {
+		fprintf(stderr, "kvdmabuf-preload: ibv_rereg_mr of MR 0x%x "
+			"refused: %s; deregister it and register the new "
+			"range instead (nothing was changed)\n", mr->lkey, why);
+		errno = EOPNOTSUPP;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	kp_depth++;
+	rc = f(mr, flags, pd, addr, len, access);
+	kp_depth--;
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&kp.lock);
+	m = mr_find(mr);
+	if (m)
+		rereg_record(m, flags, pd, a, l);
+	pthread_mutex_unlock(&kp.lock);
+	return 0;
+}
+
 /* Global, named by .symver; the version script hides the kp_ names. */
 __asm__(".symver kp_reg_mr_1_0, ibv_reg_mr@IBVERBS_1.0");
 __asm__(".symver kp_reg_mr_1_1, ibv_reg_mr@@IBVERBS_1.1");
@@ -557,6 +680,7 @@ __asm__(".symver kp_reg_mr_iova2, ibv_reg_mr_iova2@@IBVERBS_1.8");
 __asm__(".symver kp_reg_dmabuf_mr, ibv_reg_dmabuf_mr@@IBVERBS_1.12");
 __asm__(".symver kp_dereg_mr_1_0, ibv_dereg_mr@IBVERBS_1.0");
 __asm__(".symver kp_dereg_mr_1_1, ibv_dereg_mr@@IBVERBS_1.1");
+__asm__(".symver kp_rereg_mr_1_1, ibv_rereg_mr@@IBVERBS_1.1");
 
 
 /* ---- the API (kvdmabuf_preload.h) ---- */
