@@ -15,9 +15,12 @@ the new range, or refused (EOPNOTSUPP, named on stderr, the stand-in never
 reached) where a new translation would leave a proxy or land by address
 in a proxied region. The Python binding's preload_* functions (ctypes)."""
 import ctypes
+import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import ktap
 from ktap import check
@@ -26,6 +29,10 @@ TOP = ktap.use_build_tree()
 PRELOAD = os.path.join(TOP, "lib", "libkvdmabuf-preload.so")
 PROG = os.path.join(TOP, "tests", "preload", "symver")
 FAKE = os.path.join(TOP, "tests", "preload", "fake")
+CLI = os.path.join(TOP, "lib", "cli", "kvdmabuf")
+# the preload's state files (kvdmabuf status) of every run here
+STATE = tempfile.mkdtemp(prefix="kvd-preload-")
+os.environ["KVDMABUF_PRELOAD_DIR"] = STATE
 
 
 def run(case):
@@ -189,6 +196,56 @@ def rereg_out_of_a_region_can_no_longer_block_it():
     check("in 0 proxy 0 cannot 0" in st, st)
 
 
+def status_lists_a_live_engine_and_forgets_it_at_exit():
+    """The preload's state file, read by `kvdmabuf status --preload`: the
+    region and the engine's MR in it with its cause, while the process
+    lives; nothing once it has exited; a dead process's file is not
+    listed."""
+    env = dict(os.environ, LD_PRELOAD=PRELOAD, LD_LIBRARY_PATH=FAKE)
+    p = subprocess.Popen([PROG, "reg_mr-kv-hold"], env=env,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
+    try:
+        while p.stdout.readline().strip() not in ("held", ""):
+            pass
+        check(os.path.exists(os.path.join(STATE, str(p.pid))),
+              str(os.listdir(STATE)))
+        s = subprocess.run([CLI, "status", "--preload", "--json"],
+                           capture_output=True, text=True, timeout=30)
+        print("# " + s.stdout.replace("\n", "\n# "))
+        check(s.returncode == 0, s.stderr)
+        procs = {x["pid"]: x for x in json.loads(s.stdout)["preload"]}
+        check(p.pid in procs, str(procs))
+        me = procs[p.pid]
+        check(me["nr_regions"] == 1 and me["nr_mrs"] == 1 and
+              me["nr_cannot_follow"] == 1 and me["nr_on_proxy"] == 0, str(me))
+        check(me["regions"][0]["tag"] == "kv_cache" and
+              not me["regions"][0]["proxy"] and
+              not me["regions"][0]["asleep"], str(me["regions"]))
+        mr = me["mrs"][0]
+        check(mr["lkey"] == 0x100 and mr["nic"] == "fake0" and
+              mr["mode"] == "cannot-follow" and mr["length"] == 4096 and
+              "has no proxy dma-buf" in mr["reason"], str(mr))
+        t = subprocess.run([CLI, "status", "--preload"], capture_output=True,
+                           text=True, timeout=30)
+        check("preload pid %d: regions 1 asleep 0 mrs 1 in 1 proxy 0 "
+              "cannot 1" % p.pid in t.stdout and "fake0 cannot-follow KV "
+              "region 'kv_cache' has no proxy" in t.stdout, t.stdout)
+    finally:
+        p.communicate("x", timeout=30)
+    check(p.returncode == 0, "symver: %d" % p.returncode)
+    check(not os.path.exists(os.path.join(STATE, str(p.pid))),
+          "state file left behind: %s" % os.listdir(STATE))
+    # a file whose process is gone (pid 1 with another start time)
+    with open(os.path.join(STATE, "1"), "w") as f:
+        f.write("kvdmabuf-preload 1\npid 1 12345678901\nregions 0 asleep 0 "
+                "mrs 0 in 0 proxy 0 cannot 0 env_error 0\n")
+    s = subprocess.run([CLI, "status", "--preload", "--json"],
+                       capture_output=True, text=True, timeout=30)
+    os.unlink(os.path.join(STATE, "1"))
+    check(json.loads(s.stdout)["preload"] == [], s.stdout)
+
+
 def malformed_environment_refuses_sleep():
     code = ("import kvdmabuf; ok, why = kvdmabuf.preload_sleep(); "
             "print(ok, why)")
@@ -236,7 +293,8 @@ def binding_without_the_preload_says_so():
 
 
 if __name__ == "__main__":
-    sys.exit(ktap.main([
+    try:
+        rc = ktap.main([
         ibv_reg_mr_macro_lands_at_1_1,
         ibv_reg_mr_with_optional_access_lands_at_iova2_1_8,
         ibv_reg_mr_iova_lands_at_1_7,
@@ -256,7 +314,11 @@ if __name__ == "__main__":
         rereg_into_a_proxied_region_is_refused,
         rereg_into_a_region_without_proxy_cannot_follow,
         rereg_out_of_a_region_can_no_longer_block_it,
+        status_lists_a_live_engine_and_forgets_it_at_exit,
         malformed_environment_refuses_sleep,
         python_declares_and_sleeps,
         binding_without_the_preload_says_so,
-    ]))
+        ])
+    finally:
+        shutil.rmtree(STATE, ignore_errors=True)
+    sys.exit(rc)

@@ -31,6 +31,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -39,6 +40,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <infiniband/verbs.h>
 
 #include "kvdmabuf_preload.h"
@@ -102,6 +105,10 @@ static struct {
 	char env_msg[256];
 	void *_Atomic next[E_NR];
 	_Atomic long long calls[E_NR];
+	/* the state file (kvdmabuf_preload.h, "State file") */
+	bool dir_known;
+	char dir[256];                  /* "": none */
+	pid_t published;                /* the pid whose file we wrote, or 0 */
 } kp = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.env_once = PTHREAD_ONCE_INIT,
@@ -209,8 +216,20 @@ static void env_load(void)
 	}
 }
 
+static void dir_find(void);
+
 __attribute__((constructor)) static void kp_init(void)
 {
+	char path[320];
+
+	/* a file of our pid is a former image's (exec) or a dead process's */
+	pthread_mutex_lock(&kp.lock);
+	dir_find();
+	if (kp.dir[0]) {
+		snprintf(path, sizeof(path), "%s/%d", kp.dir, (int)getpid());
+		unlink(path);
+	}
+	pthread_mutex_unlock(&kp.lock);
 	pthread_once(&kp.env_once, env_load);
 }
 
@@ -288,6 +307,148 @@ static void mr_forget(const struct ibv_mr *mr)
 			kp.mrs[i] = kp.mrs[--kp.nr_mrs];
 			return;
 		}
+}
+
+/* ---- the state file, for `kvdmabuf status` (kp.lock held) ---- */
+
+static const char *const mode_name[] = { "outside", "on-proxy",
+					 "cannot-follow" };
+
+/* One line of kvdmabuf_preload_report() and of the state file. */
+static int mr_line(const struct kp_mr *m, char *buf, size_t len)
+{
+	return snprintf(buf, len, "lkey 0x%x %#" PRIxPTR "+%#zx %s %s%s%s\n",
+			m->mr->lkey, m->addr, m->len, m->nic, mode_name[m->mode],
+			m->why[0] ? " " : "", m->why);
+}
+
+/* The folder of the state files: KVDMABUF_PRELOAD_DIR ("off": none), else
+ * the first of /run/kvdmabuf/preload and $XDG_RUNTIME_DIR/kvdmabuf-preload
+ * that exists or can be made. */
+static void dir_find(void)
+{
+	const char *env = getenv(KVDMABUF_PRELOAD_DIR_ENV);
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+
+	kp.dir_known = true;
+	kp.dir[0] = '\0';
+	if (env) {
+		if (strcmp(env, "off"))
+			snprintf(kp.dir, sizeof(kp.dir), "%s", env);
+		return;
+	}
+	/* sticky and open to all, as /tmp: each user writes its own pids */
+	mkdir("/run/kvdmabuf", 0755);
+	if ((!mkdir(KVDMABUF_PRELOAD_RUN_DIR, 01777) || errno == EEXIST) &&
+	    !access(KVDMABUF_PRELOAD_RUN_DIR, W_OK | X_OK)) {
+		chmod(KVDMABUF_PRELOAD_RUN_DIR, 01777);
+		snprintf(kp.dir, sizeof(kp.dir), "%s",
+			 KVDMABUF_PRELOAD_RUN_DIR);
+		return;
+	}
+	if (xdg && *xdg) {
+		snprintf(kp.dir, sizeof(kp.dir), "%s/kvdmabuf-preload", xdg);
+		if (mkdir(kp.dir, 0700) && errno != EEXIST)
+			kp.dir[0] = '\0';
+	}
+}
+
+/* This process's start time (field 22 of /proc/self/stat): with the pid,
+ * it tells a live writer from a file a dead one left behind. */
+static unsigned long long start_time(void)
+{
+	unsigned long long t = 0;
+	char buf[1024], *p;
+	ssize_t n;
+	int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+	int field;
+
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	p = strrchr(buf, ')');  /* the name may hold spaces */
+	for (field = 2; p && field < 22; field++)
+		p = strchr(p + 1, ' ');
+	if (p)
+		t = strtoull(p + 1, NULL, 10);
+	return t;
+}
+
+/*
+ * Writes the state file of this process (tmp file, then rename: readers
+ * see a whole one). Best effort: the in-process API stays the reference;
+ * a folder that cannot be written only costs the out-of-process listing.
+ */
+static void publish_locked(void)
+{
+	char path[320], tmp[330], line[KP_WHYMAX + 128];
+	unsigned int i, asleep = 0, in = 0, proxy = 0, cannot = 0;
+	pid_t pid = getpid();
+	FILE *f;
+	int fd;
+
+	if (!kp.dir_known)
+		dir_find();
+	if (!kp.dir[0])
+		return;
+	snprintf(path, sizeof(path), "%s/%d", kp.dir, (int)pid);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+		  0600);
+	if (fd < 0)
+		return;
+	f = fdopen(fd, "w");
+	if (!f) {
+		close(fd);
+		unlink(tmp);
+		return;
+	}
+	for (i = 0; i < kp.nr_regions; i++)
+		asleep += kp.regions[i].asleep;
+	for (i = 0; i < kp.nr_mrs; i++) {
+		in += kp.mrs[i].mode != KP_OUTSIDE;
+		proxy += kp.mrs[i].mode == KP_ON_PROXY;
+		cannot += kp.mrs[i].mode == KP_CANNOT_FOLLOW;
+	}
+	fprintf(f, "kvdmabuf-preload 1\npid %d %llu\n", (int)pid,
+		start_time());
+	fprintf(f, "regions %u asleep %u mrs %u in %u proxy %u cannot %u "
+		"env_error %d\n", kp.nr_regions, asleep, kp.nr_mrs, in, proxy,
+		cannot, kp.env_error);
+	for (i = 0; i < kp.nr_regions; i++) {
+		const struct kp_region *r = &kp.regions[i];
+
+		fprintf(f, "region %#" PRIxPTR "+%#zx %s %s %s\n", r->addr,
+			r->len, r->tag, r->proxy_fd >= 0 ? "proxy" : "no-proxy",
+			r->asleep ? "asleep" : "awake");
+	}
+	for (i = 0; i < kp.nr_mrs; i++)
+		if (kp.mrs[i].mode != KP_OUTSIDE) {
+			mr_line(&kp.mrs[i], line, sizeof(line));
+			fputs(line, f);
+		}
+	if (fclose(f) || rename(tmp, path)) {
+		unlink(tmp);
+		return;
+	}
+	kp.published = pid;
+}
+
+__attribute__((destructor)) static void kp_fini(void)
+{
+	char path[320];
+
+	pthread_mutex_lock(&kp.lock);
+	if (kp.published && kp.published == getpid() && kp.dir[0]) {
+		snprintf(path, sizeof(path), "%s/%d", kp.dir, (int)getpid());
+		unlink(path);
+		kp.published = 0;
+	}
+	pthread_mutex_unlock(&kp.lock);
 }
 
 /* ---- registration ---- */
@@ -443,6 +604,8 @@ static struct ibv_mr *reg_core(struct kp_call *c)
 			 "was being declared", r->tag);
 	}
 	err = mr_add(&rec);
+	if (!err)
+		publish_locked();
 	pthread_mutex_unlock(&kp.lock);
 	if (err && in) {
 		/* unrecorded KV registration: never hand it out */
@@ -562,6 +725,7 @@ int kp_dereg_mr_1_1(struct ibv_mr *mr)
 	if (!rc) {
 		pthread_mutex_lock(&kp.lock);
 		mr_forget(mr);
+		publish_locked();
 		pthread_mutex_unlock(&kp.lock);
 	}
 	return rc;
@@ -666,8 +830,10 @@ int kp_rereg_mr_1_1(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
 		return rc;
 	pthread_mutex_lock(&kp.lock);
 	m = mr_find(mr);
-	if (m)
+	if (m) {
 		rereg_record(m, flags, pd, a, l);
+		publish_locked();
+	}
 	pthread_mutex_unlock(&kp.lock);
 	return 0;
 }
@@ -728,6 +894,7 @@ EXPORT int kvdmabuf_preload_declare(void *addr, size_t len, const char *tag,
 		snprintf(m->why, sizeof(m->why), "registered before KV region "
 			 "'%s' was declared", r->tag);
 	}
+	publish_locked();
 out:
 	pthread_mutex_unlock(&kp.lock);
 	return rc;
@@ -745,6 +912,7 @@ EXPORT int kvdmabuf_preload_undeclare(void *addr)
 				(kp.nr_regions - i - 1) * sizeof(kp.regions[0]));
 			kp.nr_regions--;
 			rc = 0;
+			publish_locked();
 			break;
 		}
 	pthread_mutex_unlock(&kp.lock);
@@ -818,6 +986,7 @@ static int set_asleep(const char *tag, bool asleep, char *err, size_t len)
 	for (i = 0; i < kp.nr_regions; i++)
 		if (!tag || !strcmp(tag, kp.regions[i].tag))
 			kp.regions[i].asleep = asleep;
+	publish_locked();
 out:
 	pthread_mutex_unlock(&kp.lock);
 	return rc;
@@ -882,8 +1051,6 @@ EXPORT long long kvdmabuf_preload_calls(const char *symbol)
 
 EXPORT int kvdmabuf_preload_report(char *buf, size_t len)
 {
-	static const char *const mode[] = { "outside", "on-proxy",
-					    "cannot-follow" };
 	size_t used = 0;
 	unsigned int i;
 	int n;
@@ -896,11 +1063,8 @@ EXPORT int kvdmabuf_preload_report(char *buf, size_t len)
 
 		if (m->mode == KP_OUTSIDE)
 			continue;
-		n = snprintf(buf && used < len ? buf + used : NULL,
-			     buf && used < len ? len - used : 0,
-			     "lkey 0x%x %#" PRIxPTR "+%#zx %s %s%s%s\n",
-			     m->mr->lkey, m->addr, m->len, m->nic,
-			     mode[m->mode], m->why[0] ? " " : "", m->why);
+		n = mr_line(m, buf && used < len ? buf + used : NULL,
+			    buf && used < len ? len - used : 0);
 		if (n > 0)
 			used += (size_t)n;
 	}

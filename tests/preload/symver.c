@@ -7,7 +7,8 @@
  * of call and prints what changed: the interposer's entry counts and the
  * stand-in's, and the interposer's state; the driver judges. CASE
  * containing "rereg_access", "rereg_in" or "rereg_out" then calls
- * ibv_rereg_mr on the MR and prints the same again.
+ * ibv_rereg_mr on the MR and prints the same again; "hold" waits for a
+ * byte on stdin after the registration (the driver runs the CLI then).
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include <infiniband/verbs.h>
 
 #include "kvdmabuf_preload.h"
@@ -148,6 +150,14 @@ int main(int argc, char **argv)
 	       "other");
 	diff();
 	state();
+	if (strstr(c, "hold")) {        /* for `kvdmabuf status` */
+		char ch;
+
+		printf("held\n");
+		fflush(stdout);
+		if (read(0, &ch, 1) < 0)
+			return 2;
+	}
 	if (strstr(c, "later"))  /* declared after the registration */
 		declare(buf, len, "kv_cache", -1, 0);
 	if (strstr(c, "later"))
