@@ -246,6 +246,17 @@ def status_lists_a_live_engine_and_forgets_it_at_exit():
     check(json.loads(s.stdout)["preload"] == [], s.stdout)
 
 
+def state_file_of_an_earlier_image_is_removed_at_load():
+    """exec keeps the pid: a file the former image left (or a dead process
+    whose pid came back) is removed when the preload loads."""
+    p = subprocess.run(["sh", "-c", 'echo stale > "$KVDMABUF_PRELOAD_DIR/$$"'
+                        ' && LD_PRELOAD="$0" exec sh -c \'ls "$1"\' - "$1"',
+                        PRELOAD, STATE], capture_output=True, text=True,
+                       timeout=30)
+    check(p.returncode == 0 and p.stdout.strip() == "",
+          "left: %r %s" % (p.stdout, p.stderr))
+
+
 def malformed_environment_refuses_sleep():
     code = ("import kvdmabuf; ok, why = kvdmabuf.preload_sleep(); "
             "print(ok, why)")
@@ -315,6 +326,7 @@ if __name__ == "__main__":
         rereg_into_a_region_without_proxy_cannot_follow,
         rereg_out_of_a_region_can_no_longer_block_it,
         status_lists_a_live_engine_and_forgets_it_at_exit,
+        state_file_of_an_earlier_image_is_removed_at_load,
         malformed_environment_refuses_sleep,
         python_declares_and_sleeps,
         binding_without_the_preload_says_so,

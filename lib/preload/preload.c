@@ -216,20 +216,27 @@ static void env_load(void)
 	}
 }
 
-static void dir_find(void);
-
 __attribute__((constructor)) static void kp_init(void)
 {
+	const char *env = getenv(KVDMABUF_PRELOAD_DIR_ENV);
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
 	char path[320];
 
-	/* a file of our pid is a former image's (exec) or a dead process's */
-	pthread_mutex_lock(&kp.lock);
-	dir_find();
-	if (kp.dir[0]) {
-		snprintf(path, sizeof(path), "%s/%d", kp.dir, (int)getpid());
+	/* A file of our pid is a former image's (exec) or a dead process's;
+	 * nothing is made before there is something to write. */
+	if (env && strcmp(env, "off")) {
+		snprintf(path, sizeof(path), "%s/%d", env, (int)getpid());
 		unlink(path);
+	} else if (!env) {
+		snprintf(path, sizeof(path), "%s/%d", KVDMABUF_PRELOAD_RUN_DIR,
+			 (int)getpid());
+		unlink(path);
+		if (xdg && *xdg) {
+			snprintf(path, sizeof(path), "%s/kvdmabuf-preload/%d",
+				 xdg, (int)getpid());
+			unlink(path);
+		}
 	}
-	pthread_mutex_unlock(&kp.lock);
 	pthread_once(&kp.env_once, env_load);
 }
 
