@@ -5,8 +5,8 @@
  * (LD_PRELOAD=libkvdmabuf-preload.so).
  *
  * The preload interposes the engine's memory registrations (ibv_reg_mr in
- * every form, ibv_reg_dmabuf_mr, ibv_dereg_mr, at every symbol version
- * libibverbs exports) and records each one. Registrations that lie in a
+ * every form, ibv_reg_dmabuf_mr, ibv_dereg_mr, ibv_rereg_mr, at every
+ * symbol version libibverbs exports) and records each one. Registrations that lie in a
  * declared KV region are made on the region's proxy dma-buf, in the
  * engine's own PD, when the region has one and the NIC takes dma-buf MRs;
  * otherwise the engine's registration is made as asked and marked as one
@@ -37,6 +37,24 @@ extern "C" {
  * silent pass-through of memory meant to be KV).
  */
 #define KVDMABUF_PRELOAD_REGIONS_ENV "KVDMABUF_KV_REGIONS"
+
+/**
+ * State file: each process under the preload keeps a text file named by
+ * its pid in a folder, rewritten (tmp file + rename) at every change of
+ * its regions or of its recorded registrations, removed at exit; it is
+ * what `kvdmabuf status` lists. The folder: $KVDMABUF_PRELOAD_DIR ("off":
+ * no file), else KVDMABUF_PRELOAD_RUN_DIR when it exists or can be made
+ * (mode 1777, as /tmp: each user writes its own pids there; needs root
+ * the first time), else $XDG_RUNTIME_DIR/kvdmabuf-preload. Lines:
+ *   kvdmabuf-preload 1
+ *   pid PID STARTTIME            (field 22 of /proc/PID/stat)
+ *   regions N asleep N mrs N in N proxy N cannot N env_error E
+ *   region ADDR+LEN TAG proxy|no-proxy awake|asleep      (one per region)
+ *   lkey 0xK ADDR+LEN NIC on-proxy|cannot-follow [WHY]   (MRs in regions)
+ * A file whose pid is gone or has another start time is a dead process's.
+ */
+#define KVDMABUF_PRELOAD_DIR_ENV "KVDMABUF_PRELOAD_DIR"
+#define KVDMABUF_PRELOAD_RUN_DIR "/run/kvdmabuf/preload"
 
 /**
  * kvdmabuf_preload_declare() - [@addr, @addr+@len) is KV memory, tagged

@@ -27,6 +27,7 @@
 #include "procfs.h"
 #include "vgem.h"
 #include "kvdmabuf_preload.h"
+#include "preload_rerun.h"
 
 #define KV_ADDR 0x7e0000000000ull
 #define LEN (1u << 20)
@@ -35,28 +36,11 @@
 /* Runs itself again under the preload, KV_ADDR declared. */
 __attribute__((constructor)) static void under_preload(int argc, char **argv)
 {
-	char exe[4096], so[4096 + 64], regions[64], *slash;
-	ssize_t n;
+	char regions[64];
 
-	if (dlsym(RTLD_DEFAULT, "kvdmabuf_preload_declare") ||
-	    getenv("KVDMABUF_PRELOAD_TRIED"))
-		return;
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n <= 0)
-		return;
-	exe[n] = '\0';
-	slash = strrchr(exe, '/');
-	if (!slash)
-		return;
-	*slash = '\0';
-	snprintf(so, sizeof(so), "%s/../lib/libkvdmabuf-preload.so", exe);
-	*slash = '/';
-	snprintf(regions, sizeof(regions), "%#llx+%#x:kv_cache", KV_ADDR, LEN);
-	setenv("KVDMABUF_PRELOAD_TRIED", "1", 1);
-	setenv("LD_PRELOAD", so, 1);
-	setenv(KVDMABUF_PRELOAD_REGIONS_ENV, regions, 1);
 	(void)argc;
-	execv("/proc/self/exe", argv);
+	snprintf(regions, sizeof(regions), "%#llx+%#x:kv_cache", KV_ADDR, LEN);
+	preload_rerun(argv, regions);
 }
 
 /* The sleep hook's view of the preload (what a plugin finds). */

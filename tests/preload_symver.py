@@ -10,11 +10,17 @@ handled at 1.8/1.1. A registration in a declared KV region is made on its
 proxy (ibv_reg_dmabuf_mr in the caller's PD) when the region has one, is
 made as asked and refuses sleep by name when the NIC says EOPNOTSUPP or
 the region has none, whichever came first, declaration or registration.
-The Python binding's preload_* functions (ctypes)."""
+ibv_rereg_mr (its one version, 1.1): forwarded with the record following
+the new range, or refused (EOPNOTSUPP, named on stderr, the stand-in never
+reached) where a new translation would leave a proxy or land by address
+in a proxied region. The Python binding's preload_* functions (ctypes)."""
 import ctypes
+import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import ktap
 from ktap import check
@@ -23,6 +29,10 @@ TOP = ktap.use_build_tree()
 PRELOAD = os.path.join(TOP, "lib", "libkvdmabuf-preload.so")
 PROG = os.path.join(TOP, "tests", "preload", "symver")
 FAKE = os.path.join(TOP, "tests", "preload", "fake")
+CLI = os.path.join(TOP, "lib", "cli", "kvdmabuf")
+# the preload's state files (kvdmabuf status) of every run here
+STATE = tempfile.mkdtemp(prefix="kvd-preload-")
+os.environ["KVDMABUF_PRELOAD_DIR"] = STATE
 
 
 def run(case):
@@ -36,7 +46,8 @@ def run(case):
     lines = p.stdout.splitlines()
     return {"mr": lines[0], "reg": lines[1:3], "state": lines[3],
             "check": lines[4], "dereg": lines[-4:-2],
-            "final": lines[-2:], "all": p.stdout}
+            "final": lines[-2:], "all": p.stdout, "err": p.stderr,
+            "rereg": [l for l in lines if l.startswith("rereg:")]}
 
 
 def lands(case, entries, fake_entries=None, dereg="ibv_dereg_mr@IBVERBS_1.1"):
@@ -129,6 +140,123 @@ def registration_across_a_region_cannot_follow():
     check("reaches past KV region" in r["check"], r["check"])
 
 
+def rereg(case):
+    """The ibv_rereg_mr part of @case: (its result line, the interposer's
+    and the stand-in's counts, the state after it)."""
+    r = run(case)
+    i = r["all"].splitlines().index(r["rereg"][0])
+    lines = r["all"].splitlines()
+    return r, lines[i:i + 4]
+
+
+def rereg_outside_regions_is_forwarded_at_1_1():
+    r, (res, pre, fake, st) = rereg("reg_mr-rereg_access")
+    check(res == "rereg: 0 Success addr old", res)
+    check(pre == "preload: ibv_rereg_mr@IBVERBS_1.1+1", pre)
+    check(fake == "fake: ibv_rereg_mr@IBVERBS_1.1+1", fake)
+
+
+def rereg_access_of_a_proxy_mr_is_forwarded_and_stays_on_the_proxy():
+    r, (res, pre, fake, st) = rereg("reg_mr-kv-proxy-rereg_access")
+    check(res.startswith("rereg: 0 "), res)
+    check(fake == "fake: ibv_rereg_mr@IBVERBS_1.1+1", fake)
+    check("proxy 1 cannot 0" in st, st)
+
+
+def rereg_translation_of_a_proxy_mr_is_refused_by_name():
+    r, (res, pre, fake, st) = rereg("reg_mr-kv-proxy-rereg_in")
+    check(res == "rereg: -1 Operation not supported addr old", res)
+    check(pre == "preload: ibv_rereg_mr@IBVERBS_1.1+1", pre)
+    check(fake == "fake:", fake)        # never reached libibverbs
+    check("proxy 1 cannot 0" in st, st)
+    check("ibv_rereg_mr of MR 0x100 refused: it is made on a KV region's "
+          "proxy dma-buf" in r["err"] and "deregister it and register"
+          in r["err"], r["err"])
+
+
+def rereg_into_a_proxied_region_is_refused():
+    r, (res, pre, fake, st) = rereg("reg_mr_head-kv-proxy-rereg_in")
+    check(res.startswith("rereg: -1 Operation not supported"), res)
+    check(fake == "fake:", fake)
+    check("lies in KV region 'kv_cache', served by its proxy" in r["err"],
+          r["err"])
+
+
+def rereg_into_a_region_without_proxy_cannot_follow():
+    r, (res, pre, fake, st) = rereg("reg_mr_head-kv-rereg_in")
+    check(res == "rereg: 0 Success addr new", res)
+    check("in 1 proxy 0 cannot 1" in st, st)
+    check("re-registered (ibv_rereg_mr) by address into KV region "
+          "'kv_cache'" in r["all"], r["all"])
+
+
+def rereg_out_of_a_region_can_no_longer_block_it():
+    r, (res, pre, fake, st) = rereg("reg_mr-kv-rereg_out")
+    check(res == "rereg: 0 Success addr new", res)
+    check("in 0 proxy 0 cannot 0" in st, st)
+
+
+def status_lists_a_live_engine_and_forgets_it_at_exit():
+    """The preload's state file, read by `kvdmabuf status --preload`: the
+    region and the engine's MR in it with its cause, while the process
+    lives; nothing once it has exited; a dead process's file is not
+    listed."""
+    env = dict(os.environ, LD_PRELOAD=PRELOAD, LD_LIBRARY_PATH=FAKE)
+    p = subprocess.Popen([PROG, "reg_mr-kv-hold"], env=env,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
+    try:
+        while p.stdout.readline().strip() not in ("held", ""):
+            pass
+        check(os.path.exists(os.path.join(STATE, str(p.pid))),
+              str(os.listdir(STATE)))
+        s = subprocess.run([CLI, "status", "--preload", "--json"],
+                           capture_output=True, text=True, timeout=30)
+        print("# " + s.stdout.replace("\n", "\n# "))
+        check(s.returncode == 0, s.stderr)
+        procs = {x["pid"]: x for x in json.loads(s.stdout)["preload"]}
+        check(p.pid in procs, str(procs))
+        me = procs[p.pid]
+        check(me["nr_regions"] == 1 and me["nr_mrs"] == 1 and
+              me["nr_cannot_follow"] == 1 and me["nr_on_proxy"] == 0, str(me))
+        check(me["regions"][0]["tag"] == "kv_cache" and
+              not me["regions"][0]["proxy"] and
+              not me["regions"][0]["asleep"], str(me["regions"]))
+        mr = me["mrs"][0]
+        check(mr["lkey"] == 0x100 and mr["nic"] == "fake0" and
+              mr["mode"] == "cannot-follow" and mr["length"] == 4096 and
+              "has no proxy dma-buf" in mr["reason"], str(mr))
+        t = subprocess.run([CLI, "status", "--preload"], capture_output=True,
+                           text=True, timeout=30)
+        check("preload pid %d: regions 1 asleep 0 mrs 1 in 1 proxy 0 "
+              "cannot 1" % p.pid in t.stdout and "fake0 cannot-follow KV "
+              "region 'kv_cache' has no proxy" in t.stdout, t.stdout)
+    finally:
+        p.communicate("x", timeout=30)
+    check(p.returncode == 0, "symver: %d" % p.returncode)
+    check(not os.path.exists(os.path.join(STATE, str(p.pid))),
+          "state file left behind: %s" % os.listdir(STATE))
+    # a file whose process is gone (pid 1 with another start time)
+    with open(os.path.join(STATE, "1"), "w") as f:
+        f.write("kvdmabuf-preload 1\npid 1 12345678901\nregions 0 asleep 0 "
+                "mrs 0 in 0 proxy 0 cannot 0 env_error 0\n")
+    s = subprocess.run([CLI, "status", "--preload", "--json"],
+                       capture_output=True, text=True, timeout=30)
+    os.unlink(os.path.join(STATE, "1"))
+    check(json.loads(s.stdout)["preload"] == [], s.stdout)
+
+
+def state_file_of_an_earlier_image_is_removed_at_load():
+    """exec keeps the pid: a file the former image left (or a dead process
+    whose pid came back) is removed when the preload loads."""
+    p = subprocess.run(["sh", "-c", 'echo stale > "$KVDMABUF_PRELOAD_DIR/$$"'
+                        ' && LD_PRELOAD="$0" exec sh -c \'ls "$1"\' - "$1"',
+                        PRELOAD, STATE], capture_output=True, text=True,
+                       timeout=30)
+    check(p.returncode == 0 and p.stdout.strip() == "",
+          "left: %r %s" % (p.stdout, p.stderr))
+
+
 def malformed_environment_refuses_sleep():
     code = ("import kvdmabuf; ok, why = kvdmabuf.preload_sleep(); "
             "print(ok, why)")
@@ -176,7 +304,8 @@ def binding_without_the_preload_says_so():
 
 
 if __name__ == "__main__":
-    sys.exit(ktap.main([
+    try:
+        rc = ktap.main([
         ibv_reg_mr_macro_lands_at_1_1,
         ibv_reg_mr_with_optional_access_lands_at_iova2_1_8,
         ibv_reg_mr_iova_lands_at_1_7,
@@ -190,7 +319,18 @@ if __name__ == "__main__":
         nic_without_dmabuf_mrs_falls_back_and_refuses,
         declared_after_registration_cannot_follow,
         registration_across_a_region_cannot_follow,
+        rereg_outside_regions_is_forwarded_at_1_1,
+        rereg_access_of_a_proxy_mr_is_forwarded_and_stays_on_the_proxy,
+        rereg_translation_of_a_proxy_mr_is_refused_by_name,
+        rereg_into_a_proxied_region_is_refused,
+        rereg_into_a_region_without_proxy_cannot_follow,
+        rereg_out_of_a_region_can_no_longer_block_it,
+        status_lists_a_live_engine_and_forgets_it_at_exit,
+        state_file_of_an_earlier_image_is_removed_at_load,
         malformed_environment_refuses_sleep,
         python_declares_and_sleeps,
         binding_without_the_preload_says_so,
-    ]))
+        ])
+    finally:
+        shutil.rmtree(STATE, ignore_errors=True)
+    sys.exit(rc)

@@ -13,7 +13,9 @@ static int usage(FILE *f)
 {
 	fprintf(f, "usage: kvdmabuf check [--json]    is this node ready for "
 		"kvdmabuf?\n"
-		"       kvdmabuf status [--json]   proxies this user may see\n"
+		"       kvdmabuf status [--json]   proxies this user may see, and\n"
+		"                                  processes under the preload\n"
+		"       kvdmabuf status --preload [--json]  only those processes\n"
 		"       kvdmabuf selftest [--list] run the installed self-tests "
 		"(TAP)\n"
 		"exit status: 0 pass, 1 something failed, 2 usage or setup "

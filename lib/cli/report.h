@@ -31,5 +31,7 @@ void json_str(const char *s);
 int cmd_check(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_selftest(int argc, char **argv);
+/* preload.c: live processes under libkvdmabuf-preload.so; how many. */
+int preload_status(bool json);
 
 #endif

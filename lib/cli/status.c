@@ -4,7 +4,9 @@
  * module's LIST ioctl (no debugfs, no root needed), with the CUDA mapping
  * of each, from the name libkvdmabuf gives the proxy dma-buf
  * ("kvd:<id>:pcie" or "kvd:<id>:default"), which the owner's
- * /proc/PID/fdinfo shows to its user and to root.
+ * /proc/PID/fdinfo shows to its user and to root. Then the processes
+ * under libkvdmabuf-preload.so (preload.c); `status --preload` lists only
+ * those, and needs no module.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -129,12 +131,31 @@ static int status_error(bool json, const char *fmt, const char *what,
 
 int cmd_status(int argc, char **argv)
 {
-	bool json = argc > 1 && !strcmp(argv[1], "--json");
+	bool json = false, only_preload = false;
 	struct kvdmabuf_proxy_stat *st = NULL;
 	const char **mapping;
 	uint32_t n = 0, i, j;
-	int fd, rc;
+	int fd, rc, a;
 
+	for (a = 1; a < argc; a++) {
+		if (!strcmp(argv[a], "--json"))
+			json = true;
+		else if (!strcmp(argv[a], "--preload"))
+			only_preload = true;
+		else
+			return status_error(false, "unknown option %s%s",
+					    argv[a], "");
+	}
+	if (only_preload) {
+		if (json)
+			printf("{\"preload\": [");
+		rc = preload_status(json);
+		if (json)
+			printf("\n]}\n");
+		else if (!rc)
+			printf("(no process under libkvdmabuf-preload.so)\n");
+		return 0;
+	}
 	fd = open(KVDMABUF_DEVICE_PATH, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		rc = errno;
@@ -204,9 +225,12 @@ int cmd_status(int argc, char **argv)
 			       m);
 	}
 	if (json)
-		printf("\n]}\n");
+		printf("\n], \"preload\": [");
 	else if (!n)
 		printf("(no proxy)\n");
+	preload_status(json);
+	if (json)
+		printf("\n]}\n");
 	free(mapping);
 	free(st);
 	return 0;

@@ -16,7 +16,10 @@
  *     macros' choice with IBV_ACCESS_OPTIONAL_RANGE flags),
  *   ibv_reg_dmabuf_mr@@IBVERBS_1.12,
  *   ibv_dereg_mr@IBVERBS_1.0 (forwarded; its inner ibv_dereg_mr lands
- *     here) and ibv_dereg_mr@@IBVERBS_1.1.
+ *     here) and ibv_dereg_mr@@IBVERBS_1.1,
+ *   ibv_rereg_mr@@IBVERBS_1.1 (its only version): forwarded and the
+ *     record updated, or refused where the result would be an MR by
+ *     address in a region that has a proxy (see kp_rereg_mr_1_1()).
  * Each forwards with dlvsym() to the same symbol at the same version.
  *
  * Global state: an interposer has no context to hang it on; it is all in
@@ -28,6 +31,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -36,6 +40,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <infiniband/verbs.h>
 
 #include "kvdmabuf_preload.h"
@@ -48,7 +54,7 @@
 
 enum kp_entry {
 	E_REG_MR_1_0, E_REG_MR_1_1, E_REG_MR_IOVA, E_REG_MR_IOVA2,
-	E_REG_DMABUF, E_DEREG_1_0, E_DEREG_1_1, E_NR
+	E_REG_DMABUF, E_DEREG_1_0, E_DEREG_1_1, E_REREG_1_1, E_NR
 };
 
 static const struct {
@@ -61,6 +67,7 @@ static const struct {
 	[E_REG_DMABUF] = { "ibv_reg_dmabuf_mr", "IBVERBS_1.12" },
 	[E_DEREG_1_0] = { "ibv_dereg_mr", "IBVERBS_1.0" },
 	[E_DEREG_1_1] = { "ibv_dereg_mr", "IBVERBS_1.1" },
+	[E_REREG_1_1] = { "ibv_rereg_mr", "IBVERBS_1.1" },
 };
 
 struct kp_region {
@@ -101,6 +108,10 @@ static struct {
 	char env_msg[256];
 	void *_Atomic next[E_NR];
 	_Atomic long long calls[E_NR];
+	/* the state file (kvdmabuf_preload.h, "State file") */
+	bool dir_known;
+	char dir[256];                  /* "": none */
+	pid_t published;                /* the pid whose file we wrote, or 0 */
 } kp = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.env_once = PTHREAD_ONCE_INIT,
@@ -210,6 +221,25 @@ static void env_load(void)
 
 __attribute__((constructor)) static void kp_init(void)
 {
+	const char *env = getenv(KVDMABUF_PRELOAD_DIR_ENV);
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	char path[320];
+
+	/* A file of our pid is a former image's (exec) or a dead process's;
+	 * nothing is made before there is something to write. */
+	if (env && strcmp(env, "off")) {
+		snprintf(path, sizeof(path), "%s/%d", env, (int)getpid());
+		unlink(path);
+	} else if (!env) {
+		snprintf(path, sizeof(path), "%s/%d", KVDMABUF_PRELOAD_RUN_DIR,
+			 (int)getpid());
+		unlink(path);
+		if (xdg && *xdg) {
+			snprintf(path, sizeof(path), "%s/kvdmabuf-preload/%d",
+				 xdg, (int)getpid());
+			unlink(path);
+		}
+	}
 	pthread_once(&kp.env_once, env_load);
 }
 
@@ -268,6 +298,16 @@ static int mr_add(const struct kp_mr *m)
 	return 0;
 }
 
+static struct kp_mr *mr_find(const struct ibv_mr *mr)
+{
+	unsigned int i;
+
+	for (i = 0; i < kp.nr_mrs; i++)
+		if (kp.mrs[i].mr == mr)
+			return &kp.mrs[i];
+	return NULL;
+}
+
 static void mr_forget(const struct ibv_mr *mr)
 {
 	unsigned int i;
@@ -277,6 +317,148 @@ static void mr_forget(const struct ibv_mr *mr)
 			kp.mrs[i] = kp.mrs[--kp.nr_mrs];
 			return;
 		}
+}
+
+/* ---- the state file, for `kvdmabuf status` (kp.lock held) ---- */
+
+static const char *const mode_name[] = { "outside", "on-proxy",
+					 "cannot-follow" };
+
+/* One line of kvdmabuf_preload_report() and of the state file. */
+static int mr_line(const struct kp_mr *m, char *buf, size_t len)
+{
+	return snprintf(buf, len, "lkey 0x%x %#" PRIxPTR "+%#zx %s %s%s%s\n",
+			m->mr->lkey, m->addr, m->len, m->nic, mode_name[m->mode],
+			m->why[0] ? " " : "", m->why);
+}
+
+/* The folder of the state files: KVDMABUF_PRELOAD_DIR ("off": none), else
+ * the first of /run/kvdmabuf/preload and $XDG_RUNTIME_DIR/kvdmabuf-preload
+ * that exists or can be made. */
+static void dir_find(void)
+{
+	const char *env = getenv(KVDMABUF_PRELOAD_DIR_ENV);
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+
+	kp.dir_known = true;
+	kp.dir[0] = '\0';
+	if (env) {
+		if (strcmp(env, "off"))
+			snprintf(kp.dir, sizeof(kp.dir), "%s", env);
+		return;
+	}
+	/* sticky and open to all, as /tmp: each user writes its own pids */
+	mkdir("/run/kvdmabuf", 0755);
+	if ((!mkdir(KVDMABUF_PRELOAD_RUN_DIR, 01777) || errno == EEXIST) &&
+	    !access(KVDMABUF_PRELOAD_RUN_DIR, W_OK | X_OK)) {
+		chmod(KVDMABUF_PRELOAD_RUN_DIR, 01777);
+		snprintf(kp.dir, sizeof(kp.dir), "%s",
+			 KVDMABUF_PRELOAD_RUN_DIR);
+		return;
+	}
+	if (xdg && *xdg) {
+		snprintf(kp.dir, sizeof(kp.dir), "%s/kvdmabuf-preload", xdg);
+		if (mkdir(kp.dir, 0700) && errno != EEXIST)
+			kp.dir[0] = '\0';
+	}
+}
+
+/* This process's start time (field 22 of /proc/self/stat): with the pid,
+ * it tells a live writer from a file a dead one left behind. */
+static unsigned long long start_time(void)
+{
+	unsigned long long t = 0;
+	char buf[1024], *p;
+	ssize_t n;
+	int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+	int field;
+
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	p = strrchr(buf, ')');  /* the name may hold spaces */
+	for (field = 2; p && field < 22; field++)
+		p = strchr(p + 1, ' ');
+	if (p)
+		t = strtoull(p + 1, NULL, 10);
+	return t;
+}
+
+/*
+ * Writes the state file of this process (tmp file, then rename: readers
+ * see a whole one). Best effort: the in-process API stays the reference;
+ * a folder that cannot be written only costs the out-of-process listing.
+ */
+static void publish_locked(void)
+{
+	char path[320], tmp[330], line[KP_WHYMAX + 128];
+	unsigned int i, asleep = 0, in = 0, proxy = 0, cannot = 0;
+	pid_t pid = getpid();
+	FILE *f;
+	int fd;
+
+	if (!kp.dir_known)
+		dir_find();
+	if (!kp.dir[0])
+		return;
+	snprintf(path, sizeof(path), "%s/%d", kp.dir, (int)pid);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+		  0600);
+	if (fd < 0)
+		return;
+	f = fdopen(fd, "w");
+	if (!f) {
+		close(fd);
+		unlink(tmp);
+		return;
+	}
+	for (i = 0; i < kp.nr_regions; i++)
+		asleep += kp.regions[i].asleep;
+	for (i = 0; i < kp.nr_mrs; i++) {
+		in += kp.mrs[i].mode != KP_OUTSIDE;
+		proxy += kp.mrs[i].mode == KP_ON_PROXY;
+		cannot += kp.mrs[i].mode == KP_CANNOT_FOLLOW;
+	}
+	fprintf(f, "kvdmabuf-preload 1\npid %d %llu\n", (int)pid,
+		start_time());
+	fprintf(f, "regions %u asleep %u mrs %u in %u proxy %u cannot %u "
+		"env_error %d\n", kp.nr_regions, asleep, kp.nr_mrs, in, proxy,
+		cannot, kp.env_error);
+	for (i = 0; i < kp.nr_regions; i++) {
+		const struct kp_region *r = &kp.regions[i];
+
+		fprintf(f, "region %#" PRIxPTR "+%#zx %s %s %s\n", r->addr,
+			r->len, r->tag, r->proxy_fd >= 0 ? "proxy" : "no-proxy",
+			r->asleep ? "asleep" : "awake");
+	}
+	for (i = 0; i < kp.nr_mrs; i++)
+		if (kp.mrs[i].mode != KP_OUTSIDE) {
+			mr_line(&kp.mrs[i], line, sizeof(line));
+			fputs(line, f);
+		}
+	if (fclose(f) || rename(tmp, path)) {
+		unlink(tmp);
+		return;
+	}
+	kp.published = pid;
+}
+
+__attribute__((destructor)) static void kp_fini(void)
+{
+	char path[320];
+
+	pthread_mutex_lock(&kp.lock);
+	if (kp.published && kp.published == getpid() && kp.dir[0]) {
+		snprintf(path, sizeof(path), "%s/%d", kp.dir, (int)getpid());
+		unlink(path);
+		kp.published = 0;
+	}
+	pthread_mutex_unlock(&kp.lock);
 }
 
 /* ---- registration ---- */
@@ -289,6 +471,8 @@ typedef struct ibv_mr *(*reg_iova2_fn)(struct ibv_pd *, void *, size_t,
 typedef struct ibv_mr *(*reg_dmabuf_fn)(struct ibv_pd *, uint64_t, size_t,
 					uint64_t, int, int);
 typedef int (*dereg_fn)(struct ibv_mr *);
+typedef int (*rereg_fn)(struct ibv_mr *, int, struct ibv_pd *, void *,
+			size_t, int);
 
 /* What the engine asked for, to be made as asked when not on a proxy. */
 struct kp_call {
@@ -430,6 +614,8 @@ static struct ibv_mr *reg_core(struct kp_call *c)
 			 "was being declared", r->tag);
 	}
 	err = mr_add(&rec);
+	if (!err)
+		publish_locked();
 	pthread_mutex_unlock(&kp.lock);
 	if (err && in) {
 		/* unrecorded KV registration: never hand it out */
@@ -459,6 +645,8 @@ struct ibv_mr *kp_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
 				size_t len, uint64_t iova, int fd, int access);
 int kp_dereg_mr_1_0(struct ibv_mr *mr);
 int kp_dereg_mr_1_1(struct ibv_mr *mr);
+int kp_rereg_mr_1_1(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
+		    void *addr, size_t len, int access);
 
 struct ibv_mr *kp_reg_mr_1_1(struct ibv_pd *pd, void *addr,
 				    size_t len, int access)
@@ -547,9 +735,117 @@ int kp_dereg_mr_1_1(struct ibv_mr *mr)
 	if (!rc) {
 		pthread_mutex_lock(&kp.lock);
 		mr_forget(mr);
+		publish_locked();
 		pthread_mutex_unlock(&kp.lock);
 	}
 	return rc;
+}
+
+/*
+ * kp.lock held: why ibv_rereg_mr(@m's MR, @flags, [@a, @a+@len)) must be
+ * refused, in @why, or "" when it may be forwarded. A new translation
+ * would take an MR made on a proxy off it (the provider re-pins by
+ * address), or put one by address into a region whose memory the proxy
+ * serves (it would not follow a wake): neither can be re-done on the
+ * proxy in place (the engine holds the struct ibv_mr, whose handle the
+ * provider owns), so the engine must deregister and register again.
+ */
+static void rereg_refusal(const struct kp_mr *m, int flags, uintptr_t a,
+			  size_t len, char *why, size_t wlen)
+{
+	const struct kp_region *r;
+
+	why[0] = '\0';
+	if (!(flags & IBV_REREG_MR_CHANGE_TRANSLATION))
+		return;
+	if (m && m->mode == KP_ON_PROXY) {
+		msg(why, wlen, "it is made on a KV region's proxy dma-buf; a "
+		    "new translation would pin memory by address instead");
+		return;
+	}
+	r = region_overlapping(a, len);
+	if (r && r->proxy_fd >= 0)
+		msg(why, wlen, "the new range %#" PRIxPTR "+%#zx lies in KV "
+		    "region '%s', served by its proxy: an MR by address there "
+		    "would not follow a wake", a, len, r->tag);
+}
+
+/* kp.lock held: @m after a successful rereg of its MR. */
+static void rereg_record(struct kp_mr *m, int flags, struct ibv_pd *pd,
+			 uintptr_t a, size_t len)
+{
+	const struct kp_region *r;
+
+	if (flags & IBV_REREG_MR_CHANGE_PD)
+		nic_name(pd, m->nic, sizeof(m->nic));
+	if (!(flags & IBV_REREG_MR_CHANGE_TRANSLATION))
+		return;         /* a proxy MR stays on its proxy */
+	m->addr = a;
+	m->len = len;
+	m->why[0] = '\0';
+	m->mode = KP_OUTSIDE;
+	r = region_overlapping(a, len);
+	if (r) {
+		m->mode = KP_CANNOT_FOLLOW;
+		msg(m->why, sizeof(m->why), "re-registered (ibv_rereg_mr) by "
+		    "address into KV region '%s', which has no proxy", r->tag);
+	}
+}
+
+/*
+ * ibv_rereg_mr@@IBVERBS_1.1: forwarded, and the engine's record follows
+ * it (new range: in a region or not again; new PD: its NIC). Refused with
+ * IBV_REREG_MR_ERR_INPUT (the MR is unchanged and valid), errno
+ * EOPNOTSUPP and a line on stderr where rereg_refusal() says so.
+ */
+int kp_rereg_mr_1_1(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
+		    void *addr, size_t len, int access)
+{
+	rereg_fn f = (rereg_fn)next_fn(E_REREG_1_1);
+	char why[KP_WHYMAX];
+	struct kp_mr *m;
+	uintptr_t a;
+	size_t l;
+	int rc;
+
+	atomic_fetch_add(&kp.calls[E_REREG_1_1], 1);
+	if (!f) {
+		errno = ENOSYS;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	if (kp_depth || !mr)
+		return f(mr, flags, pd, addr, len, access);
+	pthread_once(&kp.env_once, env_load);
+	pthread_mutex_lock(&kp.lock);
+	m = mr_find(mr);
+	a = m ? m->addr : (uintptr_t)mr->addr;
+	l = m ? m->len : mr->length;
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		a = (uintptr_t)addr;
+		l = len;
+	}
+	rereg_refusal(m, flags, a, l, why, sizeof(why));
+	pthread_mutex_unlock(&kp.lock);
+	if (why[0]) {
+		fprintf(stderr, "kvdmabuf-preload: ibv_rereg_mr of MR 0x%x "
+			"refused: %s; deregister it and register the new "
+			"range instead (nothing was changed)\n", mr->lkey, why);
+		errno = EOPNOTSUPP;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	kp_depth++;
+	rc = f(mr, flags, pd, addr, len, access);
+	kp_depth--;
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&kp.lock);
+	m = mr_find(mr);
+	if (m) {
+		rereg_record(m, flags, pd, a, l);
+		publish_locked();
+	}
+	pthread_mutex_unlock(&kp.lock);
+	return 0;
 }
 
 /* Global, named by .symver; the version script hides the kp_ names. */
@@ -560,6 +856,7 @@ __asm__(".symver kp_reg_mr_iova2, ibv_reg_mr_iova2@@IBVERBS_1.8");
 __asm__(".symver kp_reg_dmabuf_mr, ibv_reg_dmabuf_mr@@IBVERBS_1.12");
 __asm__(".symver kp_dereg_mr_1_0, ibv_dereg_mr@IBVERBS_1.0");
 __asm__(".symver kp_dereg_mr_1_1, ibv_dereg_mr@@IBVERBS_1.1");
+__asm__(".symver kp_rereg_mr_1_1, ibv_rereg_mr@@IBVERBS_1.1");
 
 
 /* ---- the API (kvdmabuf_preload.h) ---- */
@@ -607,6 +904,7 @@ EXPORT int kvdmabuf_preload_declare(void *addr, size_t len, const char *tag,
 		snprintf(m->why, sizeof(m->why), "registered before KV region "
 			 "'%s' was declared", r->tag);
 	}
+	publish_locked();
 out:
 	pthread_mutex_unlock(&kp.lock);
 	return rc;
@@ -624,6 +922,7 @@ EXPORT int kvdmabuf_preload_undeclare(void *addr)
 				(kp.nr_regions - i - 1) * sizeof(kp.regions[0]));
 			kp.nr_regions--;
 			rc = 0;
+			publish_locked();
 			break;
 		}
 	pthread_mutex_unlock(&kp.lock);
@@ -697,6 +996,7 @@ static int set_asleep(const char *tag, bool asleep, char *err, size_t len)
 	for (i = 0; i < kp.nr_regions; i++)
 		if (!tag || !strcmp(tag, kp.regions[i].tag))
 			kp.regions[i].asleep = asleep;
+	publish_locked();
 out:
 	pthread_mutex_unlock(&kp.lock);
 	return rc;
@@ -761,8 +1061,6 @@ EXPORT long long kvdmabuf_preload_calls(const char *symbol)
 
 EXPORT int kvdmabuf_preload_report(char *buf, size_t len)
 {
-	static const char *const mode[] = { "outside", "on-proxy",
-					    "cannot-follow" };
 	size_t used = 0;
 	unsigned int i;
 	int n;
@@ -775,11 +1073,8 @@ EXPORT int kvdmabuf_preload_report(char *buf, size_t len)
 
 		if (m->mode == KP_OUTSIDE)
 			continue;
-		n = snprintf(buf && used < len ? buf + used : NULL,
-			     buf && used < len ? len - used : 0,
-			     "lkey 0x%x %#" PRIxPTR "+%#zx %s %s%s%s\n",
-			     m->mr->lkey, m->addr, m->len, m->nic,
-			     mode[m->mode], m->why[0] ? " " : "", m->why);
+		n = mr_line(m, buf && used < len ? buf + used : NULL,
+			    buf && used < len ? len - used : 0);
 		if (n > 0)
 			used += (size_t)n;
 	}

@@ -6,7 +6,8 @@
  * so that the interposer's forwarding is checked on a machine without a
  * NIC. Like the real one, the 1.0 forms call the current ones through the
  * PLT (ibv_reg_mr@1.0 -> ibv_reg_mr_iova2, ibv_dereg_mr@1.0 ->
- * ibv_dereg_mr). ibv_reg_dmabuf_mr fails with fake_dmabuf_errno when set.
+ * ibv_dereg_mr). ibv_rereg_mr@1.1 (its only version) applies its PD and
+ * translation changes to the fake MR. ibv_reg_dmabuf_mr fails with fake_dmabuf_errno when set.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -32,7 +33,7 @@ struct fake_mr {
 int fake_dmabuf_errno;
 long fake_calls[8];
 enum { F_REG_1_0, F_REG_1_1, F_IOVA, F_IOVA2, F_DMABUF, F_DEREG_1_0,
-       F_DEREG_1_1 };
+       F_DEREG_1_1, F_REREG_1_1 };
 static uint32_t next_key = 0x100;
 
 /* the current forms, which the 1.0 ones call through the PLT */
@@ -115,6 +116,23 @@ int fake_dereg_1_1(struct ibv_mr *mr)
 {
 	fake_calls[F_DEREG_1_1]++;
 	free(mr);
+	return 0;
+}
+
+/* ibv_rereg_mr@@IBVERBS_1.1 (flags as IBV_REREG_MR_CHANGE_*) */
+int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
+		 size_t len, int access)
+{
+	struct fake_mr *m = (struct fake_mr *)mr;
+
+	(void)access;
+	fake_calls[F_REREG_1_1]++;
+	if (flags & 2)
+		m->pd = pd;
+	if (flags & 1) {
+		m->addr = addr;
+		m->length = len;
+	}
 	return 0;
 }
 

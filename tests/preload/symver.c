@@ -5,7 +5,10 @@
  * LD_PRELOAD=libkvdmabuf-preload.so with the stand-in libibverbs of
  * fake_ibverbs.c first on the library path. `symver CASE` makes one kind
  * of call and prints what changed: the interposer's entry counts and the
- * stand-in's, and the interposer's state; the driver judges.
+ * stand-in's, and the interposer's state; the driver judges. CASE
+ * containing "rereg_access", "rereg_in" or "rereg_out" then calls
+ * ibv_rereg_mr on the MR and prints the same again; "hold" waits for a
+ * byte on stdin after the registration (the driver runs the CLI then).
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -13,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include <infiniband/verbs.h>
 
 #include "kvdmabuf_preload.h"
@@ -28,9 +32,9 @@ static const char *const preload_names[] = {
 	"ibv_reg_mr@IBVERBS_1.0", "ibv_reg_mr@IBVERBS_1.1",
 	"ibv_reg_mr_iova@IBVERBS_1.7", "ibv_reg_mr_iova2@IBVERBS_1.8",
 	"ibv_reg_dmabuf_mr@IBVERBS_1.12", "ibv_dereg_mr@IBVERBS_1.0",
-	"ibv_dereg_mr@IBVERBS_1.1",
+	"ibv_dereg_mr@IBVERBS_1.1", "ibv_rereg_mr@IBVERBS_1.1",
 };
-#define NR 7
+#define NR 8
 
 static long long (*calls)(const char *);
 static long *fake;
@@ -133,6 +137,8 @@ int main(int argc, char **argv)
 	else if (!strncmp(c, "reg_dmabuf", 10))
 		mr = ibv_reg_dmabuf_mr(&pd, 0, 4096, (uintptr_t)buf + 4096, 7,
 				       IBV_ACCESS_LOCAL_WRITE);
+	else if (!strncmp(c, "reg_mr_head", 11))  /* below the region */
+		mr = ibv_reg_mr(&pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
 	else if (!strncmp(c, "reg_mr_across", 13))
 		mr = ibv_reg_mr(&pd, buf, len, IBV_ACCESS_LOCAL_WRITE);
 	else if (!strncmp(c, "reg_mr", 6))
@@ -144,10 +150,36 @@ int main(int argc, char **argv)
 	       "other");
 	diff();
 	state();
+	if (strstr(c, "hold")) {        /* for `kvdmabuf status` */
+		char ch;
+
+		printf("held\n");
+		fflush(stdout);
+		if (read(0, &ch, 1) < 0)
+			return 2;
+	}
 	if (strstr(c, "later"))  /* declared after the registration */
 		declare(buf, len, "kv_cache", -1, 0);
 	if (strstr(c, "later"))
 		state();
+	if (mr && strstr(c, "rereg")) {
+		/* rereg_access; rereg_in: to buf + 8192 (in the region);
+		 * rereg_out: to buf (below it) */
+		int flags = strstr(c, "rereg_access") ?
+			    IBV_REREG_MR_CHANGE_ACCESS :
+			    IBV_REREG_MR_CHANGE_TRANSLATION;
+		char *to = strstr(c, "rereg_out") ? buf : buf + 8192;
+		int rc;
+
+		snap();
+		errno = 0;
+		rc = ibv_rereg_mr(mr, flags, &pd, to, 4096,
+				  IBV_ACCESS_LOCAL_WRITE);
+		printf("rereg: %d %s addr %s\n", rc, strerror(errno),
+		       mr->addr == to ? "new" : "old");
+		diff();
+		state();
+	}
 	snap();
 	if (mr && strstr(c, "1_0"))
 		old_dereg_mr(mr);

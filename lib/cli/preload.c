@@ -1,0 +1,171 @@
+// SPDX-License-Identifier: MIT
+/*
+ * preload.c - the part of `kvdmabuf status` that lists the processes
+ * running under libkvdmabuf-preload.so: their declared KV regions and the
+ * engine registrations in them, on a proxy or not (cannot follow, with
+ * the cause), from the state file each keeps (kvdmabuf_preload.h, "State
+ * file"). Files of processes that are gone (pid absent or with another
+ * start time) are skipped. Needs no module.
+ */
+#include <ctype.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kvdmabuf_preload.h"
+#include "report.h"
+
+/* Start time of @pid (field 22 of /proc/PID/stat), 0 when gone. */
+static unsigned long long start_of(int pid)
+{
+	unsigned long long t = 0;
+	char path[64], buf[1024], *p;
+	size_t n;
+	FILE *f;
+	int field;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	for (field = 2; p && field < 22; field++)
+		p = strchr(p + 1, ' ');
+	if (p)
+		t = strtoull(p + 1, NULL, 10);
+	return t;
+}
+
+/* One live process's file, printed; 0, or -1 when not listed. */
+static int one(const char *path, bool json, bool first)
+{
+	char line[1024], tag[128], a[4][128], *why;
+	unsigned long long start, addr, len;
+	unsigned int key, nr_r = 0, nr_m = 0;
+	int pid, n;
+	FILE *f = fopen(path, "re");
+
+	if (!f)
+		return -1;
+	if (!fgets(line, sizeof(line), f) ||
+	    strcmp(line, "kvdmabuf-preload 1\n") ||
+	    !fgets(line, sizeof(line), f) ||
+	    sscanf(line, "pid %d %llu", &pid, &start) != 2 ||
+	    start != start_of(pid) || !fgets(line, sizeof(line), f)) {
+		fclose(f);
+		return -1;
+	}
+	line[strcspn(line, "\n")] = '\0';
+	if (json) {
+		unsigned int c[6] = { 0 };
+		int env_error = 0;
+
+		sscanf(line, "regions %u asleep %u mrs %u in %u proxy %u "
+		       "cannot %u env_error %d", &c[0], &c[1], &c[2], &c[3],
+		       &c[4], &c[5], &env_error);
+		printf("%s\n  {\"pid\": %d, \"nr_regions\": %u, "
+		       "\"nr_asleep\": %u, \"nr_mrs\": %u, "
+		       "\"nr_in_regions\": %u, \"nr_on_proxy\": %u, "
+		       "\"nr_cannot_follow\": %u, \"env_error\": %d, "
+		       "\"regions\": [", first ? "" : ",", pid, c[0], c[1],
+		       c[2], c[3], c[4], c[5], env_error);
+	} else {
+		printf("preload pid %d: %s\n", pid, line);
+	}
+	while (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = '\0';
+		if (sscanf(line, "region %llx+%llx %127s %127s %127s", &addr,
+			   &len, tag, a[0], a[1]) == 5) {
+			if (!json) {
+				printf("  region %s\n", line + 7);
+				continue;
+			}
+			printf("%s{\"addr\": %llu, \"length\": %llu, \"tag\": ",
+			       nr_r++ ? ", " : "", addr, len);
+			json_str(tag);
+			printf(", \"proxy\": %s, \"asleep\": %s}",
+			       strcmp(a[0], "proxy") ? "false" : "true",
+			       strcmp(a[1], "asleep") ? "false" : "true");
+			continue;
+		}
+		n = 0;
+		if (sscanf(line, "lkey %x %llx+%llx %127s %127s%n", &key, &addr,
+			   &len, a[2], a[3], &n) != 5 || !n)
+			continue;
+		if (!json) {
+			printf("  mr %s\n", line + 5);
+			continue;
+		}
+		if (!nr_m++)
+			printf("], \"mrs\": [");
+		else
+			printf(", ");
+		why = line + n;
+		while (isspace((unsigned char)*why))
+			why++;
+		printf("{\"lkey\": %u, \"addr\": %llu, \"length\": %llu, "
+		       "\"nic\": ", key, addr, len);
+		json_str(a[2]);
+		printf(", \"mode\": ");
+		json_str(a[3]);
+		printf(", \"reason\": ");
+		json_str(why);
+		printf("}");
+	}
+	if (json)
+		printf("%s]}", nr_m ? "" : "], \"mrs\": [");
+	fclose(f);
+	return 0;
+}
+
+/*
+ * Lists every live process's state file: in $KVDMABUF_PRELOAD_DIR when
+ * set, else in KVDMABUF_PRELOAD_RUN_DIR and $XDG_RUNTIME_DIR's. JSON: the
+ * elements of an array (the caller writes the brackets). Returns how many.
+ */
+int preload_status(bool json)
+{
+	const char *env = getenv(KVDMABUF_PRELOAD_DIR_ENV);
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	char dirs[2][300], path[600];
+	size_t dl;
+	int nr_dirs = 0, listed = 0, i;
+
+	if (env) {
+		if (strcmp(env, "off"))
+			snprintf(dirs[nr_dirs++], sizeof(dirs[0]), "%s", env);
+	} else {
+		snprintf(dirs[nr_dirs++], sizeof(dirs[0]), "%s",
+			 KVDMABUF_PRELOAD_RUN_DIR);
+		if (xdg && *xdg)
+			snprintf(dirs[nr_dirs++], sizeof(dirs[0]),
+				 "%s/kvdmabuf-preload", xdg);
+	}
+	for (i = 0; i < nr_dirs; i++) {
+		struct dirent *de;
+		DIR *d = opendir(dirs[i]);
+
+		if (!d)
+			continue;
+		while ((de = readdir(d))) {
+			if (!de->d_name[0] ||
+			    strspn(de->d_name, "0123456789") !=
+			    strlen(de->d_name))
+				continue;
+			dl = strlen(dirs[i]);
+			if (dl + 2 + strlen(de->d_name) > sizeof(path))
+				continue;
+			memcpy(path, dirs[i], dl);
+			path[dl] = '/';
+			strcpy(path + dl + 1, de->d_name);
+			if (!one(path, json, !listed))
+				listed++;
+		}
+		closedir(d);
+	}
+	return listed;
+}
