@@ -153,6 +153,8 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		7.3) kver=$(newest "$root"/lib/modules/7.*-amd64) machine=q35 iommu=1 ;;
 		esac
 		kver=$(basename "$kver")
+		# Mooncake's wheel, in a venv of that root (deps.sh).
+		guest_env+=(KVDMABUF_MOONCAKE_VENV=/opt/kvdmabuf-mooncake-venv)
 		# One build tree per checkout and lane, as for the other lanes.
 		guest_build=/kvdmabuf-lanes/${lanes##*/}/lane-$lane
 		kernel=$root/boot/vmlinuz-$kver moddir=$root/lib/modules/$kver
@@ -183,7 +185,8 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		machine=q35 iommu=1
 		# KASAN and lockdep under TCG: slower, and the fuzzer's full run.
 		guest_env=(KVDMABUF_TIMEOUT_SCALE=4 KVDMABUF_PROGRAM_TIMEOUT=3600
-			KVDMABUF_FUZZ_SECONDS=60)
+			KVDMABUF_FUZZ_SECONDS=60
+			KVDMABUF_MOONCAKE_VENV=/opt/kvdmabuf-mooncake-venv)
 		guest_build=/kvdmabuf-lanes/${lanes##*/}/lane-debug
 		build=$root$guest_build
 		sync_tree "$repo" "$build"
