@@ -184,6 +184,7 @@ def _load() -> ctypes.CDLL:
                                      P(ctypes.c_uint64)]),
         "kvdmabuf_region_info": (I, [VP, P(_RegionInfo)]),
         "kvdmabuf_region_dmabuf": (I, [VP, P(I), P(ctypes.c_uint64)]),
+        "kvdmabuf_region_set_drm_handle": (I, [VP, I, ctypes.c_uint32]),
         "kvdmabuf_query": (I, [VP, P(_State)]),
         "kvdmabuf_io_begin": (I, [VP]),
         "kvdmabuf_io_end": (None, [VP]),
@@ -425,6 +426,13 @@ class Region:
         if rc < 0:
             _raise(rc, "region has no proxy dma-buf")
         return fd.value, off.value
+
+    def set_drm_handle(self, drm_fd: int, handle: int) -> None:
+        """A DRM region's new GEM handle, for the next wake (the engine
+        freed its buffer at sleep and mapped a new one at the same
+        address); see ``kvdmabuf_region_set_drm_handle``."""
+        self._ctx._check(_lib.kvdmabuf_region_set_drm_handle(
+            self._h, drm_fd, handle))
 
     def io_begin(self) -> bool:
         """Count a transfer; False when the region sleeps (do not touch it)."""
