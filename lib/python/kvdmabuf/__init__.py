@@ -214,11 +214,14 @@ class _PreloadState(ctypes.Structure):
 def _preload():
     """libkvdmabuf-preload.so's API when the process runs under it
     (LD_PRELOAD), else None: found in the process, never loaded here."""
+    # One CDLL object for every lookup: argtypes live on the function
+    # objects of the instance that made them (another CDLL(None) would
+    # hand out fresh ones, and an address would go as a 32-bit int).
+    g = ctypes.CDLL(None)
     try:
-        fn = ctypes.CDLL(None).kvdmabuf_preload_declare
+        fn = g.kvdmabuf_preload_declare
     except AttributeError:
         return None
-    g = ctypes.CDLL(None)
     cp, sz = ctypes.c_char_p, ctypes.c_size_t
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.c_void_p, sz, cp, ctypes.c_int, ctypes.c_uint64]
