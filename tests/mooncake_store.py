@@ -33,7 +33,7 @@ wakes, gets B's blocks, puts new ones, B and A get them back):
   declared to the preload, so Mooncake's own register_buffer is made on
   the proxy. A sleeps (the vgem buffer is freed) and wakes with a new one
   at the same address, and Mooncake is never asked to register again:
-  every block is right, the keys Mooncake published are unchanged, and
+  every block is right, the MR Mooncake holds (its keys) is unchanged, and
   nothing of A's KV is held while it sleeps.
 """
 import ctypes
@@ -227,6 +227,7 @@ class Engine:
         if self.ctx:
             import kvdmabuf
             out.update(preload=kvdmabuf.preload_state(),
+                       mrs=preload_report(),
                        reg_calls=preload_reg_calls(),
                        mode=self.region.info().mode,
                        shmem_kib=vm_kib("Shmem", "/proc/meminfo"))
@@ -346,6 +347,17 @@ def preload_reg_calls():
     if bad:
         raise RuntimeError("not interposed: %s" % bad)
     return sum(n.values())
+
+
+def preload_report():
+    """The preload's lines for the engine's registrations in KV regions
+    (kvdmabuf_preload_report()): Mooncake's own MR, its lkey (= rkey on
+    rxe) and whether it is on the proxy."""
+    fn = ctypes.CDLL(None).kvdmabuf_preload_report
+    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t]
+    buf = ctypes.create_string_buffer(4096)
+    fn(buf, len(buf))
+    return buf.value.decode(errors="replace").strip()
 
 
 def engine_main(args):
@@ -547,8 +559,7 @@ def stop_master(mp):
 
 def scenario(mode, port_base):
     """Master + B + A, CYCLES sleep/wake cycles of A. Returns the tally
-    and A's memory figures per cycle (follow: and the keys Mooncake
-    published for A's KV, registered and after each wake)."""
+    and A's memory figures per cycle."""
     py = python_of_venv()
     need_scenarios()
     master = master_binary()
@@ -582,7 +593,6 @@ def scenario(mode, port_base):
                  os.path.join(tmp, "engine-A.log"),
                  env={"LD_PRELOAD": PRELOAD} if follow else None)
         engines.append(a)
-        published = [segment_keys(http, a_host)] if follow else []
         blocks = list(range(BLOCKS))
 
         def keys(tag, c):
@@ -622,9 +632,7 @@ def scenario(mode, port_base):
             woke = a.call("wake")
             judge("b_while", a.call("get", keys=keys("B", c), blocks=blocks),
                   c, "B")
-            if follow:
-                published.append(segment_keys(http, a_host))
-            else:
+            if not follow:
                 judge("inflight", b.call("get", keys=keys("fly", c),
                                          blocks=blocks), c, "A")
             a.call("fill", cycle=100 + c)
@@ -643,18 +651,7 @@ def scenario(mode, port_base):
         if sys.exc_info()[0] is not None:
             show_log(mlog, 10)
     shutil.rmtree(tmp, ignore_errors=True)
-    return (t, mem, published) if follow else (t, mem)
-
-
-def segment_keys(http, name):
-    """The lkeys and rkeys of the buffers Mooncake published for segment
-    @name in its metadata (what its peers' transfers use)."""
-    import urllib.request
-    url = "http://127.0.0.1:%d/metadata?key=mooncake/ram/%s" % (http, name)
-    with urllib.request.urlopen(url, timeout=30) as r:
-        desc = json.loads(r.read())
-    return [(b["addr"], b["length"], b["lkey"], b["rkey"])
-            for b in desc.get("buffers", [])]
+    return t, mem
 
 
 def report(mode, t, mem):
@@ -761,7 +758,7 @@ def rxe_dmabuf_missing():
 def follow_under_the_preload_every_block_right_keys_unchanged():
     """Mooncake unmodified under libkvdmabuf-preload.so, A's KV in vgem
     behind a proxy (FOLLOW): right blocks after every wake with Mooncake's
-    registration untouched, its published keys unchanged, A's KV freed
+    registration untouched (its MR and keys the same), A's KV freed
     while A sleeps."""
     why = rxe_dmabuf_missing()
     if why:
@@ -771,23 +768,22 @@ def follow_under_the_preload_every_block_right_keys_unchanged():
     import kvdmabuf
     t0 = time.monotonic()
     with Network():
-        t, mem, published = scenario("follow", 18400)
+        t, mem = scenario("follow", 18400)
     print("# follow: %.1f s" % (time.monotonic() - t0))
     report("follow (Mooncake under the preload)", t, mem)
-    for when, keys in zip(["registered"] + ["woken %d" % c for c in
-                                            range(1, CYCLES + 1)],
-                          published):
-        print("#   A's buffers in Mooncake's metadata, %s: %s" % (
-            when, " ".join("%#x+%#x lkey %s rkey %s" % k for k in keys)))
+    print("#   Mooncake's MR (the preload's record): %s" % mem[0][0]["mrs"])
     print("#   preload: %s" % mem[0][0]["preload"])
     n = CYCLES * BLOCKS
     for key in ("pre", "b_while", "a_post_b", "a_post_a"):
         check(t.rows[key] == [n, n], "follow: %s: %s" % (key, t.rows[key]))
     check(t.errors == 0, "%d transfer errors" % t.errors)
-    check(len(published[0]) == 1 and published[0][0][1] == KV,
-          "A's KV not published by Mooncake: %s" % published[0])
-    check(all(p == published[0] for p in published),
-          "Mooncake's published keys changed: %s" % published)
+    mr0 = mem[0][0]["mrs"]
+    check(len(mr0.splitlines()) == 1 and " on-proxy" in mr0 and
+          "%#x" % KV in mr0, "Mooncake's MR of A's KV not on the proxy: "
+          "%r" % mr0)
+    check(all(x["mrs"] == mr0 for m in mem for x in m),
+          "Mooncake's MR (keys) changed: %s" % [x["mrs"] for m in mem
+                                                for x in m])
     for c, (aw, sl, wk, end) in enumerate(mem, 1):
         pre = aw["preload"]
         check(aw["mode"] == kvdmabuf.MODE_FOLLOW, "cycle %d: mode %s" %
@@ -802,6 +798,10 @@ def follow_under_the_preload_every_block_right_keys_unchanged():
               (c, sl["shmem_freed_kib"], KV >> 10))
         check(sl["pin_kib"] <= aw["pin_kib"], "cycle %d: pinned asleep: %s"
               % (c, sl))
+
+
+class BenchCrashed(Exception):
+    pass
 
 
 def bench_once(bench, http, target, preload, log):
@@ -832,6 +832,9 @@ def bench_once(bench, http, target, preload, log):
     with open(log, errors="replace") as f:
         out = f.read()
     m = re.search(r"throughput ([0-9.]+) ?([A-Za-z]+/s)", out)
+    if p.returncode < 0:
+        show_log(log, 5)
+        raise BenchCrashed("signal %d" % -p.returncode)
     if p.returncode != 0 or not m:
         show_log(log)
         raise AssertionError("transfer_engine_bench: exit status %d, no "
@@ -872,9 +875,17 @@ def transfer_engine_bench_alone_and_under_the_preload():
             check(tp.poll() is None, "bench target exited: %s" %
                   tp.returncode)
             for preload in (False, True):
-                figures[preload] = bench_once(
-                    bench, 18500, target, preload,
-                    os.path.join(tmp, "initiator-%d.log" % preload))
+                # 0.3.13's bench crashed once right after its buffer
+                # allocation (SIGSEGV, alone, 6.12): one more try each.
+                for attempt in (1, 2):
+                    try:
+                        figures[preload] = bench_once(
+                            bench, 18500, target, preload, os.path.join(
+                                tmp, "initiator-%d.log" % preload))
+                        break
+                    except BenchCrashed as e:
+                        print("# transfer_engine_bench crashed: %s" % e)
+                        check(attempt == 1, "it crashed twice")
         finally:
             if tp is not None:
                 stop_master(tp)
