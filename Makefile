@@ -95,7 +95,7 @@ BENCH_SRCS := $(sort $(wildcard tests/bench/*.c))
 BENCH := $(if $(BENCH_SRCS),tests/bench/kvdmabuf-bench)
 CYCLES ?= 3
 
-.PHONY: all lib cli tests asan modules rxe dkms-src clean check check-unit check-vm demo bench deps fuzz \
+.PHONY: all lib cli tests asan modules rxe dkms-src clean check check-unit check-vm demo demo-mooncake bench deps fuzz \
 	install modules_install mutants update-counts
 
 all: lib cli tests modules rxe
@@ -285,6 +285,13 @@ mutants:
 demo:
 	$(Q)tests/vm/check.sh run $(KERNEL) tests/demo/kvdmabuf-demo \
 		--cycles $(CYCLES) $(DEMO_ARGS)
+
+# The seed with the real Mooncake store (tests/mooncake_store.py, its
+# tables): baseline, kvdmabuf's hooks (REREGISTER) and Mooncake unmodified
+# under the preload (FOLLOW, on soft-RoCE with dma-buf MRs: 6.12 and 7.3).
+MOONCAKE_KERNEL ?= 6.12
+demo-mooncake:
+	$(Q)tests/vm/check.sh run $(MOONCAKE_KERNEL) tests/mooncake_store.py
 
 # The ioctl fuzzer alone, on the debug kernel (FUZZ_KERNEL=6.1|6.12 for
 # another lane), for SECONDS with SEED alone (default: the fixed seeds, then

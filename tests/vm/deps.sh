@@ -14,6 +14,8 @@
 #                   built with debootstrap under $KVDMABUF_CACHE
 #   deps.sh 7.3     + in that root, from trixie-backports, the newest 7.x
 #                   kernel image and headers (the dma-buf revoke API)
+#   (6.12, 7.3 and debug: + Mooncake's wheel in a virtual environment of
+#   that root's python3, /opt/kvdmabuf-mooncake-venv in it)
 #
 # KVDMABUF_CACHE (default /var/cache/kvdmabuf) holds everything built here
 # that outlives a checkout.
@@ -125,6 +127,11 @@ ROOT_EXTRA_STAMP=$TRIXIE_ROOT/.kvdmabuf-root-extras-v3
 # tests/rxe builds soft-RoCE with dma-buf MRs from its rxe.
 ROOT_SRC612_PKGS="linux-source-6.12"
 ROOT_SRC612_STAMP=$TRIXIE_ROOT/.kvdmabuf-root-src612-v1
+# Mooncake's run-time libraries and python3's venv in that root (Debian 13
+# names libcurl4 libcurl4t64); its venv, at this path inside the root.
+ROOT_MOONCAKE_PKGS="python3-venv libnuma1 libcurl4t64"
+ROOT_MOONCAKE_STAMP=$TRIXIE_ROOT/.kvdmabuf-root-mooncake-v1
+ROOT_MOONCAKE_VENV=/opt/kvdmabuf-mooncake-venv
 
 need_root() {
 	if [ "$(id -u)" != 0 ]; then
@@ -277,30 +284,57 @@ bpo_debug() {
 	echo "$ver" >"$BPO_DEBUG_STAMP"
 }
 
-# A virtual environment of /usr/bin/python3 with the pinned Mooncake wheel,
-# at $1 (on the root the guests of the 6.1 lane share read-only, so under
-# $KVDMABUF_CACHE). Stamped with the requirements file's hash: a new pin
-# installs anew. A venv records its own path, so it is built in place.
-mooncake_venv() { # venv-dir
-	local venv=$1 stamp
-	stamp=$venv/.kvdmabuf-mooncake-$(sha256sum <"$MOONCAKE_REQ" | cut -c1-16)
+# A virtual environment of /usr/bin/python3 with the pinned Mooncake wheel.
+# Host root (6.1): at $1, under $KVDMABUF_CACHE, which the lane's guests
+# share read-only. Debian 13 root (the others): at $1 inside $2, the path
+# the guests see. Stamped with the requirements file's hash: a new pin
+# installs anew. A venv records its own path, so it is built in place, by
+# the root's own python3 (chroot). The wheel for that python3's ABI is
+# fetched on this machine (its pip settings: a site index or proxy) and
+# installed in the root from that folder only (--no-index); both steps
+# check the pinned hash and take wheels only.
+mooncake_venv() { # venv-dir [root]
+	local venv=$1 root=${2:-} stamp dir log=$CACHE/mooncake-venv${2:+-root}.log
+	local run=() abi
+	[ -n "$root" ] && run=(in_root)
+	stamp=$root$venv/.kvdmabuf-mooncake-$(sha256sum <"$MOONCAKE_REQ" | cut -c1-16)
 	[ -f "$stamp" ] && return 0
-	need_root "Mooncake in $venv"
-	echo "deps: installing $(sed -n 's/^\([a-z-]*==[^ ]*\).*/\1/p' "$MOONCAKE_REQ") into $venv"
-	rm -rf "$venv"
-	mkdir -p "$(dirname "$venv")"
-	{ /usr/bin/python3 -m venv --system-site-packages "$venv" &&
-	  "$venv/bin/pip" install -q --disable-pip-version-check \
+	need_root "Mooncake in $root$venv"
+	echo "deps: installing $(sed -n 's/^\([a-z-]*==[^ ]*\).*/\1/p' "$MOONCAKE_REQ") into $root$venv"
+	rm -rf "$root$venv"
+	mkdir -p "$(dirname "$root$venv")"
+	# The wheels' folder, where the root's pip reads it.
+	dir=$(mktemp -d "$root/tmp/kvd-mooncake.XXXXXX")
+	cp "$MOONCAKE_REQ" "$dir/requirements.txt"
+	{ abi=$("${run[@]}" /usr/bin/python3 -c \
+		'import sys; print("%d.%d" % sys.version_info[:2])') &&
+	  /usr/bin/python3 -m pip download -q --disable-pip-version-check \
 		--no-deps --require-hashes --only-binary=:all: \
-		-r "$MOONCAKE_REQ" &&
-	  "$venv/bin/python3" -c 'import mooncake.engine, mooncake.store'
-	} >"$CACHE/mooncake-venv.log" 2>&1 || {
-		tail -20 "$CACHE/mooncake-venv.log" >&2
-		echo "deps: installing Mooncake failed, log in $CACHE/mooncake-venv.log" >&2
-		rm -rf "$venv"
+		--implementation cp --python-version "$abi" \
+		--abi "cp${abi/./}" --platform manylinux_2_28_x86_64 \
+		-d "$dir" -r "$MOONCAKE_REQ" &&
+	  "${run[@]}" /usr/bin/python3 -m venv --system-site-packages "$venv" &&
+	  "${run[@]}" "$venv/bin/pip" install -q --disable-pip-version-check \
+		--no-index --find-links "${dir#"$root"}" \
+		--no-deps --require-hashes --only-binary=:all: \
+		-r "${dir#"$root"}/requirements.txt" &&
+	  "${run[@]}" "$venv/bin/python3" -c 'import mooncake.engine, mooncake.store'
+	} >"$log" 2>&1 || {
+		tail -20 "$log" >&2
+		echo "deps: installing Mooncake failed, log in $log" >&2
+		rm -rf "$root$venv" "$dir"
 		exit 1
 	}
+	rm -rf "$dir"
 	touch "$stamp"
+}
+
+# Mooncake in the Debian 13 root: what its wheel runs on (libibverbs1 is
+# there with rdma-core) and python3's venv, then the venv at
+# ROOT_MOONCAKE_VENV (the guests' path; tests/vm/check.sh passes it).
+root_mooncake() {
+	root_install "$ROOT_MOONCAKE_STAMP" root-mooncake "$ROOT_MOONCAKE_PKGS"
+	mooncake_venv "$ROOT_MOONCAKE_VENV" "$TRIXIE_ROOT"
 }
 
 case "${1:-host}" in
@@ -316,18 +350,21 @@ host)
 	trixie_root
 	root_extras
 	root_src612
+	root_mooncake
 	;;
 7.3)
 	host_deps
 	trixie_root
 	root_extras
 	bpo_kernel
+	root_mooncake
 	;;
 debug)
 	host_deps
 	trixie_root
 	root_extras
 	bpo_debug
+	root_mooncake
 	;;
 *)
 	echo "usage: $0 host|6.1|6.12|7.3|debug" >&2

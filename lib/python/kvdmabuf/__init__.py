@@ -187,6 +187,7 @@ def _load() -> ctypes.CDLL:
                                      P(ctypes.c_uint64)]),
         "kvdmabuf_region_info": (I, [VP, P(_RegionInfo)]),
         "kvdmabuf_region_dmabuf": (I, [VP, P(I), P(ctypes.c_uint64)]),
+        "kvdmabuf_region_set_drm_handle": (I, [VP, I, ctypes.c_uint32]),
         "kvdmabuf_query": (I, [VP, P(_State)]),
         "kvdmabuf_io_begin": (I, [VP]),
         "kvdmabuf_io_end": (None, [VP]),
@@ -216,11 +217,14 @@ class _PreloadState(ctypes.Structure):
 def _preload():
     """libkvdmabuf-preload.so's API when the process runs under it
     (LD_PRELOAD), else None: found in the process, never loaded here."""
+    # One CDLL object for every lookup: argtypes live on the function
+    # objects of the instance that made them (another CDLL(None) would
+    # hand out fresh ones, and an address would go as a 32-bit int).
+    g = ctypes.CDLL(None)
     try:
-        fn = ctypes.CDLL(None).kvdmabuf_preload_declare
+        fn = g.kvdmabuf_preload_declare
     except AttributeError:
         return None
-    g = ctypes.CDLL(None)
     cp, sz = ctypes.c_char_p, ctypes.c_size_t
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.c_void_p, sz, cp, ctypes.c_int, ctypes.c_uint64]
@@ -466,6 +470,13 @@ class Region:
         if rc < 0:
             _raise(rc, "region has no proxy dma-buf")
         return fd.value, off.value
+
+    def set_drm_handle(self, drm_fd: int, handle: int) -> None:
+        """A DRM region's new GEM handle, for the next wake (the engine
+        freed its buffer at sleep and mapped a new one at the same
+        address); see ``kvdmabuf_region_set_drm_handle``."""
+        self._ctx._check(_lib.kvdmabuf_region_set_drm_handle(
+            self._h, drm_fd, handle))
 
     def io_begin(self) -> bool:
         """Count a transfer; False when the region sleeps (do not touch it)."""
