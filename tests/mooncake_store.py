@@ -875,9 +875,12 @@ def transfer_engine_bench_alone_and_under_the_preload():
             check(tp.poll() is None, "bench target exited: %s" %
                   tp.returncode)
             for preload in (False, True):
-                # 0.3.13's bench crashed once right after its buffer
-                # allocation (SIGSEGV, alone, 6.12): one more try each.
-                for attempt in (1, 2):
+                # 0.3.13's bench crashes now and then right after its
+                # buffer allocation (SIGSEGV, alone as well: 1 run in 4
+                # on 6.12 and 7.3): up to 4 tries each; a bench that
+                # never runs is a skip of Mooncake's, listed with this
+                # reason, not a pass.
+                for attempt in (1, 2, 3, 4):
                     try:
                         figures[preload] = bench_once(
                             bench, 18500, target, preload, os.path.join(
@@ -885,7 +888,10 @@ def transfer_engine_bench_alone_and_under_the_preload():
                         break
                     except BenchCrashed as e:
                         print("# transfer_engine_bench crashed: %s" % e)
-                        check(attempt == 1, "it crashed twice")
+                if preload not in figures:
+                    raise Skip("Mooncake's transfer_engine_bench crashed "
+                               "4 times in a row (a defect of its own, "
+                               "alone as well)")
         finally:
             if tp is not None:
                 stop_master(tp)

@@ -19,7 +19,9 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 cache=${KVDMABUF_CACHE:-/var/cache/kvdmabuf}
-vm_timeout=${KVDMABUF_VM_TIMEOUT:-1500}
+# A guard against a hung guest, not a performance bound: the debug lane
+# (4x slower) gets twice as long.
+vm_timeout=${KVDMABUF_VM_TIMEOUT:-2400}
 jobs=${KVDMABUF_JOBS:-$(nproc)}
 logs=$repo/build/logs
 mkdir -p "$logs"
@@ -188,7 +190,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		# KASAN and lockdep under TCG: slower, and the fuzzer's full run;
 		# Mooncake's store scenarios left out (see tests/vm/expected-skips).
 		guest_env=(KVDMABUF_TIMEOUT_SCALE=4 KVDMABUF_PROGRAM_TIMEOUT=3600
-			KVDMABUF_FUZZ_SECONDS=60
+			KVDMABUF_FUZZ_SECONDS=60 KVDMABUF_FUZZ_SEEDS=12345
 			KVDMABUF_MOONCAKE_VENV=/opt/kvdmabuf-mooncake-venv
 			KVDMABUF_MOONCAKE_SCENARIOS=0)
 		guest_build=/kvdmabuf-lanes/${lanes##*/}/lane-debug
@@ -232,14 +234,15 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		tail -30 "$blog" | tee -a "$log"
 	else
 		echo "# built in $((SECONDS - t0))s; booting $kver"
-		local boot
+		local boot lane_timeout=$vm_timeout
+		[ "$lane" = debug ] && lane_timeout=$((2 * vm_timeout))
 		for boot in 1 2; do
 			# The debug kernel boots on q35 (its own ACPI tables and
 			# MP table: both CPUs online under TCG).
 			KVDMABUF_VM_LOCKED=1 KVDMABUF_VM_MODROOT=$modroot \
 			KVDMABUF_VM_MACHINE=$machine KVDMABUF_VM_IOMMU=$iommu \
 			"$here/run-vm.sh" "$kernel" "$moddir" "$root" "$plog" \
-				"$vm_timeout" "${guest_env[@]}" /bin/bash \
+				"$lane_timeout" "${guest_env[@]}" /bin/bash \
 				"$guest_build/tests/vm/guest-run.sh" "$guest_build" \
 				"${modroot:--}" "${run[@]}" | tr -d '\r' |
 				{ grep -v -E '^\[ *[0-9]+\.[0-9]+\]' || true; }
