@@ -35,27 +35,6 @@ static inline void rxe_skip_file(const char *file, char *why, size_t len)
 	fclose(f);
 }
 
-/* NULL when both halves are loaded, else why not. */
-static inline const char *rxe_dmabuf_missing(void)
-{
-	static char why[300];
-
-	if (access(PINNED_PARAM, F_OK)) {
-		snprintf(why, sizeof(why), "rdma_rxe without dma-buf MRs loaded");
-		rxe_skip_file("SKIP", why, sizeof(why));
-		return why;
-	}
-	if (!getenv("RDMAV_DRIVERS")) {
-		char file[256] = "no provider library";
-
-		rxe_skip_file("provider/SKIP", file, sizeof(file));
-		snprintf(why, sizeof(why), "rxe provider not built: %.250s",
-			 file);
-		return why;
-	}
-	return NULL;
-}
-
 /* CONFIG_DMABUF_DEBUG hides struct pages from importers (copied tables). */
 static inline int dmabuf_debug_kernel(void)
 {
@@ -75,6 +54,32 @@ static inline int dmabuf_debug_kernel(void)
 			found = 1;
 	fclose(f);
 	return found;
+}
+
+/*
+ * NULL when both halves are loaded and the kernel hands importers struct
+ * pages (rxe copies with the CPU), else why not.
+ */
+static inline const char *rxe_dmabuf_missing(void)
+{
+	static char why[300];
+
+	if (access(PINNED_PARAM, F_OK)) {
+		snprintf(why, sizeof(why), "rdma_rxe without dma-buf MRs loaded");
+		rxe_skip_file("SKIP", why, sizeof(why));
+		return why;
+	}
+	if (!getenv("RDMAV_DRIVERS")) {
+		char file[256] = "no provider library";
+
+		rxe_skip_file("provider/SKIP", file, sizeof(file));
+		snprintf(why, sizeof(why), "rxe provider not built: %.250s",
+			 file);
+		return why;
+	}
+	if (dmabuf_debug_kernel())
+		return "CONFIG_DMABUF_DEBUG hides struct pages from importers: rxe copies with the CPU";
+	return NULL;
 }
 
 #endif /* KVDMABUF_TESTS_RXE_ENV_H */
