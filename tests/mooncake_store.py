@@ -940,6 +940,8 @@ def gate_refuses_this_mooncakes_nvlink_transports():
     kvdmabuf hooks refuse to open; each of its protocol names other than
     rdma and tcp refused as kvdmabuf's protocol."""
     py = python_of_venv()
+    # It starts the real store (on the debug lane its setup times out).
+    need_scenarios()
     pkg = os.path.dirname(master_binary())
     import kvdmabuf
     switches = mooncake_nvlink_switches(pkg)
