@@ -387,7 +387,7 @@ def engine_main(args):
 def need_scenarios():
     if not SCENARIOS:
         raise Skip("KVDMABUF_MOONCAKE_SCENARIOS=0: this lane leaves out the "
-                   "store scenarios (TCG with KASAN and lockdep)")
+                   "store scenarios (too slow on the debug kernel under TCG)")
 
 
 def python_of_venv():
