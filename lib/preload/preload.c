@@ -910,21 +910,31 @@ out:
 	return rc;
 }
 
-EXPORT int kvdmabuf_preload_undeclare(void *addr)
+/* kp.lock held: the region declared at @addr, or NULL. */
+static struct kp_region *region_at(uintptr_t addr)
 {
 	unsigned int i;
+
+	for (i = 0; i < kp.nr_regions; i++)
+		if (kp.regions[i].addr == addr)
+			return &kp.regions[i];
+	return NULL;
+}
+
+EXPORT int kvdmabuf_preload_undeclare(void *addr)
+{
+	struct kp_region *r;
 	int rc = -ENOENT;
 
 	pthread_mutex_lock(&kp.lock);
-	for (i = 0; i < kp.nr_regions; i++)
-		if (kp.regions[i].addr == (uintptr_t)addr) {
-			memmove(&kp.regions[i], &kp.regions[i + 1],
-				(kp.nr_regions - i - 1) * sizeof(kp.regions[0]));
-			kp.nr_regions--;
-			rc = 0;
-			publish_locked();
-			break;
-		}
+	r = region_at((uintptr_t)addr);
+	if (r) {
+		memmove(r, r + 1,
+			(size_t)(kp.regions + kp.nr_regions - r - 1) * sizeof(*r));
+		kp.nr_regions--;
+		rc = 0;
+		publish_locked();
+	}
 	pthread_mutex_unlock(&kp.lock);
 	return rc;
 }
@@ -1110,16 +1120,6 @@ unsigned int kp_regions_overlapping(uintptr_t a, size_t len,
 	}
 	pthread_mutex_unlock(&kp.lock);
 	return n;
-}
-
-static struct kp_region *region_at(uintptr_t addr)
-{
-	unsigned int i;
-
-	for (i = 0; i < kp.nr_regions; i++)
-		if (kp.regions[i].addr == addr)
-			return &kp.regions[i];
-	return NULL;
 }
 
 int kp_region_set_asleep(uintptr_t addr, bool asleep, char *err,
