@@ -1,11 +1,18 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
 """dkms_module - the helper module as DKMS built and installed it (module/
-dkms.conf, tests/vm/dkms.sh in the Debian 13 root) loads with modprobe on
-this kernel and answers the version ioctl; then the lane's own build is
-loaded back. modprobe only finds modules under /lib/modules/RELEASE, where
-the DKMS file is the only kvdmabuf (the lane's is insmodded from its build
-tree), so a module loaded by modprobe is the DKMS one; modinfo names it."""
+dkms.conf, tests/vm/dkms.sh: in the Debian 13 root for its lanes, Debian
+12's dkms on the host for 6.1) loads with modprobe on this kernel and
+answers the version ioctl; then the lane's own build is loaded back.
+modprobe only finds modules under /lib/modules/RELEASE, where the DKMS file
+is the only kvdmabuf (the lane's is insmodded from its build tree), so a
+module loaded by modprobe is the DKMS one; modinfo names it.
+
+On 6.1 the guest runs the host's own root, where DKMS did not install: its
+files (the module and depmod's indexes) are in a folder of the cache
+(KVDMABUF_DKMS_MODULES), laid over /lib/modules/RELEASE here by a
+read-only overlay in this test's own mount namespace."""
+import ctypes
 import fcntl
 import glob
 import os
@@ -37,12 +44,31 @@ def api_version():
         os.close(fd)
 
 
+def lay_over_modules(layer, mods):
+    """The DKMS layer over the kernel's module folder, for this process and
+    its children only (a private mount namespace)."""
+    CLONE_NEWNS = 0x00020000
+    if ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWNS):
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
+    check(sh("mount", "--make-rprivate", "/").returncode == 0)
+    check(sh("mount", "-t", "overlay", "overlay", "-o",
+             "ro,lowerdir=%s:%s" % (layer, mods), mods).returncode == 0,
+          "cannot lay %s over %s" % (layer, mods))
+
+
 def dkms_module_loads_with_modprobe():
     rel = os.uname().release
-    found = glob.glob("/lib/modules/%s/updates/dkms/kvdmabuf.ko*" % rel)
+    mods = "/lib/modules/%s" % rel
+    layer = os.environ.get("KVDMABUF_DKMS_MODULES")
+    if layer:
+        check(os.path.isdir(layer), "no DKMS folder %s" % layer)
+        if os.geteuid():
+            raise Skip("needs root")
+        lay_over_modules(layer, mods)
+    found = glob.glob("%s/updates/dkms/kvdmabuf.ko*" % mods)
     if not found:
         raise Skip("no DKMS build for %s (tests/vm/dkms.sh builds for the "
-                   "Debian 13 lanes)" % rel)
+                   "Debian 13 lanes and 6.1)" % rel)
     if os.geteuid():
         raise Skip("needs root")
     check(sh("modinfo", "-F", "filename", "kvdmabuf").stdout.strip() ==

@@ -145,6 +145,12 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		guest_env+=(KVDMABUF_MOONCAKE_VENV=$cache/mooncake-venv)
 		sync_tree "$repo" "$build"
 		make -C "$build" -j"$jobs" all KDIR="$moddir/build" ${KVDMABUF_MAKE_ARGS:-} >"$blog" 2>&1 || rc=1
+		# Debian 12's DKMS builds and installs the helper module for
+		# this kernel into a folder of the cache, not into the host's
+		# /lib/modules (tests/vm/dkms.sh); tests/dkms_module.py lays
+		# it over the guest's.
+		[ $rc = 0 ] && { "$here/dkms.sh" --host "$repo" "$kver" >>"$blog" 2>&1 || rc=1; }
+		guest_env+=(KVDMABUF_DKMS_MODULES=$cache/dkms-host/$kver/modules)
 		;;
 	6.12 | 7.3)
 		# Debian 13's user space; 7.3: the newest 7.x kernel of

@@ -33,7 +33,7 @@ HOST_PKGS="make gcc libc6-dev pkg-config linux-image-amd64 linux-headers-amd64
  libdrm-dev libyaml-dev debootstrap rsync cpio xz-utils zstd iproute2 kmod
  util-linux coreutils locales python3 python3-pyverbs mandoc
  python3-venv python3-pip python3-setuptools libnuma1 libcurl4 perftest
- cmake ninja-build libnl-3-dev libnl-route-3-dev git patch"
+ cmake ninja-build libnl-3-dev libnl-route-3-dev git patch dkms"
 
 # Mooncake (transfer engine, store, mooncake_master), pinned by version and
 # by the sha256 of each wheel (one per CPython ABI: cp311 for Debian 12's

@@ -6,14 +6,53 @@
 # the 7.x from backports). The guests of those lanes load the module from
 # /lib/modules/RELEASE/updates/dkms (tests/dkms_module.py).
 #
-#   dkms.sh REPO [KVER]   every kernel of the root, or KVER alone; prints
-#                         one line per kernel; exit status 1 on a failure
+# The 6.1 lane's guest runs this machine's own root (Debian 12), so there
+# DKMS must not install into the host's /lib/modules: Debian 12's dkms runs
+# here as an admin would, but in a mount namespace where the kernel's
+# module folder is an overlay whose upper layer is a folder of the cache,
+# and with its own DKMS and source trees there. Everything it writes (the
+# module under updates/dkms, depmod's indexes) lands in that folder; the
+# 6.1 guest lays it over its /lib/modules/RELEASE (tests/dkms_module.py).
+#
+#   dkms.sh REPO [KVER]         every kernel of the root, or KVER alone;
+#                               prints one line per kernel; exit status 1
+#                               on a failure
+#   dkms.sh --host REPO KVER    Debian 12's dkms on this machine, for KVER,
+#                               into $KVDMABUF_CACHE/dkms-host/KVER/modules
 set -euo pipefail
+host=0
+[ "${1:-}" = --host ] && { host=1; shift; }
 repo=$(cd "${1:?repository}" && pwd)
 cache=${KVDMABUF_CACHE:-/var/cache/kvdmabuf}
 root=$cache/trixie-root
 ver=$(awk '/define KVDMABUF_VERSION_(MAJOR|MINOR|PATCH) / \
 	{ v = v (v == "" ? "" : ".") $3 } END { print v }' "$repo/lib/kvdmabuf.h")
+
+if [ $host = 1 ]; then
+	kver=${2:?kernel release}
+	out=$cache/dkms-host/$kver
+	command -v dkms >/dev/null || {
+		echo "dkms.sh: no dkms on this machine (tests/vm/deps.sh host installs it)" >&2
+		exit 1
+	}
+	rm -rf "$out"
+	mkdir -p "$out/modules" "$out/work" "$out/dkms"
+	make -s -C "$repo" dkms-src DESTDIR="$out/src"
+	if unshare -m --propagation private sh -ec '
+		kver=$1 out=$2 ver=$3
+		mount -t overlay overlay -o "lowerdir=/lib/modules/$kver,upperdir=$out/modules,workdir=$out/work" \
+			"/lib/modules/$kver"
+		set -- --dkmstree "$out/dkms" --sourcetree "$out/src/usr/src"
+		dkms add "kvdmabuf/$ver" "$@"
+		dkms install "kvdmabuf/$ver" -k "$kver" "$@"' - "$kver" "$out" "$ver" \
+		>"$out.log" 2>&1; then
+		echo "dkms: kvdmabuf/$ver installed for $kver in $out/modules"
+		exit 0
+	fi
+	tail -20 "$out.log" >&2
+	echo "dkms: kvdmabuf/$ver failed for $kver (log $out.log)" >&2
+	exit 1
+fi
 
 in_root() {
 	unshare -m --propagation private sh -c '
