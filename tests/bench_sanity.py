@@ -25,7 +25,7 @@ BENCH = os.path.join(HERE, "bench", "kvdmabuf-bench")
 STATUSES = {"PASS", "FAIL", "UNMEASURED"}
 
 
-def run(args, timeout=300):
+def run(args, timeout=ktap.scaled(300)):
     check(os.access(BENCH, os.X_OK), "%s not built" % BENCH)
     t0 = time.monotonic()
     p = subprocess.run([BENCH] + args, stdout=subprocess.PIPE,

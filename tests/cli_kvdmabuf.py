@@ -28,7 +28,7 @@ KO = os.path.join(os.environ.get("KVDMABUF_BUILD", TOP), "module",
 
 def run(args, **kw):
     p = subprocess.run([CLI] + args, capture_output=True, text=True,
-                       timeout=300, **kw)
+                       timeout=ktap.scaled(300), **kw)
     for line in (p.stdout + p.stderr).splitlines():
         print("# " + line)
     return p

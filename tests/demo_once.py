@@ -27,7 +27,7 @@ def demo_one_cycle_verdict_pass():
     t0 = time.monotonic()
     p = subprocess.run([DEMO, "--cycles", "1"], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, universal_newlines=True,
-                       timeout=600)
+                       timeout=ktap.scaled(600))
     for line in p.stdout.splitlines():
         print("# | " + line)
     print("# kvdmabuf-demo --cycles 1: %.1f s, exit status %d"

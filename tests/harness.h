@@ -43,6 +43,8 @@
 #include <sanitizer/lsan_interface.h>
 #endif
 
+#include "timeout_scale.h"
+
 #define KSFT_PASS 0
 #define KSFT_FAIL 1
 #define KSFT_SKIP 4
@@ -469,14 +471,11 @@ static inline int test_harness_run(int argc, char **argv)
 	int pass = 0, fail = 0, skip = 0, total = 0, n = 0, list = 0;
 	struct __test_metadata *t = NULL;
 	struct __test_results *res;
-	const char *scale_env = getenv("KVDMABUF_TIMEOUT_SCALE");
-	int scale = scale_env ? atoi(scale_env) : 1;
+	int scale = kvd_scaled_ms(1);
 	char **names = __harness.names = calloc(argc, sizeof(*names));
 	char full[256];
 	int nnames = 0, opt;
 
-	if (scale < 1)
-		scale = 1;
 	while ((opt = getopt(argc, argv, "lt:")) != -1) {
 		if (opt == 'l')
 			list = 1;

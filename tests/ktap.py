@@ -12,6 +12,16 @@ class Skip(Exception):
     """Raised by a test that cannot run here; the message is the reason."""
 
 
+def scaled(seconds):
+    """@seconds times KVDMABUF_TIMEOUT_SCALE (the debug lane runs 4x slower
+    under KASAN and lockdep): every wall-clock bound and guard of a test."""
+    try:
+        k = int(os.environ.get("KVDMABUF_TIMEOUT_SCALE", "1"))
+    except ValueError:
+        k = 1
+    return seconds * max(k, 1)
+
+
 def check(cond, what="check failed"):
     if not cond:
         raise AssertionError(what)

@@ -72,7 +72,7 @@ BS = 256 << 10                 # one KV block
 KV = BLOCKS * BS
 SEGMENT = 32 << 20             # B's global segment: the store's memory
 CYCLES = int(os.environ.get("KVDMABUF_MOONCAKE_CYCLES", "2"))
-REPLY_TIMEOUT = 300 * int(os.environ.get("KVDMABUF_TIMEOUT_SCALE", "1"))
+REPLY_TIMEOUT = ktap.scaled(300)
 # 0: the lane leaves out the store scenarios (tests/vm/check.sh: debug).
 SCENARIOS = os.environ.get("KVDMABUF_MOONCAKE_SCENARIOS", "1") != "0"
 
@@ -418,7 +418,7 @@ def ip(*args):
                           text=True).returncode
 
 
-def wait_port(port, proc, timeout=60):
+def wait_port(port, proc, timeout=ktap.scaled(60)):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         check(proc.poll() is None, "mooncake_master exited: %s" % proc.returncode)
@@ -482,7 +482,7 @@ class Proc:
             except AssertionError:
                 pass
         try:
-            self.p.wait(timeout=30)
+            self.p.wait(timeout=ktap.scaled(30))
         except subprocess.TimeoutExpired:
             self.p.kill()
             self.p.wait()
@@ -551,7 +551,7 @@ def stop_master(mp):
     """Ends mooncake_master (or another server of ours): TERM, then KILL."""
     mp.terminate()
     try:
-        mp.wait(timeout=30)
+        mp.wait(timeout=ktap.scaled(30))
     except subprocess.TimeoutExpired:
         mp.kill()
         mp.wait()
@@ -870,8 +870,7 @@ def transfer_engine_bench_alone_and_under_the_preload():
                  IBDEV_B, "--buffer_size=%d" % (64 << 20)],
                 stdout=open(tlog, "w"), stderr=subprocess.STDOUT,
                 env=engine_env())
-            time.sleep(3 * int(os.environ.get("KVDMABUF_TIMEOUT_SCALE",
-                                              "1")))
+            time.sleep(ktap.scaled(3))
             check(tp.poll() is None, "bench target exited: %s" %
                   tp.returncode)
             for preload in (False, True):
@@ -979,7 +978,7 @@ def gate_refuses_this_mooncakes_nvlink_transports():
                                    "segment": 0},
                          os.path.join(tmp, "engine-%s.log" % var),
                          env={var: "1"}, expect_error=True)
-                e.p.wait(timeout=60)
+                e.p.wait(timeout=ktap.scaled(60))
                 print("# %s=1: %s" % (var, e.error))
                 check(e.error and "GateRefused" in e.error and
                       var in e.error and "store setup failed" not in

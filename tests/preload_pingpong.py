@@ -53,11 +53,11 @@ def pair(server, client, port):
                 time.sleep(0.2)
                 c = subprocess.run(client + ["-p", str(port), "127.0.0.1"],
                                    env=env, capture_output=True, text=True,
-                                   timeout=120)
+                                   timeout=ktap.scaled(120))
                 if c.returncode == 0 or "onnect" not in "\n".join(
                         plain(c.stdout + c.stderr)):
                     break
-            s.wait(timeout=60)
+            s.wait(timeout=ktap.scaled(60))
         finally:
             if s.poll() is None:
                 s.kill()

@@ -35,6 +35,7 @@
 #include "kmod/kvd_importer.h"
 #include "kmod/kvd_umem.h"
 #include "procfs.h"
+#include "timeout_scale.h"
 #include "vgem.h"
 
 #define KVD_PAGE	4096UL
@@ -156,7 +157,7 @@ static inline int kvd_test_module_load(const char *name, const char *deps,
 		if (ret)
 			return ret;
 	}
-	for (i = 0; i < 200 && access(path, F_OK); i++)
+	for (i = 0; i < kvd_scaled_ms(2000) / 10 && access(path, F_OK); i++)
 		usleep(10000);
 	return access(path, F_OK) ? -errno : 0;
 }
@@ -372,22 +373,13 @@ static inline uint64_t exp_dev_maps(const struct kvd_exp_info *i,
 			     KVD_EXPORTER_PATH, strerror(-fd));		\
 	} while (0)
 
-/* @ms times KVDMABUF_TIMEOUT_SCALE (the debug lane runs 4x slower). */
-static inline int kvd_scaled_ms(int ms)
-{
-	const char *s = getenv("KVDMABUF_TIMEOUT_SCALE");
-	int k = s ? atoi(s) : 1;
-
-	return ms * (k < 1 ? 1 : k);
-}
-
-/* Polls QUERY until the proxy is in @state (about 2 s at most). */
+/* Polls QUERY until the proxy is in @state (about 2 s at most, scaled). */
 static inline int kvd_wait_state(int dev, int proxy, uint32_t state,
 				 struct kvdmabuf_query *q)
 {
 	int i, ret = 0;
 
-	for (i = 0; i < 400; i++) {
+	for (i = 0; i < kvd_scaled_ms(2000) / 5; i++) {
 		ret = kvd_query(dev, proxy, q);
 		if (ret || q->state == state)
 			return ret;

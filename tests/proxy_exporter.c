@@ -992,6 +992,69 @@ TEST_F_TIMEOUT(exp, slow_unmap_by_the_drain_blocks_no_query, 60)
 
 #ifndef KVD_IMP_UMEM
 /*
+ * The third teardown path: QUERY drops the stale backings that have become
+ * idle (so that its counts are exact) but hands them to the reap work,
+ * never calls their exporter itself. QUERY is the one that finds one here:
+ * the reap work is busy tearing a first slow backing down when a lazy
+ * importer's unmap leaves a second idle, and no drain runs. (A QUERY that
+ * tore it down itself takes the exporter's 1.5 s unmap.)
+ */
+TEST_F_TIMEOUT(exp, slow_unmap_found_by_query_blocks_no_query, 60)
+{
+	int slow = variant->flags | KVD_EXP_CREATE_SLOW_UNMAP;
+	int b1, b2, c, l1, l2;
+	struct kvdmabuf_query q;
+	uint64_t t;
+
+	/* Lazy importers keep their map of a backing until their next access. */
+	b1 = exp_buf(self->exp, SIZE, slow, SEED_B);
+	ASSERT_GE(b1, 0);
+	ASSERT_EQ(0, kvd_replace(self->dev, self->proxy, b1, 0));
+	l1 = imp_import(self->imp, self->proxy, KVD_IMP_IMPORT_LAZY);
+	ASSERT_GE(l1, 0);
+	ASSERT_EQ(0, imp_read(self->imp, l1, 0, self->buf, SIZE));
+	b2 = exp_buf(self->exp, SIZE, slow, SEED_C);
+	ASSERT_GE(b2, 0);
+	EXPECT_EQ(-ETIMEDOUT, kvd_attach_full(self->dev, self->proxy, b2, 0,
+					      KVDMABUF_ATTACH_REPLACE, 50,
+					      NULL));
+	l2 = imp_import(self->imp, self->proxy, KVD_IMP_IMPORT_LAZY);
+	ASSERT_GE(l2, 0);
+	ASSERT_EQ(0, imp_read(self->imp, l2, 0, self->buf, SIZE));
+	c = exp_buf(self->exp, SIZE, variant->flags, SEED_A);
+	ASSERT_GE(c, 0);
+	EXPECT_EQ(-ETIMEDOUT, kvd_attach_full(self->dev, self->proxy, c, 0,
+					      KVDMABUF_ATTACH_REPLACE, 50,
+					      NULL));
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(2, q.stale_backings);
+
+	/* l1 lets b1 go: the reap work takes it and sits in its slow unmap. */
+	ASSERT_EQ(0, imp_read(self->imp, l1, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_A));
+	usleep(kvd_scaled_ms(200) * 1000);
+	/* l2 lets b2 go while it does: QUERY finds b2 idle. */
+	ASSERT_EQ(0, imp_read(self->imp, l2, 0, self->buf, SIZE));
+	t = now_ms();
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	t = now_ms() - t;
+	TH_LOG("QUERY that dropped b2: %llu ms (unmaps sleep %d ms)",
+	       (unsigned long long)t, KVD_EXP_SLOW_MAP_MS);
+	EXPECT_EQ(0, q.stale_backings);
+	EXPECT_LT(t, KVD_EXP_SLOW_MAP_MS / 2);
+	/* Both slow teardowns did happen. */
+	EXPECT_EQ(0, exp_let_go(_metadata, self->exp, b1, 3 * KVD_EXP_SLOW_MAP_MS));
+	EXPECT_EQ(0, exp_let_go(_metadata, self->exp, b2, 3 * KVD_EXP_SLOW_MAP_MS));
+	EXPECT_EQ(0, imp_release(self->imp, l1));
+	EXPECT_EQ(0, imp_release(self->imp, l2));
+	close(c);
+	close(b2);
+	close(b1);
+}
+#endif
+
+#ifndef KVD_IMP_UMEM
+/*
  * A backing build calls the exporter with the importer's device while the
  * importer may detach and its driver go away (rmmod kvd_importer during
  * a slow map for its device): the module holds a reference to the device

@@ -499,7 +499,7 @@ TEST_F(follow, revoke_wait_blocks_no_importer_callback)
 	ASSERT_GE(self->h, 0);
 	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, KVD_PAGE));
 	ASSERT_EQ(0, pthread_create(&th, NULL, revoke_in_background, &r));
-	usleep(300000);		/* the revoke is waiting now */
+	usleep(kvd_scaled_ms(300) * 1000);	/* the revoke is waiting now */
 
 	t0 = now_s();
 	h2 = imp_import(self->imp, self->proxy, 0);
@@ -508,14 +508,14 @@ TEST_F(follow, revoke_wait_blocks_no_importer_callback)
 		EXPECT_EQ(0, imp_release(self->imp, h2));
 	took = now_s() - t0;
 	TH_LOG("import + release during the wait: %.3f s", took);
-	EXPECT_LT(took, 1.0);
+	EXPECT_LT(took, kvd_scaled_ms(1000) / 1e3);
 	t0 = now_s();
 	if (!read_debugfs_proxies())
-		EXPECT_LT(now_s() - t0, 1.0);
+		EXPECT_LT(now_s() - t0, kvd_scaled_ms(1000) / 1e3);
 	/* QUERY too. */
 	t0 = now_s();
 	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
-	EXPECT_LT(now_s() - t0, 1.0);
+	EXPECT_LT(now_s() - t0, kvd_scaled_ms(1000) / 1e3);
 	EXPECT_EQ(KVDMABUF_STATE_REVOKED, q.state);
 
 	/* The importer lets go: the revoke completes. */
@@ -523,7 +523,7 @@ TEST_F(follow, revoke_wait_blocks_no_importer_callback)
 				    KVD_PAGE));
 	pthread_join(th, NULL);
 	EXPECT_EQ(0, r.ret);
-	EXPECT_LT(r.took, 3.0);
+	EXPECT_LT(r.took, kvd_scaled_ms(3000) / 1e3);
 	ASSERT_EQ(0, wait_no_stale(self->dev, self->proxy, &q));
 	EXPECT_EQ(0, q.stale_backings);
 }
@@ -549,7 +549,7 @@ TEST_F(follow, revoke_waits_for_fences)
 	took = now_s() - t0;
 	TH_LOG("revoke with a 500 ms fence took %.3f s", took);
 	EXPECT_GE(took, 0.4);
-	EXPECT_LT(took, 4.0);
+	EXPECT_LT(took, kvd_scaled_ms(4000) / 1e3);
 	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
 	EXPECT_EQ(0, q.stale_backings);
 

@@ -33,7 +33,7 @@ static int back_to_baseline(const struct baseline *b)
 	struct baseline now;
 	int i;
 
-	for (i = 0; i < 300; i++) {
+	for (i = 0; i < kvd_scaled_ms(3000) / 10; i++) {
 		read_baseline(&now);
 		if (now.proxies == b->proxies && now.backings == b->backings &&
 		    now.slots == b->slots)
@@ -229,7 +229,7 @@ static int dev_wait(void)
 {
 	int i, fd;
 
-	for (i = 0; i < 200; i++) {
+	for (i = 0; i < kvd_scaled_ms(2000) / 10; i++) {
 		fd = kvd_dev_open();
 		if (fd >= 0)
 			return fd;
@@ -263,7 +263,8 @@ TEST(rmmod_refused_while_a_proxy_exists)
 	EXPECT_TRUE(mod_loaded());
 	close(proxy);
 
-	for (i = 0, ret = -EWOULDBLOCK; i < 100 && ret == -EWOULDBLOCK; i++) {
+	for (i = 0, ret = -EWOULDBLOCK; i < kvd_scaled_ms(1000) / 10 && ret == -EWOULDBLOCK;
+	     i++) {
 		ret = mod_unload();
 		if (ret == -EWOULDBLOCK)
 			usleep(10000);

@@ -48,6 +48,7 @@ static long shmem_wait_below(long limit_kb, int ms)
 {
 	long kb = meminfo_kb("Shmem");
 
+	ms = kvd_scaled_ms(ms);
 	while (kb > limit_kb && ms > 0) {
 		usleep(10000);
 		ms -= 10;

@@ -168,7 +168,7 @@ class Peer:
 
     def close(self):
         self.p.stdin.close()
-        self.p.wait(timeout=30)
+        self.p.wait(timeout=ktap.scaled(30))
 
 
 def vm_kib(field):
@@ -312,7 +312,7 @@ def engine_examples_run():
     for ex in ("vllm_sleep.py", "sglang_sleep.py"):
         p = subprocess.run([sys.executable, os.path.join(py, "examples", ex)],
                            env=env, capture_output=True, text=True,
-                           timeout=120)
+                           timeout=ktap.scaled(120))
         for line in (p.stdout + p.stderr).splitlines():
             print("# %s: %s" % (ex, line))
         check(p.returncode == 0, "%s exited %d" % (ex, p.returncode))

@@ -22,7 +22,7 @@ static int dev_present(void)
 	/* udev (or devtmpfs) creates the node asynchronously: give it time. */
 	int i, fd;
 
-	for (i = 0; i < 100; i++) {
+	for (i = 0; i < kvd_scaled_ms(1000) / 10; i++) {
 		fd = open("/dev/kvdmabuf", O_RDWR | O_CLOEXEC);
 		if (fd >= 0) {
 			close(fd);
