@@ -276,9 +276,19 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 		goto out_backing;
 	}
 
-	/* Fail early, before any exporter work; checked again below. */
+	/*
+	 * Fail early, before any allocation or exporter work, so that pins
+	 * answer -EBUSY even when memory is short; checked again below.
+	 */
 	mutex_lock(&proxy->lock);
 	ret = kvd_attach_check(proxy, arg.flags, &dead);
+	if (!ret) {
+		dma_resv_lock(proxy->dmabuf->resv, NULL);
+		arg.pins = kvd_all_pins(proxy);
+		dma_resv_unlock(proxy->dmabuf->resv);
+		if (arg.pins)
+			ret = -EBUSY;
+	}
 	mutex_unlock(&proxy->lock);
 	kvd_bury(&dead);
 	if (ret)

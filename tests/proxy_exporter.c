@@ -750,7 +750,9 @@ TEST_F(exp, ebusy_names_its_source)
 		.proxy_fd = (uint32_t)self->proxy, .pins = 77,
 	};
 	struct kvdmabuf_query q;
+	struct kvd_exp_info i;
 	int b, c, hp;
+	uint64_t t0;
 
 	b = exp_buf(self->exp, SIZE, variant->flags | KVD_EXP_CREATE_PIN_BUSY,
 		    SEED_B);
@@ -761,14 +763,24 @@ TEST_F(exp, ebusy_names_its_source)
 	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
 	EXPECT_EQ(KVDMABUF_STATE_BACKED, q.state);
 
+	/*
+	 * An importer's pin is seen before any allocation or exporter work
+	 * (so memory pressure cannot turn it into -ENOMEM): c's exporter,
+	 * whose maps sleep 1.5 s, is never attached.
+	 */
 	hp = imp_import(self->imp, self->proxy, KVD_IMP_IMPORT_PINNED);
 	ASSERT_GE(hp, 0);
-	c = exp_buf(self->exp, SIZE, variant->flags, SEED_C);
+	c = exp_buf(self->exp, SIZE, variant->flags | KVD_EXP_CREATE_SLOW_MAP,
+		    SEED_C);
 	ASSERT_GE(c, 0);
 	a.backing_fd = (uint32_t)c;
 	a.pins = 0;
+	t0 = now_ms();
 	EXPECT_EQ(-EBUSY, kvd_ioctl(self->dev, KVDMABUF_IOCTL_ATTACH, &a));
+	EXPECT_LT(now_ms() - t0, (uint64_t)KVD_EXP_SLOW_MAP_MS / 2);
 	EXPECT_LE(1, a.pins);		/* the pinned importer's */
+	ASSERT_EQ(0, exp_info(self->exp, c, &i));
+	EXPECT_EQ(0, i.attachments);
 	EXPECT_EQ(0, imp_release(self->imp, hp));
 	/* A success reports no pins, whatever came in. */
 	a.pins = 5;
