@@ -62,7 +62,10 @@ extern "C" {
  * (kvdmabuf_region_dmabuf(), owned by the caller, which keeps it open
  * while declared) at @proxy_offset; registrations in the region are made
  * on it from now on. -1: no proxy (host memory). Registrations already
- * made in the range are kept as they are and cannot follow.
+ * made in the range are kept as they are and cannot follow. libkvdmabuf
+ * declares each of its regions that has a proxy itself (with its proxy
+ * operations); declaring the same range with the same proxy and offset
+ * again returns 0 and changes only the tag.
  * Return: 0; -EINVAL empty or wrapping range, or overlap with a declared
  * region; -ENOMEM.
  */
@@ -70,7 +73,8 @@ int kvdmabuf_preload_declare(void *addr, size_t len, const char *tag,
 			     int proxy_fd, uint64_t proxy_offset);
 
 /** kvdmabuf_preload_undeclare() - forget the region starting at @addr.
- *  Return: 0; -ENOENT none starts there. */
+ *  Return: 0; -ENOENT none starts there; -EBUSY its proxy operations are
+ *  running (a cuMemUnmap or cuMemSetAccess of it): try again. */
 int kvdmabuf_preload_undeclare(void *addr);
 
 /**
@@ -187,8 +191,10 @@ struct kvdmabuf_preload_proxy_ops {
  * kvdmabuf_preload_set_proxy_ops() - the proxy operations of the declared
  * region that starts at @addr (copied; NULL: none). A region with a proxy
  * and no operations refuses a cuMemUnmap while awake.
+ * Until the call returns 0 for new operations (or @ops NULL) or the region
+ * is undeclared, the old operations may still be called; never after.
  * Return: 0; -ENOENT no region starts at @addr; -EINVAL an operation is
- * missing.
+ * missing; -EBUSY the region's operations are running now.
  */
 int kvdmabuf_preload_set_proxy_ops(void *addr,
 				   const struct kvdmabuf_preload_proxy_ops *ops);

@@ -79,6 +79,7 @@ struct kp_region {
 	bool asleep;
 	bool has_ops;                   /* set by the proxy's owner */
 	struct kvdmabuf_preload_proxy_ops ops; /* preload_cuda.c */
+	unsigned int held;              /* ops running (kp_region_hold) */
 };
 
 enum kp_mode {
@@ -872,7 +873,17 @@ EXPORT int kvdmabuf_preload_declare(void *addr, size_t len, const char *tag,
 	if (!addr || !len || a + len < a || (tag && strlen(tag) >= KP_TAGMAX))
 		return -EINVAL;
 	pthread_mutex_lock(&kp.lock);
-	if (region_overlapping(a, len)) {
+	r = region_overlapping(a, len);
+	if (r && r->addr == a && r->len == len && r->proxy_fd == proxy_fd &&
+	    r->proxy_off == proxy_offset) {
+		/* declared so already (libkvdmabuf at region add, then the
+		 * engine's hook): the later tag, the rest as it is */
+		if (tag)
+			snprintf(r->tag, sizeof(r->tag), "%s", tag);
+		publish_locked();
+		goto out;
+	}
+	if (r) {
 		rc = -EINVAL;
 		goto out;
 	}
@@ -928,7 +939,9 @@ EXPORT int kvdmabuf_preload_undeclare(void *addr)
 
 	pthread_mutex_lock(&kp.lock);
 	r = region_at((uintptr_t)addr);
-	if (r) {
+	if (r && r->held) {
+		rc = -EBUSY;    /* its proxy operations are running */
+	} else if (r) {
 		memmove(r, r + 1,
 			(size_t)(kp.regions + kp.nr_regions - r - 1) * sizeof(*r));
 		kp.nr_regions--;
@@ -1152,6 +1165,8 @@ int kp_region_set_ops(uintptr_t addr,
 	r = region_at(addr);
 	if (!r) {
 		rc = -ENOENT;
+	} else if (r->held) {
+		rc = -EBUSY;
 	} else {
 		r->has_ops = ops != NULL;
 		memset(&r->ops, 0, sizeof(r->ops));
@@ -1160,4 +1175,32 @@ int kp_region_set_ops(uintptr_t addr,
 	}
 	pthread_mutex_unlock(&kp.lock);
 	return rc;
+}
+
+int kp_region_hold(uintptr_t addr, struct kvdmabuf_preload_proxy_ops *ops)
+{
+	struct kp_region *r;
+	int rc = 0;
+
+	pthread_mutex_lock(&kp.lock);
+	r = region_at(addr);
+	if (!r || !r->has_ops) {
+		rc = -ENOENT;
+	} else {
+		r->held++;
+		*ops = r->ops;
+	}
+	pthread_mutex_unlock(&kp.lock);
+	return rc;
+}
+
+void kp_region_unhold(uintptr_t addr)
+{
+	struct kp_region *r;
+
+	pthread_mutex_lock(&kp.lock);
+	r = region_at(addr);
+	if (r && r->held)
+		r->held--;
+	pthread_mutex_unlock(&kp.lock);
 }

@@ -331,11 +331,15 @@ static kvd_CUresult kc_export(uintptr_t addr, size_t len, int *fd)
 
 static kvd_CUresult region_sleep(const struct kp_region_view *v)
 {
+	struct kvdmabuf_preload_proxy_ops ops;
 	char why[KC_ERRMAX - 128];
 	struct kc_sleeper *s;
+	bool held;
 	int rc;
 
-	if (v->proxy_fd >= 0 && !v->has_ops) {
+	/* the operations as they are now, held until they returned */
+	held = !kp_region_hold(v->addr, &ops);
+	if (v->proxy_fd >= 0 && !held) {
 		fail("cuMemUnmap refused: KV region '%s' %#" PRIxPTR "+%#zx "
 		     "is awake and has a proxy dma-buf but no proxy operations "
 		     "(kvdmabuf_preload_set_proxy_ops): its registrations "
@@ -349,7 +353,8 @@ static kvd_CUresult region_sleep(const struct kp_region_view *v)
 			    sizeof(*s));
 		if (!s) {
 			fail("cuMemUnmap refused: out of memory");
-			return KVD_CUDA_ERROR_NOT_PERMITTED;
+			rc = -ENOMEM;
+			goto out;
 		}
 		kc.sleepers = s;
 	}
@@ -358,13 +363,13 @@ static kvd_CUresult region_sleep(const struct kp_region_view *v)
 		fail("cuMemUnmap refused: KV region '%s' %#" PRIxPTR "+%#zx "
 		     "cannot sleep: %s", v->tag, v->addr, v->len,
 		     rc == -ENOENT ? "undeclared meanwhile" : why);
-		return KVD_CUDA_ERROR_NOT_PERMITTED;
+		goto out;
 	}
-	if (v->has_ops) {
+	if (held) {
 		why[0] = '\0';
 		kc_depth++;
-		rc = v->ops.revoke(v->ops.arg, (void *)v->addr, v->len, why,
-				   sizeof(why));
+		rc = ops.revoke(ops.arg, (void *)v->addr, v->len, why,
+				sizeof(why));
 		kc_depth--;
 		if (rc) {
 			kp_region_set_asleep(v->addr, false, NULL, 0);
@@ -372,7 +377,7 @@ static kvd_CUresult region_sleep(const struct kp_region_view *v)
 			     PRIxPTR "+%#zx's proxy failed (%s): %s; nothing "
 			     "was unmapped", v->tag, v->addr, v->len,
 			     strerror(rc < 0 ? -rc : rc), why);
-			return KVD_CUDA_ERROR_NOT_PERMITTED;
+			goto out;
 		}
 	}
 	/* one entry per region (woken by the hooks meanwhile: renewed) */
@@ -383,7 +388,10 @@ static kvd_CUresult region_sleep(const struct kp_region_view *v)
 		s = &kc.sleepers[kc.nr_sleepers++];
 	*s = (struct kc_sleeper){ .addr = v->addr, .len = v->len };
 	atomic_store(&kc.nr_asleep, kc.nr_sleepers);
-	return KVD_CUDA_SUCCESS;
+out:
+	if (held)
+		kp_region_unhold(v->addr);
+	return rc ? KVD_CUDA_ERROR_NOT_PERMITTED : KVD_CUDA_SUCCESS;
 }
 
 /*
@@ -394,6 +402,7 @@ static kvd_CUresult region_sleep(const struct kp_region_view *v)
  */
 static kvd_CUresult region_wake(struct kc_sleeper *s)
 {
+	struct kvdmabuf_preload_proxy_ops ops;
 	char why[KC_ERRMAX - 128];
 	kvd_CUresult r = KVD_CUDA_SUCCESS;
 	struct kp_region_view v;
@@ -404,16 +413,19 @@ static kvd_CUresult region_wake(struct kc_sleeper *s)
 		sleeper_drop(s);
 		return KVD_CUDA_SUCCESS;
 	}
-	if (v.has_ops) {
+	if (!kp_region_hold(s->addr, &ops)) {
 		r = kc_export(s->addr, s->len, &fd);
-		if (r != KVD_CUDA_SUCCESS)
+		if (r != KVD_CUDA_SUCCESS) {
+			kp_region_unhold(s->addr);
 			return r;
+		}
 		why[0] = '\0';
 		kc_depth++;
-		rc = v.ops.replace(v.ops.arg, (void *)s->addr, s->len, fd,
-				   why, sizeof(why));
+		rc = ops.replace(ops.arg, (void *)s->addr, s->len, fd, why,
+				 sizeof(why));
 		kc_depth--;
 		close(fd);
+		kp_region_unhold(s->addr);
 		if (rc) {
 			fail("wake of %#" PRIxPTR "+%#zx: replace of its "
 			     "proxy's backing failed (%s): %s; the region "
