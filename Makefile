@@ -154,7 +154,7 @@ tests/preload/fake/libibverbs.so.1: tests/preload/fake_ibverbs.c tests/preload/f
 # libibverbs, in that order: linked with neither libkvdmabuf nor libibverbs
 # (a real libibverbs loaded first would take the preload's forwarding).
 # What it runs is built with it (order-only), so that it runs when built alone.
-PRELOAD_CUDA_DEPS := tests/harness.h lib/kvdmabuf_preload.h lib/cuda_api.h \
+PRELOAD_CUDA_DEPS := tests/harness.h tests/preload_paths.h lib/kvdmabuf_preload.h lib/cuda_api.h \
 	| $(PRELOAD_SO) $(FAKE_CUDA) $(PRELOAD_TESTS)
 tests/preload_cuda: tests/preload_cuda.c $(PRELOAD_CUDA_DEPS)
 	@$(if $(Q),echo "  CC      $@")
@@ -163,6 +163,10 @@ tests/asan/preload_cuda: tests/preload_cuda.c $(PRELOAD_CUDA_DEPS)
 	@$(if $(Q),echo "  CC      $@ (asan)")
 	$(Q)mkdir -p tests/asan
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(ASAN_FLAGS) -o $@ $< -ldl -lpthread
+
+# tests/preload_lib: the library (linked) under the preload and the fake
+# libcuda (dlopen()ed): built with what it loads.
+tests/preload_lib tests/asan/preload_lib: | $(PRELOAD_SO) $(FAKE_CUDA)
 
 lib/%.o: lib/%.c $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")

@@ -228,6 +228,7 @@ struct kvdmabuf_region {
 	int broken;
 	int mapping;                     /* enum kvdmabuf_mapping */
 	int labelled;                    /* mapping the proxy's name says */
+	bool preload_declared;           /* to libkvdmabuf-preload.so */
 };
 
 struct kvdmabuf_ctx {
@@ -334,5 +335,19 @@ void kvd_fire_key_callbacks(struct kvdmabuf_ctx *ctx,
  * refusal of a sleep of @r (message set). */
 void kvd_preload_own(int on);
 int kvd_preload_check(struct kvdmabuf_region *r);
+/* A region with a proxy declared to the preload (ctx locked), with the
+ * proxy operations below; 0 or the preload's refusal (message set).
+ * undeclare: 0, or -EBUSY while the preload runs one of them (the caller
+ * keeps the region as it was; message set). */
+int kvd_preload_declare(struct kvdmabuf_region *r);
+int kvd_preload_undeclare(struct kvdmabuf_region *r);
+/* sleep.c: the engine itself unmaps the memory of @r (its cuMemUnmap,
+ * under the preload): @r sleeps as in kvdmabuf_sleep(), alone; wake: its
+ * new memory, exported as @dmabuf_fd (not taken), becomes @r's backing.
+ * Called without ctx->lock. 0 or negative errno, the message in @err. */
+int kvd_region_engine_sleep(struct kvdmabuf_region *r, char *err,
+			    size_t err_len);
+int kvd_region_engine_wake(struct kvdmabuf_region *r, int dmabuf_fd,
+			   char *err, size_t err_len);
 
 #endif /* KVDMABUF_INTERNAL_H */

@@ -29,12 +29,11 @@
  * under LD_PRELOAD itself.
  */
 #include <dlfcn.h>
-#include <libgen.h>
-#include <limits.h>
 #include <sys/stat.h>
 #include <infiniband/verbs.h>
 
 #include "harness.h"
+#include "preload_paths.h"
 #include "cuda_api.h"
 #include "kvdmabuf_preload.h"
 
@@ -117,21 +116,6 @@ static int so_replace(void *arg, void *addr, size_t len, int fd, char *err,
 static const struct kvdmabuf_preload_proxy_ops so_ops = {
 	.revoke = so_revoke, .replace = so_replace,
 };
-
-/* tests/ of the build tree, from this program's path (tests/asan/ too). */
-static void path_of(char *buf, size_t len, const char *rel)
-{
-	char exe[PATH_MAX], *d;
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	size_t l;
-
-	exe[n > 0 ? n : 0] = '\0';
-	d = dirname(exe);
-	l = strlen(d);
-	if (l >= 5 && !strcmp(d + l - 5, "/asan"))
-		d[l - 5] = '\0';
-	snprintf(buf, len, "%s/%s", d, rel);
-}
 
 /* 0, or the reason why not in @why. */
 static int load(char *why, size_t len)
