@@ -136,6 +136,16 @@ long long kvdmabuf_preload_calls(const char *symbol);
  */
 int kvdmabuf_preload_report(char *buf, size_t len);
 
+/**
+ * kvdmabuf_preload_reg_error() - the calling thread's last registration in
+ * a KV region with a proxy that failed both on the proxy and as asked
+ * ("" if none): both errors, NUL-terminated in @buf (also on stderr). The
+ * registration itself returned NULL with errno the proxy's error, except
+ * EOPNOTSUPP (a NIC without dma-buf MRs: then the error as asked).
+ * Return: its length.
+ */
+int kvdmabuf_preload_reg_error(char *buf, size_t len);
+
 /*
  * Sleep and wake driven by the CUDA driver (lib/preload/preload_cuda.c).
  * The preload also interposes cuMemUnmap, cuMemMap, cuMemSetAccess and

@@ -64,13 +64,14 @@ static struct {
 	void (*log)(char *, size_t);
 	int (*access_of)(void *);
 	void (*last_export)(unsigned long long *, size_t *, unsigned long *);
-	int *dmabuf_errno;
+	int *dmabuf_errno, *addr_errno;
 	int (*declare)(void *, size_t, const char *, int, uint64_t);
 	int (*set_ops)(void *, const struct kvdmabuf_preload_proxy_ops *);
 	int (*undeclare)(void *);
 	int (*query)(struct kvdmabuf_preload_state *);
 	long long (*calls)(const char *);
 	int (*cuda_error)(char *, size_t);
+	int (*reg_error)(char *, size_t);
 } t;
 
 /* The stand-in proxy owner: what it was asked, what it saw. */
@@ -159,19 +160,22 @@ static int load(char *why, size_t len)
 	D(access_of, "fakecu_access");
 	D(last_export, "fakecu_last_export");
 	*(void **)&t.dmabuf_errno = dlsym(t.verbs, "fake_dmabuf_errno");
+	*(void **)&t.addr_errno = dlsym(t.verbs, "fake_addr_errno");
 	G(declare, "kvdmabuf_preload_declare");
 	G(set_ops, "kvdmabuf_preload_set_proxy_ops");
 	G(undeclare, "kvdmabuf_preload_undeclare");
 	G(query, "kvdmabuf_preload_query");
 	G(calls, "kvdmabuf_preload_calls");
 	G(cuda_error, "kvdmabuf_preload_cuda_error");
+	G(reg_error, "kvdmabuf_preload_reg_error");
 #undef G
 #undef D
 	if (!t.unmap || !t.map || !t.access || !t.gpa2 || !t.gpa1 ||
 	    !t.reg_mr || !t.dereg_mr || !t.d_unmap || !t.d_map ||
 	    !t.d_access || !t.d_create || !t.d_release || !t.d_reserve ||
 	    !t.d_gpa2 || !t.note || !t.log || !t.access_of ||
-	    !t.last_export || !t.dmabuf_errno || !t.declare || !t.set_ops || !t.undeclare ||
+	    !t.last_export || !t.dmabuf_errno || !t.addr_errno ||
+	    !t.reg_error || !t.declare || !t.set_ops || !t.undeclare ||
 	    !t.query || !t.calls || !t.cuda_error) {
 		snprintf(why, len, "a symbol is missing");
 		return -1;
@@ -447,6 +451,38 @@ TEST_F(kv, engine_mr_that_cannot_follow_refuses_the_unmap)
 	EXPECT_EQ(KVD_CUDA_SUCCESS,
 		  t.unmap((kvd_CUdeviceptr)(uintptr_t)self->base, CHUNK));
 	LOG_IS("revoke unmap");
+}
+
+/* mooncake-preload-bugs.md item 2: both failed, the proxy's error is kept */
+TEST_F(kv, registration_failing_on_the_proxy_and_as_asked_keeps_both_errors)
+{
+	struct ibv_device dev = { .name = "fakenic0" };
+	struct ibv_context ctx = { .device = &dev };
+	struct ibv_pd pd = { .context = &ctx };
+	struct kvdmabuf_preload_state st;
+	char e[512];
+
+	*t.dmabuf_errno = EINVAL;       /* the proxy refused: the cause */
+	*t.addr_errno = EFAULT;         /* and the fallback by address */
+	errno = 0;
+	EXPECT_NULL(t.reg_mr(&pd, self->base, CHUNK, IBV_ACCESS_LOCAL_WRITE));
+	EXPECT_EQ(EINVAL, errno);
+	EXPECT_LT(0, t.reg_error(e, sizeof(e)));
+	TH_LOG("%s", e);
+	EXPECT_NOT_NULL(strstr(e, "in KV region 'kv' failed: on the region's "
+			       "proxy dma-buf: Invalid argument (errno 22); "
+			       "as asked: Bad address (errno 14)"));
+	ASSERT_EQ(0, t.query(&st));
+	EXPECT_EQ(0u, st.nr_mrs);
+	/* a NIC without dma-buf MRs: the error as asked is the engine's */
+	*t.dmabuf_errno = EOPNOTSUPP;
+	errno = 0;
+	EXPECT_NULL(t.reg_mr(&pd, self->base, CHUNK, IBV_ACCESS_LOCAL_WRITE));
+	EXPECT_EQ(EFAULT, errno);
+	t.reg_error(e, sizeof(e));
+	EXPECT_NOT_NULL(strstr(e, "Operation not supported (errno 95)"));
+	*t.dmabuf_errno = 0;
+	*t.addr_errno = 0;
 }
 
 TEST_F(kv, one_unmap_over_two_regions_is_all_or_nothing)

@@ -121,6 +121,8 @@ static struct {
 /* Calls of this thread that are not the engine's: nested in our own
  * forwarding, or libkvdmabuf's. */
 static _Thread_local int kp_depth;
+/* This thread's last failed registration in a KV region (reg_failed()). */
+static _Thread_local char kp_reg_err[KP_WHYMAX + 160];
 
 static void msg(char *buf, size_t len, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -546,6 +548,26 @@ static struct ibv_mr *on_proxy(const struct kp_call *c, int proxy_fd,
 	return mr;
 }
 
+/*
+ * The registration of [@a, +c->len) in KV region @tag failed on its proxy
+ * (@proxy_err) and as asked (@asked_err): both said on stderr and kept as
+ * this thread's kvdmabuf_preload_reg_error(). Return: the errno the engine
+ * gets, the proxy's (the cause), except EOPNOTSUPP (a NIC without dma-buf
+ * MRs, for which the registration as asked is what was meant).
+ */
+static int reg_failed(const struct kp_call *c, uintptr_t a, const char *tag,
+		      int proxy_err, int asked_err)
+{
+	if (!asked_err)
+		asked_err = EIO;
+	msg(kp_reg_err, sizeof(kp_reg_err), "%s of %#" PRIxPTR "+%#zx in KV "
+	    "region '%s' failed: on the region's proxy dma-buf: %s (errno "
+	    "%d); as asked: %s (errno %d)", entries[c->e].name, a, c->len, tag,
+	    strerror(proxy_err), proxy_err, strerror(asked_err), asked_err);
+	fprintf(stderr, "kvdmabuf-preload: %s\n", kp_reg_err);
+	return proxy_err == EOPNOTSUPP ? asked_err : proxy_err;
+}
+
 static struct ibv_mr *reg_core(struct kp_call *c)
 {
 	uintptr_t a = c->e == E_REG_DMABUF ? (uintptr_t)c->iova :
@@ -601,8 +623,12 @@ static struct ibv_mr *reg_core(struct kp_call *c)
 	if (!mr) {
 		errno = 0;
 		mr = forward(c);
-		if (!mr)
-			return NULL;    /* nothing made: nothing to record */
+		if (!mr) {
+			/* nothing made: nothing to record */
+			if (in && proxy_fd >= 0)
+				errno = reg_failed(c, a, tag, err, errno);
+			return NULL;
+		}
 		if (in)
 			rec.mode = KP_CANNOT_FOLLOW;
 	}
@@ -1080,6 +1106,12 @@ EXPORT long long kvdmabuf_preload_calls(const char *symbol)
 			return atomic_load(&kp.calls[e]);
 	}
 	return kp_cuda_calls(symbol);
+}
+
+EXPORT int kvdmabuf_preload_reg_error(char *buf, size_t len)
+{
+	msg(buf, len, "%s", kp_reg_err);
+	return (int)strlen(kp_reg_err);
 }
 
 EXPORT int kvdmabuf_preload_report(char *buf, size_t len)
