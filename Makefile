@@ -107,13 +107,15 @@ lib: $(LIB_A) $(LIB_SO) $(PRELOAD_SO)
 # libkvdmabuf or libibverbs linked in (it forwards with dlvsym).
 # preload_cuda.c: the CUDA driver's cuMemUnmap/cuMemMap/cuMemSetAccess and
 # cuGetProcAddress (declared by lib/cuda_api.h; libcuda is never linked).
-PRELOAD_SRCS := $(sort $(wildcard lib/preload/*.c))
+# lib/config.c: the library's own YAML parser, for kv_regions of
+# $KVDMABUF_CONFIG (libyaml is the preload's one dependency).
+PRELOAD_SRCS := $(sort $(wildcard lib/preload/*.c)) lib/config.c
 $(PRELOAD_SO): $(PRELOAD_SRCS) $(wildcard lib/preload/*.h) lib/kvdmabuf_preload.h \
-		lib/cuda_api.h $(PRELOAD_MAP)
+		lib/cuda_api.h lib/internal.h lib/kvdmabuf.h $(PRELOAD_MAP)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -shared -Wl,-z,defs \
 		-Wl,--version-script=$(PRELOAD_MAP) -o $@ $(PRELOAD_SRCS) \
-		-lpthread -ldl
+		-lyaml -lpthread -lm -ldl
 
 # The admin's command, built from lib/ and installed with the library.
 CLI_SRCS := $(sort $(wildcard lib/cli/*.c))

@@ -17,6 +17,7 @@
 
 #define KVD_ERRMAX 512
 #define KVD_NAMEMAX 64
+#define KVD_MAX_KV_REGIONS 64
 
 /* ---- config (config.c) ---- */
 enum kvd_protocol { KVD_PROTO_RDMA = 1, KVD_PROTO_TCP = 2, KVD_PROTO_OTHER = 3 };
@@ -40,6 +41,13 @@ struct kvd_config {
 	 * which runs over UCX) makes the gate read UCX_TLS. */
 	char transport[KVD_NAMEMAX];
 	char path[256];                  /* file it came from */
+	/* kv_regions: KV memory by address for libkvdmabuf-preload.so
+	 * (engines without hooks); the library itself does not use them. */
+	struct kvd_kv_range {
+		uint64_t addr, len;
+		char tag[KVD_NAMEMAX];   /* "" if not given */
+	} kv_regions[KVD_MAX_KV_REGIONS];
+	unsigned int nr_kv_regions;
 };
 
 /*
@@ -51,6 +59,10 @@ int kvd_config_load(const char *path, struct kvd_config *cfg,
 /* Parse YAML text (for tests); @name is used in messages. */
 int kvd_config_parse(const char *text, size_t len, const char *name,
 		     struct kvd_config *cfg, char *err, size_t errlen);
+/* One ADDR+LEN[:TAG] entry (@s, @n bytes; numbers in C syntax): 0, or
+ * -EINVAL (empty or wrapping range, bad number, empty or long tag). Shared
+ * by kv_regions and libkvdmabuf-preload.so's KVDMABUF_KV_REGIONS. */
+int kvd_kv_range_parse(const char *s, size_t n, struct kvd_kv_range *r);
 /* The gate on a parsed config: 1 accepted, 0 refused (reason in @reason). */
 int kvd_gate_check(const struct kvd_config *cfg, char *reason, size_t len);
 

@@ -34,7 +34,10 @@ extern "C" {
  * comma-separated ADDR+LEN[:TAG] entries, numbers in C syntax (0x... hex),
  * e.g. "0x7e0000000000+0x40000000:kv_cache". A malformed value declares
  * nothing and makes every sleep check fail with the parse error (never a
- * silent pass-through of memory meant to be KV).
+ * silent pass-through of memory meant to be KV). The same entries are read
+ * from kv_regions: of the library's configuration ($KVDMABUF_CONFIG) at
+ * load, with the same rule for a configuration that does not load. Such
+ * regions have no proxy until the same range is declared with one.
  */
 #define KVDMABUF_PRELOAD_REGIONS_ENV "KVDMABUF_KV_REGIONS"
 
@@ -65,7 +68,9 @@ extern "C" {
  * made in the range are kept as they are and cannot follow. libkvdmabuf
  * declares each of its regions that has a proxy itself (with its proxy
  * operations); declaring the same range with the same proxy and offset
- * again returns 0 and changes only the tag.
+ * again returns 0 and changes only the tag, and so does declaring with a
+ * proxy exactly the range of a region that has none (configuration,
+ * environment), which then takes that proxy.
  * Return: 0; -EINVAL empty or wrapping range, or overlap with a declared
  * region; -ENOMEM.
  */

@@ -29,6 +29,7 @@
  * under LD_PRELOAD itself.
  */
 #include <dlfcn.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <infiniband/verbs.h>
 
@@ -72,6 +73,7 @@ static struct {
 	long long (*calls)(const char *);
 	int (*cuda_error)(char *, size_t);
 	int (*reg_error)(char *, size_t);
+	int (*check)(const void *, size_t, char *, size_t);
 } t;
 
 /* The stand-in proxy owner: what it was asked, what it saw. */
@@ -168,6 +170,7 @@ static int load(char *why, size_t len)
 	G(calls, "kvdmabuf_preload_calls");
 	G(cuda_error, "kvdmabuf_preload_cuda_error");
 	G(reg_error, "kvdmabuf_preload_reg_error");
+	G(check, "kvdmabuf_preload_check");
 #undef G
 #undef D
 	if (!t.unmap || !t.map || !t.access || !t.gpa2 || !t.gpa1 ||
@@ -175,7 +178,7 @@ static int load(char *why, size_t len)
 	    !t.d_access || !t.d_create || !t.d_release || !t.d_reserve ||
 	    !t.d_gpa2 || !t.note || !t.log || !t.access_of ||
 	    !t.last_export || !t.dmabuf_errno || !t.addr_errno ||
-	    !t.reg_error || !t.declare || !t.set_ops || !t.undeclare ||
+	    !t.reg_error || !t.check || !t.declare || !t.set_ops || !t.undeclare ||
 	    !t.query || !t.calls || !t.cuda_error) {
 		snprintf(why, len, "a symbol is missing");
 		return -1;
@@ -697,6 +700,95 @@ TEST(cuda_runtime_lookups_land_in_the_interposer)
 	TH_LOG("%s", out);
 	ASSERT_EQ(0, rc);
 	EXPECT_LT(0, atoi(value(out, "calls")));
+}
+
+/* $KVDMABUF_CONFIG with @yaml (kv_regions), then the preload loaded. */
+static int load_with_config(const char *yaml, char *why, size_t len)
+{
+	char path[64];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/tmp/kvd-preload-cfg-%d.yaml",
+		 (int)getpid());
+	f = fopen(path, "w");
+	if (!f || fputs(yaml, f) < 0 || fclose(f)) {
+		snprintf(why, len, "cannot write %s", path);
+		return -1;
+	}
+	setenv("KVDMABUF_CONFIG", path, 1);
+	len = (size_t)load(why, len);
+	unlink(path);
+	return (int)len;
+}
+
+/*
+ * Regions from the library's configuration (engines without hooks): read
+ * at load; a registration in one is made as asked (no proxy yet) and
+ * refuses sleep; the same range declared later with a proxy (libkvdmabuf,
+ * a hook) takes it, and registrations from then on are made on it.
+ */
+TEST(configuration_regions_whichever_comes_first)
+{
+	struct ibv_device dev = { .name = "fakenic0" };
+	struct ibv_context ctx = { .device = &dev };
+	struct ibv_pd pd = { .context = &ctx };
+	struct kvdmabuf_preload_state st;
+	char yaml[160], why[400];
+	struct ibv_mr *early, *late;
+	char *kv = mmap(NULL, 4 * PAGE, PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	int proxy = memfd_create("stand-in-proxy", MFD_CLOEXEC);
+
+	ASSERT_NE(MAP_FAILED, kv);
+	ASSERT_LE(0, proxy);
+	snprintf(yaml, sizeof(yaml), "protocol: rdma\nkv_regions:\n"
+		 "  - %p+%#lx:cfg_kv\n", (void *)kv, 2 * PAGE);
+	if (load_with_config(yaml, why, sizeof(why)))
+		SKIP(return, "%s", why);
+	ASSERT_EQ(0, t.query(&st));
+	EXPECT_EQ(1u, st.nr_regions);
+	EXPECT_EQ(0, st.env_error);
+	/* registration first: by address, cannot follow */
+	early = t.reg_mr(&pd, kv, PAGE, IBV_ACCESS_LOCAL_WRITE);
+	ASSERT_NOT_NULL(early);
+	EXPECT_EQ(-EBUSY, t.check(kv, PAGE, why, sizeof(why)));
+	TH_LOG("%s", why);
+	EXPECT_NOT_NULL(strstr(why, "KV region 'cfg_kv' has no proxy"));
+	/* outside it: nothing */
+	EXPECT_EQ(0, t.check(kv + 2 * PAGE, PAGE, why, sizeof(why)));
+	/* the proxy declared for the same range: taken, and used */
+	ASSERT_EQ(0, t.declare(kv, 2 * PAGE, NULL, proxy, 0));
+	late = t.reg_mr(&pd, kv + PAGE, PAGE, IBV_ACCESS_LOCAL_WRITE);
+	ASSERT_NOT_NULL(late);
+	ASSERT_EQ(0, t.query(&st));
+	EXPECT_EQ(1u, st.nr_regions);
+	EXPECT_EQ(1u, st.nr_on_proxy);
+	EXPECT_EQ(1u, st.nr_cannot_follow);
+	EXPECT_EQ(0, t.check(kv + PAGE, PAGE, why, sizeof(why)));
+	/* another proxy for it, or a part of it: refused */
+	EXPECT_EQ(-EINVAL, t.declare(kv, 2 * PAGE, NULL, proxy, PAGE));
+	EXPECT_EQ(-EINVAL, t.declare(kv, PAGE, NULL, proxy, 0));
+	EXPECT_EQ(0, t.dereg_mr(early));
+	EXPECT_EQ(0, t.dereg_mr(late));
+	close(proxy);
+	munmap(kv, 4 * PAGE);
+}
+
+TEST(malformed_configuration_trusts_no_region)
+{
+	struct kvdmabuf_preload_state st;
+	char why[400];
+
+	if (load_with_config("protocol: rdma\nkv_regions: [0x1000+x]\n", why,
+			     sizeof(why)))
+		SKIP(return, "%s", why);
+	ASSERT_EQ(0, t.query(&st));
+	EXPECT_EQ(0u, st.nr_regions);
+	EXPECT_EQ(-EINVAL, st.env_error);
+	EXPECT_EQ(-EINVAL, t.check((void *)0x1000, PAGE, why, sizeof(why)));
+	TH_LOG("%s", why);
+	EXPECT_NOT_NULL(strstr(why, ".yaml:2:14: 'kv_regions' entry "
+			       "'0x1000+x' is not ADDR+LEN[:TAG]"));
 }
 
 TEST_HARNESS_MAIN

@@ -44,6 +44,7 @@
 #include <unistd.h>
 #include <infiniband/verbs.h>
 
+#include "internal.h"            /* lib/config.c's parser, built in */
 #include "kvdmabuf_preload.h"
 #include "preload_internal.h"
 
@@ -167,33 +168,77 @@ static void *next_fn(enum kp_entry e)
 
 static int parse_entry(const char *s, size_t n)
 {
-	char buf[256], *end, *tag;
-	unsigned long long a, l;
-	int rc;
+	struct kvd_kv_range r;
 
-	if (n >= sizeof(buf))
+	if (kvd_kv_range_parse(s, n, &r))
 		return -EINVAL;
-	memcpy(buf, s, n);
-	buf[n] = '\0';
-	tag = strchr(buf, ':');
-	if (tag)
-		*tag++ = '\0';
-	errno = 0;
-	a = strtoull(buf, &end, 0);
-	if (errno || end == buf || *end != '+')
-		return -EINVAL;
-	s = end + 1;
-	l = strtoull(s, &end, 0);
-	if (errno || end == s || *end)
-		return -EINVAL;
-	if (tag && !*tag)
-		return -EINVAL;
-	rc = kvdmabuf_preload_declare((void *)(uintptr_t)a, (size_t)l, tag,
-				      -1, 0);
-	return rc;
+	return kvdmabuf_preload_declare((void *)(uintptr_t)r.addr,
+					(size_t)r.len, r.tag[0] ? r.tag : NULL,
+					-1, 0);
 }
 
-static void env_load(void)
+/* kp.env_error and its message, once (the first error wins). */
+static void env_fail(int rc, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void env_fail(int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	pthread_mutex_lock(&kp.lock);
+	if (!kp.env_error) {
+		kp.env_error = rc;
+		va_start(ap, fmt);
+		vsnprintf(kp.env_msg, sizeof(kp.env_msg), fmt, ap);
+		va_end(ap);
+	}
+	pthread_mutex_unlock(&kp.lock);
+	fprintf(stderr, "kvdmabuf-preload: %s\n", kp.env_msg);
+}
+
+/*
+ * kv_regions of the library's configuration ($KVDMABUF_CONFIG, parsed by
+ * the library's own parser, lib/config.c), when one is named: regions
+ * without a proxy until the library or a hook declares the same range
+ * with one. A configuration that does not load trusts no region.
+ */
+static void config_load(void)
+{
+	const char *path = getenv(KVDMABUF_CONFIG_ENV);
+	struct kvd_config *cfg;
+	char err[320];
+	unsigned int i;
+	int rc;
+
+	if (!path || !*path)
+		return;
+	cfg = malloc(sizeof(*cfg));
+	if (!cfg) {
+		env_fail(-ENOMEM, "%s: out of memory", path);
+		return;
+	}
+	rc = kvd_config_load(NULL, cfg, err, sizeof(err));
+	if (rc)
+		env_fail(rc, "configuration (%s): %s; no KV region is "
+			 "trusted: sleep refused", KVDMABUF_CONFIG_ENV, err);
+	for (i = 0; !rc && i < cfg->nr_kv_regions; i++) {
+		const struct kvd_kv_range *r = &cfg->kv_regions[i];
+
+		rc = kvdmabuf_preload_declare((void *)(uintptr_t)r->addr,
+					      (size_t)r->len,
+					      r->tag[0] ? r->tag : NULL, -1, 0);
+		if (rc)
+			env_fail(rc, "%s: kv_regions entry %#llx+%#llx "
+				 "overlaps a region of %s (%s); no KV region "
+				 "is trusted: sleep refused", cfg->path,
+				 (unsigned long long)r->addr,
+				 (unsigned long long)r->len,
+				 KVDMABUF_PRELOAD_REGIONS_ENV, strerror(-rc));
+	}
+	free(cfg);
+}
+
+static void env_regions(void)
 {
 	const char *v = getenv(KVDMABUF_PRELOAD_REGIONS_ENV), *p, *c;
 	int rc;
@@ -208,18 +253,21 @@ static void env_load(void)
 			continue;
 		rc = parse_entry(p, (size_t)(c - p));
 		if (rc) {
-			pthread_mutex_lock(&kp.lock);
-			kp.env_error = rc;
-			snprintf(kp.env_msg, sizeof(kp.env_msg), "%s: entry "
-				 "'%.*s' is not ADDR+LEN[:TAG] or overlaps "
-				 "another (%s); no KV region is trusted: sleep "
-				 "refused", KVDMABUF_PRELOAD_REGIONS_ENV,
-				 (int)(c - p), p, strerror(-rc));
-			pthread_mutex_unlock(&kp.lock);
-			fprintf(stderr, "kvdmabuf-preload: %s\n", kp.env_msg);
+			env_fail(rc, "%s: entry '%.*s' is not ADDR+LEN[:TAG] "
+				 "or overlaps another (%s); no KV region is "
+				 "trusted: sleep refused",
+				 KVDMABUF_PRELOAD_REGIONS_ENV, (int)(c - p), p,
+				 strerror(-rc));
 			return;
 		}
 	}
+}
+
+/* Regions from the environment, then from the configuration. */
+static void env_load(void)
+{
+	env_regions();
+	config_load();
 }
 
 __attribute__((constructor)) static void kp_init(void)
@@ -900,10 +948,15 @@ EXPORT int kvdmabuf_preload_declare(void *addr, size_t len, const char *tag,
 		return -EINVAL;
 	pthread_mutex_lock(&kp.lock);
 	r = region_overlapping(a, len);
-	if (r && r->addr == a && r->len == len && r->proxy_fd == proxy_fd &&
-	    r->proxy_off == proxy_offset) {
+	if (r && r->addr == a && r->len == len &&
+	    ((r->proxy_fd == proxy_fd && r->proxy_off == proxy_offset) ||
+	     (r->proxy_fd < 0 && proxy_fd >= 0))) {
 		/* declared so already (libkvdmabuf at region add, then the
-		 * engine's hook): the later tag, the rest as it is */
+		 * engine's hook), or without a proxy (the configuration,
+		 * KVDMABUF_KV_REGIONS) and now with one: registrations from
+		 * now on are made on it; the later tag */
+		r->proxy_fd = proxy_fd;
+		r->proxy_off = proxy_offset;
 		if (tag)
 			snprintf(r->tag, sizeof(r->tag), "%s", tag);
 		publish_locked();
