@@ -74,6 +74,7 @@ PRELOAD_MAP := lib/preload/libkvdmabuf-preload.map
 CUDART := $(if $(CUDA_H),$(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart.so \
 	$(CUDA_HOME)/targets/*/lib/libcudart.so)))
 PRELOAD_TESTS := tests/preload/symver tests/preload/fake/libibverbs.so.1 \
+	tests/preload/nodlsym/libkvdmabuf-preload.so \
 	$(if $(wildcard tests/fake_cuda/*.c),tests/preload/cuda_engine) \
 	$(if $(CUDART),tests/preload/cudart_probe)
 
@@ -114,6 +115,16 @@ $(PRELOAD_SO): $(PRELOAD_SRCS) $(wildcard lib/preload/*.h) lib/kvdmabuf_preload.
 		lib/cuda_api.h lib/internal.h lib/kvdmabuf.h $(PRELOAD_MAP)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -shared -Wl,-z,defs \
+		-Wl,--version-script=$(PRELOAD_MAP) -o $@ $(PRELOAD_SRCS) \
+		-lyaml -lpthread -lm -ldl
+
+# The preload as built for other architectures than x86-64 (dlsym and
+# dlvsym not interposed), for tests/preload_cuda on this one.
+tests/preload/nodlsym/libkvdmabuf-preload.so: $(PRELOAD_SRCS) $(wildcard lib/preload/*.h) \
+		lib/kvdmabuf_preload.h lib/cuda_api.h lib/internal.h lib/kvdmabuf.h $(PRELOAD_MAP)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) -DKVD_PRELOAD_NO_DLSYM $(CFLAGS) -shared -Wl,-z,defs \
 		-Wl,--version-script=$(PRELOAD_MAP) -o $@ $(PRELOAD_SRCS) \
 		-lyaml -lpthread -lm -ldl
 

@@ -121,8 +121,11 @@ struct kvdmabuf_preload_state {
 	uint32_t nr_on_proxy;      /**< of those, made on a proxy */
 	uint32_t nr_cannot_follow; /**< of those, refusing sleep */
 	int32_t env_error;         /**< 0 or the environment's parse error */
-	uint32_t reserved;
+	uint32_t flags;            /**< KVDMABUF_PRELOAD_NO_DLSYM */
 };
+/* dlsym/dlvsym not interposed (not x86-64): the CUDA runtime's own lookups
+ * of cuMemUnmap/cuMemMap/cuMemSetAccess bypass the CUDA interposer. */
+#define KVDMABUF_PRELOAD_NO_DLSYM (1u << 0)
 int kvdmabuf_preload_query(struct kvdmabuf_preload_state *state);
 
 /**
@@ -157,8 +160,11 @@ int kvdmabuf_preload_reg_error(char *buf, size_t len);
  * cuGetProcAddress (both the CUDA 11.3 symbol and cuGetProcAddress_v2, which
  * hand back the preload's own cuMemUnmap/cuMemMap/cuMemSetAccess and
  * cuGetProcAddress*, everything else as the driver answers), and, on
- * x86-64, dlsym (the same five names looked up on a handle of libcuda, as
- * the CUDA runtime does; everything else goes on to glibc's):
+ * x86-64, dlsym and dlvsym (the same five names looked up on a handle of
+ * libcuda, as the CUDA runtime does; everything else goes on to glibc's;
+ * elsewhere those lookups bypass the interposer: flags
+ * KVDMABUF_PRELOAD_NO_DLSYM, and a line on stderr when a region gets proxy
+ * operations):
  *  - a cuMemUnmap over part of an awake declared region puts the region to
  *    sleep first: the check of kvdmabuf_preload_check(), then the proxy's
  *    revoke(), then the unmap is forwarded. Refused (an engine MR that

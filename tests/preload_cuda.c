@@ -612,8 +612,8 @@ static const char *value(const char *out, const char *key)
  * the library path; its stdout in @out. Return: its exit status, -1 when
  * it did not run, -2 when @prog or the preload is not built.
  */
-static int run_preloaded(const char *prog, char *out, size_t len,
-			 char *pre, size_t pre_len)
+static int run_preloaded(const char *prog, const char *preload, char *out,
+			 size_t len, char *pre, size_t pre_len)
 {
 	char exe[PATH_MAX], dir[PATH_MAX];
 	char env_pre[PATH_MAX + 16], env_dir[PATH_MAX + 24];
@@ -625,7 +625,7 @@ static int run_preloaded(const char *prog, char *out, size_t len,
 	pid_t pid;
 
 	path_of(exe, sizeof(exe), prog);
-	path_of(pre, pre_len, "../lib/libkvdmabuf-preload.so");
+	path_of(pre, pre_len, preload);
 	path_of(dir, sizeof(dir), "fake_cuda");
 	if (access(exe, X_OK) || access(pre, R_OK))
 		return -2;
@@ -638,6 +638,7 @@ static int run_preloaded(const char *prog, char *out, size_t len,
 		return -1;
 	if (!pid) {
 		dup2(fds[1], 1);
+		dup2(fds[1], 2);
 		close(fds[0]);
 		execve(exe, argv, envp);
 		_exit(127);
@@ -655,8 +656,9 @@ static int run_preloaded(const char *prog, char *out, size_t len,
 TEST(linked_engine_under_LD_PRELOAD)
 {
 	char out[2048], pre[PATH_MAX];
-	int rc = run_preloaded("preload/cuda_engine", out, sizeof(out), pre,
-			       sizeof(pre));
+	int rc = run_preloaded("preload/cuda_engine",
+			       "../lib/libkvdmabuf-preload.so", out,
+			       sizeof(out), pre, sizeof(pre));
 
 	if (rc == -2)
 		SKIP(return, "tests/preload/cuda_engine or the preload not built");
@@ -674,8 +676,42 @@ TEST(linked_engine_under_LD_PRELOAD)
 			    pre));
 	EXPECT_EQ(0, strcmp(value(out, "handle-cuMemUnmap-from"), pre));
 #endif
-	/* dlsym(RTLD_NEXT) still answers for its real caller */
+	/* glibc's answer for an unversioned libcuda: none (nothing made up) */
+	EXPECT_EQ(0, strcmp(value(out, "handle-dlvsym-cuMemSetAccess-from"),
+			    "?"));
+	/* dlsym/dlvsym(RTLD_NEXT) still answer for their real caller */
 	EXPECT_EQ(0, strcmp(value(out, "next-cuMemUnmap-from"), pre));
+	EXPECT_EQ(0, strcmp(value(out, "next-dlvsym-cuMemUnmap-from"), pre));
+	EXPECT_EQ(0, strcmp(value(out, "flags"), "0"));
+	EXPECT_NULL(strstr(out, "not interposed"));
+}
+
+/*
+ * The preload as built for architectures other than x86-64 (no dlsym or
+ * dlvsym stub; built here with KVD_PRELOAD_NO_DLSYM): the runtime's way of
+ * fetching entry points reaches the driver, and the preload says so (on
+ * stderr when a region gets proxy operations, and in its state's flags)
+ * instead of letting it pass silently; the linked entry points are still
+ * interposed.
+ */
+TEST(other_architectures_say_the_runtime_bypasses_the_interposer)
+{
+	char out[4096], pre[PATH_MAX];
+	int rc = run_preloaded("preload/cuda_engine",
+			       "preload/nodlsym/libkvdmabuf-preload.so", out,
+			       sizeof(out), pre, sizeof(pre));
+
+	if (rc == -2)
+		SKIP(return, "tests/preload/nodlsym not built");
+	TH_LOG("%s", out);
+	EXPECT_EQ(0, rc);
+	EXPECT_EQ(0, strcmp(value(out, "cuMemUnmap-from"), pre));
+	EXPECT_NE(0, strcmp(value(out, "handle-cuMemUnmap-from"), pre));
+	EXPECT_NOT_NULL(strstr(value(out, "handle-cuMemUnmap-from"),
+			       "fake_cuda/libcuda.so.1"));
+	EXPECT_EQ(0, strcmp(value(out, "flags"), "1"));
+	EXPECT_NOT_NULL(strstr(out, "kvdmabuf-preload: dlsym and dlvsym are "
+			       "not interposed on this architecture"));
 }
 
 /*
@@ -688,8 +724,9 @@ TEST(linked_engine_under_LD_PRELOAD)
 TEST(cuda_runtime_lookups_land_in_the_interposer)
 {
 	char out[512], pre[PATH_MAX];
-	int rc = run_preloaded("preload/cudart_probe", out, sizeof(out), pre,
-			       sizeof(pre));
+	int rc = run_preloaded("preload/cudart_probe",
+			       "../lib/libkvdmabuf-preload.so", out,
+			       sizeof(out), pre, sizeof(pre));
 
 	if (rc == -2)
 		SKIP(return, "no CUDA toolkit with libcudart found by make "

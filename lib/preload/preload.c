@@ -1141,6 +1141,7 @@ EXPORT int kvdmabuf_preload_query(struct kvdmabuf_preload_state *st)
 		st->nr_cannot_follow += kp.mrs[i].mode == KP_CANNOT_FOLLOW;
 	}
 	st->env_error = kp.env_error;
+	st->flags = kp_dlsym_interposed() ? 0 : KVDMABUF_PRELOAD_NO_DLSYM;
 	pthread_mutex_unlock(&kp.lock);
 	return 0;
 }

@@ -57,6 +57,9 @@ KP_HIDDEN int kp_region_hold(uintptr_t addr,
 			     struct kvdmabuf_preload_proxy_ops *ops);
 KP_HIDDEN void kp_region_unhold(uintptr_t addr);
 
+/* Whether dlsym and dlvsym are interposed (x86-64 only). */
+KP_HIDDEN bool kp_dlsym_interposed(void);
+
 /* kvdmabuf_preload_calls() for the CUDA entry points; -ENOENT: not one. */
 KP_HIDDEN long long kp_cuda_calls(const char *symbol);
 
