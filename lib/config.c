@@ -86,18 +86,18 @@ static int scalar_copy(struct parse *p, yaml_event_t *ev, const char *key,
 	return 0;
 }
 
-static int parse_nics(struct parse *p, yaml_event_t *ev, struct kvd_config *c)
+typedef int (*item_fn)(struct parse *p, yaml_event_t *ev,
+		       struct kvd_config *c);
+
+/* @fn on each item of a sequence, or on @ev itself when it is not one. */
+static int each_item(struct parse *p, yaml_event_t *ev, struct kvd_config *c,
+		     item_fn fn)
 {
 	yaml_event_t item;
 	int rc;
 
-	if (ev->type == YAML_SCALAR_EVENT) {
-		c->nr_nics = 1;
-		return scalar_copy(p, ev, "nics", c->nics[0], KVD_NAMEMAX);
-	}
 	if (ev->type != YAML_SEQUENCE_START_EVENT)
-		return perr(p, &ev->start_mark,
-			    "'nics' must be a device name or a list of them");
+		return fn(p, ev, c);
 	for (;;) {
 		rc = next(p, &item);
 		if (rc)
@@ -106,18 +106,22 @@ static int parse_nics(struct parse *p, yaml_event_t *ev, struct kvd_config *c)
 			yaml_event_delete(&item);
 			return 0;
 		}
-		if (c->nr_nics == KVDMABUF_MAX_NICS) {
-			rc = perr(p, &item.start_mark, "more than %d nics",
-				  KVDMABUF_MAX_NICS);
-		} else {
-			rc = scalar_copy(p, &item, "nics",
-					 c->nics[c->nr_nics], KVD_NAMEMAX);
-			c->nr_nics++;
-		}
+		rc = fn(p, &item, c);
 		yaml_event_delete(&item);
 		if (rc)
 			return rc;
 	}
+}
+
+static int nic_add(struct parse *p, yaml_event_t *ev, struct kvd_config *c)
+{
+	if (ev->type != YAML_SCALAR_EVENT)
+		return perr(p, &ev->start_mark,
+			    "'nics' must be a device name or a list of them");
+	if (c->nr_nics == KVDMABUF_MAX_NICS)
+		return perr(p, &ev->start_mark, "more than %d nics",
+			    KVDMABUF_MAX_NICS);
+	return scalar_copy(p, ev, "nics", c->nics[c->nr_nics++], KVD_NAMEMAX);
 }
 
 int kvd_kv_range_parse(const char *s, size_t n, struct kvd_kv_range *r)
@@ -178,29 +182,6 @@ static int kv_region_add(struct parse *p, yaml_event_t *ev,
 				    (unsigned long long)r->len, i + 1);
 	c->nr_kv_regions++;
 	return 0;
-}
-
-static int parse_kv_regions(struct parse *p, yaml_event_t *ev,
-			    struct kvd_config *c)
-{
-	yaml_event_t item;
-	int rc;
-
-	if (ev->type != YAML_SEQUENCE_START_EVENT)
-		return kv_region_add(p, ev, c);
-	for (;;) {
-		rc = next(p, &item);
-		if (rc)
-			return rc;
-		if (item.type == YAML_SEQUENCE_END_EVENT) {
-			yaml_event_delete(&item);
-			return 0;
-		}
-		rc = kv_region_add(p, &item, c);
-		yaml_event_delete(&item);
-		if (rc)
-			return rc;
-	}
 }
 
 /* A YAML number is written with a '.', whatever the process's locale. */
@@ -267,7 +248,7 @@ static int parse_value(struct parse *p, const char *key, yaml_mark_t *kmark,
 			c->proto = KVD_PROTO_OTHER;
 		return 0;
 	case SEEN_NICS:
-		return parse_nics(p, ev, c);
+		return each_item(p, ev, c, nic_add);
 	case SEEN_DRAIN:
 		rc = scalar_copy(p, ev, key, buf, sizeof(buf));
 		if (rc)
@@ -314,7 +295,7 @@ static int parse_value(struct parse *p, const char *key, yaml_mark_t *kmark,
 		return scalar_copy(p, ev, key, c->transport,
 				   sizeof(c->transport));
 	case SEEN_KV_REGIONS:
-		return parse_kv_regions(p, ev, c);
+		return each_item(p, ev, c, kv_region_add);
 	default:
 		return scalar_copy(p, ev, key, c->cuda_library,
 				   sizeof(c->cuda_library));
