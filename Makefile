@@ -76,6 +76,7 @@ CUDART := $(if $(CUDA_H),$(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart.so 
 PRELOAD_TESTS := tests/preload/symver tests/preload/fake/libibverbs.so.1 \
 	tests/preload/nodlsym/libkvdmabuf-preload.so \
 	$(if $(wildcard tests/fake_cuda/*.c),tests/preload/cuda_engine) \
+	tests/preload/local_cuda \
 	$(if $(CUDART),tests/preload/cudart_probe)
 
 TEST_SRCS := $(sort $(wildcard tests/*.c))
@@ -153,6 +154,9 @@ tests/preload/cuda_engine: tests/preload/cuda_engine.c $(FAKE_CUDA) lib/kvdmabuf
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CUDA_CPPFLAGS) $(CFLAGS) -o $@ $< \
 		-Ltests/fake_cuda -l:libcuda.so.1 -ldl
+tests/preload/local_cuda: tests/preload/local_cuda.c
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -ldl
 tests/preload/cudart_probe: tests/preload/cudart_probe.c $(CUDA_STAMP)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CUDA_CPPFLAGS) $(CFLAGS) -o $@ $< -L$(dir $(CUDART)) \

@@ -739,6 +739,27 @@ TEST(cuda_runtime_lookups_land_in_the_interposer)
 	EXPECT_LT(0, atoi(value(out, "calls")));
 }
 
+/*
+ * libcuda loaded RTLD_LOCAL (by a Python extension, the CUDA runtime),
+ * the preload's cuMemUnmap reached through the global scope: forwarded to
+ * the driver from the first call on (found through the handle, past the
+ * preload's own dlsym).
+ */
+TEST(driver_loaded_locally_is_reached_from_the_first_call)
+{
+	char out[512], pre[PATH_MAX];
+	int rc = run_preloaded("preload/local_cuda",
+			       "../lib/libkvdmabuf-preload.so", out,
+			       sizeof(out), pre, sizeof(pre));
+
+	if (rc == -2)
+		SKIP(return, "tests/preload/local_cuda not built");
+	TH_LOG("%s", out);
+	EXPECT_EQ(0, rc);
+	/* the driver's answer to a bad size, not "no driver" */
+	EXPECT_EQ(0, strcmp(value(out, "unmap"), "1"));
+}
+
 /* $KVDMABUF_CONFIG with @yaml (kv_regions), then the preload loaded. */
 static int load_with_config(const char *yaml, char *why, size_t len)
 {

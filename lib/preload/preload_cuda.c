@@ -155,6 +155,9 @@ static void *real(enum kc_sym s)
 			f = dlsym(h, kc_symbol[s]);
 			dlclose(h);
 		}
+		/* our own dlsym answered (x86-64): it kept the driver's */
+		if (is_own(f))
+			f = atomic_load(&kc.real[s]);
 	}
 	if (f && !is_own(f))
 		atomic_store(&kc.real[s], f);
