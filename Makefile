@@ -74,7 +74,9 @@ PRELOAD_MAP := lib/preload/libkvdmabuf-preload.map
 CUDART := $(if $(CUDA_H),$(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart.so \
 	$(CUDA_HOME)/targets/*/lib/libcudart.so)))
 PRELOAD_TESTS := tests/preload/symver tests/preload/fake/libibverbs.so.1 \
+	tests/preload/nodlsym/libkvdmabuf-preload.so \
 	$(if $(wildcard tests/fake_cuda/*.c),tests/preload/cuda_engine) \
+	tests/preload/local_cuda \
 	$(if $(CUDART),tests/preload/cudart_probe)
 
 TEST_SRCS := $(sort $(wildcard tests/*.c))
@@ -107,13 +109,25 @@ lib: $(LIB_A) $(LIB_SO) $(PRELOAD_SO)
 # libkvdmabuf or libibverbs linked in (it forwards with dlvsym).
 # preload_cuda.c: the CUDA driver's cuMemUnmap/cuMemMap/cuMemSetAccess and
 # cuGetProcAddress (declared by lib/cuda_api.h; libcuda is never linked).
-PRELOAD_SRCS := $(sort $(wildcard lib/preload/*.c))
+# lib/config.c: the library's own YAML parser, for kv_regions of
+# $KVDMABUF_CONFIG (libyaml is the preload's one dependency).
+PRELOAD_SRCS := $(sort $(wildcard lib/preload/*.c)) lib/config.c
 $(PRELOAD_SO): $(PRELOAD_SRCS) $(wildcard lib/preload/*.h) lib/kvdmabuf_preload.h \
-		lib/cuda_api.h $(PRELOAD_MAP)
+		lib/cuda_api.h lib/internal.h lib/kvdmabuf.h $(PRELOAD_MAP)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -shared -Wl,-z,defs \
 		-Wl,--version-script=$(PRELOAD_MAP) -o $@ $(PRELOAD_SRCS) \
-		-lpthread -ldl
+		-lyaml -lpthread -lm -ldl
+
+# The preload as built for other architectures than x86-64 (dlsym and
+# dlvsym not interposed), for tests/preload_cuda on this one.
+tests/preload/nodlsym/libkvdmabuf-preload.so: $(PRELOAD_SRCS) $(wildcard lib/preload/*.h) \
+		lib/kvdmabuf_preload.h lib/cuda_api.h lib/internal.h lib/kvdmabuf.h $(PRELOAD_MAP)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) -DKVD_PRELOAD_NO_DLSYM $(CFLAGS) -shared -Wl,-z,defs \
+		-Wl,--version-script=$(PRELOAD_MAP) -o $@ $(PRELOAD_SRCS) \
+		-lyaml -lpthread -lm -ldl
 
 # The admin's command, built from lib/ and installed with the library.
 CLI_SRCS := $(sort $(wildcard lib/cli/*.c))
@@ -140,6 +154,9 @@ tests/preload/cuda_engine: tests/preload/cuda_engine.c $(FAKE_CUDA) lib/kvdmabuf
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CUDA_CPPFLAGS) $(CFLAGS) -o $@ $< \
 		-Ltests/fake_cuda -l:libcuda.so.1 -ldl
+tests/preload/local_cuda: tests/preload/local_cuda.c
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -ldl
 tests/preload/cudart_probe: tests/preload/cudart_probe.c $(CUDA_STAMP)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CUDA_CPPFLAGS) $(CFLAGS) -o $@ $< -L$(dir $(CUDART)) \
@@ -154,7 +171,7 @@ tests/preload/fake/libibverbs.so.1: tests/preload/fake_ibverbs.c tests/preload/f
 # libibverbs, in that order: linked with neither libkvdmabuf nor libibverbs
 # (a real libibverbs loaded first would take the preload's forwarding).
 # What it runs is built with it (order-only), so that it runs when built alone.
-PRELOAD_CUDA_DEPS := tests/harness.h lib/kvdmabuf_preload.h lib/cuda_api.h \
+PRELOAD_CUDA_DEPS := tests/harness.h tests/preload_paths.h lib/kvdmabuf_preload.h lib/cuda_api.h \
 	| $(PRELOAD_SO) $(FAKE_CUDA) $(PRELOAD_TESTS)
 tests/preload_cuda: tests/preload_cuda.c $(PRELOAD_CUDA_DEPS)
 	@$(if $(Q),echo "  CC      $@")
@@ -163,6 +180,10 @@ tests/asan/preload_cuda: tests/preload_cuda.c $(PRELOAD_CUDA_DEPS)
 	@$(if $(Q),echo "  CC      $@ (asan)")
 	$(Q)mkdir -p tests/asan
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(ASAN_FLAGS) -o $@ $< -ldl -lpthread
+
+# tests/preload_lib: the library (linked) under the preload and the fake
+# libcuda (dlopen()ed): built with what it loads.
+tests/preload_lib tests/asan/preload_lib: | $(PRELOAD_SO) $(FAKE_CUDA)
 
 lib/%.o: lib/%.c $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")

@@ -9,6 +9,9 @@
  *   cuda_library: /path/libcuda.so.1
  *   cuda_dmabuf_mapping: auto # auto | pcie | default (CUDA dma-buf flags)
  *   transport: ucx            # the engine's transfer library (gate.c)
+ *   kv_regions: [0x7e0000000000+0x40000000:kv_cache]
+ *                             # KV memory by address, ADDR+LEN[:TAG] (a list
+ *                             # or one): for libkvdmabuf-preload.so
  *
  * Malformed YAML and unknown keys are errors with file:line:column.
  */
@@ -33,7 +36,8 @@ struct parse {
 };
 
 enum { SEEN_PROTOCOL = 1, SEEN_NICS = 2, SEEN_DRAIN = 4, SEEN_MODULE = 8,
-       SEEN_CUDA = 16, SEEN_CUDA_MAPPING = 32, SEEN_TRANSPORT = 64 };
+       SEEN_CUDA = 16, SEEN_CUDA_MAPPING = 32, SEEN_TRANSPORT = 64,
+       SEEN_KV_REGIONS = 128 };
 
 static int perr(struct parse *p, const yaml_mark_t *m, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -82,18 +86,18 @@ static int scalar_copy(struct parse *p, yaml_event_t *ev, const char *key,
 	return 0;
 }
 
-static int parse_nics(struct parse *p, yaml_event_t *ev, struct kvd_config *c)
+typedef int (*item_fn)(struct parse *p, yaml_event_t *ev,
+		       struct kvd_config *c);
+
+/* @fn on each item of a sequence, or on @ev itself when it is not one. */
+static int each_item(struct parse *p, yaml_event_t *ev, struct kvd_config *c,
+		     item_fn fn)
 {
 	yaml_event_t item;
 	int rc;
 
-	if (ev->type == YAML_SCALAR_EVENT) {
-		c->nr_nics = 1;
-		return scalar_copy(p, ev, "nics", c->nics[0], KVD_NAMEMAX);
-	}
 	if (ev->type != YAML_SEQUENCE_START_EVENT)
-		return perr(p, &ev->start_mark,
-			    "'nics' must be a device name or a list of them");
+		return fn(p, ev, c);
 	for (;;) {
 		rc = next(p, &item);
 		if (rc)
@@ -102,18 +106,82 @@ static int parse_nics(struct parse *p, yaml_event_t *ev, struct kvd_config *c)
 			yaml_event_delete(&item);
 			return 0;
 		}
-		if (c->nr_nics == KVDMABUF_MAX_NICS) {
-			rc = perr(p, &item.start_mark, "more than %d nics",
-				  KVDMABUF_MAX_NICS);
-		} else {
-			rc = scalar_copy(p, &item, "nics",
-					 c->nics[c->nr_nics], KVD_NAMEMAX);
-			c->nr_nics++;
-		}
+		rc = fn(p, &item, c);
 		yaml_event_delete(&item);
 		if (rc)
 			return rc;
 	}
+}
+
+static int nic_add(struct parse *p, yaml_event_t *ev, struct kvd_config *c)
+{
+	if (ev->type != YAML_SCALAR_EVENT)
+		return perr(p, &ev->start_mark,
+			    "'nics' must be a device name or a list of them");
+	if (c->nr_nics == KVDMABUF_MAX_NICS)
+		return perr(p, &ev->start_mark, "more than %d nics",
+			    KVDMABUF_MAX_NICS);
+	return scalar_copy(p, ev, "nics", c->nics[c->nr_nics++], KVD_NAMEMAX);
+}
+
+int kvd_kv_range_parse(const char *s, size_t n, struct kvd_kv_range *r)
+{
+	char buf[256], *end, *tag;
+	unsigned long long a, l;
+
+	if (n >= sizeof(buf))
+		return -EINVAL;
+	memcpy(buf, s, n);
+	buf[n] = '\0';
+	tag = strchr(buf, ':');
+	if (tag)
+		*tag++ = '\0';
+	errno = 0;
+	a = strtoull(buf, &end, 0);
+	if (errno || end == buf || *end != '+' || buf[0] == '-')
+		return -EINVAL;
+	s = end + 1;
+	l = strtoull(s, &end, 0);
+	if (errno || end == s || *end || *s == '-' || !a || !l ||
+	    a + l < a)
+		return -EINVAL;
+	if (tag && (!*tag || strlen(tag) >= sizeof(r->tag)))
+		return -EINVAL;
+	r->addr = a;
+	r->len = l;
+	snprintf(r->tag, sizeof(r->tag), "%s", tag ? tag : "");
+	return 0;
+}
+
+static int kv_region_add(struct parse *p, yaml_event_t *ev,
+			 struct kvd_config *c)
+{
+	struct kvd_kv_range *r = &c->kv_regions[c->nr_kv_regions];
+	unsigned int i;
+
+	if (ev->type != YAML_SCALAR_EVENT)
+		return perr(p, &ev->start_mark, "'kv_regions' entries must be "
+			    "ADDR+LEN[:TAG] strings");
+	if (c->nr_kv_regions == KVD_MAX_KV_REGIONS)
+		return perr(p, &ev->start_mark, "more than %d kv_regions",
+			    KVD_MAX_KV_REGIONS);
+	if (kvd_kv_range_parse((const char *)ev->data.scalar.value,
+			       ev->data.scalar.length, r))
+		return perr(p, &ev->start_mark, "'kv_regions' entry '%.*s' is "
+			    "not ADDR+LEN[:TAG] (non-zero, not wrapping, "
+			    "numbers in C syntax)",
+			    (int)(ev->data.scalar.length > 80 ? 80 :
+				  ev->data.scalar.length),
+			    (const char *)ev->data.scalar.value);
+	for (i = 0; i < c->nr_kv_regions; i++)
+		if (r->addr < c->kv_regions[i].addr + c->kv_regions[i].len &&
+		    c->kv_regions[i].addr < r->addr + r->len)
+			return perr(p, &ev->start_mark, "'kv_regions' entry "
+				    "%#llx+%#llx overlaps entry %u",
+				    (unsigned long long)r->addr,
+				    (unsigned long long)r->len, i + 1);
+	c->nr_kv_regions++;
+	return 0;
 }
 
 /* A YAML number is written with a '.', whatever the process's locale. */
@@ -157,10 +225,12 @@ static int parse_value(struct parse *p, const char *key, yaml_mark_t *kmark,
 		bit = SEEN_CUDA_MAPPING;
 	else if (!strcmp(key, "transport"))
 		bit = SEEN_TRANSPORT;
+	else if (!strcmp(key, "kv_regions"))
+		bit = SEEN_KV_REGIONS;
 	else
 		return perr(p, kmark, "unknown key '%s' (known: protocol, nics, "
 			    "drain_timeout_s, module, cuda_library, "
-			    "cuda_dmabuf_mapping, transport)", key);
+			    "cuda_dmabuf_mapping, transport, kv_regions)", key);
 	if (p->seen & bit)
 		return perr(p, kmark, "duplicate key '%s'", key);
 	p->seen |= bit;
@@ -178,7 +248,7 @@ static int parse_value(struct parse *p, const char *key, yaml_mark_t *kmark,
 			c->proto = KVD_PROTO_OTHER;
 		return 0;
 	case SEEN_NICS:
-		return parse_nics(p, ev, c);
+		return each_item(p, ev, c, nic_add);
 	case SEEN_DRAIN:
 		rc = scalar_copy(p, ev, key, buf, sizeof(buf));
 		if (rc)
@@ -224,6 +294,8 @@ static int parse_value(struct parse *p, const char *key, yaml_mark_t *kmark,
 	case SEEN_TRANSPORT:
 		return scalar_copy(p, ev, key, c->transport,
 				   sizeof(c->transport));
+	case SEEN_KV_REGIONS:
+		return each_item(p, ev, c, kv_region_add);
 	default:
 		return scalar_copy(p, ev, key, c->cuda_library,
 				   sizeof(c->cuda_library));

@@ -17,6 +17,7 @@
 
 #define KVD_ERRMAX 512
 #define KVD_NAMEMAX 64
+#define KVD_MAX_KV_REGIONS 64
 
 /* ---- config (config.c) ---- */
 enum kvd_protocol { KVD_PROTO_RDMA = 1, KVD_PROTO_TCP = 2, KVD_PROTO_OTHER = 3 };
@@ -40,6 +41,13 @@ struct kvd_config {
 	 * which runs over UCX) makes the gate read UCX_TLS. */
 	char transport[KVD_NAMEMAX];
 	char path[256];                  /* file it came from */
+	/* kv_regions: KV memory by address for libkvdmabuf-preload.so
+	 * (engines without hooks); the library itself does not use them. */
+	struct kvd_kv_range {
+		uint64_t addr, len;
+		char tag[KVD_NAMEMAX];   /* "" if not given */
+	} kv_regions[KVD_MAX_KV_REGIONS];
+	unsigned int nr_kv_regions;
 };
 
 /*
@@ -51,6 +59,10 @@ int kvd_config_load(const char *path, struct kvd_config *cfg,
 /* Parse YAML text (for tests); @name is used in messages. */
 int kvd_config_parse(const char *text, size_t len, const char *name,
 		     struct kvd_config *cfg, char *err, size_t errlen);
+/* One ADDR+LEN[:TAG] entry (@s, @n bytes; numbers in C syntax): 0, or
+ * -EINVAL (empty or wrapping range, bad number, empty or long tag). Shared
+ * by kv_regions and libkvdmabuf-preload.so's KVDMABUF_KV_REGIONS. */
+int kvd_kv_range_parse(const char *s, size_t n, struct kvd_kv_range *r);
 /* The gate on a parsed config: 1 accepted, 0 refused (reason in @reason). */
 int kvd_gate_check(const struct kvd_config *cfg, char *reason, size_t len);
 
@@ -228,6 +240,7 @@ struct kvdmabuf_region {
 	int broken;
 	int mapping;                     /* enum kvdmabuf_mapping */
 	int labelled;                    /* mapping the proxy's name says */
+	bool preload_declared;           /* to libkvdmabuf-preload.so */
 };
 
 struct kvdmabuf_ctx {
@@ -334,5 +347,19 @@ void kvd_fire_key_callbacks(struct kvdmabuf_ctx *ctx,
  * refusal of a sleep of @r (message set). */
 void kvd_preload_own(int on);
 int kvd_preload_check(struct kvdmabuf_region *r);
+/* A region with a proxy declared to the preload (ctx locked), with the
+ * proxy operations below; 0 or the preload's refusal (message set).
+ * undeclare: 0, or -EBUSY while the preload runs one of them (the caller
+ * keeps the region as it was; message set). */
+int kvd_preload_declare(struct kvdmabuf_region *r);
+int kvd_preload_undeclare(struct kvdmabuf_region *r);
+/* sleep.c: the engine itself unmaps the memory of @r (its cuMemUnmap,
+ * under the preload): @r sleeps as in kvdmabuf_sleep(), alone; wake: its
+ * new memory, exported as @dmabuf_fd (not taken), becomes @r's backing.
+ * Called without ctx->lock. 0 or negative errno, the message in @err. */
+int kvd_region_engine_sleep(struct kvdmabuf_region *r, char *err,
+			    size_t err_len);
+int kvd_region_engine_wake(struct kvdmabuf_region *r, int dmabuf_fd,
+			   char *err, size_t err_len);
 
 #endif /* KVDMABUF_INTERNAL_H */

@@ -4,12 +4,18 @@
  * engine runs under it: the library's own registrations are marked as
  * such (the library carries them through sleep itself), and a sleep asks
  * the preload first whether the engine registered any of the memory in a
- * way that cannot follow (refused by name, nothing released). Found at
- * run time with dlsym(): without the preload both are no-ops.
+ * way that cannot follow (refused by name, nothing released). Each
+ * region with a proxy is declared to the preload, with the proxy and the
+ * operations its CUDA interposer calls when the engine itself unmaps or
+ * maps the memory again (sleep and wake of that region, below), and
+ * undeclared before it is freed. Found at run time with dlsym(): without
+ * the preload all of it is a no-op.
  */
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "internal.h"
 #include "kvdmabuf_preload.h"
@@ -18,6 +24,11 @@ static struct {
 	pthread_once_t once;
 	void (*own)(int on);
 	int (*check)(const void *addr, size_t len, char *reason, size_t n);
+	int (*declare)(void *addr, size_t len, const char *tag, int proxy_fd,
+		       uint64_t proxy_offset);
+	int (*undeclare)(void *addr);
+	int (*set_ops)(void *addr,
+		       const struct kvdmabuf_preload_proxy_ops *ops);
 } preload = { .once = PTHREAD_ONCE_INIT };
 
 static void preload_find(void)
@@ -25,6 +36,12 @@ static void preload_find(void)
 	*(void **)&preload.own = dlsym(RTLD_DEFAULT, "kvdmabuf_preload_own");
 	*(void **)&preload.check = dlsym(RTLD_DEFAULT,
 					 "kvdmabuf_preload_check");
+	*(void **)&preload.declare = dlsym(RTLD_DEFAULT,
+					   "kvdmabuf_preload_declare");
+	*(void **)&preload.undeclare = dlsym(RTLD_DEFAULT,
+					     "kvdmabuf_preload_undeclare");
+	*(void **)&preload.set_ops = dlsym(RTLD_DEFAULT,
+					   "kvdmabuf_preload_set_proxy_ops");
 }
 
 void kvd_preload_own(int on)
@@ -47,4 +64,69 @@ int kvd_preload_check(struct kvdmabuf_region *r)
 		return 0;
 	return kvd_err(r->ctx, rc, "sleep: region %p+%zu (tag '%s'): %s",
 		       r->addr, r->len, r->tag, reason);
+}
+
+/* The preload's proxy operations on a region of ours (@arg): held by the
+ * preload while they run, so @r is not freed meanwhile (see
+ * kvd_preload_undeclare()). */
+static int op_revoke(void *arg, void *addr, size_t len, char *err,
+		     size_t err_len)
+{
+	(void)addr;
+	(void)len;
+	return kvd_region_engine_sleep(arg, err, err_len);
+}
+
+static int op_replace(void *arg, void *addr, size_t len, int dmabuf_fd,
+		      char *err, size_t err_len)
+{
+	(void)addr;
+	(void)len;
+	return kvd_region_engine_wake(arg, dmabuf_fd, err, err_len);
+}
+
+int kvd_preload_declare(struct kvdmabuf_region *r)
+{
+	const struct kvdmabuf_preload_proxy_ops ops = {
+		.revoke = op_revoke, .replace = op_replace, .arg = r,
+	};
+	int rc;
+
+	pthread_once(&preload.once, preload_find);
+	if (r->proxy_fd < 0 || !preload.declare || !preload.undeclare ||
+	    !preload.set_ops)
+		return 0;
+	rc = preload.declare(r->addr, r->len, r->tag[0] ? r->tag : NULL,
+			     r->proxy_fd, 0);
+	if (rc)
+		return kvd_err(r->ctx, rc, "libkvdmabuf-preload.so refused "
+			       "the region: %s (it overlaps a KV region "
+			       "declared otherwise: %s, or an engine hook?)",
+			       strerror(-rc), KVDMABUF_PRELOAD_REGIONS_ENV);
+	rc = preload.set_ops(r->addr, &ops);
+	if (rc) {
+		preload.undeclare(r->addr);
+		return kvd_err(r->ctx, rc, "libkvdmabuf-preload.so refused "
+			       "the region's proxy operations: %s",
+			       strerror(-rc));
+	}
+	r->preload_declared = true;
+	return 0;
+}
+
+int kvd_preload_undeclare(struct kvdmabuf_region *r)
+{
+	int rc;
+
+	if (!r->preload_declared)
+		return 0;
+	rc = preload.undeclare(r->addr);
+	if (rc == -EBUSY)
+		return kvd_err(r->ctx, rc, "region %p+%zu (tag '%s'): the "
+			       "engine's cuMemUnmap or cuMemSetAccess of it is "
+			       "being handled by libkvdmabuf-preload.so right "
+			       "now: try again", r->addr, r->len, r->tag);
+	/* -ENOENT: undeclared by someone else already */
+	r->preload_declared = false;
+	return 0;
 }

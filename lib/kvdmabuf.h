@@ -298,6 +298,11 @@ struct kvdmabuf_region_desc {
  *
  * Each region is one MR per NIC: it must fit in the NIC's max_mr_size.
  *
+ * Under libkvdmabuf-preload.so, a region with a proxy is declared to it
+ * with the library's revoke/replace, so that the engine's own cuMemUnmap
+ * and cuMemMap + cuMemSetAccess of it sleep and wake it (lib/README.md);
+ * an overlap with a range declared otherwise fails it (-EINVAL, named).
+ *
  * Return: 0; -EINVAL bad description (alignment, overlap, flags);
  * -EFBIG longer than a NIC's max_mr_size (the message names the NIC and
  * its limit: add it as several regions);
@@ -313,7 +318,9 @@ int kvdmabuf_region_add(struct kvdmabuf_ctx *ctx,
  * kvdmabuf_region_remove() - deregister, drop every fd and free @region.
  * New I/O is refused first; no thread may use @region once it returns 0.
  * Return: 0; -EBUSY a transfer is in flight (the region is left as it
- * was), or a sleep is draining; -EDEADLK from a callback; the error of a
+ * was), or a sleep is draining, or libkvdmabuf-preload.so is running the
+ * region's revoke/replace right now (try again); -EDEADLK from a
+ * callback; the error of a
  * deregistration the NIC refused: @region is kept, broken (I/O refused,
  * no keys, the refused MR still registered), and a later remove tries
  * again.

@@ -34,7 +34,10 @@ extern "C" {
  * comma-separated ADDR+LEN[:TAG] entries, numbers in C syntax (0x... hex),
  * e.g. "0x7e0000000000+0x40000000:kv_cache". A malformed value declares
  * nothing and makes every sleep check fail with the parse error (never a
- * silent pass-through of memory meant to be KV).
+ * silent pass-through of memory meant to be KV). The same entries are read
+ * from kv_regions: of the library's configuration ($KVDMABUF_CONFIG) at
+ * load, with the same rule for a configuration that does not load. Such
+ * regions have no proxy until the same range is declared with one.
  */
 #define KVDMABUF_PRELOAD_REGIONS_ENV "KVDMABUF_KV_REGIONS"
 
@@ -62,7 +65,12 @@ extern "C" {
  * (kvdmabuf_region_dmabuf(), owned by the caller, which keeps it open
  * while declared) at @proxy_offset; registrations in the region are made
  * on it from now on. -1: no proxy (host memory). Registrations already
- * made in the range are kept as they are and cannot follow.
+ * made in the range are kept as they are and cannot follow. libkvdmabuf
+ * declares each of its regions that has a proxy itself (with its proxy
+ * operations); declaring the same range with the same proxy and offset
+ * again returns 0 and changes only the tag, and so does declaring with a
+ * proxy exactly the range of a region that has none (configuration,
+ * environment), which then takes that proxy.
  * Return: 0; -EINVAL empty or wrapping range, or overlap with a declared
  * region; -ENOMEM.
  */
@@ -70,7 +78,8 @@ int kvdmabuf_preload_declare(void *addr, size_t len, const char *tag,
 			     int proxy_fd, uint64_t proxy_offset);
 
 /** kvdmabuf_preload_undeclare() - forget the region starting at @addr.
- *  Return: 0; -ENOENT none starts there. */
+ *  Return: 0; -ENOENT none starts there; -EBUSY its proxy operations are
+ *  running (a cuMemUnmap or cuMemSetAccess of it): try again. */
 int kvdmabuf_preload_undeclare(void *addr);
 
 /**
@@ -112,8 +121,11 @@ struct kvdmabuf_preload_state {
 	uint32_t nr_on_proxy;      /**< of those, made on a proxy */
 	uint32_t nr_cannot_follow; /**< of those, refusing sleep */
 	int32_t env_error;         /**< 0 or the environment's parse error */
-	uint32_t reserved;
+	uint32_t flags;            /**< KVDMABUF_PRELOAD_NO_DLSYM */
 };
+/* dlsym/dlvsym not interposed (not x86-64): the CUDA runtime's own lookups
+ * of cuMemUnmap/cuMemMap/cuMemSetAccess bypass the CUDA interposer. */
+#define KVDMABUF_PRELOAD_NO_DLSYM (1u << 0)
 int kvdmabuf_preload_query(struct kvdmabuf_preload_state *state);
 
 /**
@@ -132,14 +144,27 @@ long long kvdmabuf_preload_calls(const char *symbol);
  */
 int kvdmabuf_preload_report(char *buf, size_t len);
 
+/**
+ * kvdmabuf_preload_reg_error() - the calling thread's last registration in
+ * a KV region with a proxy that failed both on the proxy and as asked
+ * ("" if none): both errors, NUL-terminated in @buf (also on stderr). The
+ * registration itself returned NULL with errno the proxy's error, except
+ * EOPNOTSUPP (a NIC without dma-buf MRs: then the error as asked).
+ * Return: its length.
+ */
+int kvdmabuf_preload_reg_error(char *buf, size_t len);
+
 /*
  * Sleep and wake driven by the CUDA driver (lib/preload/preload_cuda.c).
  * The preload also interposes cuMemUnmap, cuMemMap, cuMemSetAccess and
  * cuGetProcAddress (both the CUDA 11.3 symbol and cuGetProcAddress_v2, which
  * hand back the preload's own cuMemUnmap/cuMemMap/cuMemSetAccess and
  * cuGetProcAddress*, everything else as the driver answers), and, on
- * x86-64, dlsym (the same five names looked up on a handle of libcuda, as
- * the CUDA runtime does; everything else goes on to glibc's):
+ * x86-64, dlsym and dlvsym (the same five names looked up on a handle of
+ * libcuda, as the CUDA runtime does; everything else goes on to glibc's;
+ * elsewhere those lookups bypass the interposer: flags
+ * KVDMABUF_PRELOAD_NO_DLSYM, and a line on stderr when a region gets proxy
+ * operations):
  *  - a cuMemUnmap over part of an awake declared region puts the region to
  *    sleep first: the check of kvdmabuf_preload_check(), then the proxy's
  *    revoke(), then the unmap is forwarded. Refused (an engine MR that
@@ -187,8 +212,10 @@ struct kvdmabuf_preload_proxy_ops {
  * kvdmabuf_preload_set_proxy_ops() - the proxy operations of the declared
  * region that starts at @addr (copied; NULL: none). A region with a proxy
  * and no operations refuses a cuMemUnmap while awake.
+ * Until the call returns 0 for new operations (or @ops NULL) or the region
+ * is undeclared, the old operations may still be called; never after.
  * Return: 0; -ENOENT no region starts at @addr; -EINVAL an operation is
- * missing.
+ * missing; -EBUSY the region's operations are running now.
  */
 int kvdmabuf_preload_set_proxy_ops(void *addr,
 				   const struct kvdmabuf_preload_proxy_ops *ops);

@@ -158,10 +158,12 @@ static void fd_close(int *fd)
 }
 
 /*
- * Before a region of the context is freed (ctx locked, I/O stopped): drop
- * every MR it still has. One that the NIC refuses to deregister stays, the
- * region broken with that error and still listed, so that the engine sees
- * it and a later remove or close tries again; the others are gone.
+ * Before a region of the context is freed (ctx locked, I/O stopped):
+ * undeclare it to the preload (-EBUSY while the preload runs one of its
+ * operations: kept as it was), then drop every MR it still has. One that
+ * the NIC refuses to deregister stays, the region broken with that error
+ * and still listed (and declared again), so that the engine sees it and a
+ * later remove or close tries again; the others are gone.
  */
 int kvd_region_release(struct kvdmabuf_region *r, const char *what)
 {
@@ -169,6 +171,11 @@ int kvd_region_release(struct kvdmabuf_region *r, const char *what)
 	unsigned int i, failed = 0, first = 0;
 	int rc, err = 0;
 
+	rc = kvd_preload_undeclare(r);
+	if (rc) {
+		kvd_region_unretire(r);
+		return kvd_err_prefix(ctx, rc, "%s", what);
+	}
 	for (i = 0; i < ctx->nr_nics; i++) {
 		rc = kvd_region_dereg_one(r, i);
 		if (!rc)
@@ -183,6 +190,7 @@ int kvd_region_release(struct kvdmabuf_region *r, const char *what)
 		return 0;
 	r->registered = false;
 	kvd_region_break(r, err);
+	kvd_preload_declare(r);         /* still there: still refused */
 	return kvd_err(ctx, err, "%s: region %p+%zu (tag '%s'): deregistration "
 		       "on NIC %s%s failed: %s; the region stays, broken, its "
 		       "MR still registered there: remove it again", what,
@@ -415,6 +423,8 @@ int kvdmabuf_region_add(struct kvdmabuf_ctx *ctx,
 	r->proxy_fd = -1;
 
 	rc = region_setup(r);
+	if (!rc)
+		rc = kvd_preload_declare(r);
 	if (rc) {
 		kvd_err_prefix(ctx, rc, "region %p+%zu (tag '%s')", r->addr,
 			       r->len, r->tag);

@@ -9,6 +9,7 @@
  * (cannot fail), after which nothing of ours holds the old memory.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -287,24 +288,20 @@ static int undo_sleep_one(struct kvdmabuf_region *r)
 	}
 }
 
-/* A failed wake undoes its own steps: the region stays asleep. */
-static int wake_one(struct kvdmabuf_region *r)
+/*
+ * Wake @r on its new memory @fd (-1 for host memory; taken: kept as the
+ * backing or closed). A failed wake undoes its own steps: the region
+ * stays asleep.
+ */
+static int wake_on(struct kvdmabuf_region *r, int fd, uint64_t off)
 {
 	struct kvdmabuf_ctx *ctx = r->ctx;
 	const struct kvd_ops *ops = ctx->ops;
 	char saved[KVD_ERRMAX];
-	int fd = -1, rc, rc2;
-	uint64_t off = 0;
+	int rc, rc2;
 
-	if (r->mode == KVDMABUF_MODE_NOREG)
-		return 0;
 	r->wake_key_gen = r->key_gen;
 	memcpy(r->wake_last, r->last, sizeof(r->wake_last));
-	if (r->mem != KVDMABUF_MEM_HOST) {
-		rc = ops->export_dmabuf(ctx, r, &fd, &off);
-		if (rc)
-			return kvd_err_prefix(ctx, rc, "export");
-	}
 	if (r->proxy_fd >= 0) {
 		kvd_region_label(r);    /* the mapping may have changed */
 		rc = ops->proxy_attach(ctx, r->proxy_fd, fd, off, 0);
@@ -330,6 +327,21 @@ static int wake_one(struct kvdmabuf_region *r)
 	}
 	fd_close(&r->backing_fd);
 	return rc;
+}
+
+static int wake_one(struct kvdmabuf_region *r)
+{
+	int fd = -1, rc;
+	uint64_t off = 0;
+
+	if (r->mode == KVDMABUF_MODE_NOREG)
+		return 0;
+	if (r->mem != KVDMABUF_MEM_HOST) {
+		rc = r->ctx->ops->export_dmabuf(r->ctx, r, &fd, &off);
+		if (rc)
+			return kvd_err_prefix(r->ctx, rc, "export");
+	}
+	return wake_on(r, fd, off);
 }
 
 /*
@@ -458,40 +470,31 @@ static int quiesce(struct kvdmabuf_ctx *ctx, struct kvdmabuf_region **t,
 	return rc;
 }
 
-int kvdmabuf_sleep(struct kvdmabuf_ctx *ctx, const char *tag)
+/* The environment may have changed since open (a transport set to NVLink
+ * later): the gate answers for each sleep. */
+static int sleep_gate(struct kvdmabuf_ctx *ctx)
 {
-	struct kvdmabuf_region **t;
 	char reason[KVD_ERRMAX];
-	unsigned int *idx, n, k;
+
+	if (kvd_gate_check(&ctx->cfg, reason, sizeof(reason)) == 1)
+		return 0;
+	return kvd_err(ctx, -EPROTONOSUPPORT, "sleep: %s", reason);
+}
+
+/* Sleep of the @n (> 0) awake regions @t, ctx locked and not busy. */
+static int sleep_set(struct kvdmabuf_ctx *ctx, struct kvdmabuf_region **t,
+		     const unsigned int *idx, unsigned int n)
+{
+	unsigned int k;
 	int rc;
 
-	if (!ctx)
-		return -EINVAL;
-	rc = kvd_not_forked(ctx, "sleep");
-	if (rc)
-		return rc;
-	pthread_mutex_lock(&ctx->lock);
-	rc = kvd_may_change(ctx, "sleep");
-	if (rc)
-		goto unlock;
-	/* The environment may have changed since open (a transport set to
-	 * NVLink later): the gate answers for this sleep. */
-	if (kvd_gate_check(&ctx->cfg, reason, sizeof(reason)) != 1) {
-		rc = kvd_err(ctx, -EPROTONOSUPPORT, "sleep: %s", reason);
-		goto unlock;
-	}
-	rc = targets(ctx, tag, false, &t, &idx, &n);
-	if (rc)
-		goto unlock;
-	if (!n)
-		goto done;      /* nothing awake to put to sleep */
 	/* Under libkvdmabuf-preload.so: an engine registration of this
 	 * memory that cannot follow refuses the sleep before anything
 	 * stops or is released. */
 	for (k = 0; k < n; k++) {
 		rc = kvd_preload_check(t[k]);
 		if (rc)
-			goto done;
+			return rc;
 	}
 
 	kvd_busy_begin(ctx);
@@ -520,7 +523,31 @@ reopen:
 		kvd_region_unretire(t[k]);
 out:
 	kvd_busy_end(ctx);
-done:
+	return rc;
+}
+
+int kvdmabuf_sleep(struct kvdmabuf_ctx *ctx, const char *tag)
+{
+	struct kvdmabuf_region **t;
+	unsigned int *idx, n;
+	int rc;
+
+	if (!ctx)
+		return -EINVAL;
+	rc = kvd_not_forked(ctx, "sleep");
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&ctx->lock);
+	rc = kvd_may_change(ctx, "sleep");
+	if (!rc)
+		rc = sleep_gate(ctx);
+	if (rc)
+		goto unlock;
+	rc = targets(ctx, tag, false, &t, &idx, &n);
+	if (rc)
+		goto unlock;
+	if (n)          /* else nothing awake to put to sleep */
+		rc = sleep_set(ctx, t, idx, n);
 	free(t);
 	free(idx);
 unlock:
@@ -528,10 +555,25 @@ unlock:
 	return rc;
 }
 
+/* The @n regions @t woke (ctx busy): awake, keys out, I/O open. */
+static void woken(struct kvdmabuf_ctx *ctx, struct kvdmabuf_region **t,
+		  unsigned int n)
+{
+	unsigned int k;
+
+	for (k = 0; k < n; k++)
+		t[k]->asleep = false;
+	ctx->wakes++;
+	/* New keys reach the engine before any transfer may begin. */
+	kvd_fire_key_callbacks(ctx, t, n);
+	for (k = 0; k < n; k++)
+		kvd_io_open(&t[k]->io);
+}
+
 int kvdmabuf_wake(struct kvdmabuf_ctx *ctx, const char *tag)
 {
 	struct kvdmabuf_region **t;
-	unsigned int *idx, n, k;
+	unsigned int *idx, n;
 	int rc;
 
 	if (!ctx)
@@ -552,15 +594,8 @@ int kvdmabuf_wake(struct kvdmabuf_ctx *ctx, const char *tag)
 	kvd_busy_begin(ctx);
 	/* On failure: still asleep, I/O still stopped, keys as before. */
 	rc = all_or_nothing(ctx, "wake", t, idx, n, wake_one, undo_wake_one);
-	if (!rc) {
-		for (k = 0; k < n; k++)
-			t[k]->asleep = false;
-		ctx->wakes++;
-		/* New keys reach the engine before any transfer may begin. */
-		kvd_fire_key_callbacks(ctx, t, n);
-		for (k = 0; k < n; k++)
-			kvd_io_open(&t[k]->io);
-	}
+	if (!rc)
+		woken(ctx, t, n);
 	kvd_busy_end(ctx);
 done:
 	free(t);
@@ -568,4 +603,95 @@ done:
 unlock:
 	pthread_mutex_unlock(&ctx->lock);
 	return rc;
+}
+
+/* ---- driven by the engine's own CUDA calls (libkvdmabuf-preload.so) ---- */
+
+static unsigned int region_index(const struct kvdmabuf_region *r)
+{
+	unsigned int i;
+
+	for (i = 0; i < r->ctx->nr_regions; i++)
+		if (r->ctx->regions[i] == r)
+			break;
+	return i;
+}
+
+/* Both: ctx locked; 0 when @r may change now, else the message set. */
+static int engine_may(struct kvdmabuf_region *r, const char *what)
+{
+	int rc = kvd_may_change(r->ctx, what);
+
+	if (!rc && r->broken)
+		rc = kvd_err(r->ctx, -EIO, "%s: region %p+%zu is broken (%s)",
+			     what, r->addr, r->len, strerror(-r->broken));
+	return rc;
+}
+
+static int engine_done(struct kvdmabuf_region *r, int rc, char *err,
+		       size_t err_len)
+{
+	if (rc && err && err_len)
+		snprintf(err, err_len, "%s", kvd_msg(r->ctx));
+	pthread_mutex_unlock(&r->ctx->lock);
+	return rc;
+}
+
+int kvd_region_engine_sleep(struct kvdmabuf_region *r, char *err,
+			    size_t err_len)
+{
+	struct kvdmabuf_ctx *ctx = r->ctx;
+	const char *what = "sleep (the engine's cuMemUnmap)";
+	unsigned int idx;
+	int rc;
+
+	rc = kvd_not_forked(ctx, what);
+	if (rc) {
+		snprintf(err, err_len, "%s", kvd_msg(ctx));
+		return rc;
+	}
+	pthread_mutex_lock(&ctx->lock);
+	rc = engine_may(r, what);
+	if (!rc)
+		rc = sleep_gate(ctx);
+	/* asleep already (kvdmabuf_sleep): nothing maps the memory */
+	if (!rc && !r->asleep && r->mode != KVDMABUF_MODE_HOST) {
+		idx = region_index(r);
+		rc = sleep_set(ctx, &r, &idx, 1);
+	}
+	return engine_done(r, rc, err, err_len);
+}
+
+int kvd_region_engine_wake(struct kvdmabuf_region *r, int dmabuf_fd,
+			   char *err, size_t err_len)
+{
+	struct kvdmabuf_ctx *ctx = r->ctx;
+	const char *what = "wake (the engine's cuMemSetAccess)";
+	int rc, fd;
+
+	rc = kvd_not_forked(ctx, what);
+	if (rc) {
+		snprintf(err, err_len, "%s", kvd_msg(ctx));
+		return rc;
+	}
+	pthread_mutex_lock(&ctx->lock);
+	rc = engine_may(r, what);
+	/* awake already (kvdmabuf_wake): its backing is what it exported */
+	if (rc || !r->asleep || r->mode == KVDMABUF_MODE_NOREG)
+		return engine_done(r, rc, err, err_len);
+	fd = fcntl(dmabuf_fd, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0) {
+		rc = kvd_err(ctx, -errno, "%s: dup of the new memory's "
+			     "dma-buf: %s", what, strerror(errno));
+		return engine_done(r, rc, err, err_len);
+	}
+	kvd_busy_begin(ctx);
+	rc = wake_on(r, fd, 0);
+	if (rc)
+		kvd_err_prefix(ctx, rc, "%s: region %u", what,
+			       region_index(r));
+	else
+		woken(ctx, &r, 1);
+	kvd_busy_end(ctx);
+	return engine_done(r, rc, err, err_len);
 }

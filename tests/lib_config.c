@@ -47,6 +47,20 @@ static const struct cfg_case cases[] = {
 	{ "protocol:\n", -EINVAL, "'protocol' must not be empty" },
 	{ "protocol: [rdma]\n", -EINVAL, "t.yaml:1:11: 'protocol' must be a "
 	  "scalar" },
+	{ "protocol: rdma\nkv_regions: 0x1000+0x1000\n", 0, NULL },
+	{ "protocol: rdma\nkv_regions: [0x1000+x]\n", -EINVAL,
+	  "t.yaml:2:14: 'kv_regions' entry '0x1000+x' is not ADDR+LEN[:TAG]" },
+	{ "protocol: rdma\nkv_regions: [0x1000+0]\n", -EINVAL,
+	  "'kv_regions' entry '0x1000+0' is not" },
+	{ "protocol: rdma\nkv_regions: [0xfffffffffffff000+0x2000]\n", -EINVAL,
+	  "is not ADDR+LEN[:TAG]" },
+	{ "protocol: rdma\nkv_regions: ['0x1000+0x1000:']\n", -EINVAL,
+	  "is not ADDR+LEN[:TAG]" },
+	{ "protocol: rdma\nkv_regions: [0x1000+0x2000, 0x2000+0x1000]\n",
+	  -EINVAL, "t.yaml:2:29: 'kv_regions' entry 0x2000+0x1000 overlaps "
+	  "entry 1" },
+	{ "protocol: rdma\nkv_regions: {a: b}\n", -EINVAL,
+	  "'kv_regions' entries must be ADDR+LEN[:TAG] strings" },
 };
 
 TEST(config_table)
@@ -75,7 +89,10 @@ TEST(config_every_key)
 		"nics: [rxe0, rxe1]\n"
 		"drain_timeout_s: 2.5\n"
 		"module: require\n"
-		"cuda_library: /opt/x/libcuda.so.1\n";
+		"cuda_library: /opt/x/libcuda.so.1\n"
+		"kv_regions:\n"
+		"  - 0x7e0000000000+0x40000000:kv_cache\n"
+		"  - 4096+8192\n";
 	struct kvd_config c;
 	char err[256];
 
@@ -88,6 +105,13 @@ TEST(config_every_key)
 	EXPECT_EQ(2500u, c.drain_timeout_ms);
 	EXPECT_EQ(KVDMABUF_MODULE_REQUIRE, c.module);
 	EXPECT_EQ(0, strcmp(c.cuda_library, "/opt/x/libcuda.so.1"));
+	ASSERT_EQ(2u, c.nr_kv_regions);
+	EXPECT_EQ(0x7e0000000000ull, c.kv_regions[0].addr);
+	EXPECT_EQ(0x40000000ull, c.kv_regions[0].len);
+	EXPECT_EQ(0, strcmp(c.kv_regions[0].tag, "kv_cache"));
+	EXPECT_EQ(4096ull, c.kv_regions[1].addr);
+	EXPECT_EQ(8192ull, c.kv_regions[1].len);
+	EXPECT_EQ(0, strcmp(c.kv_regions[1].tag, ""));
 }
 
 TEST(config_defaults)

@@ -29,12 +29,12 @@
  * under LD_PRELOAD itself.
  */
 #include <dlfcn.h>
-#include <libgen.h>
-#include <limits.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <infiniband/verbs.h>
 
 #include "harness.h"
+#include "preload_paths.h"
 #include "cuda_api.h"
 #include "kvdmabuf_preload.h"
 
@@ -65,13 +65,15 @@ static struct {
 	void (*log)(char *, size_t);
 	int (*access_of)(void *);
 	void (*last_export)(unsigned long long *, size_t *, unsigned long *);
-	int *dmabuf_errno;
+	int *dmabuf_errno, *addr_errno;
 	int (*declare)(void *, size_t, const char *, int, uint64_t);
 	int (*set_ops)(void *, const struct kvdmabuf_preload_proxy_ops *);
 	int (*undeclare)(void *);
 	int (*query)(struct kvdmabuf_preload_state *);
 	long long (*calls)(const char *);
 	int (*cuda_error)(char *, size_t);
+	int (*reg_error)(char *, size_t);
+	int (*check)(const void *, size_t, char *, size_t);
 } t;
 
 /* The stand-in proxy owner: what it was asked, what it saw. */
@@ -118,21 +120,6 @@ static const struct kvdmabuf_preload_proxy_ops so_ops = {
 	.revoke = so_revoke, .replace = so_replace,
 };
 
-/* tests/ of the build tree, from this program's path (tests/asan/ too). */
-static void path_of(char *buf, size_t len, const char *rel)
-{
-	char exe[PATH_MAX], *d;
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	size_t l;
-
-	exe[n > 0 ? n : 0] = '\0';
-	d = dirname(exe);
-	l = strlen(d);
-	if (l >= 5 && !strcmp(d + l - 5, "/asan"))
-		d[l - 5] = '\0';
-	snprintf(buf, len, "%s/%s", d, rel);
-}
-
 /* 0, or the reason why not in @why. */
 static int load(char *why, size_t len)
 {
@@ -175,19 +162,23 @@ static int load(char *why, size_t len)
 	D(access_of, "fakecu_access");
 	D(last_export, "fakecu_last_export");
 	*(void **)&t.dmabuf_errno = dlsym(t.verbs, "fake_dmabuf_errno");
+	*(void **)&t.addr_errno = dlsym(t.verbs, "fake_addr_errno");
 	G(declare, "kvdmabuf_preload_declare");
 	G(set_ops, "kvdmabuf_preload_set_proxy_ops");
 	G(undeclare, "kvdmabuf_preload_undeclare");
 	G(query, "kvdmabuf_preload_query");
 	G(calls, "kvdmabuf_preload_calls");
 	G(cuda_error, "kvdmabuf_preload_cuda_error");
+	G(reg_error, "kvdmabuf_preload_reg_error");
+	G(check, "kvdmabuf_preload_check");
 #undef G
 #undef D
 	if (!t.unmap || !t.map || !t.access || !t.gpa2 || !t.gpa1 ||
 	    !t.reg_mr || !t.dereg_mr || !t.d_unmap || !t.d_map ||
 	    !t.d_access || !t.d_create || !t.d_release || !t.d_reserve ||
 	    !t.d_gpa2 || !t.note || !t.log || !t.access_of ||
-	    !t.last_export || !t.dmabuf_errno || !t.declare || !t.set_ops || !t.undeclare ||
+	    !t.last_export || !t.dmabuf_errno || !t.addr_errno ||
+	    !t.reg_error || !t.check || !t.declare || !t.set_ops || !t.undeclare ||
 	    !t.query || !t.calls || !t.cuda_error) {
 		snprintf(why, len, "a symbol is missing");
 		return -1;
@@ -465,6 +456,38 @@ TEST_F(kv, engine_mr_that_cannot_follow_refuses_the_unmap)
 	LOG_IS("revoke unmap");
 }
 
+/* mooncake-preload-bugs.md item 2: both failed, the proxy's error is kept */
+TEST_F(kv, registration_failing_on_the_proxy_and_as_asked_keeps_both_errors)
+{
+	struct ibv_device dev = { .name = "fakenic0" };
+	struct ibv_context ctx = { .device = &dev };
+	struct ibv_pd pd = { .context = &ctx };
+	struct kvdmabuf_preload_state st;
+	char e[512];
+
+	*t.dmabuf_errno = EINVAL;       /* the proxy refused: the cause */
+	*t.addr_errno = EFAULT;         /* and the fallback by address */
+	errno = 0;
+	EXPECT_NULL(t.reg_mr(&pd, self->base, CHUNK, IBV_ACCESS_LOCAL_WRITE));
+	EXPECT_EQ(EINVAL, errno);
+	EXPECT_LT(0, t.reg_error(e, sizeof(e)));
+	TH_LOG("%s", e);
+	EXPECT_NOT_NULL(strstr(e, "in KV region 'kv' failed: on the region's "
+			       "proxy dma-buf: Invalid argument (errno 22); "
+			       "as asked: Bad address (errno 14)"));
+	ASSERT_EQ(0, t.query(&st));
+	EXPECT_EQ(0u, st.nr_mrs);
+	/* a NIC without dma-buf MRs: the error as asked is the engine's */
+	*t.dmabuf_errno = EOPNOTSUPP;
+	errno = 0;
+	EXPECT_NULL(t.reg_mr(&pd, self->base, CHUNK, IBV_ACCESS_LOCAL_WRITE));
+	EXPECT_EQ(EFAULT, errno);
+	t.reg_error(e, sizeof(e));
+	EXPECT_NOT_NULL(strstr(e, "Operation not supported (errno 95)"));
+	*t.dmabuf_errno = 0;
+	*t.addr_errno = 0;
+}
+
 TEST_F(kv, one_unmap_over_two_regions_is_all_or_nothing)
 {
 	/* the next chunk: a second region, with a proxy, no operations */
@@ -589,8 +612,8 @@ static const char *value(const char *out, const char *key)
  * the library path; its stdout in @out. Return: its exit status, -1 when
  * it did not run, -2 when @prog or the preload is not built.
  */
-static int run_preloaded(const char *prog, char *out, size_t len,
-			 char *pre, size_t pre_len)
+static int run_preloaded(const char *prog, const char *preload, char *out,
+			 size_t len, char *pre, size_t pre_len)
 {
 	char exe[PATH_MAX], dir[PATH_MAX];
 	char env_pre[PATH_MAX + 16], env_dir[PATH_MAX + 24];
@@ -602,7 +625,7 @@ static int run_preloaded(const char *prog, char *out, size_t len,
 	pid_t pid;
 
 	path_of(exe, sizeof(exe), prog);
-	path_of(pre, pre_len, "../lib/libkvdmabuf-preload.so");
+	path_of(pre, pre_len, preload);
 	path_of(dir, sizeof(dir), "fake_cuda");
 	if (access(exe, X_OK) || access(pre, R_OK))
 		return -2;
@@ -615,6 +638,7 @@ static int run_preloaded(const char *prog, char *out, size_t len,
 		return -1;
 	if (!pid) {
 		dup2(fds[1], 1);
+		dup2(fds[1], 2);
 		close(fds[0]);
 		execve(exe, argv, envp);
 		_exit(127);
@@ -632,8 +656,9 @@ static int run_preloaded(const char *prog, char *out, size_t len,
 TEST(linked_engine_under_LD_PRELOAD)
 {
 	char out[2048], pre[PATH_MAX];
-	int rc = run_preloaded("preload/cuda_engine", out, sizeof(out), pre,
-			       sizeof(pre));
+	int rc = run_preloaded("preload/cuda_engine",
+			       "../lib/libkvdmabuf-preload.so", out,
+			       sizeof(out), pre, sizeof(pre));
 
 	if (rc == -2)
 		SKIP(return, "tests/preload/cuda_engine or the preload not built");
@@ -651,8 +676,42 @@ TEST(linked_engine_under_LD_PRELOAD)
 			    pre));
 	EXPECT_EQ(0, strcmp(value(out, "handle-cuMemUnmap-from"), pre));
 #endif
-	/* dlsym(RTLD_NEXT) still answers for its real caller */
+	/* glibc's answer for an unversioned libcuda: none (nothing made up) */
+	EXPECT_EQ(0, strcmp(value(out, "handle-dlvsym-cuMemSetAccess-from"),
+			    "?"));
+	/* dlsym/dlvsym(RTLD_NEXT) still answer for their real caller */
 	EXPECT_EQ(0, strcmp(value(out, "next-cuMemUnmap-from"), pre));
+	EXPECT_EQ(0, strcmp(value(out, "next-dlvsym-cuMemUnmap-from"), pre));
+	EXPECT_EQ(0, strcmp(value(out, "flags"), "0"));
+	EXPECT_NULL(strstr(out, "not interposed"));
+}
+
+/*
+ * The preload as built for architectures other than x86-64 (no dlsym or
+ * dlvsym stub; built here with KVD_PRELOAD_NO_DLSYM): the runtime's way of
+ * fetching entry points reaches the driver, and the preload says so (on
+ * stderr when a region gets proxy operations, and in its state's flags)
+ * instead of letting it pass silently; the linked entry points are still
+ * interposed.
+ */
+TEST(other_architectures_say_the_runtime_bypasses_the_interposer)
+{
+	char out[4096], pre[PATH_MAX];
+	int rc = run_preloaded("preload/cuda_engine",
+			       "preload/nodlsym/libkvdmabuf-preload.so", out,
+			       sizeof(out), pre, sizeof(pre));
+
+	if (rc == -2)
+		SKIP(return, "tests/preload/nodlsym not built");
+	TH_LOG("%s", out);
+	EXPECT_EQ(0, rc);
+	EXPECT_EQ(0, strcmp(value(out, "cuMemUnmap-from"), pre));
+	EXPECT_NE(0, strcmp(value(out, "handle-cuMemUnmap-from"), pre));
+	EXPECT_NOT_NULL(strstr(value(out, "handle-cuMemUnmap-from"),
+			       "fake_cuda/libcuda.so.1"));
+	EXPECT_EQ(0, strcmp(value(out, "flags"), "1"));
+	EXPECT_NOT_NULL(strstr(out, "kvdmabuf-preload: dlsym and dlvsym are "
+			       "not interposed on this architecture"));
 }
 
 /*
@@ -665,8 +724,9 @@ TEST(linked_engine_under_LD_PRELOAD)
 TEST(cuda_runtime_lookups_land_in_the_interposer)
 {
 	char out[512], pre[PATH_MAX];
-	int rc = run_preloaded("preload/cudart_probe", out, sizeof(out), pre,
-			       sizeof(pre));
+	int rc = run_preloaded("preload/cudart_probe",
+			       "../lib/libkvdmabuf-preload.so", out,
+			       sizeof(out), pre, sizeof(pre));
 
 	if (rc == -2)
 		SKIP(return, "no CUDA toolkit with libcudart found by make "
@@ -677,6 +737,116 @@ TEST(cuda_runtime_lookups_land_in_the_interposer)
 	TH_LOG("%s", out);
 	ASSERT_EQ(0, rc);
 	EXPECT_LT(0, atoi(value(out, "calls")));
+}
+
+/*
+ * libcuda loaded RTLD_LOCAL (by a Python extension, the CUDA runtime),
+ * the preload's cuMemUnmap reached through the global scope: forwarded to
+ * the driver from the first call on (found through the handle, past the
+ * preload's own dlsym).
+ */
+TEST(driver_loaded_locally_is_reached_from_the_first_call)
+{
+	char out[512], pre[PATH_MAX];
+	int rc = run_preloaded("preload/local_cuda",
+			       "../lib/libkvdmabuf-preload.so", out,
+			       sizeof(out), pre, sizeof(pre));
+
+	if (rc == -2)
+		SKIP(return, "tests/preload/local_cuda not built");
+	TH_LOG("%s", out);
+	EXPECT_EQ(0, rc);
+	/* the driver's answer to a bad size, not "no driver" */
+	EXPECT_EQ(0, strcmp(value(out, "unmap"), "1"));
+}
+
+/* $KVDMABUF_CONFIG with @yaml (kv_regions), then the preload loaded. */
+static int load_with_config(const char *yaml, char *why, size_t len)
+{
+	char path[64];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/tmp/kvd-preload-cfg-%d.yaml",
+		 (int)getpid());
+	f = fopen(path, "w");
+	if (!f || fputs(yaml, f) < 0 || fclose(f)) {
+		snprintf(why, len, "cannot write %s", path);
+		return -1;
+	}
+	setenv("KVDMABUF_CONFIG", path, 1);
+	len = (size_t)load(why, len);
+	unlink(path);
+	return (int)len;
+}
+
+/*
+ * Regions from the library's configuration (engines without hooks): read
+ * at load; a registration in one is made as asked (no proxy yet) and
+ * refuses sleep; the same range declared later with a proxy (libkvdmabuf,
+ * a hook) takes it, and registrations from then on are made on it.
+ */
+TEST(configuration_regions_whichever_comes_first)
+{
+	struct ibv_device dev = { .name = "fakenic0" };
+	struct ibv_context ctx = { .device = &dev };
+	struct ibv_pd pd = { .context = &ctx };
+	struct kvdmabuf_preload_state st;
+	char yaml[160], why[400];
+	struct ibv_mr *early, *late;
+	char *kv = mmap(NULL, 4 * PAGE, PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	int proxy = memfd_create("stand-in-proxy", MFD_CLOEXEC);
+
+	ASSERT_NE(MAP_FAILED, kv);
+	ASSERT_LE(0, proxy);
+	snprintf(yaml, sizeof(yaml), "protocol: rdma\nkv_regions:\n"
+		 "  - %p+%#lx:cfg_kv\n", (void *)kv, 2 * PAGE);
+	if (load_with_config(yaml, why, sizeof(why)))
+		SKIP(return, "%s", why);
+	ASSERT_EQ(0, t.query(&st));
+	EXPECT_EQ(1u, st.nr_regions);
+	EXPECT_EQ(0, st.env_error);
+	/* registration first: by address, cannot follow */
+	early = t.reg_mr(&pd, kv, PAGE, IBV_ACCESS_LOCAL_WRITE);
+	ASSERT_NOT_NULL(early);
+	EXPECT_EQ(-EBUSY, t.check(kv, PAGE, why, sizeof(why)));
+	TH_LOG("%s", why);
+	EXPECT_NOT_NULL(strstr(why, "KV region 'cfg_kv' has no proxy"));
+	/* outside it: nothing */
+	EXPECT_EQ(0, t.check(kv + 2 * PAGE, PAGE, why, sizeof(why)));
+	/* the proxy declared for the same range: taken, and used */
+	ASSERT_EQ(0, t.declare(kv, 2 * PAGE, NULL, proxy, 0));
+	late = t.reg_mr(&pd, kv + PAGE, PAGE, IBV_ACCESS_LOCAL_WRITE);
+	ASSERT_NOT_NULL(late);
+	ASSERT_EQ(0, t.query(&st));
+	EXPECT_EQ(1u, st.nr_regions);
+	EXPECT_EQ(1u, st.nr_on_proxy);
+	EXPECT_EQ(1u, st.nr_cannot_follow);
+	EXPECT_EQ(0, t.check(kv + PAGE, PAGE, why, sizeof(why)));
+	/* another proxy for it, or a part of it: refused */
+	EXPECT_EQ(-EINVAL, t.declare(kv, 2 * PAGE, NULL, proxy, PAGE));
+	EXPECT_EQ(-EINVAL, t.declare(kv, PAGE, NULL, proxy, 0));
+	EXPECT_EQ(0, t.dereg_mr(early));
+	EXPECT_EQ(0, t.dereg_mr(late));
+	close(proxy);
+	munmap(kv, 4 * PAGE);
+}
+
+TEST(malformed_configuration_trusts_no_region)
+{
+	struct kvdmabuf_preload_state st;
+	char why[400];
+
+	if (load_with_config("protocol: rdma\nkv_regions: [0x1000+x]\n", why,
+			     sizeof(why)))
+		SKIP(return, "%s", why);
+	ASSERT_EQ(0, t.query(&st));
+	EXPECT_EQ(0u, st.nr_regions);
+	EXPECT_EQ(-EINVAL, st.env_error);
+	EXPECT_EQ(-EINVAL, t.check((void *)0x1000, PAGE, why, sizeof(why)));
+	TH_LOG("%s", why);
+	EXPECT_NOT_NULL(strstr(why, ".yaml:2:14: 'kv_regions' entry "
+			       "'0x1000+x' is not ADDR+LEN[:TAG]"));
 }
 
 TEST_HARNESS_MAIN

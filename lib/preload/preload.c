@@ -44,6 +44,7 @@
 #include <unistd.h>
 #include <infiniband/verbs.h>
 
+#include "internal.h"            /* lib/config.c's parser, built in */
 #include "kvdmabuf_preload.h"
 #include "preload_internal.h"
 
@@ -79,6 +80,7 @@ struct kp_region {
 	bool asleep;
 	bool has_ops;                   /* set by the proxy's owner */
 	struct kvdmabuf_preload_proxy_ops ops; /* preload_cuda.c */
+	unsigned int held;              /* ops running (kp_region_hold) */
 };
 
 enum kp_mode {
@@ -120,6 +122,8 @@ static struct {
 /* Calls of this thread that are not the engine's: nested in our own
  * forwarding, or libkvdmabuf's. */
 static _Thread_local int kp_depth;
+/* This thread's last failed registration in a KV region (reg_failed()). */
+static _Thread_local char kp_reg_err[KP_WHYMAX + 160];
 
 static void msg(char *buf, size_t len, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -164,33 +168,77 @@ static void *next_fn(enum kp_entry e)
 
 static int parse_entry(const char *s, size_t n)
 {
-	char buf[256], *end, *tag;
-	unsigned long long a, l;
-	int rc;
+	struct kvd_kv_range r;
 
-	if (n >= sizeof(buf))
+	if (kvd_kv_range_parse(s, n, &r))
 		return -EINVAL;
-	memcpy(buf, s, n);
-	buf[n] = '\0';
-	tag = strchr(buf, ':');
-	if (tag)
-		*tag++ = '\0';
-	errno = 0;
-	a = strtoull(buf, &end, 0);
-	if (errno || end == buf || *end != '+')
-		return -EINVAL;
-	s = end + 1;
-	l = strtoull(s, &end, 0);
-	if (errno || end == s || *end)
-		return -EINVAL;
-	if (tag && !*tag)
-		return -EINVAL;
-	rc = kvdmabuf_preload_declare((void *)(uintptr_t)a, (size_t)l, tag,
-				      -1, 0);
-	return rc;
+	return kvdmabuf_preload_declare((void *)(uintptr_t)r.addr,
+					(size_t)r.len, r.tag[0] ? r.tag : NULL,
+					-1, 0);
 }
 
-static void env_load(void)
+/* kp.env_error and its message, once (the first error wins). */
+static void env_fail(int rc, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void env_fail(int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	pthread_mutex_lock(&kp.lock);
+	if (!kp.env_error) {
+		kp.env_error = rc;
+		va_start(ap, fmt);
+		vsnprintf(kp.env_msg, sizeof(kp.env_msg), fmt, ap);
+		va_end(ap);
+	}
+	pthread_mutex_unlock(&kp.lock);
+	fprintf(stderr, "kvdmabuf-preload: %s\n", kp.env_msg);
+}
+
+/*
+ * kv_regions of the library's configuration ($KVDMABUF_CONFIG, parsed by
+ * the library's own parser, lib/config.c), when one is named: regions
+ * without a proxy until the library or a hook declares the same range
+ * with one. A configuration that does not load trusts no region.
+ */
+static void config_load(void)
+{
+	const char *path = getenv(KVDMABUF_CONFIG_ENV);
+	struct kvd_config *cfg;
+	char err[320];
+	unsigned int i;
+	int rc;
+
+	if (!path || !*path)
+		return;
+	cfg = malloc(sizeof(*cfg));
+	if (!cfg) {
+		env_fail(-ENOMEM, "%s: out of memory", path);
+		return;
+	}
+	rc = kvd_config_load(NULL, cfg, err, sizeof(err));
+	if (rc)
+		env_fail(rc, "configuration (%s): %s; no KV region is "
+			 "trusted: sleep refused", KVDMABUF_CONFIG_ENV, err);
+	for (i = 0; !rc && i < cfg->nr_kv_regions; i++) {
+		const struct kvd_kv_range *r = &cfg->kv_regions[i];
+
+		rc = kvdmabuf_preload_declare((void *)(uintptr_t)r->addr,
+					      (size_t)r->len,
+					      r->tag[0] ? r->tag : NULL, -1, 0);
+		if (rc)
+			env_fail(rc, "%s: kv_regions entry %#llx+%#llx "
+				 "overlaps a region of %s (%s); no KV region "
+				 "is trusted: sleep refused", cfg->path,
+				 (unsigned long long)r->addr,
+				 (unsigned long long)r->len,
+				 KVDMABUF_PRELOAD_REGIONS_ENV, strerror(-rc));
+	}
+	free(cfg);
+}
+
+static void env_regions(void)
 {
 	const char *v = getenv(KVDMABUF_PRELOAD_REGIONS_ENV), *p, *c;
 	int rc;
@@ -205,18 +253,21 @@ static void env_load(void)
 			continue;
 		rc = parse_entry(p, (size_t)(c - p));
 		if (rc) {
-			pthread_mutex_lock(&kp.lock);
-			kp.env_error = rc;
-			snprintf(kp.env_msg, sizeof(kp.env_msg), "%s: entry "
-				 "'%.*s' is not ADDR+LEN[:TAG] or overlaps "
-				 "another (%s); no KV region is trusted: sleep "
-				 "refused", KVDMABUF_PRELOAD_REGIONS_ENV,
-				 (int)(c - p), p, strerror(-rc));
-			pthread_mutex_unlock(&kp.lock);
-			fprintf(stderr, "kvdmabuf-preload: %s\n", kp.env_msg);
+			env_fail(rc, "%s: entry '%.*s' is not ADDR+LEN[:TAG] "
+				 "or overlaps another (%s); no KV region is "
+				 "trusted: sleep refused",
+				 KVDMABUF_PRELOAD_REGIONS_ENV, (int)(c - p), p,
+				 strerror(-rc));
 			return;
 		}
 	}
+}
+
+/* Regions from the environment, then from the configuration. */
+static void env_load(void)
+{
+	env_regions();
+	config_load();
 }
 
 __attribute__((constructor)) static void kp_init(void)
@@ -545,6 +596,26 @@ static struct ibv_mr *on_proxy(const struct kp_call *c, int proxy_fd,
 	return mr;
 }
 
+/*
+ * The registration of [@a, +c->len) in KV region @tag failed on its proxy
+ * (@proxy_err) and as asked (@asked_err): both said on stderr and kept as
+ * this thread's kvdmabuf_preload_reg_error(). Return: the errno the engine
+ * gets, the proxy's (the cause), except EOPNOTSUPP (a NIC without dma-buf
+ * MRs, for which the registration as asked is what was meant).
+ */
+static int reg_failed(const struct kp_call *c, uintptr_t a, const char *tag,
+		      int proxy_err, int asked_err)
+{
+	if (!asked_err)
+		asked_err = EIO;
+	msg(kp_reg_err, sizeof(kp_reg_err), "%s of %#" PRIxPTR "+%#zx in KV "
+	    "region '%s' failed: on the region's proxy dma-buf: %s (errno "
+	    "%d); as asked: %s (errno %d)", entries[c->e].name, a, c->len, tag,
+	    strerror(proxy_err), proxy_err, strerror(asked_err), asked_err);
+	fprintf(stderr, "kvdmabuf-preload: %s\n", kp_reg_err);
+	return proxy_err == EOPNOTSUPP ? asked_err : proxy_err;
+}
+
 static struct ibv_mr *reg_core(struct kp_call *c)
 {
 	uintptr_t a = c->e == E_REG_DMABUF ? (uintptr_t)c->iova :
@@ -600,8 +671,12 @@ static struct ibv_mr *reg_core(struct kp_call *c)
 	if (!mr) {
 		errno = 0;
 		mr = forward(c);
-		if (!mr)
-			return NULL;    /* nothing made: nothing to record */
+		if (!mr) {
+			/* nothing made: nothing to record */
+			if (in && proxy_fd >= 0)
+				errno = reg_failed(c, a, tag, err, errno);
+			return NULL;
+		}
 		if (in)
 			rec.mode = KP_CANNOT_FOLLOW;
 	}
@@ -872,7 +947,22 @@ EXPORT int kvdmabuf_preload_declare(void *addr, size_t len, const char *tag,
 	if (!addr || !len || a + len < a || (tag && strlen(tag) >= KP_TAGMAX))
 		return -EINVAL;
 	pthread_mutex_lock(&kp.lock);
-	if (region_overlapping(a, len)) {
+	r = region_overlapping(a, len);
+	if (r && r->addr == a && r->len == len &&
+	    ((r->proxy_fd == proxy_fd && r->proxy_off == proxy_offset) ||
+	     (r->proxy_fd < 0 && proxy_fd >= 0))) {
+		/* declared so already (libkvdmabuf at region add, then the
+		 * engine's hook), or without a proxy (the configuration,
+		 * KVDMABUF_KV_REGIONS) and now with one: registrations from
+		 * now on are made on it; the later tag */
+		r->proxy_fd = proxy_fd;
+		r->proxy_off = proxy_offset;
+		if (tag)
+			snprintf(r->tag, sizeof(r->tag), "%s", tag);
+		publish_locked();
+		goto out;
+	}
+	if (r) {
 		rc = -EINVAL;
 		goto out;
 	}
@@ -928,7 +1018,9 @@ EXPORT int kvdmabuf_preload_undeclare(void *addr)
 
 	pthread_mutex_lock(&kp.lock);
 	r = region_at((uintptr_t)addr);
-	if (r) {
+	if (r && r->held) {
+		rc = -EBUSY;    /* its proxy operations are running */
+	} else if (r) {
 		memmove(r, r + 1,
 			(size_t)(kp.regions + kp.nr_regions - r - 1) * sizeof(*r));
 		kp.nr_regions--;
@@ -1049,6 +1141,7 @@ EXPORT int kvdmabuf_preload_query(struct kvdmabuf_preload_state *st)
 		st->nr_cannot_follow += kp.mrs[i].mode == KP_CANNOT_FOLLOW;
 	}
 	st->env_error = kp.env_error;
+	st->flags = kp_dlsym_interposed() ? 0 : KVDMABUF_PRELOAD_NO_DLSYM;
 	pthread_mutex_unlock(&kp.lock);
 	return 0;
 }
@@ -1067,6 +1160,12 @@ EXPORT long long kvdmabuf_preload_calls(const char *symbol)
 			return atomic_load(&kp.calls[e]);
 	}
 	return kp_cuda_calls(symbol);
+}
+
+EXPORT int kvdmabuf_preload_reg_error(char *buf, size_t len)
+{
+	msg(buf, len, "%s", kp_reg_err);
+	return (int)strlen(kp_reg_err);
 }
 
 EXPORT int kvdmabuf_preload_report(char *buf, size_t len)
@@ -1152,6 +1251,8 @@ int kp_region_set_ops(uintptr_t addr,
 	r = region_at(addr);
 	if (!r) {
 		rc = -ENOENT;
+	} else if (r->held) {
+		rc = -EBUSY;
 	} else {
 		r->has_ops = ops != NULL;
 		memset(&r->ops, 0, sizeof(r->ops));
@@ -1160,4 +1261,32 @@ int kp_region_set_ops(uintptr_t addr,
 	}
 	pthread_mutex_unlock(&kp.lock);
 	return rc;
+}
+
+int kp_region_hold(uintptr_t addr, struct kvdmabuf_preload_proxy_ops *ops)
+{
+	struct kp_region *r;
+	int rc = 0;
+
+	pthread_mutex_lock(&kp.lock);
+	r = region_at(addr);
+	if (!r || !r->has_ops) {
+		rc = -ENOENT;
+	} else {
+		r->held++;
+		*ops = r->ops;
+	}
+	pthread_mutex_unlock(&kp.lock);
+	return rc;
+}
+
+void kp_region_unhold(uintptr_t addr)
+{
+	struct kp_region *r;
+
+	pthread_mutex_lock(&kp.lock);
+	r = region_at(addr);
+	if (r && r->held)
+		r->held--;
+	pthread_mutex_unlock(&kp.lock);
 }

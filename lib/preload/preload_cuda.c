@@ -155,6 +155,9 @@ static void *real(enum kc_sym s)
 			f = dlsym(h, kc_symbol[s]);
 			dlclose(h);
 		}
+		/* our own dlsym answered (x86-64): it kept the driver's */
+		if (is_own(f))
+			f = atomic_load(&kc.real[s]);
 	}
 	if (f && !is_own(f))
 		atomic_store(&kc.real[s], f);
@@ -331,11 +334,15 @@ static kvd_CUresult kc_export(uintptr_t addr, size_t len, int *fd)
 
 static kvd_CUresult region_sleep(const struct kp_region_view *v)
 {
+	struct kvdmabuf_preload_proxy_ops ops;
 	char why[KC_ERRMAX - 128];
 	struct kc_sleeper *s;
+	bool held;
 	int rc;
 
-	if (v->proxy_fd >= 0 && !v->has_ops) {
+	/* the operations as they are now, held until they returned */
+	held = !kp_region_hold(v->addr, &ops);
+	if (v->proxy_fd >= 0 && !held) {
 		fail("cuMemUnmap refused: KV region '%s' %#" PRIxPTR "+%#zx "
 		     "is awake and has a proxy dma-buf but no proxy operations "
 		     "(kvdmabuf_preload_set_proxy_ops): its registrations "
@@ -349,7 +356,8 @@ static kvd_CUresult region_sleep(const struct kp_region_view *v)
 			    sizeof(*s));
 		if (!s) {
 			fail("cuMemUnmap refused: out of memory");
-			return KVD_CUDA_ERROR_NOT_PERMITTED;
+			rc = -ENOMEM;
+			goto out;
 		}
 		kc.sleepers = s;
 	}
@@ -358,13 +366,13 @@ static kvd_CUresult region_sleep(const struct kp_region_view *v)
 		fail("cuMemUnmap refused: KV region '%s' %#" PRIxPTR "+%#zx "
 		     "cannot sleep: %s", v->tag, v->addr, v->len,
 		     rc == -ENOENT ? "undeclared meanwhile" : why);
-		return KVD_CUDA_ERROR_NOT_PERMITTED;
+		goto out;
 	}
-	if (v->has_ops) {
+	if (held) {
 		why[0] = '\0';
 		kc_depth++;
-		rc = v->ops.revoke(v->ops.arg, (void *)v->addr, v->len, why,
-				   sizeof(why));
+		rc = ops.revoke(ops.arg, (void *)v->addr, v->len, why,
+				sizeof(why));
 		kc_depth--;
 		if (rc) {
 			kp_region_set_asleep(v->addr, false, NULL, 0);
@@ -372,7 +380,7 @@ static kvd_CUresult region_sleep(const struct kp_region_view *v)
 			     PRIxPTR "+%#zx's proxy failed (%s): %s; nothing "
 			     "was unmapped", v->tag, v->addr, v->len,
 			     strerror(rc < 0 ? -rc : rc), why);
-			return KVD_CUDA_ERROR_NOT_PERMITTED;
+			goto out;
 		}
 	}
 	/* one entry per region (woken by the hooks meanwhile: renewed) */
@@ -383,7 +391,10 @@ static kvd_CUresult region_sleep(const struct kp_region_view *v)
 		s = &kc.sleepers[kc.nr_sleepers++];
 	*s = (struct kc_sleeper){ .addr = v->addr, .len = v->len };
 	atomic_store(&kc.nr_asleep, kc.nr_sleepers);
-	return KVD_CUDA_SUCCESS;
+out:
+	if (held)
+		kp_region_unhold(v->addr);
+	return rc ? KVD_CUDA_ERROR_NOT_PERMITTED : KVD_CUDA_SUCCESS;
 }
 
 /*
@@ -394,6 +405,7 @@ static kvd_CUresult region_sleep(const struct kp_region_view *v)
  */
 static kvd_CUresult region_wake(struct kc_sleeper *s)
 {
+	struct kvdmabuf_preload_proxy_ops ops;
 	char why[KC_ERRMAX - 128];
 	kvd_CUresult r = KVD_CUDA_SUCCESS;
 	struct kp_region_view v;
@@ -404,16 +416,19 @@ static kvd_CUresult region_wake(struct kc_sleeper *s)
 		sleeper_drop(s);
 		return KVD_CUDA_SUCCESS;
 	}
-	if (v.has_ops) {
+	if (!kp_region_hold(s->addr, &ops)) {
 		r = kc_export(s->addr, s->len, &fd);
-		if (r != KVD_CUDA_SUCCESS)
+		if (r != KVD_CUDA_SUCCESS) {
+			kp_region_unhold(s->addr);
 			return r;
+		}
 		why[0] = '\0';
 		kc_depth++;
-		rc = v.ops.replace(v.ops.arg, (void *)s->addr, s->len, fd,
-				   why, sizeof(why));
+		rc = ops.replace(ops.arg, (void *)s->addr, s->len, fd, why,
+				 sizeof(why));
 		kc_depth--;
 		close(fd);
+		kp_region_unhold(s->addr);
 		if (rc) {
 			fail("wake of %#" PRIxPTR "+%#zx: replace of its "
 			     "proxy's backing failed (%s): %s; the region "
@@ -630,39 +645,138 @@ EXPORT kvd_cuGetProcAddress_fn cuGetProcAddress_v2
 	__attribute__((alias("kc_get_proc_v2")));
 
 /*
- * ---- dlsym() on a handle of libcuda (x86-64) ----
+ * ---- dlsym() and dlvsym() on a handle of libcuda (x86-64) ----
  * The CUDA runtime opens libcuda itself and looks cuGetProcAddress_v2 up
  * with dlsym(handle, ...), which no symbol interposition reaches; every
  * other entry point it (and PyTorch, NCCL through it) uses comes from
- * that function. So dlsym is interposed too (dlsym@@GLIBC_2.34 and the
- * dlsym@GLIBC_2.2.5 older programs bind to): a lookup of one of the five
- * names on a real handle gets the preload's entry point (the driver's is
- * kept to forward to); every other call is a tail jump into glibc's
- * dlsym, so that what depends on the caller (RTLD_NEXT, RTLD_DEFAULT from
- * a library loaded RTLD_LOCAL, dlmopen namespaces) still sees the real
- * caller. The jump needs assembly: x86-64 only; elsewhere dlsym is not
- * interposed and those lookups reach the driver. dlvsym is not
- * interposed (libcuda's symbols have no versions).
+ * that function. So dlsym and dlvsym are interposed too (@@GLIBC_2.34 and
+ * the @GLIBC_2.2.5 older programs bind to; libcuda's symbols have no
+ * versions, so dlvsym(handle, name, any version) finds them too): a
+ * lookup of one of the five names on a real handle gets the preload's
+ * entry point (the driver's is kept to forward to); every other call is a
+ * tail jump into glibc's function, so that what depends on the caller
+ * (RTLD_NEXT, RTLD_DEFAULT from a library loaded RTLD_LOCAL, dlmopen
+ * namespaces) still sees the real caller, the preload's own lookups
+ * included. glibc's two functions are found in its symbol table
+ * (kc_glibc()), never by dlsym/dlvsym, which are ours.
+ * The jump needs assembly: x86-64 only. Elsewhere neither is interposed,
+ * those lookups reach the driver directly and the CUDA-driven sleep and
+ * wake do not see such an engine: said on stderr when a region gets proxy
+ * operations, and KVDMABUF_PRELOAD_NO_DLSYM in kvdmabuf_preload_query().
  */
-#if defined(__x86_64__) && defined(__ELF__)
-KP_HIDDEN void *kc_dlsym_next;  /* glibc's dlsym */
-KP_HIDDEN void *kc_dlsym_filter(void *handle, const char *name);
+#if defined(__x86_64__) && defined(__ELF__) && !defined(KVD_PRELOAD_NO_DLSYM)
+#include <elf.h>
+#include <link.h>
 
-void *kc_dlsym_filter(void *handle, const char *name)
+KP_HIDDEN void *kc_dlsym_next;  /* glibc's dlsym */
+KP_HIDDEN void *kc_dlvsym_next; /* glibc's dlvsym */
+KP_HIDDEN void *kc_dlsym_filter(void *handle, const char *name,
+				const char *version);
+
+/* The number of symbols of a dynamic symbol table (DT_HASH's nchain, or
+ * past the last chain of DT_GNU_HASH). */
+static size_t nr_syms(const Elf64_Word *hash, const Elf64_Word *gnu)
 {
-	void *f = __atomic_load_n(&kc_dlsym_next, __ATOMIC_ACQUIRE);
+	const Elf64_Word *buckets, *chains;
+	Elf64_Word nb, off, i, last = 0;
+
+	if (hash)
+		return hash[1];
+	nb = gnu[0];
+	off = gnu[1];
+	buckets = gnu + 4 + 2 * gnu[2];         /* after 64-bit bloom words */
+	chains = buckets + nb;
+	for (i = 0; i < nb; i++)
+		if (buckets[i] > last)
+			last = buckets[i];
+	if (last < off)
+		return off;
+	while (!(chains[last - off] & 1))
+		last++;
+	return (size_t)last + 1;
+}
+
+struct kc_find {
+	const char *name;
+	void *found;
+};
+
+/* The default version of a function named f->name defined by glibc's
+ * libc.so.6 (2.34+) or libdl.so.2 (before). */
+static int find_in(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	struct kc_find *f = arg;
+	const char *base = strrchr(info->dlpi_name, '/');
+	const Elf64_Word *hash = NULL, *gnu = NULL;
+	const Elf64_Versym *versym = NULL;
+	const Elf64_Sym *sym = NULL;
+	const char *str = NULL;
+	const Elf64_Dyn *d = NULL;
+	uintptr_t b = info->dlpi_addr;
+	size_t i, n;
+
+	(void)size;
+	base = base ? base + 1 : info->dlpi_name;
+	if (strncmp(base, "libc.so.", 8) && strncmp(base, "libdl.so.", 9))
+		return 0;
+	for (i = 0; i < info->dlpi_phnum; i++)
+		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+			d = (const Elf64_Dyn *)(b + info->dlpi_phdr[i].p_vaddr);
+	for (; d && d->d_tag != DT_NULL; d++) {
+		/* glibc relocates these in place; an offset if not */
+		uintptr_t p = d->d_un.d_ptr < b ? b + d->d_un.d_ptr :
+			      d->d_un.d_ptr;
+
+		switch (d->d_tag) {
+		case DT_SYMTAB: sym = (const void *)p; break;
+		case DT_STRTAB: str = (const void *)p; break;
+		case DT_HASH: hash = (const void *)p; break;
+		case DT_GNU_HASH: gnu = (const void *)p; break;
+		case DT_VERSYM: versym = (const void *)p; break;
+		}
+	}
+	if (!sym || !str || (!hash && !gnu))
+		return 0;
+	n = nr_syms(hash, gnu);
+	for (i = 0; i < n; i++) {
+		if (sym[i].st_shndx == SHN_UNDEF || !sym[i].st_value ||
+		    ELF64_ST_TYPE(sym[i].st_info) != STT_FUNC ||
+		    (versym && (versym[i] & 0x8000)) ||
+		    strcmp(str + sym[i].st_name, f->name))
+			continue;
+		f->found = (void *)(b + sym[i].st_value);
+		return 1;
+	}
+	return 0;
+}
+
+static void *kc_glibc(const char *name)
+{
+	struct kc_find f = { .name = name };
+
+	dl_iterate_phdr(find_in, &f);
+	if (!f.found) {
+		fprintf(stderr, "kvdmabuf-preload: glibc's %s not found\n",
+			name);
+		abort();
+	}
+	return f.found;
+}
+
+/*
+ * Our answer to dlsym (@version NULL) or dlvsym, or NULL: on to glibc's
+ * (whose pointers are set here, first of all).
+ */
+void *kc_dlsym_filter(void *handle, const char *name, const char *version)
+{
+	void *f;
 	unsigned int i;
 
-	if (!f) {
-		f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-		if (!f)
-			f = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-		if (!f) {
-			fprintf(stderr, "kvdmabuf-preload: glibc's dlsym not "
-				"found\n");
-			abort();
-		}
-		__atomic_store_n(&kc_dlsym_next, f, __ATOMIC_RELEASE);
+	if (!__atomic_load_n(&kc_dlvsym_next, __ATOMIC_ACQUIRE)) {
+		__atomic_store_n(&kc_dlsym_next, kc_glibc("dlsym"),
+				 __ATOMIC_RELEASE);
+		__atomic_store_n(&kc_dlvsym_next, kc_glibc("dlvsym"),
+				 __ATOMIC_RELEASE);
 	}
 	if (handle == RTLD_DEFAULT || handle == RTLD_NEXT || !name ||
 	    name[0] != 'c' || name[1] != 'u')
@@ -671,7 +785,11 @@ void *kc_dlsym_filter(void *handle, const char *name)
 		if (strcmp(name, kc_symbol[i]))
 			continue;
 		/* the handle's own (its caller is not asked for) */
-		f = ((void *(*)(void *, const char *))f)(handle, name);
+		f = version ?
+		    ((void *(*)(void *, const char *, const char *))
+		     kc_dlvsym_next)(handle, name, version) :
+		    ((void *(*)(void *, const char *))kc_dlsym_next)(handle,
+								     name);
 		if (!f || is_own(f))
 			return NULL;    /* glibc answers, dlerror() and all */
 		if (!atomic_load(&kc.real[i]))
@@ -681,8 +799,9 @@ void *kc_dlsym_filter(void *handle, const char *name)
 	return NULL;
 }
 
-/* dlsym: the filter's answer, or on to glibc with the caller's return
- * address still on the stack. */
+/* dlsym, dlvsym: the filter's answer, or on to glibc with the caller's
+ * return address still on the stack. dlsym's third argument register is
+ * cleared for the filter (version NULL). */
 __asm__(".text\n"
 	".p2align 4\n"
 	".type kc_dlsym, @function\n"
@@ -701,6 +820,7 @@ __asm__(".text\n"
 	"	.cfi_adjust_cfa_offset 8\n"
 	"	sub $8, %rsp\n"
 	"	.cfi_adjust_cfa_offset 8\n"
+	"	xor %edx, %edx\n"
 	"	call kc_dlsym_filter\n"
 	"	add $8, %rsp\n"
 	"	.cfi_adjust_cfa_offset -8\n"
@@ -716,7 +836,50 @@ __asm__(".text\n"
 	".size kc_dlsym, .-kc_dlsym\n"
 	".size kc_dlsym_old, .-kc_dlsym_old\n"
 	".symver kc_dlsym, dlsym@@GLIBC_2.34\n"
-	".symver kc_dlsym_old, dlsym@GLIBC_2.2.5\n");
+	".symver kc_dlsym_old, dlsym@GLIBC_2.2.5\n"
+	".p2align 4\n"
+	".type kc_dlvsym, @function\n"
+	".type kc_dlvsym_old, @function\n"
+	".globl kc_dlvsym\n"
+	".globl kc_dlvsym_old\n"
+	"kc_dlvsym:\n"
+	"kc_dlvsym_old:\n"
+	"	.cfi_startproc\n"
+#ifdef __CET__
+	"	endbr64\n"
+#endif
+	"	push %rdi\n"
+	"	.cfi_adjust_cfa_offset 8\n"
+	"	push %rsi\n"
+	"	.cfi_adjust_cfa_offset 8\n"
+	"	push %rdx\n"
+	"	.cfi_adjust_cfa_offset 8\n"
+	"	call kc_dlsym_filter\n"
+	"	pop %rdx\n"
+	"	.cfi_adjust_cfa_offset -8\n"
+	"	pop %rsi\n"
+	"	.cfi_adjust_cfa_offset -8\n"
+	"	pop %rdi\n"
+	"	.cfi_adjust_cfa_offset -8\n"
+	"	test %rax, %rax\n"
+	"	jz 1f\n"
+	"	ret\n"
+	"1:	jmp *kc_dlvsym_next(%rip)\n"
+	"	.cfi_endproc\n"
+	".size kc_dlvsym, .-kc_dlvsym\n"
+	".size kc_dlvsym_old, .-kc_dlvsym_old\n"
+	".symver kc_dlvsym, dlvsym@@GLIBC_2.34\n"
+	".symver kc_dlvsym_old, dlvsym@GLIBC_2.2.5\n");
+
+bool kp_dlsym_interposed(void)
+{
+	return true;
+}
+#else
+bool kp_dlsym_interposed(void)
+{
+	return false;
+}
 #endif
 
 /* ---- the API (kvdmabuf_preload.h) ---- */
@@ -724,9 +887,22 @@ __asm__(".text\n"
 EXPORT int kvdmabuf_preload_set_proxy_ops(void *addr,
 				const struct kvdmabuf_preload_proxy_ops *ops)
 {
+	static atomic_flag said = ATOMIC_FLAG_INIT;
+	int rc;
+
 	if (ops && (!ops->revoke || !ops->replace))
 		return -EINVAL;
-	return kp_region_set_ops((uintptr_t)addr, ops);
+	rc = kp_region_set_ops((uintptr_t)addr, ops);
+	if (!rc && ops && !kp_dlsym_interposed() &&
+	    !atomic_flag_test_and_set(&said))
+		fprintf(stderr, "kvdmabuf-preload: dlsym and dlvsym are not "
+			"interposed on this architecture: cuMemUnmap, cuMemMap "
+			"and cuMemSetAccess that the CUDA runtime (PyTorch, "
+			"NCCL) fetches through its own handle of libcuda reach "
+			"the driver directly and do not sleep or wake KV "
+			"regions; sleep them through the hooks "
+			"(kvdmabuf_sleep + kvdmabuf_preload_sleep)\n");
+	return rc;
 }
 
 EXPORT int kvdmabuf_preload_cuda_error(char *buf, size_t len)

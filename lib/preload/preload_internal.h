@@ -47,6 +47,19 @@ KP_HIDDEN int kp_region_set_asleep(uintptr_t addr, bool asleep, char *err,
 KP_HIDDEN int kp_region_set_ops(uintptr_t addr,
 				const struct kvdmabuf_preload_proxy_ops *ops);
 
+/*
+ * The proxy operations of the region that starts at @addr, copied to @ops
+ * and held: until kp_region_unhold(), the region cannot be undeclared nor
+ * its operations changed (-EBUSY), so that their owner never sees a call
+ * after it took them back. -ENOENT: no region there, or it has none.
+ */
+KP_HIDDEN int kp_region_hold(uintptr_t addr,
+			     struct kvdmabuf_preload_proxy_ops *ops);
+KP_HIDDEN void kp_region_unhold(uintptr_t addr);
+
+/* Whether dlsym and dlvsym are interposed (x86-64 only). */
+KP_HIDDEN bool kp_dlsym_interposed(void);
+
 /* kvdmabuf_preload_calls() for the CUDA entry points; -ENOENT: not one. */
 KP_HIDDEN long long kp_cuda_calls(const char *symbol);
 

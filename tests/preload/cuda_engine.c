@@ -79,6 +79,8 @@ int main(void)
 	int (*declare)(void *, size_t, const char *, int, uint64_t);
 	int (*set_ops)(void *, const struct kvdmabuf_preload_proxy_ops *);
 	long long (*calls)(const char *);
+	int (*query)(struct kvdmabuf_preload_state *);
+	struct kvdmabuf_preload_state st;
 	void (*get_log)(char *, size_t);
 	map_fn *m = NULL;
 	access_fn *a = NULL;
@@ -94,6 +96,7 @@ int main(void)
 	*(void **)&set_ops = dlsym(RTLD_DEFAULT,
 				   "kvdmabuf_preload_set_proxy_ops");
 	*(void **)&calls = dlsym(RTLD_DEFAULT, "kvdmabuf_preload_calls");
+	*(void **)&query = dlsym(RTLD_DEFAULT, "kvdmabuf_preload_query");
 	*(void **)&note = dlsym(RTLD_DEFAULT, "fakecu_note");
 	*(void **)&get_log = dlsym(RTLD_DEFAULT, "fakecu_log");
 	if (!declare || !set_ops || !calls || !note || !get_log) {
@@ -130,6 +133,14 @@ int main(void)
 	 * this program is the preload's (after the preload: the driver's) */
 	printf("next-cuMemUnmap-from: %s\n",
 	       from(dlsym(RTLD_NEXT, "cuMemUnmap")));
+	/* the same through dlvsym: libcuda's symbols have no versions and
+	 * glibc's dlvsym wants the exact one, so on its handle it finds none
+	 * (with the preload too); the preload's own carry
+	 * KVDMABUF_PRELOAD_0.1 */
+	printf("handle-dlvsym-cuMemSetAccess-from: %s\n",
+	       from(dlvsym(h, "cuMemSetAccess", "ANY_1.0")));
+	printf("next-dlvsym-cuMemUnmap-from: %s\n",
+	       from(dlvsym(RTLD_NEXT, "cuMemUnmap", "KVDMABUF_PRELOAD_0.1")));
 	dlclose(h);
 	/* wake: through the entry points cuGetProcAddress hands out */
 	if (cuGetProcAddress("cuMemMap", (void **)&m, 12000, 0, NULL) ||
@@ -141,6 +152,7 @@ int main(void)
 	printf("wake: %s\n", log);
 	printf("calls: cuMemUnmap %lld cuGetProcAddress_v2 %lld\n",
 	       calls("cuMemUnmap"), calls("cuGetProcAddress_v2"));
+	printf("flags: %u\n", query && !query(&st) ? st.flags : ~0u);
 	close(proxy);
 	return 0;
 }

@@ -7,7 +7,8 @@
  * NIC. Like the real one, the 1.0 forms call the current ones through the
  * PLT (ibv_reg_mr@1.0 -> ibv_reg_mr_iova2, ibv_dereg_mr@1.0 ->
  * ibv_dereg_mr). ibv_rereg_mr@1.1 (its only version) applies its PD and
- * translation changes to the fake MR. ibv_reg_dmabuf_mr fails with fake_dmabuf_errno when set.
+ * translation changes to the fake MR. ibv_reg_dmabuf_mr fails with
+ * fake_dmabuf_errno when set, the address forms with fake_addr_errno.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -31,6 +32,7 @@ struct fake_mr {
 };
 
 int fake_dmabuf_errno;
+int fake_addr_errno;
 long fake_calls[8];
 enum { F_REG_1_0, F_REG_1_1, F_IOVA, F_IOVA2, F_DMABUF, F_DEREG_1_0,
        F_DEREG_1_1, F_REREG_1_1 };
@@ -56,6 +58,16 @@ static struct ibv_mr *mr_new(struct ibv_pd *pd, void *addr, size_t len)
 	return (struct ibv_mr *)m;
 }
 
+/* A registration by address (pinning the pages, as a NIC would). */
+static struct ibv_mr *addr_mr(struct ibv_pd *pd, void *addr, size_t len)
+{
+	if (fake_addr_errno) {
+		errno = fake_addr_errno;
+		return NULL;
+	}
+	return mr_new(pd, addr, len);
+}
+
 struct ibv_mr *fake_reg_1_0(struct ibv_pd *pd, void *addr, size_t len,
 			    int access)
 {
@@ -69,7 +81,7 @@ struct ibv_mr *fake_reg_1_1(struct ibv_pd *pd, void *addr, size_t len,
 {
 	(void)access;
 	fake_calls[F_REG_1_1]++;
-	return mr_new(pd, addr, len);
+	return addr_mr(pd, addr, len);
 }
 
 struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t len,
@@ -78,7 +90,7 @@ struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t len,
 	(void)iova;
 	(void)access;
 	fake_calls[F_IOVA]++;
-	return mr_new(pd, addr, len);
+	return addr_mr(pd, addr, len);
 }
 
 struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len,
@@ -87,7 +99,7 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len,
 	(void)iova;
 	(void)access;
 	fake_calls[F_IOVA2]++;
-	return mr_new(pd, addr, len);
+	return addr_mr(pd, addr, len);
 }
 
 struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,

@@ -211,7 +211,7 @@ class _PreloadState(ctypes.Structure):
     _fields_ = [(n, ctypes.c_uint32) for n in (
         "nr_regions", "nr_asleep", "nr_mrs", "nr_in_regions",
         "nr_on_proxy", "nr_cannot_follow")] + [
-        ("env_error", ctypes.c_int32), ("reserved", ctypes.c_uint32)]
+        ("env_error", ctypes.c_int32), ("flags", ctypes.c_uint32)]
 
 
 def _preload():
