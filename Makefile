@@ -198,18 +198,14 @@ $(UMEM_VARIANTS): tests/%_umem: tests/%.c
 # UBSan (make check-unit runs them): use-after-free, leaks, overflows.
 # Every C program of tests/unit.list, and harness_sample, which
 # harness_selftest runs; each test's child runs LeakSanitizer before it
-# ends (tests/harness.h). tests/asan/ links to the helpers the programs
-# find beside themselves (the fake libcuda, the VM judge).
+# ends (tests/harness.h). The programs find what they run (the fake
+# libcuda, the VM judge, the command) from the top of the build tree
+# (kvd_build_path(), tests/harness.h), as the plain ones do.
 UNIT_C_TESTS := $(filter-out asan/% %.py,$(shell sed 's/\#.*//' tests/unit.list))
 ASAN_TESTS := $(addprefix tests/asan/,$(UNIT_C_TESTS) harness_sample)
-ASAN_LINKS := tests/asan/fake_cuda tests/asan/vm tests/asan/hw
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all \
 	-fno-omit-frame-pointer
-asan: $(ASAN_TESTS) $(ASAN_LINKS) $(FAKE_CUDA)
-
-$(ASAN_LINKS):
-	$(Q)mkdir -p tests/asan
-	$(Q)ln -sfn ../$(notdir $@) $@
+asan: $(ASAN_TESTS) $(FAKE_CUDA)
 
 tests/asan/%: tests/%.c $(LIB_SRCS) $(LIB_HDRS) $(wildcard tests/*.h)
 	@$(if $(Q),echo "  CC      $@ (asan)")

@@ -29,7 +29,6 @@
  * under LD_PRELOAD itself.
  */
 #include <dlfcn.h>
-#include <libgen.h>
 #include <limits.h>
 #include <sys/stat.h>
 #include <infiniband/verbs.h>
@@ -118,29 +117,14 @@ static const struct kvdmabuf_preload_proxy_ops so_ops = {
 	.revoke = so_revoke, .replace = so_replace,
 };
 
-/* tests/ of the build tree, from this program's path (tests/asan/ too). */
-static void path_of(char *buf, size_t len, const char *rel)
-{
-	char exe[PATH_MAX], *d;
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	size_t l;
-
-	exe[n > 0 ? n : 0] = '\0';
-	d = dirname(exe);
-	l = strlen(d);
-	if (l >= 5 && !strcmp(d + l - 5, "/asan"))
-		d[l - 5] = '\0';
-	snprintf(buf, len, "%s/%s", d, rel);
-}
-
 /* 0, or the reason why not in @why. */
 static int load(char *why, size_t len)
 {
 	char pre[PATH_MAX], cuda[PATH_MAX], verbs[PATH_MAX];
 
-	path_of(pre, sizeof(pre), "../lib/libkvdmabuf-preload.so");
-	path_of(cuda, sizeof(cuda), "fake_cuda/libcuda.so.1");
-	path_of(verbs, sizeof(verbs), "preload/fake/libibverbs.so.1");
+	kvd_build_path(pre, sizeof(pre), "lib/libkvdmabuf-preload.so");
+	kvd_build_path(cuda, sizeof(cuda), "tests/fake_cuda/libcuda.so.1");
+	kvd_build_path(verbs, sizeof(verbs), "tests/preload/fake/libibverbs.so.1");
 	if (access(pre, R_OK) || access(cuda, R_OK) || access(verbs, R_OK)) {
 		snprintf(why, len, "%.120s, %.120s or %.120s not built", pre,
 			 cuda, verbs);
@@ -585,7 +569,7 @@ static const char *value(const char *out, const char *key)
  * catches on x86-64; the wake goes through cuda.h's cuGetProcAddress.
  */
 /*
- * Run tests/@prog under LD_PRELOAD=the preload, the fake libcuda first on
+ * Run @prog of the build tree under LD_PRELOAD=the preload, the fake libcuda first on
  * the library path; its stdout in @out. Return: its exit status, -1 when
  * it did not run, -2 when @prog or the preload is not built.
  */
@@ -601,9 +585,9 @@ static int run_preloaded(const char *prog, char *out, size_t len,
 	ssize_t r;
 	pid_t pid;
 
-	path_of(exe, sizeof(exe), prog);
-	path_of(pre, pre_len, "../lib/libkvdmabuf-preload.so");
-	path_of(dir, sizeof(dir), "fake_cuda");
+	kvd_build_path(exe, sizeof(exe), prog);
+	kvd_build_path(pre, pre_len, "lib/libkvdmabuf-preload.so");
+	kvd_build_path(dir, sizeof(dir), "tests/fake_cuda");
 	if (access(exe, X_OK) || access(pre, R_OK))
 		return -2;
 	snprintf(env_pre, sizeof(env_pre), "LD_PRELOAD=%s", pre);
@@ -632,7 +616,7 @@ static int run_preloaded(const char *prog, char *out, size_t len,
 TEST(linked_engine_under_LD_PRELOAD)
 {
 	char out[2048], pre[PATH_MAX];
-	int rc = run_preloaded("preload/cuda_engine", out, sizeof(out), pre,
+	int rc = run_preloaded("tests/preload/cuda_engine", out, sizeof(out), pre,
 			       sizeof(pre));
 
 	if (rc == -2)
@@ -665,7 +649,7 @@ TEST(linked_engine_under_LD_PRELOAD)
 TEST(cuda_runtime_lookups_land_in_the_interposer)
 {
 	char out[512], pre[PATH_MAX];
-	int rc = run_preloaded("preload/cudart_probe", out, sizeof(out), pre,
+	int rc = run_preloaded("tests/preload/cudart_probe", out, sizeof(out), pre,
 			       sizeof(pre));
 
 	if (rc == -2)
