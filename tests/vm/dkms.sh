@@ -4,7 +4,7 @@
 # sources from this tree (make dkms-src) under /usr/src, then dkms add,
 # build and install for every kernel of the root that has headers (6.12 and
 # the 7.x from backports). The guests of those lanes load the module from
-# /lib/modules/RELEASE/updates/dkms (tests/dkms_module.py).
+# /lib/modules/RELEASE/updates/dkms (tests/module/dkms_module.py).
 #
 #   dkms.sh REPO [KVER]   every kernel of the root, or KVER alone; prints
 #                         one line per kernel; exit status 1 on a failure
