@@ -124,7 +124,8 @@ static int load(char *why, size_t len)
 
 	kvd_build_path(pre, sizeof(pre), "lib/libkvdmabuf-preload.so");
 	kvd_build_path(cuda, sizeof(cuda), "tests/fake_cuda/libcuda.so.1");
-	kvd_build_path(verbs, sizeof(verbs), "tests/preload/fake/libibverbs.so.1");
+	kvd_build_path(verbs, sizeof(verbs),
+		       "tests/preload/fake/libibverbs.so.1");
 	if (access(pre, R_OK) || access(cuda, R_OK) || access(verbs, R_OK)) {
 		snprintf(why, len, "%.120s, %.120s or %.120s not built", pre,
 			 cuda, verbs);
@@ -616,8 +617,8 @@ static int run_preloaded(const char *prog, char *out, size_t len,
 TEST(linked_engine_under_LD_PRELOAD)
 {
 	char out[2048], pre[PATH_MAX];
-	int rc = run_preloaded("tests/preload/cuda_engine", out, sizeof(out), pre,
-			       sizeof(pre));
+	int rc = run_preloaded("tests/preload/cuda_engine", out, sizeof(out),
+			       pre, sizeof(pre));
 
 	if (rc == -2)
 		SKIP(return, "tests/preload/cuda_engine or the preload not built");
@@ -649,8 +650,8 @@ TEST(linked_engine_under_LD_PRELOAD)
 TEST(cuda_runtime_lookups_land_in_the_interposer)
 {
 	char out[512], pre[PATH_MAX];
-	int rc = run_preloaded("tests/preload/cudart_probe", out, sizeof(out), pre,
-			       sizeof(pre));
+	int rc = run_preloaded("tests/preload/cudart_probe", out, sizeof(out),
+			       pre, sizeof(pre));
 
 	if (rc == -2)
 		SKIP(return, "no CUDA toolkit with libcudart found by make "
