@@ -42,7 +42,7 @@ override CPPFLAGS += -D_GNU_SOURCE -Ilib -Iuapi -Itests -I/usr/include/libdrm
 LDLIBS := -libverbs -ldrm -lyaml -lpthread -ldl
 
 # The CUDA toolkit, where one is installed (nvcc on PATH, or CUDA_HOME):
-# tests/cuda_abi checks lib/cuda_api.h against its cuda.h, the fake libcuda
+# tests/lib/cuda_abi checks lib/cuda_api.h against its cuda.h, the fake libcuda
 # and tests/hw are built against that cuda.h, and the tests load its stub
 # libcuda.so. Without it (or with CUDA_HOME= empty) they use the project's
 # declarations and the toolkit's tests skip; the library never needs it.
@@ -79,19 +79,25 @@ PRELOAD_TESTS := tests/preload/symver tests/preload/fake/libibverbs.so.1 \
 	tests/preload/local_cuda \
 	$(if $(CUDART),tests/preload/cudart_probe)
 
-TEST_SRCS := $(sort $(wildcard tests/*.c))
+# The test programs, one folder per part under test (README.md, Layout):
+# every .c of module/, rxe/, lib/, harness/ and vm/; in preload/ and demo/,
+# whose other .c are the helpers' and the demo's own, the preload_* and
+# demo_* ones.
+TEST_PARTS := module rxe lib harness vm
+TEST_SRCS := $(sort $(wildcard $(TEST_PARTS:%=tests/%/*.c) tests/preload/preload_*.c \
+	tests/demo/demo_*.c))
 TEST_BINS := $(TEST_SRCS:.c=)
 # Hardware tests (tests/hw): built with the tests, run by hand on a GPU node.
 HW_SRCS := $(sort $(wildcard tests/hw/*.c))
 HW_BINS := $(HW_SRCS:.c=)
 # Built with the toolkit's cuda.h where there is one (CUDA_CPPFLAGS above).
-CUDA_TESTS := tests/cuda_abi tests/lib_cuda
+CUDA_TESTS := tests/lib/cuda_abi tests/lib/lib_cuda
 $(CUDA_TESTS) $(HW_BINS) $(CUDA_TESTS:tests/%=tests/asan/%): override CPPFLAGS += $(CUDA_CPPFLAGS)
 FAKE_CUDA_SRCS := $(wildcard tests/fake_cuda/*.c)
 FAKE_CUDA := $(if $(FAKE_CUDA_SRCS),tests/fake_cuda/libcuda.so.1)
 # The same as a driver before CUDA 11.7 (no cuMemGetHandleForAddressRange).
 FAKE_CUDA_OLD := $(if $(FAKE_CUDA_SRCS),tests/fake_cuda/old/libcuda.so.1)
-DEMO_SRCS := $(sort $(wildcard tests/demo/*.c))
+DEMO_SRCS := $(sort $(filter-out $(TEST_SRCS),$(wildcard tests/demo/*.c)))
 DEMO := $(if $(DEMO_SRCS),tests/demo/kvdmabuf-demo)
 BENCH_SRCS := $(sort $(wildcard tests/bench/*.c))
 BENCH := $(if $(BENCH_SRCS),tests/bench/kvdmabuf-bench)
@@ -120,7 +126,7 @@ $(PRELOAD_SO): $(PRELOAD_SRCS) $(wildcard lib/preload/*.h) lib/kvdmabuf_preload.
 		-lyaml -lpthread -lm -ldl
 
 # The preload as built for other architectures than x86-64 (dlsym and
-# dlvsym not interposed), for tests/preload_cuda on this one.
+# dlvsym not interposed), for tests/preload/preload_cuda on this one.
 tests/preload/nodlsym/libkvdmabuf-preload.so: $(PRELOAD_SRCS) $(wildcard lib/preload/*.h) \
 		lib/kvdmabuf_preload.h lib/cuda_api.h lib/internal.h lib/kvdmabuf.h $(PRELOAD_MAP)
 	@$(if $(Q),echo "  LD      $@")
@@ -142,12 +148,12 @@ $(CLI): $(CLI_SRCS) $(wildcard lib/cli/*.h) $(LIB_A) $(LIB_HDRS)
 tests: $(TEST_BINS) $(HW_BINS) $(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(BENCH) $(CLI) \
 	$(PRELOAD_TESTS)
 
-# tests/preload_symver.py: a program built against the real libibverbs,
+# tests/preload/preload_symver.py: a program built against the real libibverbs,
 # run under the preload with a stand-in libibverbs (the same versions).
 tests/preload/symver: tests/preload/symver.c lib/kvdmabuf_preload.h
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -libverbs -ldl
-# tests/preload_cuda runs it under LD_PRELOAD: an engine linked with -lcuda
+# tests/preload/preload_cuda runs it under LD_PRELOAD: an engine linked with -lcuda
 # (the fake libcuda's soname), against the toolkit's cuda.h where found.
 tests/preload/cuda_engine: tests/preload/cuda_engine.c $(FAKE_CUDA) lib/kvdmabuf_preload.h \
 		lib/cuda_api.h tests/cuda_compat.h $(CUDA_STAMP)
@@ -167,23 +173,23 @@ tests/preload/fake/libibverbs.so.1: tests/preload/fake_ibverbs.c tests/preload/f
 	$(Q)$(CC) $(CFLAGS) -shared -Wl,-soname,libibverbs.so.1 \
 		-Wl,--version-script=tests/preload/fake_ibverbs.map -o $@ $<
 
-# tests/preload_cuda dlopen()s the preload, the fake libcuda and the fake
+# tests/preload/preload_cuda dlopen()s the preload, the fake libcuda and the fake
 # libibverbs, in that order: linked with neither libkvdmabuf nor libibverbs
 # (a real libibverbs loaded first would take the preload's forwarding).
 # What it runs is built with it (order-only), so that it runs when built alone.
-PRELOAD_CUDA_DEPS := tests/harness.h tests/preload_paths.h lib/kvdmabuf_preload.h lib/cuda_api.h \
+PRELOAD_CUDA_DEPS := tests/harness.h lib/kvdmabuf_preload.h lib/cuda_api.h \
 	| $(PRELOAD_SO) $(FAKE_CUDA) $(PRELOAD_TESTS)
-tests/preload_cuda: tests/preload_cuda.c $(PRELOAD_CUDA_DEPS)
+tests/preload/preload_cuda: tests/preload/preload_cuda.c $(PRELOAD_CUDA_DEPS)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -ldl -lpthread
-tests/asan/preload_cuda: tests/preload_cuda.c $(PRELOAD_CUDA_DEPS)
+tests/asan/preload/preload_cuda: tests/preload/preload_cuda.c $(PRELOAD_CUDA_DEPS)
 	@$(if $(Q),echo "  CC      $@ (asan)")
-	$(Q)mkdir -p tests/asan
+	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(ASAN_FLAGS) -o $@ $< -ldl -lpthread
 
-# tests/preload_lib: the library (linked) under the preload and the fake
+# tests/preload/preload_lib: the library (linked) under the preload and the fake
 # libcuda (dlopen()ed): built with what it loads.
-tests/preload_lib tests/asan/preload_lib: | $(PRELOAD_SO) $(FAKE_CUDA)
+tests/preload/preload_lib tests/asan/preload/preload_lib: | $(PRELOAD_SO) $(FAKE_CUDA)
 
 lib/%.o: lib/%.c $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")
@@ -203,12 +209,13 @@ $(LIB_SO): $(LIB_OBJS) $(LIB_MAP)
 
 comma := ,
 
-tests/%: tests/%.c tests/harness.h $(LIB_A) $(LIB_HDRS) $(wildcard tests/*.h tests/kmod/*.h)
+tests/%: tests/%.c tests/harness.h $(LIB_A) $(LIB_HDRS) \
+		$(wildcard tests/*.h tests/kmod/*.h tests/preload/*.h)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(LIB_A) $(LDLIBS)
 
 # demo_verdict includes the demo's report.c (its verdict on made-up results).
-tests/demo_verdict tests/asan/demo_verdict: tests/demo/report.c tests/demo/demo.h
+tests/demo/demo_verdict tests/asan/demo/demo_verdict: tests/demo/report.c tests/demo/demo.h
 
 # The *_umem programs are their base program's .c with another importer.
 UMEM_VARIANTS := $(foreach t,$(filter tests/%_umem,$(TEST_BINS)),$(if \
@@ -219,22 +226,18 @@ $(UMEM_VARIANTS): tests/%_umem: tests/%.c
 # UBSan (make check-unit runs them): use-after-free, leaks, overflows.
 # Every C program of tests/unit.list, and harness_sample, which
 # harness_selftest runs; each test's child runs LeakSanitizer before it
-# ends (tests/harness.h). tests/asan/ links to the helpers the programs
-# find beside themselves (the fake libcuda, the VM judge).
+# ends (tests/harness.h). The programs find what they run (the fake
+# libcuda, the VM judge, the command) from the top of the build tree
+# (kvd_build_path(), tests/harness.h), as the plain ones do.
 UNIT_C_TESTS := $(filter-out asan/% %.py,$(shell sed 's/\#.*//' tests/unit.list))
-ASAN_TESTS := $(addprefix tests/asan/,$(UNIT_C_TESTS) harness_sample)
-ASAN_LINKS := tests/asan/fake_cuda tests/asan/vm tests/asan/hw
+ASAN_TESTS := $(addprefix tests/asan/,$(UNIT_C_TESTS) harness/harness_sample)
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all \
 	-fno-omit-frame-pointer
-asan: $(ASAN_TESTS) $(ASAN_LINKS) $(FAKE_CUDA)
-
-$(ASAN_LINKS):
-	$(Q)mkdir -p tests/asan
-	$(Q)ln -sfn ../$(notdir $@) $@
+asan: $(ASAN_TESTS) $(FAKE_CUDA)
 
 tests/asan/%: tests/%.c $(LIB_SRCS) $(LIB_HDRS) $(wildcard tests/*.h)
 	@$(if $(Q),echo "  CC      $@ (asan)")
-	$(Q)mkdir -p tests/asan
+	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(ASAN_FLAGS) -o $@ $< $(LIB_SRCS) $(LDLIBS)
 
 $(CUDA_TESTS) $(HW_BINS) $(CUDA_TESTS:tests/%=tests/asan/%): $(CUDA_STAMP) \
@@ -307,12 +310,12 @@ demo:
 	$(Q)tests/vm/check.sh run $(KERNEL) tests/demo/kvdmabuf-demo \
 		--cycles $(CYCLES) $(DEMO_ARGS)
 
-# The seed with the real Mooncake store (tests/mooncake_store.py, its
+# The seed with the real Mooncake store (tests/mooncake/mooncake_store.py, its
 # tables): baseline, kvdmabuf's hooks (REREGISTER) and Mooncake unmodified
 # under the preload (FOLLOW, on soft-RoCE with dma-buf MRs: 6.12 and 7.3).
 MOONCAKE_KERNEL ?= 6.12
 demo-mooncake:
-	$(Q)tests/vm/check.sh run $(MOONCAKE_KERNEL) tests/mooncake_store.py
+	$(Q)tests/vm/check.sh run $(MOONCAKE_KERNEL) tests/mooncake/mooncake_store.py
 
 # The ioctl fuzzer alone, on the debug kernel (FUZZ_KERNEL=6.1|6.12 for
 # another lane), for SECONDS with SEED alone (default: the fixed seeds, then
@@ -321,7 +324,7 @@ SECONDS ?= 600
 FUZZ_KERNEL ?= debug
 fuzz:
 	$(Q)tests/vm/check.sh run $(FUZZ_KERNEL) \
-		tests/proxy_fuzz --seconds $(SECONDS) $(if $(SEED),--seed $(SEED))
+		tests/module/proxy_fuzz --seconds $(SECONDS) $(if $(SEED),--seed $(SEED))
 
 # Benchmarks: the pure user-space figures on this machine, then the rest in
 # a VM of lane KERNEL (a kernel with the module and the test importer).
@@ -394,7 +397,7 @@ install: lib cli tests
 	install -m 0644 lib/man/*.7 $(DESTDIR)$(MANDIR)/man7/
 	install -m 0644 module/70-kvdmabuf.rules $(DESTDIR)$(UDEVRULESDIR)/
 	for t in $(SELFTESTS); do \
-		install -m 0755 tests/$$t $(DESTDIR)$(SELFTESTDIR)/$$t || exit 1; \
+		install -D -m 0755 tests/$$t $(DESTDIR)$(SELFTESTDIR)/$$t || exit 1; \
 	done
 	printf '%s\n' $(SELFTESTS) >$(DESTDIR)$(SELFTESTDIR)/selftest.list
 	$(if $(wildcard tests/kmod/*.ko),install -m 0644 $(wildcard tests/kmod/*.ko) \

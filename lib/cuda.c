@@ -4,7 +4,7 @@
  * library loads and works on machines without CUDA. cuda.h is not needed:
  * the types, constants and prototypes are cuda_api.h's (cuda.h's names
  * behind a kvd_/KVD_ prefix), checked against the toolkit's cuda.h by
- * tests/cuda_abi. Entry points whose cuda.h name is a macro for a
+ * tests/lib/cuda_abi. Entry points whose cuda.h name is a macro for a
  * versioned symbol are looked up by that symbol (cuCtxPushCurrent ->
  * cuCtxPushCurrent_v2, ...: KVD_CUDA_LIB_CALLS).
  *

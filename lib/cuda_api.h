@@ -5,7 +5,7 @@
  * opened with dlopen() at run time). Not installed.
  *
  * Every name is cuda.h's with a kvd_ (types, entry points) or KVD_
- * (constants) prefix, so that tests/cuda_abi can include this header beside
+ * (constants) prefix, so that tests/lib/cuda_abi can include this header beside
  * the toolkit's cuda.h and check, one by one, that each value, struct
  * layout and prototype is NVIDIA's. Users: lib/cuda.c (the library's
  * calls), tests/fake_cuda (the fake driver, where no toolkit is installed)
@@ -19,7 +19,7 @@
  *
  * Values as of cuda.h 11.7 (cuMemGetHandleForAddressRange and
  * CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED appeared then), the PCIe mapping
- * flag 12.8; checked against the toolkit's cuda.h by tests/cuda_abi.
+ * flag 12.8; checked against the toolkit's cuda.h by tests/lib/cuda_abi.
  */
 #ifndef KVDMABUF_CUDA_API_H
 #define KVDMABUF_CUDA_API_H

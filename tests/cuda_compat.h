@@ -5,7 +5,7 @@
  * CUDA toolkit's cuda.h where the build found one (make defines
  * KVD_HAVE_CUDA_H), so that their prototypes are NVIDIA's; else the
  * project's declarations (lib/cuda_api.h, checked against cuda.h by
- * tests/cuda_abi wherever a toolkit is installed) under cuda.h's names.
+ * tests/lib/cuda_abi wherever a toolkit is installed) under cuda.h's names.
  */
 #ifndef KVDMABUF_TESTS_CUDA_COMPAT_H
 #define KVDMABUF_TESTS_CUDA_COMPAT_H

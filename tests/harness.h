@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -50,6 +51,43 @@
 #define KSFT_SKIP 4
 
 #define TEST_TIMEOUT_DEFAULT 30
+
+/*
+ * @rel (e.g. "lib/cli/kvdmabuf", "tests/fake_cuda/libcuda.so.1") under the
+ * top of the build tree this program was built in, into @buf: the nearest
+ * folder above its executable holding both lib/ and tests/, wherever the
+ * program lies below tests/ (its part's folder, tests/asan/PART). 0, or
+ * -ENOENT when there is none (an installed copy).
+ */
+static inline int kvd_build_path(char *buf, size_t len, const char *rel)
+{
+	char top[4096], probe[4096 + 8];
+	ssize_t n = readlink("/proc/self/exe", top, sizeof(top) - 1);
+	struct stat l, t;
+	char *slash;
+
+	buf[0] = '\0';
+	if (n <= 0)
+		return -ENOENT;
+	top[n] = '\0';
+	while ((slash = strrchr(top, '/'))) {
+		*slash = '\0';
+		snprintf(probe, sizeof(probe), "%s/lib", top);
+		if (stat(probe, &l) || !S_ISDIR(l.st_mode))
+			continue;
+		snprintf(probe, sizeof(probe), "%s/tests", top);
+		if (stat(probe, &t) || !S_ISDIR(t.st_mode))
+			continue;
+		n = (ssize_t)strlen(top);
+		if ((size_t)n + 1 + strlen(rel) >= len)
+			return -ENAMETOOLONG;
+		memcpy(buf, top, (size_t)n);
+		buf[n] = '/';
+		strcpy(buf + n + 1, rel);
+		return 0;
+	}
+	return -ENOENT;
+}
 
 struct __fixture_variant_metadata {
 	const char *name;

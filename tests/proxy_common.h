@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * proxy_common.h - helpers for the kvdmabuf module's kselftests
- * (tests/proxy_*.c): raw ioctl wrappers returning 0 or -errno for
+ * (tests/module/proxy_*.c): raw ioctl wrappers returning 0 or -errno for
  * /dev/kvdmabuf and the test importer, vgem buffers, and the module's
  * debugfs counters.
  *

@@ -41,7 +41,7 @@
  *    the fake, not of the driver.
  *
  * The VMM calls around an engine's sleep, for the preload's tests
- * (tests/preload_cuda): cuMemAddressReserve/Free, cuMemCreate/Release,
+ * (tests/preload/preload_cuda): cuMemAddressReserve/Free, cuMemCreate/Release,
  * cuMemMap (a whole allocation at offset 0), cuMemUnmap (whole mappings
  * only), cuMemSetAccess (every byte mapped; the flags kept per mapping,
  * fakecu_access()), and cuGetProcAddress_v2 / the CUDA 11.3

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* Built by tests/lib_install.py against an installed kvdmabuf, with
+/* Built by tests/python/lib_install.py against an installed kvdmabuf, with
  * pkg-config only: the headers, the library and its version agree. */
 #include <stdio.h>
 #include <kvdmabuf.h>

@@ -159,8 +159,6 @@ def run_unit(tree, words, log):
     extra = []
     if os.path.exists(os.path.join(tree, "tests/fake_cuda")):
         extra.append("tests/fake_cuda/libcuda.so.1")
-    if prog.startswith("asan/"):
-        extra += ["tests/asan/fake_cuda", "tests/asan/vm", "tests/asan/hw"]
     b = subprocess.run(["make", "-C", tree, "-j" + JOBS, "lib", target] + extra,
                        stdout=log, stderr=subprocess.STDOUT)
     if b.returncode:

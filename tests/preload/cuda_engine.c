@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * cuda_engine.c - for tests/preload_cuda: an engine linked with -lcuda (as
+ * cuda_engine.c - for tests/preload/preload_cuda: an engine linked with -lcuda (as
  * vLLM's cumem_allocator is), built against the toolkit's cuda.h where
  * there is one, run under LD_PRELOAD=libkvdmabuf-preload.so with the fake
  * libcuda first on LD_LIBRARY_PATH. It calls cuMemUnmap, cuMemMap and

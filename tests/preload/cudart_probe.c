@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * cudart_probe.c - for tests/preload_cuda, built where make finds the CUDA
+ * cudart_probe.c - for tests/preload/preload_cuda, built where make finds the CUDA
  * toolkit's libcudart: NVIDIA's runtime initialising against the fake
  * libcuda under LD_PRELOAD=libkvdmabuf-preload.so. The runtime opens
  * libcuda itself and fetches every driver entry point through the

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * fake_ibverbs.c - a stand-in libibverbs.so.1 for tests/preload_symver.py:
+ * fake_ibverbs.c - a stand-in libibverbs.so.1 for tests/preload/preload_symver.py:
  * the registration entry points at the versions the real one exports
  * (fake_ibverbs.map), each counting its calls and handing out a fake MR,
  * so that the interposer's forwarding is checked on a machine without a

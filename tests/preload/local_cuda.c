@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * local_cuda.c - run by tests/preload_cuda under LD_PRELOAD: libcuda
+ * local_cuda.c - run by tests/preload/preload_cuda under LD_PRELOAD: libcuda
  * (the fake, on LD_LIBRARY_PATH) loaded RTLD_LOCAL, as a Python extension
  * or the CUDA runtime loads it, then the preload's cuMemUnmap found in the
  * global scope and called once with a bad size. Prints "unmap: N", the

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * symver.c - built against the real libibverbs (so its references carry
- * the real symbol versions), run by tests/preload_symver.py under
+ * the real symbol versions), run by tests/preload/preload_symver.py under
  * LD_PRELOAD=libkvdmabuf-preload.so with the stand-in libibverbs of
  * fake_ibverbs.c first on the library path. `symver CASE` makes one kind
  * of call and prints what changed: the interposer's entry counts and the

@@ -139,7 +139,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		kver=$(basename "$(dirname "$kver")")
 		kernel=/boot/vmlinuz-$kver moddir=/lib/modules/$kver root=/
 		build=$lanes/lane-6.1 guest_build=$build
-		# The IOMMU variant (tests/proxy_edu) on every kernel.
+		# The IOMMU variant (tests/module/proxy_edu) on every kernel.
 		machine=q35 iommu=1
 		# Mooncake's wheel, in a venv of this root (deps.sh host).
 		guest_env+=(KVDMABUF_MOONCAKE_VENV=$cache/mooncake-venv)
@@ -147,7 +147,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		make -C "$build" -j"$jobs" all KDIR="$moddir/build" ${KVDMABUF_MAKE_ARGS:-} >"$blog" 2>&1 || rc=1
 		# Debian 12's DKMS builds and installs the helper module for
 		# this kernel into a folder of the cache, not into the host's
-		# /lib/modules (tests/vm/dkms.sh); tests/dkms_module.py lays
+		# /lib/modules (tests/vm/dkms.sh); tests/module/dkms_module.py lays
 		# it over the guest's.
 		[ $rc = 0 ] && { "$here/dkms.sh" --host "$repo" "$kver" >>"$blog" 2>&1 || rc=1; }
 		guest_env+=(KVDMABUF_DKMS_MODULES=$cache/dkms-host/$kver/modules)
@@ -160,7 +160,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		6.12) kver=$(newest "$root"/lib/modules/6.12.*) ;;
 		7.3) kver=$(newest "$root"/lib/modules/7.*-amd64) ;;
 		esac
-		# The IOMMU variant (tests/proxy_edu) on every kernel.
+		# The IOMMU variant (tests/module/proxy_edu) on every kernel.
 		machine=q35 iommu=1
 		kver=$(basename "$kver")
 		# Mooncake's wheel, in a venv of that root (deps.sh).
@@ -173,7 +173,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		make_in_root "$root" "$guest_build" /lib/modules/"$kver"/build \
 			>"$blog" 2>&1 || rc=1
 		# The helper module through DKMS as well, for this kernel
-		# (tests/dkms_module.py loads it in the guest).
+		# (tests/module/dkms_module.py loads it in the guest).
 		[ $rc = 0 ] && { "$here/dkms.sh" "$repo" "$kver" >>"$blog" 2>&1 || rc=1; }
 		;;
 	debug)

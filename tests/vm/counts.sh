@@ -24,7 +24,7 @@ count() { # lane log
 	tr -d '\r' <"$2" | awk -v lane="$1" '
 		/^# ===== / { cur = $3; if (!(cur in n)) { order[++k] = cur; n[cur] = 0 }; next }
 		/^(not )?ok [0-9]+ / { if (cur != "") n[cur]++ }
-		END { for (i = 1; i <= k; i++) printf "%-8s %-22s %d\n", lane, order[i], n[order[i]] }'
+		END { for (i = 1; i <= k; i++) printf "%-8s %-30s %d\n", lane, order[i], n[order[i]] }'
 }
 
 case "${1:-}" in
@@ -83,7 +83,7 @@ update)
 				     { k = $1 " " $2; n = split(old[k], a, ",")
 				       for (i = 1; i <= n; i++)
 					       if (n > 1 && a[i] == $3) {
-						       printf "%-8s %-22s %s\n", $1, $2, old[k]
+						       printf "%-8s %-30s %s\n", $1, $2, old[k]
 						       next
 					       }
 				       print }' "$list" - <<<"$new"

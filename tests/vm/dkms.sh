@@ -4,7 +4,7 @@
 # sources from this tree (make dkms-src) under /usr/src, then dkms add,
 # build and install for every kernel of the root that has headers (6.12 and
 # the 7.x from backports). The guests of those lanes load the module from
-# /lib/modules/RELEASE/updates/dkms (tests/dkms_module.py).
+# /lib/modules/RELEASE/updates/dkms (tests/module/dkms_module.py).
 #
 # The 6.1 lane's guest runs this machine's own root (Debian 12), so there
 # DKMS must not install into the host's /lib/modules: Debian 12's dkms runs
@@ -12,7 +12,7 @@
 # module folder is an overlay whose upper layer is a folder of the cache,
 # and with its own DKMS and source trees there. Everything it writes (the
 # module under updates/dkms, depmod's indexes) lands in that folder; the
-# 6.1 guest lays it over its /lib/modules/RELEASE (tests/dkms_module.py).
+# 6.1 guest lays it over its /lib/modules/RELEASE (tests/module/dkms_module.py).
 #
 #   dkms.sh REPO [KVER]         every kernel of the root, or KVER alone;
 #                               prints one line per kernel; exit status 1

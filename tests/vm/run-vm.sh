@@ -17,7 +17,7 @@
 #
 # KVDMABUF_VM_MACHINE: qemu machine (pc or q35). KVDMABUF_VM_IOMMU=1 (q35
 # only) adds an emulated intel-iommu in strict mode and qemu's edu PCI
-# device, a DMA engine behind it (tests/proxy_edu). virtio-9p does not use
+# device, a DMA engine behind it (tests/module/proxy_edu). virtio-9p does not use
 # the IOMMU (no VIRTIO_F_ACCESS_PLATFORM), so the root stays as fast.
 set -euo pipefail
 

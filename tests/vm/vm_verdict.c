@@ -6,7 +6,6 @@
  * lanes' other judges: skips.sh (a skip must be listed with its reason)
  * and counts.sh (every program reports as many tests as listed).
  */
-#include <libgen.h>
 #include <limits.h>
 
 #include "harness.h"
@@ -23,13 +22,11 @@ static const char clean_tail[] =
 /* Writes @text to a file and runs verdict.sh on it; returns its status. */
 static int judge(const char *text)
 {
-	char exe[PATH_MAX], cmd[PATH_MAX + 128], path[] = "/tmp/kvd-verdict.XXXXXX";
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	char sh[PATH_MAX], cmd[PATH_MAX + 128], path[] = "/tmp/kvd-verdict.XXXXXX";
 	int fd, st;
 
-	if (n < 0)
+	if (kvd_build_path(sh, sizeof(sh), "tests/vm/verdict.sh"))
 		return -1;
-	exe[n] = 0;
 	fd = mkstemp(path);
 	if (fd < 0)
 		return -1;
@@ -38,8 +35,7 @@ static int judge(const char *text)
 		return -1;
 	}
 	close(fd);
-	snprintf(cmd, sizeof(cmd), "%s/vm/verdict.sh %s 2>/dev/null",
-		 dirname(exe), path);
+	snprintf(cmd, sizeof(cmd), "%s %s 2>/dev/null", sh, path);
 	st = system(cmd);
 	unlink(path);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -146,19 +142,17 @@ static int put(char *path, const char *text)
 static int judge_with(const char *script, const char *args, const char *log,
 		      const char *list)
 {
-	char exe[PATH_MAX], cmd[2 * PATH_MAX + 256];
+	char vm[PATH_MAX], cmd[2 * PATH_MAX + 256];
 	char lpath[] = "/tmp/kvd-judge-log.XXXXXX";
 	char fpath[] = "/tmp/kvd-judge-list.XXXXXX";
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	int st;
 
-	if (n < 0)
+	if (kvd_build_path(vm, sizeof(vm), "tests/vm"))
 		return -1;
-	exe[n] = 0;
 	if (put(lpath, log) || put(fpath, list))
 		return -1;
-	snprintf(cmd, sizeof(cmd), "%s/vm/%s %s 6.1 %s %s >/dev/null 2>&1",
-		 dirname(exe), script, args, lpath, fpath);
+	snprintf(cmd, sizeof(cmd), "%s/%s %s 6.1 %s %s >/dev/null 2>&1",
+		 vm, script, args, lpath, fpath);
 	st = system(cmd);
 	unlink(lpath);
 	unlink(fpath);

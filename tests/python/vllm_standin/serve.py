@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
-"""A vLLM process on the stand-in, for tests/lib_install.py: load the
+"""A vLLM process on the stand-in, for tests/python/lib_install.py: load the
 general plugins as every vLLM process does, allocate weights and KV cache,
 register both with kvdmabuf through the plugin's hooks (what a KV connector
 does), then sleep and wake in vLLM's order: sleep(1), wake_up(["weights"]),

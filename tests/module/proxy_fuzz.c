@@ -45,7 +45,7 @@
  *   proxy_fuzz [--seconds N] [--seed S]   (or KVDMABUF_FUZZ_SECONDS/SEED)
  *
  * --seed S runs seed S alone for all N seconds: the replay of a failure
- * (tests/vm/check.sh run LANE tests/proxy_fuzz --seed S --seconds N, with
+ * (tests/vm/check.sh run LANE tests/module/proxy_fuzz --seed S --seconds N, with
  * the seed and seconds of the failing run's "replay:" line; the threads'
  * interleaving differs from run to run, the operations do not).
  * KVDMABUF_FUZZ_SEEDS=S1,S2,... replaces the fixed list.

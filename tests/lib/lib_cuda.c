@@ -18,7 +18,6 @@
  * fake NICs and module (tests/lib_fake.h) for the rest.
  */
 #include <dlfcn.h>
-#include <libgen.h>
 #include <pthread.h>
 
 #include "harness.h"
@@ -27,28 +26,12 @@
 
 #define LEN (8 * 4096)
 
-/* tests/ of the build tree, from this program's path (tests/asan/ too). */
-static const char *tests_dir(char *exe)
-{
-	char *d = dirname(exe);
-	size_t l = strlen(d);
-
-	if (l >= 5 && !strcmp(d + l - 5, "/asan"))
-		d[l - 5] = '\0';
-	return d;
-}
-
 static const char *fake_cuda_path(void)
 {
 	static char path[PATH_MAX];
-	char exe[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 
-	if (n <= 0)
+	if (kvd_build_path(path, sizeof(path), "tests/fake_cuda/libcuda.so.1"))
 		return NULL;
-	exe[n] = '\0';
-	snprintf(path, sizeof(path), "%s/fake_cuda/libcuda.so.1",
-		 dirname(exe));
 	return access(path, R_OK) ? NULL : path;
 }
 
@@ -241,8 +224,7 @@ TEST(old_driver_is_named)
  */
 static void stub_is_named(struct __test_metadata *_metadata, const char *lib)
 {
-	char exe[PATH_MAX], cmd[2 * PATH_MAX + 64], line[512], err[256];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	char cli[PATH_MAX], cmd[2 * PATH_MAX + 64], line[512], err[256];
 	struct kvdmabuf_ctx *ctx;
 	struct kvdmabuf_region *r;
 	void *m = region_mem(2 * LEN);
@@ -268,10 +250,9 @@ static void stub_is_named(struct __test_metadata *_metadata, const char *lib)
 	EXPECT_NE(NULL, strstr(err, STUB_MSG));
 	EXPECT_EQ(0, ndev);
 
-	ASSERT_LT(0, n);
-	exe[n] = '\0';
-	snprintf(cmd, sizeof(cmd), "KVDMABUF_CUDA_LIBRARY='%s' "
-		 "'%s/../lib/cli/kvdmabuf' check", lib, tests_dir(exe));
+	ASSERT_EQ(0, kvd_build_path(cli, sizeof(cli), "lib/cli/kvdmabuf"));
+	snprintf(cmd, sizeof(cmd), "KVDMABUF_CUDA_LIBRARY='%s' '%s' check",
+		 lib, cli);
 	f = popen(cmd, "r");
 	ASSERT_NOT_NULL(f);
 	while (fgets(line, sizeof(line), f)) {

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # ktap
 import ktap
 from ktap import Skip, check
 

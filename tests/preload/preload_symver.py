@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # ktap
 import ktap
 from ktap import check
 
@@ -274,7 +275,7 @@ def python_declares_and_sleeps():
     """The binding declares a region (as a sleep hook would) and sleeps it:
     nothing registered there, so the sleep is accepted. (The refusals, and
     the library's own sleep asking the preload, run on soft-RoCE in
-    tests/preload_engine, in the VM.)"""
+    tests/preload/preload_engine, in the VM.)"""
     code = r'''
 import ctypes, mmap, kvdmabuf
 m = mmap.mmap(-1, 1 << 20)

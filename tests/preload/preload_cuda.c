@@ -30,11 +30,11 @@
  */
 #include <dlfcn.h>
 #include <sys/mman.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <infiniband/verbs.h>
 
 #include "harness.h"
-#include "preload_paths.h"
 #include "cuda_api.h"
 #include "kvdmabuf_preload.h"
 
@@ -125,9 +125,10 @@ static int load(char *why, size_t len)
 {
 	char pre[PATH_MAX], cuda[PATH_MAX], verbs[PATH_MAX];
 
-	path_of(pre, sizeof(pre), "../lib/libkvdmabuf-preload.so");
-	path_of(cuda, sizeof(cuda), "fake_cuda/libcuda.so.1");
-	path_of(verbs, sizeof(verbs), "preload/fake/libibverbs.so.1");
+	kvd_build_path(pre, sizeof(pre), "lib/libkvdmabuf-preload.so");
+	kvd_build_path(cuda, sizeof(cuda), "tests/fake_cuda/libcuda.so.1");
+	kvd_build_path(verbs, sizeof(verbs),
+		       "tests/preload/fake/libibverbs.so.1");
 	if (access(pre, R_OK) || access(cuda, R_OK) || access(verbs, R_OK)) {
 		snprintf(why, len, "%.120s, %.120s or %.120s not built", pre,
 			 cuda, verbs);
@@ -608,7 +609,7 @@ static const char *value(const char *out, const char *key)
  * catches on x86-64; the wake goes through cuda.h's cuGetProcAddress.
  */
 /*
- * Run tests/@prog under LD_PRELOAD=the preload, the fake libcuda first on
+ * Run @prog of the build tree under LD_PRELOAD=the preload, the fake libcuda first on
  * the library path; its stdout in @out. Return: its exit status, -1 when
  * it did not run, -2 when @prog or the preload is not built.
  */
@@ -624,9 +625,9 @@ static int run_preloaded(const char *prog, const char *preload, char *out,
 	ssize_t r;
 	pid_t pid;
 
-	path_of(exe, sizeof(exe), prog);
-	path_of(pre, pre_len, preload);
-	path_of(dir, sizeof(dir), "fake_cuda");
+	kvd_build_path(exe, sizeof(exe), prog);
+	kvd_build_path(pre, pre_len, preload);
+	kvd_build_path(dir, sizeof(dir), "tests/fake_cuda");
 	if (access(exe, X_OK) || access(pre, R_OK))
 		return -2;
 	snprintf(env_pre, sizeof(env_pre), "LD_PRELOAD=%s", pre);
@@ -656,8 +657,8 @@ static int run_preloaded(const char *prog, const char *preload, char *out,
 TEST(linked_engine_under_LD_PRELOAD)
 {
 	char out[2048], pre[PATH_MAX];
-	int rc = run_preloaded("preload/cuda_engine",
-			       "../lib/libkvdmabuf-preload.so", out,
+	int rc = run_preloaded("tests/preload/cuda_engine",
+			       "lib/libkvdmabuf-preload.so", out,
 			       sizeof(out), pre, sizeof(pre));
 
 	if (rc == -2)
@@ -697,8 +698,8 @@ TEST(linked_engine_under_LD_PRELOAD)
 TEST(other_architectures_say_the_runtime_bypasses_the_interposer)
 {
 	char out[4096], pre[PATH_MAX];
-	int rc = run_preloaded("preload/cuda_engine",
-			       "preload/nodlsym/libkvdmabuf-preload.so", out,
+	int rc = run_preloaded("tests/preload/cuda_engine",
+			       "tests/preload/nodlsym/libkvdmabuf-preload.so", out,
 			       sizeof(out), pre, sizeof(pre));
 
 	if (rc == -2)
@@ -724,8 +725,8 @@ TEST(other_architectures_say_the_runtime_bypasses_the_interposer)
 TEST(cuda_runtime_lookups_land_in_the_interposer)
 {
 	char out[512], pre[PATH_MAX];
-	int rc = run_preloaded("preload/cudart_probe",
-			       "../lib/libkvdmabuf-preload.so", out,
+	int rc = run_preloaded("tests/preload/cudart_probe",
+			       "lib/libkvdmabuf-preload.so", out,
 			       sizeof(out), pre, sizeof(pre));
 
 	if (rc == -2)
@@ -748,8 +749,8 @@ TEST(cuda_runtime_lookups_land_in_the_interposer)
 TEST(driver_loaded_locally_is_reached_from_the_first_call)
 {
 	char out[512], pre[PATH_MAX];
-	int rc = run_preloaded("preload/local_cuda",
-			       "../lib/libkvdmabuf-preload.so", out,
+	int rc = run_preloaded("tests/preload/local_cuda",
+			       "lib/libkvdmabuf-preload.so", out,
 			       sizeof(out), pre, sizeof(pre));
 
 	if (rc == -2)

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""A stand-in for vLLM (tests/lib_install.py, vllm_plugin_*): the few names
+"""A stand-in for vLLM (tests/python/lib_install.py, vllm_plugin_*): the few names
 the kvdmabuf plugin example touches, with vLLM's call order, and host
 memory (hostvmm) in place of CUDA VMM memory. vLLM itself needs a GPU and
 PyTorch, neither of which the unit lane has. Each module names the vLLM

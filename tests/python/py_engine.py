@@ -6,7 +6,7 @@ process) in the VM:
 
 * the engine registers its KV region through kvdmabuf on its own PD, got
   through ctypes from libibverbs as an engine without pyverbs would
-  (tests/verbs_ctypes.py: pyverbs before rdma-core 59 does not expose the
+  (tests/python/verbs_ctypes.py: pyverbs before rdma-core 59 does not expose the
   struct ibv_pd *), and publishes the keys; a second process reads and writes that memory by
   RDMA with them; the engine sleeps (memory unpinned and given back) and
   wakes (new memory at the same address); the new keys arrive through the
@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # ktap
 import ktap
 from ktap import Skip, check
 

@@ -13,11 +13,12 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # ktap
 import ktap
 from ktap import Skip, check
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEMO = os.path.join(HERE, "demo", "kvdmabuf-demo")
+DEMO = os.path.join(HERE, "kvdmabuf-demo")
 
 
 def demo_one_cycle_verdict_pass():

@@ -15,8 +15,10 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # ktap
 import ktap
 from ktap import check
 
@@ -119,7 +121,7 @@ def vllm_plugin_hooks_run_in_vllms_order():
     """The vLLM plugin example (lib/python/examples/vllm_plugin), installed
     by pip into the venv, is found by the stand-in's plugin loader through
     its entry point (vllm.general_plugins) and, with sleep and wake in
-    vLLM's order (tests/vllm_standin/serve.py): every allocation is
+    vLLM's order (tests/python/vllm_standin/serve.py): every allocation is
     unmapped only after kvdmabuf put its tag to sleep, mapped and made
     accessible before kvdmabuf wakes it, the KV-only release puts the KV
     cache alone to sleep, and each step leaves the tags asleep that vLLM's
@@ -132,7 +134,7 @@ def vllm_plugin_hooks_run_in_vllms_order():
     conf = os.path.join(d, "kvdmabuf.yaml")
     with open(conf, "w") as f:
         f.write("protocol: tcp\n")
-    e["PYTHONPATH"] = "%s/tests/vllm_standin:%s/lib/python/examples" % (
+    e["PYTHONPATH"] = "%s/tests/python/vllm_standin:%s/lib/python/examples" % (
         TOP, TOP)
     after = {"sleep(1)": ["kv_cache", "weights"],
              "wake_up(weights)": ["kv_cache"], "wake_up(kv_cache)": [],
@@ -140,7 +142,7 @@ def vllm_plugin_hooks_run_in_vllms_order():
              ["kv_cache", "weights"], "wake_up()": []}
     # today's vLLM, then one from before the KV-only release (no discard)
     for old, sleeps, wakes, nsteps in (("", 3, 4, 7), ("old", 2, 3, 5)):
-        p = run("%s/v/bin/python %s/tests/vllm_standin/serve.py %s %s"
+        p = run("%s/v/bin/python %s/tests/python/vllm_standin/serve.py %s %s"
                 % (d, TOP, conf, old), env=e, cwd="/")
         check(p.returncode == 0, "serve.py %s exited %d" % (old,
                                                             p.returncode))
@@ -171,7 +173,7 @@ def command_runs_and_finds_its_selftests():
     check(run(cli + " bogus", env=e).returncode == 2)
     p = run(cli + " selftest --list", env=e)
     listed = p.stdout.split()
-    check(p.returncode == 0 and "proxy_follow" in listed and
+    check(p.returncode == 0 and "module/proxy_follow" in listed and
           "hw/cuda_vmm" in listed, str(listed))
     for name in listed:
         check(os.access(s + "/usr/libexec/kvdmabuf/selftests/" + name,

@@ -21,7 +21,6 @@
 #include <dlfcn.h>
 
 #include "harness.h"
-#include "preload_paths.h"
 #include "lib_fake.h"
 #include "cuda_api.h"
 #include "kvdmabuf_preload.h"
@@ -83,8 +82,8 @@ static int load(char *why, size_t len)
 	char pre[PATH_MAX], cuda[PATH_MAX];
 	void *hc;
 
-	path_of(pre, sizeof(pre), "../lib/libkvdmabuf-preload.so");
-	path_of(cuda, sizeof(cuda), "fake_cuda/libcuda.so.1");
+	kvd_build_path(pre, sizeof(pre), "lib/libkvdmabuf-preload.so");
+	kvd_build_path(cuda, sizeof(cuda), "tests/fake_cuda/libcuda.so.1");
 	if (access(pre, R_OK) || access(cuda, R_OK)) {
 		snprintf(why, len, "%.150s or %.150s not built", pre, cuda);
 		return -1;

@@ -5,7 +5,7 @@
  * a baseline whose wrong blocks came with transfer errors (a loud failure,
  * as with nvidia-peermem's invalidation, not the bug the demo portrays), a
  * baseline with no wrong block, and a kvdmabuf pass with a wrong block or
- * a transfer error each fail, for their own reason. tests/demo_once.py runs
+ * a transfer error each fail, for their own reason. tests/demo/demo_once.py runs
  * the real demo in the 6.1 lane.
  */
 #include <stdio.h>

@@ -4,7 +4,7 @@ opened by name, a protection domain whose ``struct ibv_pd *`` is an int
 for kvdmabuf (``ibv_get_device_list``, ``ibv_open_device``,
 ``ibv_alloc_pd``), and an RC queue pair on it for a peer to do RDMA on
 (``ibv_create_cq``, ``ibv_create_qp``, ``ibv_modify_qp``). The structs
-follow <infiniband/verbs.h>; tests/py_engine.py uses it in the VM."""
+follow <infiniband/verbs.h>; tests/python/py_engine.py uses it in the VM."""
 import ctypes
 
 _v = ctypes.CDLL("libibverbs.so.1", use_errno=True)

@@ -17,11 +17,12 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # ktap
 import ktap
 from ktap import Skip, check
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BENCH = os.path.join(HERE, "bench", "kvdmabuf-bench")
+BENCH = os.path.join(HERE, "kvdmabuf-bench")
 STATUSES = {"PASS", "FAIL", "UNMEASURED"}
 
 

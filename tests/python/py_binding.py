@@ -7,13 +7,15 @@ and the io() context manager, sleep and wake, the sleep-start and drain
 callbacks (abort, time-out), close refused while a transfer is in flight;
 the engine hooks: the gate's answer without raising, a callback's error
 that undoes no tag, batched I/O.
-The RDMA side (keys, pyverbs peers) is tests/py_engine.py, in the VM."""
+The RDMA side (keys, pyverbs peers) is tests/python/py_engine.py, in the VM."""
 import errno
 import mmap
 import os
 import re
+import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # ktap
 import ktap
 from ktap import check
 

@@ -18,7 +18,9 @@ import glob
 import os
 import struct
 import subprocess
+import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # ktap
 import ktap
 from ktap import Skip, check
 

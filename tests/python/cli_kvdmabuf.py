@@ -15,8 +15,10 @@ import os
 import struct
 import stat
 import subprocess
+import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # ktap
 import ktap
 from ktap import Skip, check
 
@@ -185,7 +187,7 @@ def status_lists_what_the_user_may_see():
 
 def selftest_runs_programs_and_reports_failures():
     d = tempfile.mkdtemp()
-    os.symlink(os.path.join(TOP, "tests", "smoke_vgem"),
+    os.symlink(os.path.join(TOP, "tests", "module", "smoke_vgem"),
                os.path.join(d, "smoke_vgem"))
     with open(os.path.join(d, "broken"), "w") as f:
         f.write("#!/bin/sh\necho 'TAP version 13'\necho 1..1\n"

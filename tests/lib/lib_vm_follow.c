@@ -14,7 +14,6 @@
  * module and sleep/wake are the real code.
  */
 #include <dlfcn.h>
-#include <libgen.h>
 #include <sys/ioctl.h>
 
 #include "harness.h"
@@ -232,14 +231,9 @@ TEST_F_TIMEOUT(fo, drm_regions_follow_through_cycles, 120)
 static const char *fake_cuda_path(void)
 {
 	static char path[PATH_MAX];
-	char exe[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 
-	if (n <= 0)
+	if (kvd_build_path(path, sizeof(path), "tests/fake_cuda/libcuda.so.1"))
 		return NULL;
-	exe[n] = '\0';
-	snprintf(path, sizeof(path), "%s/fake_cuda/libcuda.so.1",
-		 dirname(exe));
 	return access(path, R_OK) ? NULL : path;
 }
 
@@ -308,16 +302,13 @@ TEST_F_TIMEOUT(fo, engines_own_pinning_registration_refuses_sleep, 120)
  * about proxy @id, in @line; 0 when found. */
 static int status_line(uint64_t id, char *line, size_t len)
 {
-	char exe[PATH_MAX], cmd[PATH_MAX + 64], want[64];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	char cli[PATH_MAX], cmd[PATH_MAX + 64], want[64];
 	int found = 0;
 	FILE *p;
 
-	if (n <= 0)
+	if (kvd_build_path(cli, sizeof(cli), "lib/cli/kvdmabuf"))
 		return -1;
-	exe[n] = '\0';
-	snprintf(cmd, sizeof(cmd), "%s/../lib/cli/kvdmabuf status --json",
-		 dirname(exe));
+	snprintf(cmd, sizeof(cmd), "%s status --json", cli);
 	snprintf(want, sizeof(want), "  {\"id\": %llu,",
 		 (unsigned long long)id);
 	p = popen(cmd, "r");
