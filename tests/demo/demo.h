@@ -100,8 +100,9 @@ enum demo_op {
 			 * a[2] by key a[0] into its own blocks, check seeds
 			 * a[4] + i; reply a[0] delivered a[1] correct
 			 * a[2] errors a[3] access errors (key refused) */
-	OP_DEAD_KEY,	/* A (rxedb): register a dma-buf MR and deregister
-			 * it; reply a[0] its rkey, a[1] its iova */
+	OP_DEAD_KEY,	/* A (rxedb): register a dma-buf MR at the iova of
+			 * KV block a[0] and deregister it; reply a[0] its
+			 * rkey, a[1] its iova */
 	OP_QUIT,
 };
 

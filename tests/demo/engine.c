@@ -981,25 +981,28 @@ static int peek(struct demo_engine *e, struct demo_msg *m)
 
 /*
  * rxedb: a key that was A's and is no more. A registers a one-block vgem
- * buffer on its PD (at A's KV iova, so only the key is wrong), deregisters
- * it and frees the buffer: a peer that cached the key must be refused by
- * the NIC's remote access check.
+ * buffer on its PD at the iova of its KV block m->a[0] (so that only the
+ * key is wrong when a peer reads that block by it), deregisters it and
+ * frees the buffer: a peer that cached the key must be refused by the
+ * NIC's remote access check.
  */
 static int dead_key(struct demo_engine *e, struct demo_msg *m)
 {
 	struct demo_vbuf vb = { .fd = -1 };
+	uint64_t iova = nic_addr(e, &e->reg[DEMO_R_KV], (unsigned int)m->a[0]);
 	struct ibv_mr *mr;
 	int rc;
 
-	if (e->nic_kind != DEMO_NIC_RXEDB || !e->nic.pd)
+	if (e->nic_kind != DEMO_NIC_RXEDB || !e->nic.pd ||
+	    (m->a[0] + 1) * DEMO_BLOCK > DEMO_KV_LEN)
 		return demo_fail(m, -EINVAL, "%s: dead keys are for rxedb",
 				 e->name);
 	rc = demo_vbuf_new(e->drm, DEMO_BLOCK, &vb);
 	if (rc)
 		return demo_fail(m, rc, "%s: vgem buffer: %s", e->name,
 				 strerror(-rc));
-	mr = ibv_reg_dmabuf_mr(e->nic.pd, 0, DEMO_BLOCK,
-			       e->reg[DEMO_R_KV].dev_addr, vb.fd, DEMO_ACCESS);
+	mr = ibv_reg_dmabuf_mr(e->nic.pd, 0, DEMO_BLOCK, iova, vb.fd,
+			       DEMO_ACCESS);
 	if (!mr) {
 		rc = errno ? -errno : -EIO;
 		demo_vbuf_free(e->drm, &vb);
@@ -1008,7 +1011,7 @@ static int dead_key(struct demo_engine *e, struct demo_msg *m)
 	}
 	memset(m->a, 0, sizeof(m->a));
 	m->a[0] = mr->rkey;
-	m->a[1] = e->reg[DEMO_R_KV].dev_addr;
+	m->a[1] = iova;
 	rc = ibv_dereg_mr(mr);
 	demo_vbuf_free(e->drm, &vb);
 	return rc ? demo_fail(m, -rc, "%s: ibv_dereg_mr: %s", e->name,

@@ -245,6 +245,7 @@ static int key_probe(struct pass *p, bool dead)
 
 	if (dead) {
 		msg_init(&m, OP_DEAD_KEY);
+		m.a[0] = 8;		/* the block read */
 		rc = demo_call(&p->a, &m);
 		if (rc)
 			return rc;
