@@ -8,11 +8,21 @@
  *            and wakes like an engine, B never sleeps and also reads A's
  *            KV directly by A's key (a decode instance reading a prefill
  *            instance's KV)
- * Two NIC kinds, each run with kvdmabuf and as the baseline (4 passes):
+ * Two NIC columns, each run with kvdmabuf and as the baseline (4 passes):
  *   rxe  - soft-RoCE (store on rxe0, engines on rxe1; B's peer QP on rxe0):
  *          a pinning NIC without dma-buf MRs, A's regions are host memory,
  *          kvdmabuf takes REREGISTER (keys change, republished)
- *   umem - a move-capable NIC on /dev/kvd_umem (ib_core's dma-buf MR code,
+ *   move-capable, one of:
+ *   rxedb - soft-RoCE with dma-buf MRs (tests/rxe, dynamic: follows
+ *          moves), wherever the guest loaded it (6.12, 7.3): the same
+ *          store, QPs and wire as rxe, but A's and B's regions are vgem
+ *          buffers (DRM): kvdmabuf registers their proxies through the
+ *          library's public path (ibv_reg_dmabuf_mr): FOLLOW (keys
+ *          unchanged); the baseline registers each buffer itself once.
+ *          B also probes A's QP with a deregistered MR's key and with a
+ *          foreign (its own) MR's key: the remote access check refuses
+ *   umem - elsewhere (6.1: no dma-buf rxe), a move-capable NIC on
+ *          /dev/kvd_umem (ib_core's dma-buf MR code,
  *          dynamic imports as mlx5): one open file shared by the pass's
  *          processes is the fabric, an import handle is a key, a transfer
  *          moves bytes from (key, offset) to (key, offset) through both
@@ -56,8 +66,15 @@ enum { DEMO_R_KV = 0, DEMO_R_W = 1, DEMO_NR_REGIONS = 2 };
 enum { DEMO_TAG_ALL = 0, DEMO_TAG_WEIGHTS = 1, DEMO_TAG_KV = 2 };
 /* Engine modes. */
 enum { DEMO_KVDMABUF = 1, DEMO_BASELINE = 2 };
-/* NIC kinds; pass index = kind * 2 + (baseline ? 1 : 0). */
-enum { DEMO_NIC_RXE = 0, DEMO_NIC_UMEM = 1, DEMO_NR_NICS = 2 };
+/*
+ * NIC columns; pass index = column * 2 + (baseline ? 1 : 0). Column
+ * DEMO_NIC_UMEM is the move-capable NIC: DEMO_NIC_RXEDB (a NIC kind, not
+ * a column) where soft-RoCE has dma-buf MRs, else kvd_umem.
+ */
+enum { DEMO_NIC_RXE = 0, DEMO_NIC_UMEM = 1, DEMO_NR_NICS = 2,
+       DEMO_NIC_RXEDB = 2 };
+#define DEMO_COL(kind)		((kind) == DEMO_NIC_RXE ? DEMO_NIC_RXE : \
+				 DEMO_NIC_UMEM)
 #define DEMO_NR_PASSES		(2 * DEMO_NR_NICS)
 #define DEMO_PEER_BLOCK0	32	/* B's blocks that receive A's KV */
 
@@ -83,6 +100,9 @@ enum demo_op {
 			 * a[2] by key a[0] into its own blocks, check seeds
 			 * a[4] + i; reply a[0] delivered a[1] correct
 			 * a[2] errors a[3] access errors (key refused) */
+	OP_DEAD_KEY,	/* A (rxedb): register a dma-buf MR at the iova of
+			 * KV block a[0] and deregister it; reply a[0] its
+			 * rkey, a[1] its iova */
 	OP_QUIT,
 };
 
@@ -264,6 +284,10 @@ struct demo_keys {
 	/* B's stale-key probes after a wake (keys that changed) */
 	unsigned int stale_tried, stale_refused, stale_delivered;
 	char stale_status[64];	/* the completion a stale read got */
+	/* rxedb: B's probes of A's QP by a key that is not A's: a
+	 * deregistered MR's and a foreign one (B's own) */
+	unsigned int probe_tried, probe_refused, probe_delivered;
+	char probe_status[64];	/* a completion that was not refused */
 };
 
 struct demo_results {
@@ -280,6 +304,8 @@ struct demo_results {
 	unsigned int plain_cycles;
 	char mode[DEMO_NR_NICS][32];	/* mode libkvdmabuf chose for A's KV */
 	char umem_skip[200];		/* why the umem NIC did not run */
+	int move_kind;			/* DEMO_NIC_RXEDB or DEMO_NIC_UMEM */
+	char rxedb_missing[300];	/* why not rxedb (umem instead) */
 };
 
 struct demo_row *demo_row(struct demo_results *r, const char *group,

@@ -5,8 +5,12 @@
  * a baseline whose wrong blocks came with transfer errors (a loud failure,
  * as with nvidia-peermem's invalidation, not the bug the demo portrays), a
  * baseline with no wrong block, and a kvdmabuf pass with a wrong block or
- * a transfer error each fail, for their own reason. tests/demo/demo_once.py runs
- * the real demo in the 6.1 lane.
+ * a transfer error each fail, for their own reason. With soft-RoCE with
+ * dma-buf MRs as the move-capable NIC (rxedb) the same checks name it, and
+ * a key not A's (deregistered, foreign) that was not refused by the remote
+ * access check, or delivered, or not probed after each cycle, fails; so
+ * does a mode other than FOLLOW or a key that changed. tests/demo/demo_once.py
+ * runs the real demo in the 6.1 (kvd_umem) and 6.12 (rxedb) lanes.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +59,18 @@ static void good_run(struct demo_results *r)
 	r->follow.len = 1 << 20;
 	r->follow.min_drop_kb = 1024;
 	r->follow.invalidations = 1;
+}
+
+/* The same with soft-RoCE with dma-buf MRs as the move-capable NIC: one
+ * plain cycle, the selective wake and the KV-only release, two probes of
+ * keys not A's after each, all refused. */
+static void good_rxedb_run(struct demo_results *r)
+{
+	good_run(r);
+	r->move_kind = DEMO_NIC_RXEDB;
+	r->plain_cycles = 1;
+	r->keys[2].probe_tried = r->keys[2].probe_refused = 6;
+	r->keys[2].rkey_first = r->keys[2].rkey_last = 0x12f4;
 }
 
 /* The verdict, and its printed line in @line. */
@@ -138,6 +154,80 @@ TEST(kvdmabuf_wrong_block_or_transfer_error_fails)
 	r.xfer_errors[0] = 1;
 	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
 	ASSERT_TRUE(strstr(line, "rxe kvdmabuf: 1 transfer errors") != NULL);
+}
+
+TEST(rxedb_column_passes_and_is_named)
+{
+	static struct demo_results r;
+	char line[4096];
+
+	good_rxedb_run(&r);
+	ASSERT_TRUE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "(soft-RoCE dma-buf MRs, same keys)") != NULL);
+	good_run(&r);
+	ASSERT_TRUE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "(kvd_umem, same keys)") != NULL);
+}
+
+TEST(rxedb_blocks_and_silent_baseline_judged)
+{
+	static struct demo_results r;
+	char line[4096];
+
+	good_rxedb_run(&r);
+	r.rows[1].c[2].ok = DEMO_PROMPTS - 1;
+	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "rxedb kvdmabuf: sleep/wake cycles / B gets "
+			   "KV that A put after its wake: 7/8 correct") != NULL);
+	good_rxedb_run(&r);
+	r.xfer_errors[3] = 8;
+	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "rxedb baseline: 8 transfer errors") != NULL);
+	good_rxedb_run(&r);
+	r.rows[0].c[3].ok = DEMO_PROMPTS;
+	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "rxedb baseline did not reproduce wrong "
+			   "blocks delivered silently on A") != NULL);
+}
+
+TEST(rxedb_follow_mode_and_same_key)
+{
+	static struct demo_results r;
+	char line[4096];
+
+	good_rxedb_run(&r);
+	strcpy(r.mode[DEMO_NIC_UMEM], "reregister");
+	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "rxedb kvdmabuf: mode 'reregister', "
+			   "expected follow") != NULL);
+	good_rxedb_run(&r);
+	r.keys[2].rkey_last = 0x1300;
+	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "rxedb kvdmabuf: A's key changed") != NULL);
+}
+
+TEST(rxedb_key_not_refused_fails)
+{
+	static struct demo_results r;
+	char line[4096];
+
+	good_rxedb_run(&r);
+	r.keys[2].probe_refused = 5;	/* one went through */
+	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "rxedb kvdmabuf: keys not A's: 5/6 refused "
+			   "by the remote access check over 3 cycles, 0 "
+			   "blocks delivered") != NULL);
+	good_rxedb_run(&r);
+	r.keys[2].probe_delivered = 1;	/* refused, yet a block came */
+	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "6/6 refused by the remote access check "
+			   "over 3 cycles, 1 blocks delivered") != NULL);
+	good_rxedb_run(&r);
+	r.keys[2].probe_tried = r.keys[2].probe_refused = 4; /* cycle left */
+	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "keys not A's: 4/4 refused") != NULL);
+	good_run(&r);		/* kvd_umem: no keys on a wire to probe */
+	ASSERT_TRUE(verdict(&r, line, sizeof(line)));
 }
 
 TEST_HARNESS_MAIN

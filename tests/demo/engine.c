@@ -15,6 +15,13 @@
  * library's dma-buf registration is a dynamic import of the proxy), so they
  * take FOLLOW; the baseline imports each buffer once, directly.
  *
+ * With soft-RoCE with dma-buf MRs (rxedb) the regions are vgem buffers as
+ * well, but the NIC, store, QPs and transfers are rxe's: kvdmabuf mode
+ * adds them as DRM regions through the library's public path
+ * (kvdmabuf_open() with rxe1, ibv_reg_dmabuf_mr() of the proxy: FOLLOW);
+ * the baseline registers each buffer itself once (ibv_reg_dmabuf_mr()).
+ * Their NIC address (iova) is dev_addr, the same across wakes.
+ *
  * Two modes:
  *  - kvdmabuf: regions registered through libkvdmabuf with
  *    KVDMABUF_REGION_RELEASED_AT_SLEEP (soft-RoCE has no dma-buf MRs, so
@@ -42,6 +49,9 @@
 #include "proxy_common.h"
 #include "verbs_pair.h"
 
+#define DEMO_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
+		     IBV_ACCESS_REMOTE_READ)
+
 struct region {
 	const char *tag;
 	size_t len;
@@ -55,9 +65,9 @@ struct region {
 	 * io_begin and io_end would block the drain it waits for. */
 	_Atomic uint32_t lkey;
 	struct ibv_mr *mr;              /* baseline mode */
-	/* umem: the current vgem buffer (addr is its CPU mapping), the
-	 * device address the library knows the region by, and the
-	 * baseline's import handle (-1: none) */
+	/* umem, rxedb: the current vgem buffer (addr is its CPU mapping),
+	 * the device address the library knows the region by (rxedb: the
+	 * MR's iova), and umem's baseline import handle (-1: none) */
 	struct demo_vbuf vb;
 	uint64_t dev_addr;
 	int key;
@@ -77,9 +87,9 @@ struct demo_engine {
 	int mode;
 	int nic_kind;                   /* DEMO_NIC_* */
 	int umem_fd;                    /* umem: the shared NIC */
-	int drm;                        /* umem: vgem, -1 */
+	int drm;                        /* umem, rxedb: vgem, -1 */
 	struct imp_nic inic;            /* umem: the library's backend */
-	/* the peer path (rxe): A's QP on rxe1 answers B's reads; B reads
+	/* the peer path (rxe, rxedb): A's QP on rxe1 answers B's reads; B reads
 	 * on rxe0 into its own buffer */
 	struct demo_nic peer_nic;
 	struct demo_qp peer;
@@ -139,12 +149,27 @@ static bool tag_has(uint64_t sel, unsigned int r)
 	       (sel == DEMO_TAG_WEIGHTS && r == DEMO_R_W);
 }
 
+/* umem and rxedb: regions are vgem buffers */
+static bool vgem_regions(const struct demo_engine *e)
+{
+	return e->nic_kind != DEMO_NIC_RXE;
+}
+
+/* The address of @block of @r on the NIC: the host address for rxe, the
+ * dma-buf MR's iova for rxedb. */
+static uint64_t nic_addr(const struct demo_engine *e, const struct region *r,
+			 unsigned int block)
+{
+	return (e->nic_kind == DEMO_NIC_RXEDB ? r->dev_addr :
+		(uintptr_t)r->addr) + (uint64_t)block * DEMO_BLOCK;
+}
+
 /* ---- memory: map fresh, release ---- */
 
 static int region_map(struct demo_engine *e, struct region *r,
 		      struct demo_msg *m)
 {
-	if (e->nic_kind == DEMO_NIC_UMEM) {
+	if (vgem_regions(e)) {
 		int rc = demo_vbuf_new(e->drm, r->len, &r->vb);
 
 		if (rc)
@@ -183,7 +208,7 @@ static int region_map(struct demo_engine *e, struct region *r,
 static int region_release(struct demo_engine *e, struct region *r,
 			  struct demo_msg *m)
 {
-	if (e->nic_kind == DEMO_NIC_UMEM) {
+	if (vgem_regions(e)) {
 		/* handle, dma-buf fd, mapping: what is left holding the
 		 * buffer is what the NIC holds */
 		demo_vbuf_free(e->drm, &r->vb);
@@ -282,8 +307,8 @@ static int xfer(struct demo_engine *e, unsigned int q, struct region *r,
 				 write ? s->rkey : lkey, strerror(-rc));
 		return rc;
 	}
-	rc = demo_rdma(&e->qp[q], write, r->addr + (size_t)block * DEMO_BLOCK,
-		       DEMO_BLOCK, lkey, raddr, s->rkey, &status);
+	rc = demo_rdma(&e->qp[q], write,
+		       (void *)(uintptr_t)nic_addr(e, r, block), DEMO_BLOCK, lkey, raddr, s->rkey, &status);
 	if (rc)
 		snprintf(err, errlen, "%s: RDMA %s of slot %u: %s%s%s",
 			 e->name, write ? "write" : "read", slot,
@@ -419,7 +444,7 @@ static int stress_start(struct demo_engine *e, struct demo_msg *m)
 	int rc;
 
 	if (n > DEMO_STRESS_THREADS || e->nst ||
-	    (e->nic_kind == DEMO_NIC_RXE && n + 1 > e->nqp))
+	    (e->nic_kind != DEMO_NIC_UMEM && n + 1 > e->nqp))
 		return demo_fail(m, -EINVAL, "%s: bad stress request",
 				 e->name);
 	atomic_store(&e->stop, 0);
@@ -525,6 +550,12 @@ static int engine_init(struct demo_engine *e, struct demo_msg *m)
 		memcpy(m->qp[i].gid, e->nic.gid, sizeof(e->nic.gid));
 	}
 	m->n = e->nqp;
+	if (e->nic_kind == DEMO_NIC_RXEDB) {
+		e->drm = vgem_open();
+		if (e->drm < 0)
+			return demo_fail(m, e->drm, "%s: no vgem device",
+					 e->name);
+	}
 	if (e->mode != DEMO_KVDMABUF)
 		return 0;
 	/* the transfer engine's own PD, so its QPs can use the lkeys */
@@ -588,14 +619,19 @@ static int engine_regions(struct demo_engine *e, struct demo_msg *m)
 			continue;
 		}
 		if (e->mode == DEMO_BASELINE) {
-			r->mr = ibv_reg_mr(e->nic.pd, r->addr, r->len,
-					   IBV_ACCESS_LOCAL_WRITE |
-					   IBV_ACCESS_REMOTE_WRITE |
-					   IBV_ACCESS_REMOTE_READ);
+			/* rxedb: the vgem buffer's own dma-buf, no proxy */
+			r->mr = e->nic_kind == DEMO_NIC_RXEDB ?
+				ibv_reg_dmabuf_mr(e->nic.pd, 0, r->len,
+						  r->dev_addr, r->vb.fd,
+						  DEMO_ACCESS) :
+				ibv_reg_mr(e->nic.pd, r->addr, r->len,
+					   DEMO_ACCESS);
 			if (!r->mr)
 				return demo_fail(m, errno ? -errno : -EIO,
-						 "%s: ibv_reg_mr %s: %s",
-						 e->name, r->tag,
+						 "%s: %s %s: %s", e->name,
+						 e->nic_kind == DEMO_NIC_RXEDB ?
+						 "ibv_reg_dmabuf_mr" :
+						 "ibv_reg_mr", r->tag,
 						 strerror(errno));
 			e->key_gen[i] = 1;
 			e->rkey[i] = r->mr->rkey;
@@ -607,7 +643,7 @@ static int engine_regions(struct demo_engine *e, struct demo_msg *m)
 		d.mem = KVDMABUF_MEM_HOST;
 		d.flags = KVDMABUF_REGION_RELEASED_AT_SLEEP;
 		d.tag = r->tag;
-		if (e->nic_kind == DEMO_NIC_UMEM) {
+		if (vgem_regions(e)) {
 			d.addr = (void *)(uintptr_t)r->dev_addr;
 			d.mem = KVDMABUF_MEM_DRM;
 			d.flags = 0;
@@ -630,8 +666,8 @@ static int engine_regions(struct demo_engine *e, struct demo_msg *m)
 		e->rkey[i] = rkey;
 	}
 	keys_reply(e, m);
-	m->a[6] = e->nic_kind == DEMO_NIC_RXE ?
-		  (uintptr_t)e->reg[DEMO_R_KV].addr : 0;
+	m->a[6] = e->nic_kind == DEMO_NIC_UMEM ? 0 :
+		  nic_addr(e, &e->reg[DEMO_R_KV], 0);
 	/* the mode the library chose for the KV region (measured) */
 	if (e->mode == DEMO_KVDMABUF) {
 		struct kvdmabuf_region_info info;
@@ -703,7 +739,7 @@ static int engine_wake(struct demo_engine *e, struct demo_msg *m)
 			if (rc)
 				return rc;
 			/* the new buffer, for the library's next wake */
-			if (e->nic_kind == DEMO_NIC_UMEM && e->reg[i].kr) {
+			if (vgem_regions(e) && e->reg[i].kr) {
 				rc = kvdmabuf_region_set_drm_handle(
 					e->reg[i].kr, e->drm,
 					e->reg[i].vb.handle);
@@ -782,7 +818,7 @@ static int engine_quit(struct demo_engine *e, struct demo_msg *m)
 						strerror(-rc));
 			r->key = -1;
 		}
-		if (e->nic_kind == DEMO_NIC_UMEM)
+		if (vgem_regions(e))
 			demo_vbuf_free(e->drm, &r->vb);
 		else if (r->addr)
 			munmap(r->addr, r->len);
@@ -819,7 +855,7 @@ static int peer_qp(struct demo_engine *e, struct demo_msg *m)
 	struct demo_nic *n = reader ? &e->peer_nic : &e->nic;
 	int rc;
 
-	if (e->nic_kind != DEMO_NIC_RXE)
+	if (e->nic_kind == DEMO_NIC_UMEM)
 		return demo_fail(m, -EINVAL, "%s: peer QPs are for rxe",
 				 e->name);
 	if (e->peer.qp) {
@@ -880,13 +916,13 @@ static int peek(struct demo_engine *e, struct demo_msg *m)
 	int rc, status = 0;
 
 	if (n > PEER_BLOCKS || !e->nreg ||
-	    (e->nic_kind == DEMO_NIC_RXE && !e->peer.qp))
+	    (e->nic_kind != DEMO_NIC_UMEM && !e->peer.qp))
 		return demo_fail(m, -EINVAL, "%s: bad peek request", e->name);
 	for (i = 0; i < n; i++) {
 		uint64_t roff = (uint64_t)(block0 + i) * DEMO_BLOCK;
 		char *local;
 
-		if (e->nic_kind == DEMO_NIC_RXE) {
+		if (e->nic_kind != DEMO_NIC_UMEM) {
 			local = e->peer_buf + (size_t)i * DEMO_BLOCK;
 			memset(local, 0xa5, DEMO_BLOCK);
 			rc = demo_rdma(&e->peer, 0, local, DEMO_BLOCK,
@@ -925,7 +961,7 @@ static int peek(struct demo_engine *e, struct demo_msg *m)
 			errors++;
 			/* an RC QP is in the error state after that: the
 			 * rest counts as not delivered */
-			if (e->nic_kind == DEMO_NIC_RXE) {
+			if (e->nic_kind != DEMO_NIC_UMEM) {
 				errors += n - i - 1;
 				break;
 			}
@@ -941,6 +977,45 @@ static int peek(struct demo_engine *e, struct demo_msg *m)
 	m->a[3] = access;
 	snprintf(m->text, sizeof(m->text), "%s", err);
 	return 0;
+}
+
+/*
+ * rxedb: a key that was A's and is no more. A registers a one-block vgem
+ * buffer on its PD at the iova of its KV block m->a[0] (so that only the
+ * key is wrong when a peer reads that block by it), deregisters it and
+ * frees the buffer: a peer that cached the key must be refused by the
+ * NIC's remote access check.
+ */
+static int dead_key(struct demo_engine *e, struct demo_msg *m)
+{
+	struct demo_vbuf vb = { .fd = -1 };
+	uint64_t iova = nic_addr(e, &e->reg[DEMO_R_KV], (unsigned int)m->a[0]);
+	struct ibv_mr *mr;
+	int rc;
+
+	if (e->nic_kind != DEMO_NIC_RXEDB || !e->nic.pd ||
+	    (m->a[0] + 1) * DEMO_BLOCK > DEMO_KV_LEN)
+		return demo_fail(m, -EINVAL, "%s: dead keys are for rxedb",
+				 e->name);
+	rc = demo_vbuf_new(e->drm, DEMO_BLOCK, &vb);
+	if (rc)
+		return demo_fail(m, rc, "%s: vgem buffer: %s", e->name,
+				 strerror(-rc));
+	mr = ibv_reg_dmabuf_mr(e->nic.pd, 0, DEMO_BLOCK, iova, vb.fd,
+			       DEMO_ACCESS);
+	if (!mr) {
+		rc = errno ? -errno : -EIO;
+		demo_vbuf_free(e->drm, &vb);
+		return demo_fail(m, rc, "%s: ibv_reg_dmabuf_mr: %s", e->name,
+				 strerror(-rc));
+	}
+	memset(m->a, 0, sizeof(m->a));
+	m->a[0] = mr->rkey;
+	m->a[1] = iova;
+	rc = ibv_dereg_mr(mr);
+	demo_vbuf_free(e->drm, &vb);
+	return rc ? demo_fail(m, -rc, "%s: ibv_dereg_mr: %s", e->name,
+			      strerror(rc)) : 0;
 }
 
 int demo_engine_serve(struct demo_msg *m, void *arg)
@@ -972,6 +1047,8 @@ int demo_engine_serve(struct demo_msg *m, void *arg)
 		return peer_connect(e, m);
 	case OP_PEEK:
 		return peek(e, m);
+	case OP_DEAD_KEY:
+		return dead_key(e, m);
 	case OP_QUIT:
 		return engine_quit(e, m);
 	default:

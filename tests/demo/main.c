@@ -4,8 +4,10 @@
  * of them sleeps and wakes, and the other also reads the sleeper's KV by
  * its key. The same scenario runs on two NIC kinds: soft-RoCE (a pinning
  * NIC without dma-buf MRs: REREGISTER, keys change) and a move-capable NIC
- * on the kernel's dma-buf MR code (kvd_umem; vgem regions behind kvdmabuf
- * proxies: FOLLOW, keys unchanged); on each, with libkvdmabuf and as the
+ * (vgem regions behind kvdmabuf proxies: FOLLOW, keys unchanged):
+ * soft-RoCE with dma-buf MRs (tests/rxe) where the guest loaded it, with
+ * the same QPs and rkeys over the same wire, else kvd_umem (the kernel's
+ * dma-buf MR code behind an ioctl); on each, with libkvdmabuf and as the
  * baseline (registered once, never refreshed, as transfer engines do
  * today). Then the follow path alone (the test importer on a proxy).
  *
@@ -28,19 +30,22 @@
 
 #include "demo.h"
 #include "procfs.h"
+#include "rxe_env.h"
 
 enum { CYC_PLAIN, CYC_SELECTIVE, CYC_KVONLY };
 
 struct pass {
 	int mode;
-	int nic;                        /* DEMO_NIC_* */
-	unsigned int idx;               /* nic * 2 + (baseline ? 1 : 0) */
+	int nic;                        /* DEMO_NIC_* kind */
+	int col;                        /* its column: DEMO_COL(nic) */
+	unsigned int idx;               /* col * 2 + (baseline ? 1 : 0) */
 	int umem_fd;
 	struct demo_store_cfg scfg;
 	/* A's kv_cache as B knows it: the key it holds (the last one A
 	 * published) and the one before the last wake */
 	uint64_t a_raddr;
 	uint32_t a_rkey_held, a_rkey_prev;
+	uint32_t b_rkey;		/* B's KV key: foreign to A */
 	struct demo_results *res;
 	const char *config;
 	bool stress;
@@ -75,12 +80,12 @@ static uint32_t take_seeds(struct pass *p)
 
 static const char *pass_name(const struct pass *p)
 {
-	static const char *const names[DEMO_NR_PASSES] = {
+	static const char *const names[] = {
 		"rxe kvdmabuf", "rxe baseline", "umem kvdmabuf",
-		"umem baseline",
+		"umem baseline", "rxedb kvdmabuf", "rxedb baseline",
 	};
 
-	return names[p->idx];
+	return names[p->nic * 2 + p->idx % 2];
 }
 
 /* put or get DEMO_PROMPTS blocks; *c counts correct blocks (puts: done) */
@@ -174,7 +179,7 @@ static int peer_connect(struct pass *p)
 	struct demo_msg m;
 	int rc;
 
-	if (p->nic != DEMO_NIC_RXE)
+	if (p->nic == DEMO_NIC_UMEM)
 		return 0;
 	msg_init(&m, OP_PEER_QP);
 	rc = demo_call(&p->a, &m);
@@ -226,6 +231,39 @@ static int stale_probe(struct pass *p)
 }
 
 /*
+ * rxedb: B reads at A's KV address by a key that is not A's: a key A
+ * deregistered (@dead), or a foreign one, B's own KV key (another
+ * process's PD). A's responder must refuse it (remote access error,
+ * nothing delivered). The refusal breaks the peer QPs: reconnect them.
+ */
+static int key_probe(struct pass *p, bool dead)
+{
+	struct demo_keys *k = &p->res->keys[p->idx];
+	uint32_t key = p->b_rkey;
+	struct demo_msg m;
+	int rc;
+
+	if (dead) {
+		msg_init(&m, OP_DEAD_KEY);
+		m.a[0] = 8;		/* the block read */
+		rc = demo_call(&p->a, &m);
+		if (rc)
+			return rc;
+		key = (uint32_t)m.a[0];
+	}
+	rc = peek(p, key, 8, 0, 1, &m);
+	if (rc)
+		return rc;
+	k->probe_tried++;
+	k->probe_refused += m.a[3] ? 1 : 0;
+	k->probe_delivered += (unsigned int)m.a[0];
+	if (!m.a[3])
+		snprintf(k->probe_status, sizeof(k->probe_status), "%.63s",
+			 m.a[0] ? "delivered" : m.text);
+	return m.a[0] ? 0 : peer_connect(p);
+}
+
+/*
  * Free memory once it stops moving (3 reads 10 ms apart within 256 KiB,
  * at most 1 s): the module drops a revoked backing from a kernel worker
  * when the importer's unmap wins the race with the revoke's own reap, and
@@ -268,7 +306,7 @@ static int measure(struct pass *p, struct demo_mem *out, bool settle)
 	out->pin_kb = (long)m.a[0];
 	/* vgem buffers are shmem, mapped without struct pages in the
 	 * process (mincore sees none): count what Shmem gained since */
-	if (p->nic == DEMO_NIC_UMEM)
+	if (p->col == DEMO_NIC_UMEM)
 		out->res_kb = shmem - p->shmem_ref;
 	else
 		out->res_kb = (long)((m.a[1] + m.a[2]) / 1024);
@@ -325,7 +363,7 @@ static int republish(struct pass *p, const struct demo_msg *w)
 
 static int sleep_wake(struct pass *p, int op, uint64_t tag)
 {
-	struct demo_stress *s = &p->res->stress[p->nic];
+	struct demo_stress *s = &p->res->stress[p->col];
 	struct demo_msg m;
 	int rc;
 
@@ -386,7 +424,7 @@ static int cycle(struct pass *p, int kind, unsigned int n, unsigned int of)
 	uint64_t tag = kind == CYC_KVONLY ? DEMO_TAG_KV : DEMO_TAG_ALL;
 	struct demo_memrow *mr = NULL;
 	struct demo_mem scratch[DEMO_NR_M], *mm;
-	struct demo_stress *s = &p->res->stress[p->nic];
+	struct demo_stress *s = &p->res->stress[p->col];
 	unsigned int sb = take_slots(p), sa = take_slots(p), refused = 0;
 	uint32_t kb = take_seeds(p), ka = take_seeds(p);
 	struct demo_count *c;
@@ -483,6 +521,11 @@ static int cycle(struct pass *p, int kind, unsigned int n, unsigned int of)
 				row(p, g, "B reads A's post-wake KV by A's key",
 				    true));
 	rc = rc ? rc : stale_probe(p);
+	/* after each wake, the keys that are not A's, on the wire */
+	if (p->nic == DEMO_NIC_RXEDB && p->mode == DEMO_KVDMABUF) {
+		rc = rc ? rc : key_probe(p, true);
+		rc = rc ? rc : key_probe(p, false);
+	}
 	return rc;
 }
 
@@ -544,6 +587,7 @@ static int run_pass(struct pass *p, unsigned int cycles)
 	rc = demo_call(&p->b, &m);
 	if (rc)
 		goto out;
+	p->b_rkey = (uint32_t)m.a[1];
 	ref = demo_free_kb();
 	if (ref < 0) {
 		rc = (int)ref;
@@ -556,7 +600,7 @@ static int run_pass(struct pass *p, unsigned int cycles)
 	if (rc)
 		goto out;
 	if (p->mode == DEMO_KVDMABUF)
-		snprintf(p->res->mode[p->nic], sizeof(p->res->mode[0]),
+		snprintf(p->res->mode[p->col], sizeof(p->res->mode[0]),
 			 "%.31s", m.text);
 	p->gen_seen[DEMO_R_KV] = m.a[0];
 	p->gen_seen[DEMO_R_W] = m.a[2];
@@ -636,8 +680,9 @@ int main(int argc, char **argv)
 	unsigned int cycles = 3, i;
 	char config[128];
 	struct utsname u;
+	const char *missing;
 	bool stress = false, ok;
-	int rc, umem_fd;
+	int rc, umem_fd = -1;
 
 	for (i = 1; i < (unsigned int)argc; i++) {
 		if (!strcmp(argv[i], "--cycles")) {
@@ -666,6 +711,11 @@ int main(int argc, char **argv)
 	if (uname(&u))
 		memset(&u, 0, sizeof(u));
 	res.plain_cycles = cycles;
+	missing = rxe_dmabuf_missing();
+	res.move_kind = missing ? DEMO_NIC_UMEM : DEMO_NIC_RXEDB;
+	if (missing)
+		snprintf(res.rxedb_missing, sizeof(res.rxedb_missing), "%s",
+			 missing);
 	printf("kvdmabuf demo: engines A and B share a KV store (kernel %s)\n",
 	       u.release);
 	printf("  store: %d segments; A, B: KV cache %lu MiB, A also weights "
@@ -675,8 +725,15 @@ int main(int argc, char **argv)
 	       "same address); B never sleeps\n");
 	printf("  NIC 1, pinning: soft-RoCE (store rxe0, engines rxe1), host "
 	       "memory, no dma-buf MRs\n");
-	printf("  NIC 2, move-capable: kvd_umem (ib_core dma-buf MRs, dynamic "
-	       "as mlx5), vgem regions, moves by key and offset\n");
+	if (res.move_kind == DEMO_NIC_RXEDB)
+		printf("  NIC 2, move-capable: soft-RoCE with dma-buf MRs "
+		       "(tests/rxe, dynamic as mlx5), same store, QPs and "
+		       "wire, vgem regions, real rkeys\n");
+	else
+		printf("  NIC 2, move-capable: kvd_umem (ib_core dma-buf MRs, "
+		       "dynamic as mlx5), vgem regions, moves by key and "
+		       "offset;\n    not soft-RoCE with dma-buf MRs: %s\n",
+		       res.rxedb_missing);
 	printf("  %u prompts per phase, KV block %u KiB; %u sleep/wake "
 	       "cycle%s, 1 selective wake, 1 KV-only release%s\n",
 	       DEMO_PROMPTS, DEMO_BLOCK / 1024, cycles, cycles == 1 ? "" : "s",
@@ -687,12 +744,15 @@ int main(int argc, char **argv)
 	rc = write_config(config, sizeof(config));
 	if (rc)
 		return 1;
-	umem_fd = demo_umem_open(res.umem_skip, sizeof(res.umem_skip));
+	if (res.move_kind == DEMO_NIC_UMEM)
+		umem_fd = demo_umem_open(res.umem_skip,
+					 sizeof(res.umem_skip));
 	for (i = 0; i < DEMO_NR_PASSES; i++) {
 		struct pass p;
 
 		memset(&p, 0, sizeof(p));
-		p.nic = (int)(i / 2);
+		p.col = (int)(i / 2);
+		p.nic = p.col == DEMO_NIC_RXE ? DEMO_NIC_RXE : res.move_kind;
 		p.mode = i % 2 ? DEMO_BASELINE : DEMO_KVDMABUF;
 		p.idx = i;
 		p.res = &res;

@@ -71,9 +71,18 @@ static void fail(struct verdict *v, const char *fmt, ...)
 		v->len = sizeof(v->why) - 1;
 }
 
-static const char *const pass_names[DEMO_NR_PASSES] = {
-	"rxe kvdmabuf", "rxe baseline", "umem kvdmabuf", "umem baseline",
-};
+/* The name of pass @p: the move-capable column is rxedb or umem. */
+static const char *pass_name(const struct demo_results *r, unsigned int p)
+{
+	static const char *const names[DEMO_NR_PASSES] = {
+		"rxe kvdmabuf", "rxe baseline", "umem kvdmabuf",
+		"umem baseline",
+	};
+
+	if (p >= 2 && r->move_kind == DEMO_NIC_RXEDB)
+		return p % 2 ? "rxedb baseline" : "rxedb kvdmabuf";
+	return names[p];
+}
 
 static void cell(char *buf, size_t len, const struct demo_row *r,
 		 unsigned int pass)
@@ -112,9 +121,12 @@ static void print_rows(struct demo_results *r, struct verdict *v,
 	char c[DEMO_NR_PASSES][32];
 
 	memset(bug, 0, sizeof(bug));
+	bool rxedb = r->move_kind == DEMO_NIC_RXEDB;
+
 	printf("\n%-40s %21s   %21s\n", "", "soft-RoCE: pins,",
-	       "kvd_umem: dma-buf MR,");
-	printf("%-40s %21s   %21s\n", "", "keys change", "moves, same keys");
+	       rxedb ? "soft-RoCE dma-buf MR," : "kvd_umem: dma-buf MR,");
+	printf("%-40s %21s   %21s\n", "", "keys change", rxedb ?
+	       "follows, same keys" : "moves, same keys");
 	printf(COLS, "phase (8 prompts each)", "kvdmabuf", "baseline",
 	       "kvdmabuf", "baseline");
 	for (i = 0; i < r->nr_rows; i++) {
@@ -138,7 +150,7 @@ static void print_rows(struct demo_results *r, struct verdict *v,
 				continue;
 			if (p % 2 == 0 && (x->ok != x->total || x->errors))
 				fail(v, "%s: %s / %s: %u/%u correct, %u "
-				     "transfer errors", pass_names[p],
+				     "transfer errors", pass_name(r, p),
 				     w->group, w->phase, x->ok, x->total,
 				     x->errors);
 			if (w->gate)
@@ -151,7 +163,7 @@ static void print_rows(struct demo_results *r, struct verdict *v,
 			if (!w->expect_bug && x->ok != x->total)
 				fail(v, "%s already wrong before any sleep "
 				     "(%s: %u/%u): the setup is broken",
-				     pass_names[p], w->phase, x->ok,
+				     pass_name(r, p), w->phase, x->ok,
 				     x->total);
 			/* the bug: wrong bytes, delivered without an error */
 			if (w->expect_bug)
@@ -178,7 +190,7 @@ static void print_rows(struct demo_results *r, struct verdict *v,
 		if (p % 2 == 0) {
 			if (r->xfer_errors[p])
 				fail(v, "%s: %llu transfer errors",
-				     pass_names[p],
+				     pass_name(r, p),
 				     (unsigned long long)r->xfer_errors[p]);
 			continue;
 		}
@@ -188,15 +200,16 @@ static void print_rows(struct demo_results *r, struct verdict *v,
 		 * all, or it is not the bug the seed measured */
 		if (r->xfer_errors[p])
 			fail(v, "%s: %llu transfer errors (the bug is wrong "
-			     "data delivered without any error)", pass_names[p],
+			     "data delivered without any error)",
+			     pass_name(r, p),
 			     (unsigned long long)r->xfer_errors[p]);
 		if (!bug[p][0])
 			fail(v, "%s did not reproduce wrong blocks delivered "
-			     "silently on A after a wake", pass_names[p]);
+			     "silently on A after a wake", pass_name(r, p));
 		if (!bug[p][1])
 			fail(v, "%s did not reproduce wrong blocks delivered "
 			     "silently on B (A's stale puts, A's stale key)",
-			     pass_names[p]);
+			     pass_name(r, p));
 	}
 }
 
@@ -210,9 +223,10 @@ static void print_mem(struct demo_results *r, struct verdict *v,
 	char a[64], s[64], w[64];
 
 	printf("\nmemory of engine A, MiB: pinned (VmPin) / resident (rxe: "
-	       "its regions' pages, mincore; umem: Shmem its vgem buffers "
-	       "add) / held (drop in free memory)\n");
-	printf("%-36s %-16s %-16s %-16s\n", "", "awake", "asleep",
+	       "its regions' pages, mincore; %s: Shmem its vgem buffers "
+	       "add) / held (drop in free memory)\n",
+	       r->move_kind == DEMO_NIC_RXEDB ? "rxedb" : "umem");
+	printf("%-37s %-16s %-16s %-16s\n", "", "awake", "asleep",
 	       "after wake");
 	for (i = 0; i < r->nr_mem; i++) {
 		const struct demo_memrow *m = &r->mem[i];
@@ -226,8 +240,8 @@ static void print_mem(struct demo_results *r, struct verdict *v,
 			memcell(a, sizeof(a), &x[DEMO_M_AWAKE]);
 			memcell(s, sizeof(s), &x[DEMO_M_ASLEEP]);
 			memcell(w, sizeof(w), &x[DEMO_M_WOKE]);
-			printf("%-22s %-13s %-16s %-16s %-16s\n",
-			       p ? "" : m->label, pass_names[p], a, s, w);
+			printf("%-22s %-14s %-16s %-16s %-16s\n",
+			       p ? "" : m->label, pass_name(r, p), a, s, w);
 			if (!x[DEMO_M_ASLEEP].valid)
 				continue;
 			if (p % 2) {
@@ -240,7 +254,7 @@ static void print_mem(struct demo_results *r, struct verdict *v,
 				if (extra <= 0)
 					fail(v, "%s: %s: nothing held while "
 					     "asleep (bug not reproduced)",
-					     pass_names[p], m->label);
+					     pass_name(r, p), m->label);
 				if (nic == DEMO_NIC_UMEM)
 					extra += HELD_SLACK_KB;
 				if (extra > asleep_base[nic])
@@ -255,7 +269,7 @@ static void print_mem(struct demo_results *r, struct verdict *v,
 			     mib(x[DEMO_M_ASLEEP].res_kb) != mib(exp_res)))
 				fail(v, "%s: %s: asleep %ld KiB pinned, %ld "
 				     "KiB resident (expected %ld, %ld)",
-				     pass_names[p], m->label,
+				     pass_name(r, p), m->label,
 				     x[DEMO_M_ASLEEP].pin_kb,
 				     x[DEMO_M_ASLEEP].res_kb, exp_pin, exp_res);
 			if (x[DEMO_M_WOKE].valid &&
@@ -266,7 +280,7 @@ static void print_mem(struct demo_results *r, struct verdict *v,
 			      mib(x[DEMO_M_AWAKE].res_kb))))
 				fail(v, "%s: %s: after wake %ld/%ld KiB "
 				     "pinned/resident, before sleep %ld/%ld",
-				     pass_names[p], m->label,
+				     pass_name(r, p), m->label,
 				     x[DEMO_M_WOKE].pin_kb,
 				     x[DEMO_M_WOKE].res_kb,
 				     x[DEMO_M_AWAKE].pin_kb,
@@ -274,7 +288,7 @@ static void print_mem(struct demo_results *r, struct verdict *v,
 			if (x[DEMO_M_ASLEEP].held_kb > exp_res + HELD_SLACK_KB)
 				fail(v, "%s: %s: free memory still %ld KiB "
 				     "lower while asleep (expected %ld)",
-				     pass_names[p], m->label,
+				     pass_name(r, p), m->label,
 				     x[DEMO_M_ASLEEP].held_kb, exp_res);
 		}
 	}
@@ -292,7 +306,7 @@ static void print_keys(struct demo_results *r, struct verdict *v)
 			continue;
 		printf("  %-14s key 0x%x -> 0x%x, generation %llu -> %llu "
 		       "over %llu wakes, republished %llu times%s%s\n",
-		       pass_names[p], k->rkey_first, k->rkey_last,
+		       pass_name(r, p), k->rkey_first, k->rkey_last,
 		       (unsigned long long)k->gen_first,
 		       (unsigned long long)k->gen_last,
 		       (unsigned long long)k->wakes,
@@ -305,6 +319,14 @@ static void print_keys(struct demo_results *r, struct verdict *v)
 			       "of old pages read\n", "", k->stale_refused,
 			       k->stale_tried, k->stale_status,
 			       k->stale_delivered);
+		if (k->probe_tried)
+			printf("  %-14s keys not A's (deregistered, foreign) at "
+			       "A's address after each cycle: %u/%u refused by "
+			       "the remote access check (%s), %u blocks "
+			       "delivered\n", "", k->probe_refused,
+			       k->probe_tried, k->probe_refused ==
+			       k->probe_tried ? "remote access error" :
+			       k->probe_status, k->probe_delivered);
 	}
 	/* rxe kvdmabuf: REREGISTER, keys change and stale ones fail */
 	k = &r->keys[0];
@@ -320,24 +342,34 @@ static void print_keys(struct demo_results *r, struct verdict *v)
 			     "blocks of old pages read", k->stale_refused,
 			     k->stale_tried, k->stale_delivered);
 	}
-	/* umem kvdmabuf: FOLLOW, the same key throughout */
+	/* the move-capable NIC: FOLLOW, the same key throughout */
 	k = &r->keys[2];
 	if (r->pass_done[2]) {
 		if (strcmp(r->mode[DEMO_NIC_UMEM], "follow"))
-			fail(v, "umem kvdmabuf: mode '%s', expected follow",
-			     r->mode[DEMO_NIC_UMEM]);
+			fail(v, "%s: mode '%s', expected follow",
+			     pass_name(r, 2), r->mode[DEMO_NIC_UMEM]);
 		if (k->gen_last != k->gen_first || k->rkey_last != k->rkey_first
 		    || !k->wakes)
-			fail(v, "umem kvdmabuf: A's key changed (FOLLOW keeps "
-			     "it)");
+			fail(v, "%s: A's key changed (FOLLOW keeps it)",
+			     pass_name(r, 2));
 	}
+	/* rxedb: keys that are not A's are refused on the wire, two
+	 * (deregistered, foreign) after each cycle: the plain ones, the
+	 * selective wake, the KV-only release */
+	if (r->pass_done[2] && r->move_kind == DEMO_NIC_RXEDB &&
+	    (k->probe_tried != 2 * (r->plain_cycles + 2) ||
+	     k->probe_refused != k->probe_tried || k->probe_delivered))
+		fail(v, "%s: keys not A's: %u/%u refused by the remote access "
+		     "check over %u cycles, %u blocks delivered",
+		     pass_name(r, 2), k->probe_refused, k->probe_tried,
+		     r->plain_cycles + 2, k->probe_delivered);
 }
 
 static void print_stress(struct demo_results *r, struct verdict *v,
 			 unsigned int nic)
 {
 	struct demo_stress *s = &r->stress[nic];
-	const char *name = pass_names[nic * 2];
+	const char *name = pass_name(r, nic * 2);
 
 	if (!r->pass_done[nic * 2])
 		return;
@@ -457,14 +489,20 @@ bool demo_report(struct demo_results *r, bool stress)
 	}
 	print_follow(r, &v);
 	printf("\n");
+	if (r->move_kind != DEMO_NIC_RXEDB)
+		printf("move-capable NIC: kvd_umem, not soft-RoCE with dma-buf "
+		       "MRs (%s)\n", r->rxedb_missing[0] ? r->rxedb_missing :
+		       "not run");
 	if (v.ok)
 		printf("verdict: PASS - kvdmabuf %u/%u (soft-RoCE) and %u/%u "
-		       "(move-capable NIC, same keys) blocks correct, 0 "
+		       "(%s, same keys) blocks correct, 0 "
 		       "transfer errors, nothing held while asleep;\n  "
 		       "baseline %u/%u and %u/%u correct, the rest wrong data "
 		       "delivered with 0 transfer errors, with %ld and %ld MiB "
 		       "still held while asleep (the bug, reproduced)\n",
 		       tot[0].ok, tot[0].total, tot[2].ok, tot[2].total,
+		       r->move_kind == DEMO_NIC_RXEDB ?
+		       "soft-RoCE dma-buf MRs" : "kvd_umem",
 		       tot[1].ok, tot[1].total, tot[3].ok, tot[3].total,
 		       mib(asleep_base[0]), mib(asleep_base[1]));
 	else
