@@ -161,12 +161,15 @@ def check_rxe(lines, out):
     rf = need(lines, "rxe_follow", 1,
               size + ("wake_ns", "first_access_ns", "reps"))[0]
     vs = need(lines, "rxe_follow_vs_rereg", 1,
-              size + ("ratio", "ratio_p99", "ratio_medians", "overhead_ns",
+              size + ("ratio", "ratio_p99", "ratio_medians",
+                      "ratio_without_dereg", "overhead_ns",
                       "overhead_p99_ns"))[0]
     check(rr["reps"] == rf["reps"] == 2, "--sanity: 2 cycles each, paired: "
           "%r %r" % (rr, rf))
     check(rr["size"] == rf["size"] == vs["size"] == 1 << 20, "1 MiB")
     check(vs["ratio"] <= vs["ratio_p99"], "rxe median ratio <= p99: %r" % vs)
+    check(vs["ratio"] < vs["ratio_without_dereg"], "(d) without its dereg "
+          "costs less: %r" % vs)
     close(vs["ratio_medians"], (rf["wake_ns"] + rf["first_access_ns"])
           / rr["ns"], "rxe FOLLOW/(d) = (wake + first READ) / re-register")
     for k in ("dereg_ns", "reg_ns", "first_access_ns"):
