@@ -2220,8 +2220,13 @@ static void report_rxe_size(const struct sz_res *s)
 		   (fw + ff) / rt, fnd, ov, ov99);
 }
 
-/* Per wake size: FOLLOW on rxe costs at most 1.10x what re-registering
- * the new buffer costs (median of the per-cycle ratios). */
+/*
+ * Per wake size: FOLLOW on rxe costs at most 1.10x what registering the
+ * new buffer costs (median of the per-cycle ratios), without the dereg of
+ * the old MR: that dereg frees the old buffer (the MR held its last
+ * reference), which FOLLOW pays at sleep, and an engine may deregister at
+ * sleep; the harder comparison is judged.
+ */
 static void rxe_size_targets(const struct sz_res *res, int nr)
 {
 	char name[48], sz[24];
@@ -2238,11 +2243,11 @@ static void rxe_size_targets(const struct sz_res *res, int nr)
 			       g_rxe.why : s->skip);
 			continue;
 		}
-		fr = median(s->x_ratio, s->nx);
+		fr = median(s->x_ratio_nd, s->nx);
 		target(fr <= 1.10 ? T_PASS : T_FAIL, name, "FOLLOW wake + first "
-		       "RDMA READ / dereg + ibv_reg_dmabuf_mr + first READ = "
-		       "%.3f (%+.0f us per wake, %d cycles)", fr,
-		       median(s->x_over, s->nx) / 1e3, s->nx);
+		       "RDMA READ / export + ibv_reg_dmabuf_mr + first READ = "
+		       "%.3f (with the dereg %.3f, %d cycles)", fr,
+		       median(s->x_ratio, s->nx), s->nx);
 	}
 }
 
