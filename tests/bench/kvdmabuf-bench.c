@@ -23,6 +23,12 @@
  *  7. scale: sleep + wake of 10, 100, 1000 small regions, FOLLOW (kvd_umem)
  *     and REREGISTER (rxe), total and per region; the counts take turns
  *     so that the machine's drift weighs on each alike.
+ *  1r, 7r: figures 1 and 7 on a real verbs NIC, soft-RoCE with dma-buf
+ *     MRs (tests/rxe): per cycle, an engine that re-registers
+ *     (ibv_dereg_mr + ibv_reg_dmabuf_mr of the new buffer + first RDMA
+ *     READ) against FOLLOW (wake + first RDMA READ through the same
+ *     rkey); kvd_umem's figures stay as the kernel-internal floor. NOT
+ *     MEASURED, with the reason, where that NIC is absent (lane 6.1).
  *
  * The VM run (default) measures 1, 2, 3, 5, 6 and 7 with vgem, the kvdmabuf
  * module, kvd_umem and rxe0; --host-only measures 4 and 6 (pure user
