@@ -116,6 +116,87 @@ def bench_host():
     check("==== targets (host) ====" in out, "no targets table")
 
 
+def rxe_expected():
+    """Whether this guest has soft-RoCE with dma-buf MRs (tests/rxe), by
+    the same signs as tests/rxe_env.h: the patched rdma_rxe's parameter,
+    the provider named in RDMAV_DRIVERS, and a kernel that hands importers
+    struct pages. Where it does, the bench must measure figures 1r and 7r
+    (a bench that skipped them there fails this test)."""
+    if not os.path.exists("/sys/module/rdma_rxe/parameters/dmabuf_pinned"):
+        return False
+    if not os.environ.get("RDMAV_DRIVERS"):
+        return False
+    try:
+        with open("/boot/config-" + os.uname().release) as f:
+            return "CONFIG_DMABUF_DEBUG=y\n" not in f.readlines()
+    except OSError:
+        return True
+
+
+def check_rxe(lines, out):
+    """Figures 1r and 7r (soft-RoCE dma-buf MRs): measured with
+    well-formed figures where the NIC is here, NOT MEASURED with a reason
+    (and their targets UNMEASURED) where it is not."""
+    st = {d["target"]: d.get("status") for d in lines if "target" in d}
+    rx = need(lines, "rxe_dmabuf", 1, ("size", "measured"))
+    tnames = ["rxe_wake@1MiB<=1.10x", "rxe_scale_per_region<=1.5x"]
+    targets(lines, tnames)
+    if not rxe_expected():
+        check([d["measured"] for d in rx] == [0.0], "rxe figures without "
+              "the NIC: %r" % rx)
+        check(need(lines, "rxe_scale", 1, ("measured",))[0]["measured"]
+              == 0, "fig 7r without the NIC")
+        for t in tnames:
+            check(st[t] == "UNMEASURED", "%s: %r" % (t, st[t]))
+        why = [ln for ln in out.splitlines()
+               if ln.startswith("# fig 1r/7r") and "NOT MEASURED, " in ln]
+        check(len(why) == 1 and why[0].split("NOT MEASURED, ", 1)[1],
+              "no reason given for NOT MEASURED: %r" % why)
+        return
+    check([d["measured"] for d in rx] == [1.0], "NIC here, rxe figures "
+          "not measured: %r" % rx)
+    size = ("size",)
+    rr = need(lines, "rxe_rereg_dmabuf", 1,
+              size + ("ns", "dereg_ns", "reg_ns", "first_access_ns",
+                      "reps"))[0]
+    rf = need(lines, "rxe_follow", 1,
+              size + ("wake_ns", "first_access_ns", "reps"))[0]
+    vs = need(lines, "rxe_follow_vs_rereg", 1,
+              size + ("ratio", "ratio_p99", "ratio_medians",
+                      "ratio_without_dereg", "overhead_ns",
+                      "overhead_p99_ns"))[0]
+    check(rr["reps"] == rf["reps"] == 2, "--sanity: 2 cycles each, paired: "
+          "%r %r" % (rr, rf))
+    check(rr["size"] == rf["size"] == vs["size"] == 1 << 20, "1 MiB")
+    check(vs["ratio"] <= vs["ratio_p99"], "rxe median ratio <= p99: %r" % vs)
+    check(vs["ratio"] < vs["ratio_without_dereg"], "(d) without its dereg "
+          "costs less: %r" % vs)
+    close(vs["ratio_medians"], (rf["wake_ns"] + rf["first_access_ns"])
+          / rr["ns"], "rxe FOLLOW/(d) = (wake + first READ) / re-register")
+    for k in ("dereg_ns", "reg_ns", "first_access_ns"):
+        check(rr[k] < rr["ns"], "a part of (d) below its total: %r" % rr)
+    sx = need(lines, "rxe_scale", 2,
+              ("regions", "wake_ns", "first_access_ns", "rereg_ns",
+               "follow_per_region_ns", "rereg_per_region_ns", "ratio",
+               "cycles"))
+    check([d["regions"] for d in sx] == [4.0, 16.0], "rxe scale 4, 16")
+    for d in sx:
+        n = d["regions"]
+        close(d["follow_per_region_ns"],
+              (d["wake_ns"] + d["first_access_ns"]) / n, "rxe per region")
+        close(d["rereg_per_region_ns"], d["rereg_ns"] / n,
+              "rxe re-register per region")
+        close(d["ratio"], (d["wake_ns"] + d["first_access_ns"])
+              / d["rereg_ns"], "rxe scale FOLLOW / re-register")
+        check(d["cycles"] == 1, "--sanity: one cycle per count: %r" % d)
+    g = need(lines, "rxe_scale_growth", 1, ("from", "to", "follow_ratio",
+                                            "follow_max_min"))[0]
+    per = [d["follow_per_region_ns"] for d in sx]
+    close(g["follow_max_min"], max(per) / min(per), "rxe scale max/min")
+    for t in tnames:
+        check(st[t] in ("PASS", "FAIL"), "%s: %r" % (t, st[t]))
+
+
 def bench_vm():
     if not os.path.exists("/dev/kvdmabuf"):
         raise Skip("/dev/kvdmabuf absent: the VM lanes run this")
@@ -194,6 +275,7 @@ def bench_vm():
     close(g["follow_ratio"], sf[-1]["wake_first_per_region_ns"] /
           sf[0]["wake_first_per_region_ns"], "scale growth")
     need(lines, "drain_latency", 2, ("ns", "p99_ns", "max_ns"))
+    check_rxe(lines, out)
     targets(lines, ["wake_overhead@64MiB<=1.10x", "wake_overhead@64MiB<=200us",
                     "held_bytes_follow",
                     "held_bytes_rereg_umem", "held_bytes_rereg_rxe",

@@ -23,6 +23,12 @@
  *  7. scale: sleep + wake of 10, 100, 1000 small regions, FOLLOW (kvd_umem)
  *     and REREGISTER (rxe), total and per region; the counts take turns
  *     so that the machine's drift weighs on each alike.
+ *  1r, 7r: figures 1 and 7 on a real verbs NIC, soft-RoCE with dma-buf
+ *     MRs (tests/rxe): per cycle, an engine that re-registers
+ *     (ibv_dereg_mr + ibv_reg_dmabuf_mr of the new buffer + first RDMA
+ *     READ) against FOLLOW (wake + first RDMA READ through the same
+ *     rkey); kvd_umem's figures stay as the kernel-internal floor. NOT
+ *     MEASURED, with the reason, where that NIC is absent (lane 6.1).
  *
  * The VM run (default) measures 1, 2, 3, 5, 6 and 7 with vgem, the kvdmabuf
  * module, kvd_umem and rxe0; --host-only measures 4 and 6 (pure user
@@ -56,6 +62,7 @@
 #include "kmod/kvd_umem.h"
 #include "lib_imp_nic.h"
 #include "proxy_common.h"
+#include "rxe_env.h"
 #include "verbs_pair.h"
 
 #define MIB ((uint64_t)1 << 20)
@@ -493,6 +500,17 @@ struct sz_res {
 	double r_wake[MAX_SAMPLES], r_sleep[MAX_SAMPLES];
 	uint64_t r_held;
 	char r_skip[120];
+	/*
+	 * fig 1r, soft-RoCE with dma-buf MRs (tests/rxe), per cycle: (d) an
+	 * engine that re-registers (ibv_dereg_mr of the old MR, export +
+	 * ibv_reg_dmabuf_mr of the new buffer, first RDMA READ) and (e)
+	 * FOLLOW (library wake, first RDMA READ through the same rkey)
+	 */
+	int nx;
+	double x_dereg[MAX_SAMPLES], x_reg[MAX_SAMPLES], x_rfirst[MAX_SAMPLES];
+	double x_rtotal[MAX_SAMPLES], x_wake[MAX_SAMPLES], x_first[MAX_SAMPLES];
+	double x_ratio[MAX_SAMPLES], x_over[MAX_SAMPLES];
+	double x_ratio_nd[MAX_SAMPLES];	/* (e) / (d) without the dereg */
 };
 
 /* g_imp: /dev/kvd_umem (the kvd_importer ABI) */
@@ -849,8 +867,9 @@ static char *anon_map(void *at, size_t len)
 	return p;
 }
 
-static int lib_open_cfg(const char *yaml, struct kvdmabuf_ctx **ctx,
-			char *err, size_t errlen)
+/* kvdmabuf_open() with @yaml; @pd: the engine's PD for the NIC, or NULL */
+static int lib_open_cfg(const char *yaml, struct ibv_pd *pd,
+			struct kvdmabuf_ctx **ctx, char *err, size_t errlen)
 {
 	struct kvdmabuf_options o = { 0 };
 	const char *path = write_cfg(yaml);
@@ -861,6 +880,10 @@ static int lib_open_cfg(const char *yaml, struct kvdmabuf_ctx **ctx,
 		return -EIO;
 	}
 	o.config_path = path;
+	if (pd) {
+		o.pds = &pd;
+		o.nr_pds = 1;
+	}
 	rc = kvdmabuf_open(&o, ctx, err, errlen);
 	unlink(path);
 	return rc;
@@ -873,7 +896,7 @@ static int rxe_ctx(struct kvdmabuf_ctx **ctx, char *why, size_t len)
 
 	snprintf(yaml, sizeof(yaml), "protocol: rdma\nnics: [%s]\nmodule: off\n"
 		 "drain_timeout_s: 5\n", vp_dev_name(0));
-	rc = lib_open_cfg(yaml, ctx, err, sizeof(err));
+	rc = lib_open_cfg(yaml, NULL, ctx, err, sizeof(err));
 	if (rc)
 		snprintf(why, len, "%s unusable: %s", vp_dev_name(0), err);
 	return rc;
@@ -982,7 +1005,7 @@ static int run_host_noreg(uint64_t size, int reps)
 		if (k == 0)
 			rc = rxe_ctx(&ctx, why, sizeof(why));
 		else
-			rc = lib_open_cfg("protocol: tcp\nmodule: off\n", &ctx,
+			rc = lib_open_cfg("protocol: tcp\nmodule: off\n", NULL, &ctx,
 					  why, sizeof(why));
 		if (rc) {
 			printf("# fig 2/5 %s: skipped, %s\n", names[k], why);
@@ -1840,6 +1863,628 @@ out:
 	return rc;
 }
 
+/*
+ * ---- figures 1r and 7r: soft-RoCE with dma-buf MRs (tests/rxe) ----
+ *
+ * The real verbs NIC that follows moves: the patched rdma_rxe, whose
+ * dynamic dma-buf MRs drop their mapping on the exporter's move
+ * notification and map again at the next access under the reservation
+ * lock. The engine's NIC is rxe0 (the library opened on it with the
+ * engine's PD, no test callback); the first access after a wake is an
+ * RDMA READ of 4 KiB by a peer QP on rxe1 (the guest's veth pair), which
+ * is when rxe0's responder maps the MR again. What an engine that
+ * re-registers pays is timed on the same new buffer in the same cycle:
+ * ibv_dereg_mr of its MR on the old buffer, prime export +
+ * ibv_reg_dmabuf_mr of the new one (the iova unchanged), and the first
+ * RDMA READ through the new rkey. Every READ lands in a cleared buffer and
+ * must hold the new generation's bytes.
+ */
+struct rxe_nic {
+	struct vp_end a, b;	/* a: the engine's NIC (rxe0), b: the peer */
+	char *peerbuf;		/* BLK: where the peer's READs land */
+	struct ibv_mr *peer_mr;
+	char why[320];		/* why the figures are not measured */
+	bool up;
+};
+
+static struct rxe_nic g_rxe;
+
+#define RXE_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | \
+		    IBV_ACCESS_REMOTE_WRITE)
+
+/* 0: usable; 1: not here (@x->why says why); -1: here but broken. */
+static int rxe_nic_open(struct rxe_nic *x)
+{
+	const char *miss = rxe_dmabuf_missing();
+	int rc;
+
+	if (miss) {
+		snprintf(x->why, sizeof(x->why), "%s", miss);
+		return 1;
+	}
+	rc = vp_open(&x->a, vp_dev_name(0));
+	if (!rc)
+		rc = vp_open(&x->b, vp_dev_name(1));
+	if (!rc)
+		rc = vp_connect(&x->a, &x->b);
+	if (rc)
+		return ERR("%s/%s queue pair: %s", vp_dev_name(0),
+			   vp_dev_name(1), strerror(-rc));
+	x->peerbuf = anon_map(NULL, BLK);
+	if (!x->peerbuf)
+		return ERR("out of memory");
+	x->peer_mr = ibv_reg_mr(x->b.pd, x->peerbuf, BLK,
+				IBV_ACCESS_LOCAL_WRITE);
+	if (!x->peer_mr)
+		return ERR("peer ibv_reg_mr: %s", strerror(errno));
+	x->up = true;
+	return 0;
+}
+
+static void rxe_nic_close(struct rxe_nic *x)
+{
+	if (x->peer_mr)
+		ibv_dereg_mr(x->peer_mr);
+	if (x->peerbuf)
+		munmap(x->peerbuf, BLK);
+	vp_close(&x->b);
+	vp_close(&x->a);
+	x->peer_mr = NULL;
+	x->peerbuf = NULL;
+	x->up = false;
+}
+
+/* kvdmabuf_open() on rxe0 with the engine's PD: the public path. */
+static int rxe_lib_open(struct rxe_nic *x, struct kvdmabuf_ctx **ctx)
+{
+	char yaml[160], err[512];
+
+	snprintf(yaml, sizeof(yaml), "protocol: rdma\nnics: [%s]\n"
+		 "module: require\ndrain_timeout_s: 5\n", vp_dev_name(0));
+	if (lib_open_cfg(yaml, x->a.pd, ctx, err, sizeof(err)))
+		return ERR("kvdmabuf open (%s): %s", vp_dev_name(0), err);
+	return 0;
+}
+
+/* A vgem region behind a proxy on rxe0: FOLLOW, and its keys. */
+static int rxe_region_add(struct kvdmabuf_ctx *ctx, struct dbuf *b,
+			  struct kvdmabuf_region **r, uint32_t *rkey)
+{
+	struct kvdmabuf_region_desc d = { 0 };
+	struct kvdmabuf_region_info info;
+
+	d.addr = b->addr;
+	d.len = b->len;
+	d.mem = KVDMABUF_MEM_DRM;
+	d.drm_fd = g_drm;
+	d.drm_handle = b->h;
+	d.tag = "kv_cache";
+	if (kvdmabuf_region_add(ctx, &d, r))
+		return ERR("rxe region add: %s", kvdmabuf_last_error(ctx));
+	if (kvdmabuf_region_info(*r, &info) ||
+	    info.mode != KVDMABUF_MODE_FOLLOW)
+		return ERR("rxe dma-buf region in mode %s, expected follow",
+			   kvdmabuf_mode_name(info.mode));
+	if (kvdmabuf_region_keys(*r, 0, NULL, rkey, NULL))
+		return ERR("rxe region keys");
+	return 0;
+}
+
+/* What an engine that re-registers does: its own dma-buf MR on @b. */
+static struct ibv_mr *rxe_reg_buf(struct rxe_nic *x, struct dbuf *b,
+				  const void *iova)
+{
+	struct ibv_mr *mr;
+	int fd;
+
+	if (drmPrimeHandleToFD(g_drm, b->h, DRM_CLOEXEC | DRM_RDWR, &fd)) {
+		ERR("prime export: %s", strerror(errno));
+		return NULL;
+	}
+	mr = ibv_reg_dmabuf_mr(x->a.pd, 0, b->len, (uintptr_t)iova, fd,
+			       RXE_ACCESS);
+	if (!mr)
+		ERR("ibv_reg_dmabuf_mr of %zu KiB: %s", b->len >> 10,
+		    strerror(errno));
+	close(fd);
+	return mr;
+}
+
+/* The peer's RDMA READ of BLK at @addr + @off through @rkey, into its
+ * cleared buffer. */
+static int rxe_read(struct rxe_nic *x, const char *addr, uint64_t off,
+		    uint32_t rkey)
+{
+	enum ibv_wc_status st = IBV_WC_SUCCESS;
+	int rc;
+
+	rc = vp_rdma(&x->b, IBV_WR_RDMA_READ, x->peerbuf, BLK,
+		     x->peer_mr->lkey, (uintptr_t)addr + off, rkey, &st);
+	if (rc)
+		return ERR("RDMA READ at +%" PRIu64 " through rkey %#x: %s",
+			   off, rkey, rc == -EIO ? ibv_wc_status_str(st) :
+			   strerror(-rc));
+	return 0;
+}
+
+/* The page the peer read holds generation @gen's page at @off. */
+static int rxe_got(struct rxe_nic *x, uint64_t off, unsigned int gen,
+		   const char *what)
+{
+	char why[160];
+
+	if (gen_check(x->peerbuf, off, BLK, gen, why, sizeof(why)))
+		return ERR("%s: the RDMA READ got %s", what, why);
+	return 0;
+}
+
+/* Untimed: the last page through @rkey. */
+static int rxe_check_last(struct rxe_nic *x, const char *addr, uint64_t len,
+			  uint32_t rkey, unsigned int gen, const char *what)
+{
+	memset(x->peerbuf, 0, BLK);
+	if (rxe_read(x, addr, len - BLK, rkey))
+		return -1;
+	return rxe_got(x, len - BLK, gen, what);
+}
+
+/*
+ * (d) re-register: dereg the old MR, export + register the new buffer at
+ * the same iova, first READ through the new rkey. Times in @ns[3].
+ */
+static int rxe_rereg(struct rxe_nic *x, struct ibv_mr **mr, struct dbuf *b,
+		     const char *iova, unsigned int gen, double ns[3])
+{
+	int64_t t0, t1, t2, t3;
+
+	memset(x->peerbuf, 0, BLK);
+	t0 = now_ns();
+	if (ibv_dereg_mr(*mr)) {
+		*mr = NULL;
+		return ERR("ibv_dereg_mr: %s", strerror(errno));
+	}
+	t1 = now_ns();
+	*mr = rxe_reg_buf(x, b, iova);
+	if (!*mr)
+		return -1;
+	t2 = now_ns();
+	if (rxe_read(x, iova, 0, (*mr)->rkey))
+		return -1;
+	t3 = now_ns();
+	ns[0] = (double)(t1 - t0);
+	ns[1] = (double)(t2 - t1);
+	ns[2] = (double)(t3 - t2);
+	if (rxe_got(x, 0, gen, "re-registered dma-buf MR, first access"))
+		return -1;
+	return rxe_check_last(x, iova, b->len, (*mr)->rkey, gen,
+			      "re-registered dma-buf MR, last page");
+}
+
+/* (e) FOLLOW: wake, first READ through the rkey published once. */
+static int rxe_follow(struct rxe_nic *x, struct kvdmabuf_ctx *ctx,
+		      struct kvdmabuf_region *r, const char *addr,
+		      uint64_t len, uint32_t rkey0, unsigned int gen,
+		      double ns[2])
+{
+	int64_t t0, t1, t2;
+	uint32_t rkey;
+
+	memset(x->peerbuf, 0, BLK);
+	t0 = now_ns();
+	if (kvdmabuf_wake(ctx, NULL))
+		return ERR("rxe wake: %s", kvdmabuf_last_error(ctx));
+	t1 = now_ns();
+	if (rxe_read(x, addr, 0, rkey0))
+		return -1;
+	t2 = now_ns();
+	ns[0] = (double)(t1 - t0);
+	ns[1] = (double)(t2 - t1);
+	if (rxe_got(x, 0, gen, "FOLLOW on rxe, first access after wake"))
+		return -1;
+	if (kvdmabuf_region_keys(r, 0, NULL, &rkey, NULL) || rkey != rkey0)
+		return ERR("FOLLOW rkey changed at wake (%#x -> %#x)", rkey0,
+			   rkey);
+	return rxe_check_last(x, addr, len, rkey0, gen,
+			      "FOLLOW on rxe, last page after wake");
+}
+
+/*
+ * Fig 1r at one size: a vgem region on rxe0 behind a proxy (FOLLOW) and
+ * an engine's own dma-buf MR on the same buffer; per cycle, sleep, the
+ * engine frees the buffer and maps a new one at the same address (next
+ * generation's bytes, exported once untimed: DRM caches the dma-buf), then
+ * (d) and (e), (d) first on even cycles and second on odd.
+ */
+static int run_rxe_dmabuf(struct rxe_nic *x, struct sz_res *s, int reps)
+{
+	struct kvdmabuf_ctx *ctx = NULL;
+	struct kvdmabuf_region *r = NULL;
+	struct ibv_mr *mr = NULL;
+	struct dbuf b = { 0 };
+	unsigned int gen = ++g_gen;
+	uint32_t rkey0;
+	int rep, n = 0, rc = -1, efd;
+	char *addr;
+
+	if (rxe_lib_open(x, &ctx) ||
+	    dbuf_new(&b, g_drm, s->size, NULL, gen) ||
+	    rxe_region_add(ctx, &b, &r, &rkey0))
+		goto out;
+	addr = b.addr;
+	mr = rxe_reg_buf(x, &b, addr);
+	if (!mr)
+		goto out;
+	for (rep = -1; rep < reps * g_inner; rep++) {
+		double d[3] = { 0 }, f[2] = { 0 };
+
+		if (kvdmabuf_sleep(ctx, NULL)) {
+			ERR("rxe sleep: %s", kvdmabuf_last_error(ctx));
+			goto out;
+		}
+		gen = ++g_gen;
+		dbuf_free(&b);
+		if (dbuf_new(&b, g_drm, s->size, addr, gen))
+			goto out;
+		if (drmPrimeHandleToFD(g_drm, b.h, DRM_CLOEXEC | DRM_RDWR,
+				       &efd)) {
+			ERR("prime export: %s", strerror(errno));
+			goto out;
+		}
+		close(efd);
+		if (kvdmabuf_region_set_drm_handle(r, g_drm, b.h)) {
+			ERR("set_drm_handle: %s", kvdmabuf_last_error(ctx));
+			goto out;
+		}
+		if ((!(rep & 1) && rxe_rereg(x, &mr, &b, addr, gen, d)) ||
+		    rxe_follow(x, ctx, r, addr, s->size, rkey0, gen, f) ||
+		    ((rep & 1) && rxe_rereg(x, &mr, &b, addr, gen, d)))
+			goto out;
+		if (rep < 0)
+			continue;
+		s->x_dereg[n] = d[0];
+		s->x_reg[n] = d[1];
+		s->x_rfirst[n] = d[2];
+		s->x_rtotal[n] = d[0] + d[1] + d[2];
+		s->x_wake[n] = f[0];
+		s->x_first[n] = f[1];
+		s->x_ratio[n] = (f[0] + f[1]) / s->x_rtotal[n];
+		s->x_over[n] = f[0] + f[1] - s->x_rtotal[n];
+		s->x_ratio_nd[n] = (f[0] + f[1]) / (d[1] + d[2]);
+		if (verbose)
+			printf("# cycle rxe %zu MiB: re-register %.3f (dereg "
+			       "%.3f reg %.3f first %.3f) FOLLOW %.3f (wake %.3f "
+			       "first %.3f) ms\n", s->size >> 20,
+			       s->x_rtotal[n] / 1e6, d[0] / 1e6, d[1] / 1e6,
+			       d[2] / 1e6, (f[0] + f[1]) / 1e6, f[0] / 1e6,
+			       f[1] / 1e6);
+		n++;
+	}
+	s->nx = n;
+	rc = 0;
+out:
+	if (mr && ibv_dereg_mr(mr) && !rc)
+		rc = ERR("ibv_dereg_mr: %s", strerror(errno));
+	if (r && kvdmabuf_region_remove(r) && !rc)
+		rc = ERR("rxe region remove: %s", kvdmabuf_last_error(ctx));
+	dbuf_free(&b);
+	if (ctx)
+		kvdmabuf_close(ctx);
+	return rc;
+}
+
+static void report_rxe_size(const struct sz_res *s)
+{
+	double gib = (double)s->size / GIB, rt, rd, rg, rf, fw, ff, fr, fr99,
+	       ov, ov99, fnd;
+	char sz[24];
+
+	size_name(s->size, sz, sizeof(sz));
+	if (!g_rxe.up) {
+		row_add("1r", "rxe dma-buf MRs", sz, "NOT MEASURED: %.90s",
+			g_rxe.why);
+		bench_line("name=rxe_dmabuf size=%" PRIu64 " measured=0",
+			   s->size);
+		return;
+	}
+	if (!s->measured)
+		return;
+	rt = median(s->x_rtotal, s->nx);
+	rd = median(s->x_dereg, s->nx);
+	rg = median(s->x_reg, s->nx);
+	rf = median(s->x_rfirst, s->nx);
+	fw = median(s->x_wake, s->nx);
+	ff = median(s->x_first, s->nx);
+	fr = median(s->x_ratio, s->nx);
+	fr99 = pctl_big(s->x_ratio, s->nx, 99);
+	ov = median(s->x_over, s->nx);
+	ov99 = pctl_big(s->x_over, s->nx, 99);
+	fnd = median(s->x_ratio_nd, s->nx);
+	row_add("1r", "(d) re-register: dereg+export+reg_dmabuf+READ", sz,
+		"%.2f ms = %.2f ms/GiB (%.2f + %.2f + %.3f ms)", rt / 1e6,
+		rt / 1e6 / gib, rd / 1e6, rg / 1e6, rf / 1e6);
+	row_add("1r", "(e) FOLLOW on rxe: wake + first RDMA READ", sz,
+		"%.2f ms = %.2f ms/GiB (%.2f + %.3f ms)", (fw + ff) / 1e6,
+		(fw + ff) / 1e6 / gib, fw / 1e6, ff / 1e6);
+	row_add("1r", "FOLLOW (e) / re-register (d)", sz,
+		"%.3f x median (%+.0f us per wake), p99 %.3f x (per-cycle, %d)",
+		fr, ov / 1e3, fr99, s->nx);
+	row_add("1r", "FOLLOW (e) / (d) without its dereg", sz,
+		"%.3f x median (an engine that deregisters at sleep)", fnd);
+	row_add("1r", "FOLLOW - re-register per wake per region", sz,
+		"%.0f us median, p99 %.0f us ((e) - (d) per cycle)", ov / 1e3,
+		ov99 / 1e3);
+	bench_line("name=rxe_dmabuf size=%" PRIu64 " measured=1", s->size);
+	bench_line("name=rxe_rereg_dmabuf size=%" PRIu64 " ns=%.0f "
+		   "ns_per_gib=%.0f dereg_ns=%.0f reg_ns=%.0f "
+		   "first_access_ns=%.0f reps=%d", s->size, rt, rt / gib, rd,
+		   rg, rf, s->nx);
+	bench_line("name=rxe_follow size=%" PRIu64 " wake_ns=%.0f "
+		   "first_access_ns=%.0f reps=%d", s->size, fw, ff, s->nx);
+	bench_line("name=rxe_follow_vs_rereg size=%" PRIu64 " ratio=%.4f "
+		   "ratio_p99=%.4f ratio_medians=%.4f ratio_without_dereg=%.4f "
+		   "overhead_ns=%.0f overhead_p99_ns=%.0f", s->size, fr, fr99,
+		   (fw + ff) / rt, fnd, ov, ov99);
+}
+
+/*
+ * Per wake size: FOLLOW on rxe costs at most 1.10x what registering the
+ * new buffer costs (median of the per-cycle ratios), without the dereg of
+ * the old MR: that dereg frees the old buffer (the MR held its last
+ * reference), which FOLLOW pays at sleep, and an engine may deregister at
+ * sleep; the harder comparison is judged.
+ */
+static void rxe_size_targets(const struct sz_res *res, int nr)
+{
+	char name[48], sz[24];
+	int i;
+
+	for (i = 0; i < nr; i++) {
+		const struct sz_res *s = &res[i];
+		double fr;
+
+		size_name(s->size, sz, sizeof(sz));
+		snprintf(name, sizeof(name), "rxe_wake@%s<=1.10x", sz);
+		if (!g_rxe.up || !s->measured || !s->nx) {
+			target(T_UNMEASURED, name, "%.150s", !g_rxe.up ?
+			       g_rxe.why : s->skip);
+			continue;
+		}
+		fr = median(s->x_ratio_nd, s->nx);
+		target(fr <= 1.10 ? T_PASS : T_FAIL, name, "FOLLOW wake + first "
+		       "RDMA READ / export + ibv_reg_dmabuf_mr + first READ = "
+		       "%.3f (with the dereg %.3f, %d cycles)", fr,
+		       median(s->x_ratio, s->nx), s->nx);
+	}
+}
+
+/*
+ * Fig 7r: @n regions of SCALE_REGION on rxe0, FOLLOW through the library,
+ * and as many MRs of an engine that re-registers, over two sets of vgem
+ * buffers taken in turn (as fig 7's kvd_umem sets).
+ */
+struct rxe_scale {
+	int n, set, m, cap;
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region **r;
+	struct dbuf *b[2];
+	struct ibv_mr **mr;
+	uint32_t *rkey0;
+	double *fw, *ff, *rr;	/* per cycle: FOLLOW wake, first, re-register */
+};
+
+static int rxe_scale_init(struct rxe_nic *x, struct rxe_scale *s, int n,
+			  int cap)
+{
+	unsigned int gen = ++g_gen;
+	int i;
+
+	s->n = n;
+	s->cap = cap;
+	s->r = calloc((size_t)n, sizeof(*s->r));
+	s->b[0] = calloc((size_t)n, sizeof(**s->b));
+	s->b[1] = calloc((size_t)n, sizeof(**s->b));
+	s->mr = calloc((size_t)n, sizeof(*s->mr));
+	s->rkey0 = calloc((size_t)n, sizeof(*s->rkey0));
+	s->fw = calloc((size_t)cap, sizeof(double));
+	s->ff = calloc((size_t)cap, sizeof(double));
+	s->rr = calloc((size_t)cap, sizeof(double));
+	if (!s->r || !s->b[0] || !s->b[1] || !s->mr || !s->rkey0 || !s->fw ||
+	    !s->ff || !s->rr)
+		return ERR("out of memory");
+	if (rxe_lib_open(x, &s->ctx))
+		return -1;
+	for (i = 0; i < n; i++) {
+		if (dbuf_new(&s->b[0][i], g_drm, SCALE_REGION, NULL,
+			     gen + (unsigned int)i) ||
+		    dbuf_new(&s->b[1][i], g_drm, SCALE_REGION, NULL, 0) ||
+		    rxe_region_add(s->ctx, &s->b[0][i], &s->r[i],
+				   &s->rkey0[i]))
+			return -1;
+		s->mr[i] = rxe_reg_buf(x, &s->b[0][i], s->b[0][i].addr);
+		if (!s->mr[i])
+			return -1;
+	}
+	return 0;
+}
+
+static void rxe_scale_fini(struct rxe_scale *s, int *rc)
+{
+	int i, k;
+
+	for (i = 0; s->mr && i < s->n; i++)
+		if (s->mr[i] && ibv_dereg_mr(s->mr[i]) && !*rc)
+			*rc = ERR("ibv_dereg_mr: %s", strerror(errno));
+	for (i = 0; s->r && i < s->n; i++)
+		if (s->r[i] && kvdmabuf_region_remove(s->r[i]) && !*rc)
+			*rc = ERR("rxe region remove: %s",
+				  kvdmabuf_last_error(s->ctx));
+	if (s->ctx)
+		kvdmabuf_close(s->ctx);
+	for (k = 0; k < 2; k++)
+		for (i = 0; s->b[k] && i < s->n; i++)
+			dbuf_free(&s->b[k][i]);
+	free(s->r);
+	free(s->b[0]);
+	free(s->b[1]);
+	free(s->mr);
+	free(s->rkey0);
+	free(s->fw);
+	free(s->ff);
+	free(s->rr);
+	memset(s, 0, sizeof(*s));
+}
+
+/*
+ * One cycle: sleep, the other set of buffers with the next generation's
+ * bytes, then the n re-registrations (each with its first READ) and
+ * FOLLOW's wake of the n regions with each one's first READ, in turn
+ * first; every READ checked, and the last page of every region through
+ * FOLLOW's rkey.
+ */
+static int rxe_scale_cycle(struct rxe_nic *x, struct rxe_scale *s,
+			   bool record)
+{
+	double dd[3], rereg = 0, wake = 0, first = 0;
+	unsigned int gen;
+	int i, k, n = s->n;
+	int64_t t0;
+
+	if (kvdmabuf_sleep(s->ctx, NULL))
+		return ERR("rxe sleep (%d regions): %s", n,
+			   kvdmabuf_last_error(s->ctx));
+	s->set ^= 1;
+	gen = ++g_gen;
+	for (i = 0; i < n; i++) {
+		dbuf_fill(&s->b[s->set][i], gen + (unsigned int)i);
+		if (kvdmabuf_region_set_drm_handle(s->r[i], g_drm,
+						   s->b[s->set][i].h))
+			return ERR("set_drm_handle: %s",
+				   kvdmabuf_last_error(s->ctx));
+	}
+	/* timed: the calls and the READs, not the checks of what they read */
+	for (k = 0; k < 2; k++) {
+		if ((k == 0) == !(s->m & 1)) {
+			for (i = 0; i < n; i++) {
+				if (rxe_rereg(x, &s->mr[i], &s->b[s->set][i],
+					      s->b[0][i].addr,
+					      gen + (unsigned int)i, dd))
+					return -1;
+				rereg += dd[0] + dd[1] + dd[2];
+			}
+			continue;
+		}
+		t0 = now_ns();
+		if (kvdmabuf_wake(s->ctx, NULL))
+			return ERR("rxe wake (%d regions): %s", n,
+				   kvdmabuf_last_error(s->ctx));
+		wake = (double)(now_ns() - t0);
+		for (i = 0; i < n; i++) {
+			memset(x->peerbuf, 0, BLK);
+			t0 = now_ns();
+			if (rxe_read(x, s->b[0][i].addr, 0, s->rkey0[i]))
+				return -1;
+			first += (double)(now_ns() - t0);
+			if (rxe_got(x, 0, gen + (unsigned int)i,
+				    "FOLLOW on rxe at scale, first access"))
+				return -1;
+		}
+	}
+	for (i = 0; i < n; i++)
+		if (rxe_check_last(x, s->b[0][i].addr, SCALE_REGION,
+				   s->rkey0[i], gen + (unsigned int)i,
+				   "FOLLOW on rxe at scale, last page"))
+			return -1;
+	if (record && s->m < s->cap) {
+		s->rr[s->m] = rereg;
+		s->fw[s->m] = wake;
+		s->ff[s->m] = first;
+		s->m++;
+	}
+	return 0;
+}
+
+#define RXE_SCALE_ROUNDS 3
+#define RXE_SCALE_REGION_WAKES 999
+
+/*
+ * Fig 7r: every count's regions alive at once, the counts in turn over
+ * RXE_SCALE_ROUNDS rounds of RXE_SCALE_REGION_WAKES / rounds region-wakes
+ * each (one cycle at least), as fig 7. The untimed per-region checks
+ * (the first READ's generation is checked in the timed loop, as what the
+ * access returns) are a page per region.
+ */
+static int run_rxe_scale(struct rxe_nic *x, const int *ns, int nn)
+{
+	struct rxe_scale sr[4];
+	double per[4], fmin = 0, fmax = 0;
+	int i, c, round, rounds, per_round, rc = -1;
+	char what[72];
+
+	if (!x->up) {
+		printf("# fig 7r (soft-RoCE dma-buf MRs): NOT MEASURED, %s\n",
+		       x->why);
+		row_add("7r", "rxe dma-buf MRs at scale", "64KiB",
+			"NOT MEASURED: %.90s", x->why);
+		bench_line("name=rxe_scale measured=0");
+		target(T_UNMEASURED, "rxe_scale_per_region<=1.5x", "%.150s",
+		       x->why);
+		return 0;
+	}
+	memset(sr, 0, sizeof(sr));
+	rounds = g_sanity ? 1 : RXE_SCALE_ROUNDS;
+	printf("# fig 7r: %d KiB regions on %s (dma-buf MRs), FOLLOW against "
+	       "re-registering, paired per cycle; every count alive at once, "
+	       "the counts in turn over %d rounds\n", SCALE_REGION >> 10,
+	       vp_dev_name(0), rounds);
+	for (i = 0; i < nn; i++) {
+		per_round = g_sanity ? 1 : (RXE_SCALE_REGION_WAKES /
+			    RXE_SCALE_ROUNDS + ns[i] - 1) / ns[i];
+		if (rxe_scale_init(x, &sr[i], ns[i], rounds * per_round) ||
+		    rxe_scale_cycle(x, &sr[i], false))
+			goto out;
+	}
+	for (round = 0; round < rounds; round++)
+		for (i = 0; i < nn; i++)
+			for (c = 0; c < sr[i].cap / rounds; c++)
+				if (rxe_scale_cycle(x, &sr[i], true))
+					goto out;
+	for (i = 0; i < nn; i++) {
+		struct rxe_scale *s = &sr[i];
+		double fw = median_big(s->fw, s->m), ff = median_big(s->ff, s->m);
+		double rr = median_big(s->rr, s->m);
+
+		per[i] = ns_per(fw + ff, s->n);
+		fmin = i ? (per[i] < fmin ? per[i] : fmin) : per[i];
+		fmax = i ? (per[i] > fmax ? per[i] : fmax) : per[i];
+		snprintf(what, sizeof(what), "%d regions rxe FOLLOW / re-register",
+			 s->n);
+		row_add("7r", what, "64KiB", "%.2f / %.2f ms; per region %.1f / "
+			"%.1f us (%.3f x)", (fw + ff) / 1e6, rr / 1e6,
+			per[i] / 1e3, ns_per(rr, s->n) / 1e3, (fw + ff) / rr);
+		bench_line("name=rxe_scale regions=%d size=%d wake_ns=%.0f "
+			   "first_access_ns=%.0f rereg_ns=%.0f "
+			   "follow_per_region_ns=%.0f rereg_per_region_ns=%.0f "
+			   "ratio=%.4f cycles=%d", s->n, SCALE_REGION, fw, ff,
+			   rr, per[i], ns_per(rr, s->n), (fw + ff) / rr, s->m);
+	}
+	snprintf(what, sizeof(what), "rxe per-region growth %d -> %d regions",
+		 sr[0].n, sr[nn - 1].n);
+	row_add("7r", what, "64KiB", "FOLLOW wake+first %.3f x (max/min %.3f x)",
+		per[nn - 1] / per[0], fmax / fmin);
+	bench_line("name=rxe_scale_growth from=%d to=%d follow_ratio=%.4f "
+		   "follow_max_min=%.4f", sr[0].n, sr[nn - 1].n,
+		   per[nn - 1] / per[0], fmax / fmin);
+	target(fmax / fmin <= 1.5 ? T_PASS : T_FAIL, "rxe_scale_per_region<=1.5x",
+	       "FOLLOW on rxe (wake + first READ) per region from %d to %d "
+	       "regions: %.1f to %.1f us, max/min %.3f x", sr[0].n,
+	       sr[nn - 1].n, per[0] / 1e3, per[nn - 1] / 1e3, fmax / fmin);
+	rc = 0;
+out:
+	for (i = 0; i < nn; i++)
+		rxe_scale_fini(&sr[i], &rc);
+	return rc;
+}
+
 /* ---- figure 4: io_begin + io_end ---- */
 
 struct io_thread {
@@ -2497,6 +3142,23 @@ int main(int argc, char **argv)
 	       " MiB spread over the region)\n", total_kb / 1024, reps_small,
 	       reps_big, (reps_big + 1) / 2, g_inner, CHECK_WIDE / MIB,
 	       CHECK_WIDE / MIB);
+	c = rxe_nic_open(&g_rxe);
+	if (c < 0) {
+		rc = 1;
+		goto out;
+	}
+	if (c)
+		printf("# fig 1r/7r (soft-RoCE with dma-buf MRs, %s): NOT "
+		       "MEASURED, %s\n", vp_dev_name(0), g_rxe.why);
+	else
+		printf("# fig 1r: on %s (dma-buf MRs, tests/rxe), per cycle on "
+		       "the same new buffer: (d) ibv_dereg_mr of the old MR + "
+		       "prime export + ibv_reg_dmabuf_mr of the new buffer + "
+		       "first RDMA READ of 4 KiB by the peer (%s), against (e) "
+		       "FOLLOW = library wake + the peer's first READ through "
+		       "the rkey published once (the MR maps again); (d) first "
+		       "on even cycles, second on odd\n", vp_dev_name(0),
+		       vp_dev_name(1));
 	printf("# fig 1: (a) rxe ibv_reg_mr of host memory; (b) prime export + "
 	       "kvd_umem import of the new buffer (ib_umem_dmabuf_get) + first "
 	       "4 KiB access (map); (c) FOLLOW = library wake + first 4 KiB "
@@ -2520,6 +3182,7 @@ int main(int argc, char **argv)
 				 avail_kb / 1024, (s->size + MEM_SLACK) / MIB);
 			printf("# %s\n", s->skip);
 			report_size(s);
+			report_rxe_size(s);
 			continue;
 		}
 		printf("# size %s ...\n", sz);
@@ -2529,7 +3192,8 @@ int main(int argc, char **argv)
 		reps = s->size >= 2 * GIB ? (reps_big + 1) / 2 :
 		       s->size >= GIB ? reps_big : reps_small;
 		if (run_proxy(s, 0, reps) || run_proxy(s, 1, reps) ||
-		    run_rxe(s, reps)) {
+		    run_rxe(s, reps) ||
+		    (g_rxe.up && run_rxe_dmabuf(&g_rxe, s, reps))) {
 			rc = 1;
 			goto out;
 		}
@@ -2538,8 +3202,10 @@ int main(int argc, char **argv)
 		if (s->r_skip[0])
 			printf("# rxe: skipped, %s\n", s->r_skip);
 		report_size(s);
+		report_rxe_size(s);
 	}
 	size_targets(res, nsizes);
+	rxe_size_targets(res, nsizes);
 	if (g_wake_only)
 		goto out;
 	t_size = now_ns();
@@ -2557,6 +3223,13 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	printf("# fig 7 done in %.1f s\n", (now_ns() - t_size) / 1e9);
+	t_size = now_ns();
+	if (g_sanity ? run_rxe_scale(&g_rxe, scale_n_sanity, 2) :
+		       run_rxe_scale(&g_rxe, scale_n, 3)) {
+		rc = 1;
+		goto out;
+	}
+	printf("# fig 7r done in %.1f s\n", (now_ns() - t_size) / 1e9);
 	if (run_drain())
 		rc = 1;
 	printf("# io_begin+io_end<=50ns: a host-only figure (the --host-only "
@@ -2564,6 +3237,7 @@ int main(int argc, char **argv)
 out:
 	print_report("vm");
 	printf("# bench time %.1f s\n", (now_ns() - t_all) / 1e9);
+	rxe_nic_close(&g_rxe);
 	if (g_imp >= 0)
 		close(g_imp);
 	if (g_drm >= 0)
