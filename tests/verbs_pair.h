@@ -86,7 +86,12 @@ err:
 	return -EIO;
 }
 
-static inline int vp_to_rts(struct vp_end *e, const struct vp_end *peer)
+/*
+ * @e's QP to RTS towards the remote QP @dest_qpn at @dgid (in one process,
+ * the other vp_end; across nodes, what the peer published).
+ */
+static inline int vp_to_rts_remote(struct vp_end *e, uint32_t dest_qpn,
+				   const union ibv_gid *dgid)
 {
 	struct ibv_qp_attr a = {
 		.qp_state = IBV_QPS_INIT, .port_num = 1,
@@ -101,11 +106,11 @@ static inline int vp_to_rts(struct vp_end *e, const struct vp_end *peer)
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTR;
 	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = peer->qp->qp_num;
+	a.dest_qp_num = dest_qpn;
 	a.max_dest_rd_atomic = 4;
 	a.min_rnr_timer = 12;
 	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = peer->gid;
+	a.ah_attr.grh.dgid = *dgid;
 	a.ah_attr.grh.hop_limit = 1;
 	a.ah_attr.port_num = 1;
 	if (ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_AV |
@@ -122,6 +127,27 @@ static inline int vp_to_rts(struct vp_end *e, const struct vp_end *peer)
 			  IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
 			  IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
 		return -errno;
+	return 0;
+}
+
+static inline int vp_to_rts(struct vp_end *e, const struct vp_end *peer)
+{
+	return vp_to_rts_remote(e, peer->qp->qp_num, &peer->gid);
+}
+
+/*
+ * A QP that an error moved to the error state back to RESET, its flushed
+ * completions polled away; vp_to_rts*() then connects it again.
+ */
+static inline int vp_reset(struct vp_end *e)
+{
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RESET };
+	struct ibv_wc wc;
+
+	if (ibv_modify_qp(e->qp, &a, IBV_QP_STATE))
+		return -errno;
+	while (ibv_poll_cq(e->cq, 1, &wc) > 0)
+		;
 	return 0;
 }
 
