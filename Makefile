@@ -91,6 +91,9 @@ FAKE_CUDA := $(if $(FAKE_CUDA_SRCS),tests/fake_cuda/libcuda.so.1)
 FAKE_CUDA_OLD := $(if $(FAKE_CUDA_SRCS),tests/fake_cuda/old/libcuda.so.1)
 DEMO_SRCS := $(sort $(wildcard tests/demo/*.c))
 DEMO := $(if $(DEMO_SRCS),tests/demo/kvdmabuf-demo)
+# The two-node demo (make demo NODES=2): one program, engine A or B.
+TWONODE_SRCS := $(sort $(wildcard tests/twonode/*.c))
+TWONODE := $(if $(TWONODE_SRCS),tests/twonode/kvdmabuf-twonode)
 BENCH_SRCS := $(sort $(wildcard tests/bench/*.c))
 BENCH := $(if $(BENCH_SRCS),tests/bench/kvdmabuf-bench)
 CYCLES ?= 3
@@ -125,7 +128,7 @@ $(CLI): $(CLI_SRCS) $(wildcard lib/cli/*.h) $(LIB_A) $(LIB_HDRS)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(CLI_SRCS) $(LIB_A) $(LDLIBS)
 
 # lib_cuda runs the command (kvdmabuf check).
-tests: $(TEST_BINS) $(HW_BINS) $(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(BENCH) $(CLI) \
+tests: $(TEST_BINS) $(HW_BINS) $(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(TWONODE) $(BENCH) $(CLI) \
 	$(PRELOAD_TESTS)
 
 # tests/preload_symver.py: a program built against the real libibverbs,
@@ -239,6 +242,10 @@ $(FAKE_CUDA_OLD): $(FAKE_CUDA_SRCS) $(wildcard tests/fake_cuda/*.h) tests/cuda_c
 $(DEMO): $(DEMO_SRCS) $(wildcard tests/demo/*.h tests/*.h) $(LIB_A) $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(DEMO_SRCS) $(LIB_A) $(LDLIBS)
+
+$(TWONODE): $(TWONODE_SRCS) $(wildcard tests/*.h tests/kmod/*.h) $(LIB_A) $(LIB_HDRS)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(TWONODE_SRCS) $(LIB_A) $(LDLIBS)
 
 $(BENCH): $(BENCH_SRCS) $(wildcard tests/bench/*.h tests/*.h) $(LIB_A) $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")
@@ -401,7 +408,7 @@ modules_install: modules
 
 clean:
 	$(Q)rm -f $(LIB_OBJS) $(LIB_A) lib/libkvdmabuf.so* $(PRELOAD_SO) $(PRELOAD_TESTS) $(CLI) $(TEST_BINS) $(HW_BINS) \
-		$(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(BENCH) $(CUDA_STAMP)
+		$(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(TWONODE) $(BENCH) $(CUDA_STAMP)
 	$(Q)rm -rf tests/asan tests/rxe/build
 	$(Q)test -z "$(KDIR)" -o ! -d "$(KDIR)" || \
 		$(MAKE) -C $(KDIR) M=$(CURDIR) clean >/dev/null
