@@ -98,7 +98,7 @@ BENCH_SRCS := $(sort $(wildcard tests/bench/*.c))
 BENCH := $(if $(BENCH_SRCS),tests/bench/kvdmabuf-bench)
 CYCLES ?= 3
 
-.PHONY: all lib cli tests asan modules rxe dkms-src clean check check-unit check-vm demo demo-mooncake bench deps fuzz \
+.PHONY: all lib cli tests asan modules rxe dkms-src clean check check-unit check-vm demo demo-2node demo-mooncake bench deps fuzz \
 	install modules_install mutants update-counts
 
 all: lib cli tests modules rxe
@@ -289,9 +289,22 @@ mutants:
 
 # The demonstration runs in a VM of lane KERNEL; DEMO_ARGS=--stress adds
 # concurrent transfers up to each sleep.
+# NODES=2: engines A and B in two guests of lane TWO_NODE_KERNEL (6.12 or
+# 7.3: soft-RoCE with dma-buf MRs) on a socket network of the host's
+# loopback, RDMA between them (tests/twonode, tests/vm/two-node.sh).
+NODES ?= 1
+TWO_NODE_KERNEL ?= 6.12
 demo:
+ifeq ($(NODES),2)
+	$(Q)$(MAKE) --no-print-directory demo-2node
+else
 	$(Q)tests/vm/check.sh run $(KERNEL) tests/demo/kvdmabuf-demo \
 		--cycles $(CYCLES) $(DEMO_ARGS)
+endif
+
+demo-2node:
+	$(Q)tests/vm/check.sh run2 $(TWO_NODE_KERNEL) \
+		tests/twonode/kvdmabuf-twonode --cycles $(CYCLES)
 
 # The seed with the real Mooncake store (tests/mooncake_store.py, its
 # tables): baseline, kvdmabuf's hooks (REREGISTER) and Mooncake unmodified

@@ -12,6 +12,9 @@
 #   check.sh all           unit + every lane (6.1, 6.12, 7.3, debug)
 #   check.sh run LANE PROG ARGS  one program of the build tree in a VM of LANE
 #                          (make demo, make fuzz); its status is the exit status
+#   check.sh run2 LANE PROG ARGS  the same in two VMs of LANE at once, on a
+#                          socket network between them (tests/vm/two-node.sh;
+#                          make demo NODES=2): fails when either fails
 #
 # Each stage prints its time; the last line is the total over every test of
 # every program and lane: "N passed, N failed, N skipped".
@@ -29,7 +32,7 @@ mkdir -p "$logs"
 # the checkout, which may lie in /tmp or /run (the guest mounts tmpfs
 # there), but in the cache, one folder per checkout.
 lanes=$cache/lanes/$(printf '%s' "$repo" | sha1sum | cut -c1-12)
-total_pass=0 total_fail=0 total_skip=0 stage_failed=0 run_mode=
+total_pass=0 total_fail=0 total_skip=0 stage_failed=0 run_mode= nodes=1
 
 newest() { ls -d "$@" 2>/dev/null | sort -V | tail -1; }
 
@@ -234,18 +237,19 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		tail -30 "$blog" | tee -a "$log"
 	else
 		echo "# built in $((SECONDS - t0))s; booting $kver"
-		local boot lane_timeout=$vm_timeout
+		local boot lane_timeout=$vm_timeout launcher=$here/run-vm.sh
 		[ "$lane" = debug ] && lane_timeout=$((2 * vm_timeout))
+		[ "$nodes" = 2 ] && launcher=$here/two-node.sh
 		for boot in 1 2; do
 			# The debug kernel boots on q35 (its own ACPI tables and
 			# MP table: both CPUs online under TCG).
 			KVDMABUF_VM_LOCKED=1 KVDMABUF_VM_MODROOT=$modroot \
 			KVDMABUF_VM_MACHINE=$machine KVDMABUF_VM_IOMMU=$iommu \
-			"$here/run-vm.sh" "$kernel" "$moddir" "$root" "$plog" \
+			"$launcher" "$kernel" "$moddir" "$root" "$plog" \
 				"$lane_timeout" "${guest_env[@]}" /bin/bash \
 				"$guest_build/tests/vm/guest-run.sh" "$guest_build" \
 				"${modroot:--}" "${run[@]}" | tr -d '\r' |
-				{ grep -v -E '^\[ *[0-9]+\.[0-9]+\]' || true; }
+				{ grep -v -E '^(\[[12]\] )?\[ *[0-9]+\.[0-9]+\]' || true; }
 			rc=${PIPESTATUS[0]}
 			# A guest that died before its first line of ours (TCG
 			# has crashed early boot, in text patching) ran none of
@@ -271,8 +275,9 @@ t_all=$SECONDS
 case "${1:-all}" in
 unit) stage_unit || stage_failed=1 ;;
 vm) stage_vm "${2:?lane}" || stage_failed=1 ;;
-run)
+run | run2)
 	run_mode=1
+	[ "$1" = run2 ] && nodes=2
 	lane=${2:?lane}
 	shift 2
 	stage_vm "$lane" -- "$@" || stage_failed=1
