@@ -428,9 +428,9 @@ static int a_run(struct node_a *a, const struct opts *o)
 	return rc;
 }
 
-static bool a_report(const struct node_a *a, const struct opts *o)
+static bool a_report(const struct node_a *a, const struct opts *o, int rc)
 {
-	bool pass = a->mode == KVDMABUF_MODE_FOLLOW &&
+	bool pass = !rc && a->mode == KVDMABUF_MODE_FOLLOW &&
 		    a->total == (o->cycles + 1) * (o->len / o->blk) &&
 		    a->right == a->total && a->writes == o->cycles + 1 &&
 		    a->writes_ok == a->writes && a->same_key == o->cycles &&
@@ -468,7 +468,7 @@ static int node_a(const struct opts *o)
 			    .min_drop_kb = -1 };
 	int rc = a_run(&a, o);
 	/* the table even after an error: how far it got */
-	bool pass = a_report(&a, o) && !rc;
+	bool pass = a_report(&a, o, rc);
 
 	if (rc)
 		fprintf(stderr, "two-node A: %s\n", strerror(-rc));
