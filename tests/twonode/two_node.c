@@ -517,7 +517,7 @@ static int b_run(struct vp_end *e, int s, unsigned int *wrong)
 	union ibv_gid agid;
 	enum ibv_wc_status st;
 	unsigned int right, nblk;
-	uint32_t wblk;
+	uint32_t wblk, wseed;
 	size_t i;
 	int rc;
 
@@ -573,7 +573,8 @@ static int b_run(struct vp_end *e, int s, unsigned int *wrong)
 		printf("# node B: cycle %u: %u/%u blocks right\n", m.cycle,
 		       right, nblk);
 		wblk = m.cycle % nblk;
-		pattern_fill(buf, h.blk, WRITE_SEED + m.cycle);
+		wseed = WRITE_SEED + m.cycle;
+		pattern_fill(buf, h.blk, wseed);
 		rc = vp_rdma(e, IBV_WR_RDMA_WRITE, buf, (uint32_t)h.blk,
 			     mr->lkey, h.addr + wblk * h.blk, h.rkey, NULL);
 		if (rc)
@@ -582,7 +583,7 @@ static int b_run(struct vp_end *e, int s, unsigned int *wrong)
 		m.a = right;
 		m.b = nblk;
 		m.c = wblk;
-		m.seed = WRITE_SEED + m.cycle;
+		m.seed = wseed;
 		rc = msg_send(s, &m, MSG_CHECKED);
 		if (rc)
 			goto out;
