@@ -154,23 +154,11 @@ TEST_F_TIMEOUT(rf, drm_region_follows_on_real_verbs, 120)
 		ibv_dereg_mr(self->peer_mr);
 		self->peer_mr = NULL;
 		vp_close(&self->b);
-		ibv_destroy_qp(self->a.qp);
-		self->a.qp = NULL;
 		ASSERT_EQ(0, vp_open(&self->b, vp_dev_name(1)));
 		self->peer_mr = ibv_reg_mr(self->b.pd, self->peerbuf, LEN,
 					   IBV_ACCESS_LOCAL_WRITE);
 		ASSERT_NE(NULL, self->peer_mr);
-		{
-			struct ibv_qp_init_attr qpa = {
-				.qp_type = IBV_QPT_RC,
-				.send_cq = self->a.cq, .recv_cq = self->a.cq,
-				.cap = { .max_send_wr = 64, .max_recv_wr = 1,
-					 .max_send_sge = 1, .max_recv_sge = 1 },
-			};
-
-			self->a.qp = ibv_create_qp(self->a.pd, &qpa);
-			ASSERT_NE(NULL, self->a.qp);
-		}
+		ASSERT_EQ(0, vp_new_qp(&self->a));
 		ASSERT_EQ(0, vp_connect(&self->a, &self->b));
 
 		/* The engine frees its memory and maps new memory there. */

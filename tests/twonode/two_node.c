@@ -50,10 +50,10 @@
 enum msg_type {
 	MSG_HELLO = 1,	/* A: qpn, gid, addr, len, blk, rkey */
 	MSG_READY,	/* B: qpn, gid; its QP is at RTS */
-	MSG_AWAKE,	/* A: cycle, seed, rkey now: read and write */
+	MSG_AWAKE,	/* A: cycle, seed, rkey now, its QP: read, write */
 	MSG_CHECKED,	/* B: right, total blocks; block written, seed */
 	MSG_ASLEEP,	/* A: asleep, read */
-	MSG_REFUSED,	/* B: status of the read, clean; QP back at RTS */
+	MSG_REFUSED,	/* B: status of the read, clean; its new QP */
 	MSG_DONE,	/* A: end */
 };
 
@@ -391,6 +391,7 @@ static int a_run(struct node_a *a, const struct opts *o)
 		m.cycle = c;
 		m.seed = seed;
 		m.rkey = a->rkey_last;
+		m.qpn = a->e.qp->qp_num;
 		rc = msg_send(a->sock, &m, MSG_AWAKE);
 		if (!rc)
 			rc = msg_recv(a->sock, &m, MSG_CHECKED);
@@ -415,8 +416,10 @@ static int a_run(struct node_a *a, const struct opts *o)
 			return rc;
 		a->refused += m.a == IBV_WC_REM_ACCESS_ERR;
 		a->clean += m.b;
-		/* the error ended both QPs: connect them again */
-		rc = vp_reset(&a->e);
+		/* the error ended both QPs: new ones, connected again (B's
+		 * number came with its answer, A's goes with the next wake) */
+		bqpn = m.qpn;
+		rc = vp_new_qp(&a->e);
 		if (!rc)
 			rc = vp_to_rts_remote(&a->e, bqpn, &bgid);
 		if (rc)
@@ -517,8 +520,8 @@ static int b_run(struct vp_end *e, int s, unsigned int *wrong)
 	union ibv_gid agid;
 	enum ibv_wc_status st;
 	unsigned int right, nblk;
-	uint32_t wblk, wseed;
-	size_t i;
+	uint32_t wblk, wseed, aqpn;
+	size_t i, changed;
 	int rc;
 
 	rc = msg_recv(s, &h, MSG_HELLO);
@@ -539,7 +542,8 @@ static int b_run(struct vp_end *e, int s, unsigned int *wrong)
 		goto out;
 	}
 	memcpy(agid.raw, h.gid, sizeof(agid.raw));
-	rc = vp_to_rts_remote(e, h.qpn, &agid);
+	aqpn = h.qpn;
+	rc = vp_to_rts_remote(e, aqpn, &agid);
 	if (rc)
 		goto out;
 	printf("# node B: A's region 0x%llx, %llu KiB, rkey 0x%x\n",
@@ -558,6 +562,13 @@ static int b_run(struct vp_end *e, int s, unsigned int *wrong)
 		if (rc == MSG_DONE) {
 			rc = 0;
 			break;
+		}
+		/* after an error, A's new QP: connect B's new one to it */
+		if (m.qpn != aqpn) {
+			aqpn = m.qpn;
+			rc = vp_to_rts_remote(e, aqpn, &agid);
+			if (rc)
+				goto out;
 		}
 		/* A's rkey now is the one B got at the start: B uses that */
 		if (m.rkey != h.rkey)
@@ -599,21 +610,21 @@ static int b_run(struct vp_end *e, int s, unsigned int *wrong)
 		st = IBV_WC_SUCCESS;
 		rc = vp_rdma(e, IBV_WR_RDMA_READ, buf, (uint32_t)h.blk,
 			     mr->lkey, h.addr, h.rkey, &st);
-		for (i = 0; i < h.blk && !buf[i]; i++)
-			;
-		printf("# node B: A asleep: read %s (%s), %zu bytes arrived\n",
-		       rc ? "failed" : "SUCCEEDED", ibv_wc_status_str(st),
-		       h.blk - i);
-		if (!rc || i < h.blk)
+		for (i = 0, changed = 0; i < h.blk; i++)
+			changed += buf[i] != 0;
+		printf("# node B: A asleep: read %s (%s), %zu bytes of its "
+		       "buffer changed\n", rc ? "failed" : "SUCCEEDED",
+		       ibv_wc_status_str(st), changed);
+		if (!rc || changed)
 			(*wrong)++;
 		memset(&m, 0, sizeof(m));
 		m.a = rc == -EIO ? st : IBV_WC_SUCCESS;
-		m.b = i == h.blk;
-		rc = vp_reset(e);
-		if (!rc)
-			rc = vp_to_rts_remote(e, h.qpn, &agid);
-		if (!rc)
+		m.b = !changed;
+		rc = vp_new_qp(e);
+		if (!rc) {
+			m.qpn = e->qp->qp_num;
 			rc = msg_send(s, &m, MSG_REFUSED);
+		}
 	}
 out:
 	if (mr)
