@@ -9,7 +9,9 @@
 #                          the newest 7.x kernel of trixie-backports), debug
 #                          (that kernel's source with lockdep, KASAN, DMA API
 #                          and dma-buf debugging, 2 CPUs)
-#   check.sh all           unit + every lane (6.1, 6.12, 7.3, debug)
+#   check.sh twonode LANE  make demo NODES=2 once (one cycle) on LANE
+#   check.sh all           unit + every lane (6.1, 6.12, 7.3, debug), then
+#                          twonode on 6.12
 #   check.sh run LANE PROG ARGS  one program of the build tree in a VM of LANE
 #                          (make demo, make fuzz); its status is the exit status
 #   check.sh run2 LANE PROG ARGS  the same in two VMs of LANE at once, on a
@@ -125,13 +127,15 @@ stage_unit() {
 
 stage_vm() { # lane [-- command to run instead of tests/vm.list]
 	local lane=$1
-	local log=$logs/vm-$lane.log t0=$SECONDS rc=0
+	local name=vm-$lane
+	[ "$nodes" = 2 ] && name=2node-$lane
+	local log=$logs/$name.log t0=$SECONDS rc=0
 	local kver kernel moddir root build guest_build blog=$logs/build-$lane.log
 	local modroot= dk machine=pc iommu=0
 	# Environment of the guest's tests (NAME=VALUE words for env).
 	local guest_env=(KVDMABUF_FUZZ_SECONDS=10)
-	"$here/deps.sh" "$lane" || { account "vm-$lane" 1 /dev/null 0; return; }
-	echo "# === vm $lane"
+	"$here/deps.sh" "$lane" || { account "$name" 1 /dev/null 0; return; }
+	echo "# === ${name%%-*} $lane"
 	# One lane run at a time on this machine, build included: another
 	# run of the same tree must not rebuild binaries a guest is running.
 	exec 8>/tmp/kvdmabuf-vm.lock
@@ -205,7 +209,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		;;
 	*)
 		echo "unknown lane $lane (6.1, 6.12, 7.3 or debug)" >&2
-		account "vm-$lane" 1 /dev/null 0
+		account "$name" 1 /dev/null 0
 		return
 		;;
 	esac
@@ -222,7 +226,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 	/tmp/* | /run/* | /dev/* | /proc/* | /sys/*)
 		echo "check.sh: KVDMABUF_CACHE ($cache) must not be under a folder the guest mounts over" >&2
 		exec 8>&-
-		account "vm-$lane" 1 /dev/null 0
+		account "$name" 1 /dev/null 0
 		return
 		;;
 	esac
@@ -267,14 +271,24 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 	fi
 	rm -f "$plog"
 	# Still under the lock: no other run of this tree rewrites $log.
-	account "vm-$lane" $rc "$log" $((SECONDS - t0))
+	account "$name" $rc "$log" $((SECONDS - t0))
 	exec 8>&-
+}
+
+# make demo NODES=2 once, one cycle, on a lane whose tree is built already
+# in make check: two guests on a socket network, RDMA between them
+# (tests/twonode; about 100 s).
+stage_twonode() { # lane
+	nodes=2
+	stage_vm "$1" -- tests/twonode/kvdmabuf-twonode --cycles 1
+	nodes=1
 }
 
 t_all=$SECONDS
 case "${1:-all}" in
 unit) stage_unit || stage_failed=1 ;;
 vm) stage_vm "${2:?lane}" || stage_failed=1 ;;
+twonode) stage_twonode "${2:?lane}" || stage_failed=1 ;;
 run | run2)
 	run_mode=1
 	[ "$1" = run2 ] && nodes=2
@@ -288,9 +302,10 @@ all)
 	for lane in 6.1 6.12 7.3 debug; do
 		stage_vm $lane || stage_failed=1
 	done
+	stage_twonode 6.12 || stage_failed=1
 	;;
 *)
-	echo "usage: $0 unit | vm LANE | all" >&2
+	echo "usage: $0 unit | vm LANE | twonode LANE | all" >&2
 	exit 2
 	;;
 esac
