@@ -193,6 +193,7 @@ struct node_a {
 	int drm, dev, sock;
 	uint32_t handle;
 	char *addr;
+	bool mapped;		/* addr maps the current vgem buffer */
 	/* results */
 	unsigned int right, total, writes_ok, writes, refused, clean, freed,
 		revoked, same_key;
@@ -215,6 +216,7 @@ static int a_new_memory(struct node_a *a, const struct opts *o, uint32_t seed)
 	if (!p || (a->addr && p != a->addr))
 		return -ENOMEM;
 	a->addr = p;
+	a->mapped = true;
 	pattern_fill(p, o->len, seed);
 	return 0;
 }
@@ -252,6 +254,7 @@ static int a_sleep(struct node_a *a, const struct opts *o)
 	    q.state == KVDMABUF_STATE_REVOKED)
 		a->revoked++;
 	munmap(a->addr, o->len);
+	a->mapped = false;
 	vgem_close_handle(a->drm, a->handle);
 	/* the module may drop the backing from a worker: up to 2 s */
 	for (w = 0; w < 200; w++) {
@@ -483,6 +486,8 @@ static int node_a(const struct opts *o)
 	if (a.ctx)
 		kvdmabuf_close(a.ctx);
 	vp_close(&a.e);
+	if (a.mapped)
+		munmap(a.addr, o->len);
 	if (a.sock >= 0)
 		close(a.sock);
 	if (a.dev >= 0)
