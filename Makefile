@@ -99,11 +99,14 @@ FAKE_CUDA := $(if $(FAKE_CUDA_SRCS),tests/fake_cuda/libcuda.so.1)
 FAKE_CUDA_OLD := $(if $(FAKE_CUDA_SRCS),tests/fake_cuda/old/libcuda.so.1)
 DEMO_SRCS := $(sort $(filter-out $(TEST_SRCS),$(wildcard tests/demo/*.c)))
 DEMO := $(if $(DEMO_SRCS),tests/demo/kvdmabuf-demo)
+# The two-node demo (make demo NODES=2): one program, engine A or B.
+TWONODE_SRCS := $(sort $(wildcard tests/twonode/*.c))
+TWONODE := $(if $(TWONODE_SRCS),tests/twonode/kvdmabuf-twonode)
 BENCH_SRCS := $(sort $(wildcard tests/bench/*.c))
 BENCH := $(if $(BENCH_SRCS),tests/bench/kvdmabuf-bench)
 CYCLES ?= 3
 
-.PHONY: all lib cli tests asan modules rxe dkms-src clean check check-unit check-vm demo demo-mooncake bench deps fuzz \
+.PHONY: all lib cli tests asan modules rxe dkms-src clean check check-unit check-vm demo demo-2node demo-mooncake bench deps fuzz \
 	install modules_install mutants update-counts
 
 all: lib cli tests modules rxe
@@ -145,7 +148,7 @@ $(CLI): $(CLI_SRCS) $(wildcard lib/cli/*.h) $(LIB_A) $(LIB_HDRS)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(CLI_SRCS) $(LIB_A) $(LDLIBS)
 
 # lib_cuda runs the command (kvdmabuf check).
-tests: $(TEST_BINS) $(HW_BINS) $(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(BENCH) $(CLI) \
+tests: $(TEST_BINS) $(HW_BINS) $(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(TWONODE) $(BENCH) $(CLI) \
 	$(PRELOAD_TESTS)
 
 # tests/preload/preload_symver.py: a program built against the real libibverbs,
@@ -264,6 +267,10 @@ $(DEMO): $(DEMO_SRCS) $(wildcard tests/demo/*.h tests/*.h) $(LIB_A) $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(DEMO_SRCS) $(LIB_A) $(LDLIBS)
 
+$(TWONODE): $(TWONODE_SRCS) $(wildcard tests/*.h tests/kmod/*.h) $(LIB_A) $(LIB_HDRS)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(TWONODE_SRCS) $(LIB_A) $(LDLIBS)
+
 $(BENCH): $(BENCH_SRCS) $(wildcard tests/bench/*.h tests/*.h) $(LIB_A) $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(BENCH_SRCS) $(LIB_A) $(LDLIBS)
@@ -308,10 +315,23 @@ mutants:
 # soft-RoCE has dma-buf MRs (tests/rxe), unless KERNEL is given (6.1: the
 # move-capable NIC is kvd_umem there); DEMO_ARGS=--stress adds concurrent
 # transfers up to each sleep.
+# NODES=2: engines A and B in two guests of lane TWO_NODE_KERNEL (6.12 or
+# 7.3: soft-RoCE with dma-buf MRs) on a socket network of the host's
+# loopback, RDMA between them (tests/twonode, tests/vm/two-node.sh).
 DEMO_KERNEL ?= $(if $(filter command line environment,$(origin KERNEL)),$(KERNEL),6.12)
+NODES ?= 1
+TWO_NODE_KERNEL ?= 6.12
 demo:
+ifeq ($(NODES),2)
+	$(Q)$(MAKE) --no-print-directory demo-2node
+else
 	$(Q)tests/vm/check.sh run $(DEMO_KERNEL) tests/demo/kvdmabuf-demo \
 		--cycles $(CYCLES) $(DEMO_ARGS)
+endif
+
+demo-2node:
+	$(Q)tests/vm/check.sh run2 $(TWO_NODE_KERNEL) \
+		tests/twonode/kvdmabuf-twonode --cycles $(CYCLES)
 
 # The seed with the real Mooncake store (tests/mooncake/mooncake_store.py, its
 # tables): baseline, kvdmabuf's hooks (REREGISTER) and Mooncake unmodified
@@ -433,7 +453,7 @@ modules_install: modules
 
 clean:
 	$(Q)rm -f $(LIB_OBJS) $(LIB_A) lib/libkvdmabuf.so* $(PRELOAD_SO) $(PRELOAD_TESTS) $(CLI) $(TEST_BINS) $(HW_BINS) \
-		$(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(BENCH) $(CUDA_STAMP)
+		$(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(TWONODE) $(BENCH) $(CUDA_STAMP)
 	$(Q)rm -rf tests/asan tests/rxe/build
 	$(Q)test -z "$(KDIR)" -o ! -d "$(KDIR)" || \
 		$(MAKE) -C $(KDIR) M=$(CURDIR) clean >/dev/null

@@ -60,25 +60,38 @@ static inline void vp_close(struct vp_end *e)
 	memset(e, 0, sizeof(*e));
 }
 
-static inline int vp_open(struct vp_end *e, const char *name)
+/*
+ * A new RC QP for @e in place of the one it has (an error moved that one to
+ * the error state for good: rxe moves it there after the failed
+ * completion is polled, so a reset could race with it), the CQ's flushed
+ * completions polled away. It has a new number: connect it again.
+ */
+static inline int vp_new_qp(struct vp_end *e)
 {
 	struct ibv_qp_init_attr qpa = {
-		.qp_type = IBV_QPT_RC,
+		.qp_type = IBV_QPT_RC, .send_cq = e->cq, .recv_cq = e->cq,
 		.cap = { .max_send_wr = 64, .max_recv_wr = 1,
 			 .max_send_sge = 1, .max_recv_sge = 1 },
 	};
+	struct ibv_wc wc;
 
+	if (e->qp && ibv_destroy_qp(e->qp))
+		return -errno;
+	while (ibv_poll_cq(e->cq, 1, &wc) > 0)
+		;
+	e->qp = ibv_create_qp(e->pd, &qpa);
+	return e->qp ? 0 : -EIO;
+}
+
+static inline int vp_open(struct vp_end *e, const char *name)
+{
 	memset(e, 0, sizeof(*e));
 	e->ctx = vp_open_device(name);
 	if (!e->ctx)
 		return -ENODEV;
 	e->pd = ibv_alloc_pd(e->ctx);
 	e->cq = e->pd ? ibv_create_cq(e->ctx, 128, NULL, NULL, 0) : NULL;
-	if (!e->cq)
-		goto err;
-	qpa.send_cq = qpa.recv_cq = e->cq;
-	e->qp = ibv_create_qp(e->pd, &qpa);
-	if (!e->qp || ibv_query_gid(e->ctx, 1, 0, &e->gid))
+	if (!e->cq || vp_new_qp(e) || ibv_query_gid(e->ctx, 1, 0, &e->gid))
 		goto err;
 	return 0;
 err:
@@ -86,7 +99,12 @@ err:
 	return -EIO;
 }
 
-static inline int vp_to_rts(struct vp_end *e, const struct vp_end *peer)
+/*
+ * @e's QP to RTS towards the remote QP @dest_qpn at @dgid (in one process,
+ * the other vp_end; across nodes, what the peer published).
+ */
+static inline int vp_to_rts_remote(struct vp_end *e, uint32_t dest_qpn,
+				   const union ibv_gid *dgid)
 {
 	struct ibv_qp_attr a = {
 		.qp_state = IBV_QPS_INIT, .port_num = 1,
@@ -101,11 +119,11 @@ static inline int vp_to_rts(struct vp_end *e, const struct vp_end *peer)
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTR;
 	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = peer->qp->qp_num;
+	a.dest_qp_num = dest_qpn;
 	a.max_dest_rd_atomic = 4;
 	a.min_rnr_timer = 12;
 	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = peer->gid;
+	a.ah_attr.grh.dgid = *dgid;
 	a.ah_attr.grh.hop_limit = 1;
 	a.ah_attr.port_num = 1;
 	if (ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_AV |
@@ -123,6 +141,11 @@ static inline int vp_to_rts(struct vp_end *e, const struct vp_end *peer)
 			  IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
 		return -errno;
 	return 0;
+}
+
+static inline int vp_to_rts(struct vp_end *e, const struct vp_end *peer)
+{
+	return vp_to_rts_remote(e, peer->qp->qp_num, &peer->gid);
 }
 
 static inline int vp_connect(struct vp_end *a, struct vp_end *b)

@@ -80,6 +80,22 @@ static inline int vgem_dmabuf(int drm_fd, uint64_t size)
 	return ret ? ret : fd;
 }
 
+/*
+ * Maps dumb buffer @handle (@len bytes) for the CPU, at @at (MAP_FIXED,
+ * replacing what is mapped there) or anywhere; the address or NULL.
+ */
+static inline void *vgem_map(int drm_fd, uint32_t handle, size_t len, void *at)
+{
+	struct drm_mode_map_dumb m = { .handle = handle };
+	void *p;
+
+	if (drmIoctl(drm_fd, DRM_IOCTL_MODE_MAP_DUMB, &m))
+		return NULL;
+	p = mmap(at, len, PROT_READ | PROT_WRITE,
+		 MAP_SHARED | (at ? MAP_FIXED : 0), drm_fd, (off_t)m.offset);
+	return p == MAP_FAILED ? NULL : p;
+}
+
 /* Fills @len bytes with a pattern derived from @seed and the offset. */
 static inline void pattern_fill(void *buf, size_t len, uint32_t seed)
 {

@@ -47,19 +47,6 @@ static int imp_counters(uint32_t handle, struct kvd_imp_counters *c)
 	return ioctl(imp.fd, KVD_IMP_IOCTL_COUNTERS, c) ? -errno : 0;
 }
 
-/* CPU mapping of a vgem buffer, at @at when given (MAP_FIXED). */
-static void *map_dumb(int drm_fd, uint32_t handle, size_t len, void *at)
-{
-	struct drm_mode_map_dumb m = { .handle = handle };
-	void *p;
-
-	if (drmIoctl(drm_fd, DRM_IOCTL_MODE_MAP_DUMB, &m))
-		return NULL;
-	p = mmap(at, len, PROT_READ | PROT_WRITE,
-		 MAP_SHARED | (at ? MAP_FIXED : 0), drm_fd, (off_t)m.offset);
-	return p == MAP_FAILED ? NULL : p;
-}
-
 static int proxy_query(struct kvdmabuf_region *r, struct kvdmabuf_query *q)
 {
 	memset(q, 0, sizeof(*q));
@@ -141,7 +128,7 @@ TEST_F_TIMEOUT(fo, drm_regions_follow_through_cycles, 120)
 	int cycle, rc;
 
 	ASSERT_EQ(0, vgem_create(self->drm, LEN, &h));
-	addr = map_dumb(self->drm, h, LEN, NULL);
+	addr = vgem_map(self->drm, h, LEN, NULL);
 	ASSERT_NE(NULL, addr);
 	pattern_fill(addr, LEN, 1000);
 	d.addr = addr;
@@ -187,7 +174,7 @@ TEST_F_TIMEOUT(fo, drm_regions_follow_through_cycles, 120)
 		munmap(addr, LEN);
 		vgem_close_handle(self->drm, h);
 		ASSERT_EQ(0, vgem_create(self->drm, LEN, &h));
-		ASSERT_EQ(addr, map_dumb(self->drm, h, LEN, addr));
+		ASSERT_EQ(addr, vgem_map(self->drm, h, LEN, addr));
 		pattern_fill(addr, LEN, seed);
 		ASSERT_EQ(0, kvdmabuf_region_set_drm_handle(r, self->drm, h));
 		rc = kvdmabuf_wake(self->ctx, NULL);
@@ -257,7 +244,7 @@ TEST_F_TIMEOUT(fo, engines_own_pinning_registration_refuses_sleep, 120)
 	int pfd;
 
 	ASSERT_EQ(0, vgem_create(self->drm, LEN, &h));
-	addr = map_dumb(self->drm, h, LEN, NULL);
+	addr = vgem_map(self->drm, h, LEN, NULL);
 	ASSERT_NE(NULL, addr);
 	d.addr = addr;
 	d.len = LEN;

@@ -24,18 +24,6 @@
 #define LEN (256u << 10)
 #define BLK 4096u
 
-static void *map_dumb(int drm_fd, uint32_t handle, size_t len, void *at)
-{
-	struct drm_mode_map_dumb m = { .handle = handle };
-	void *p;
-
-	if (drmIoctl(drm_fd, DRM_IOCTL_MODE_MAP_DUMB, &m))
-		return NULL;
-	p = mmap(at, len, PROT_READ | PROT_WRITE,
-		 MAP_SHARED | (at ? MAP_FIXED : 0), drm_fd, (off_t)m.offset);
-	return p == MAP_FAILED ? NULL : p;
-}
-
 FIXTURE(rf) {
 	struct vp_end a, b;	/* a: the engine's NIC (rxe0), b: the peer */
 	struct kvdmabuf_ctx *ctx;
@@ -119,7 +107,7 @@ TEST_F_TIMEOUT(rf, drm_region_follows_on_real_verbs, 120)
 	long i;
 
 	ASSERT_EQ(0, vgem_create(self->drm, LEN, &h));
-	addr = map_dumb(self->drm, h, LEN, NULL);
+	addr = vgem_map(self->drm, h, LEN, NULL);
 	ASSERT_NE(NULL, addr);
 	pattern_fill(addr, LEN, 500);
 	d.addr = addr;
@@ -166,30 +154,18 @@ TEST_F_TIMEOUT(rf, drm_region_follows_on_real_verbs, 120)
 		ibv_dereg_mr(self->peer_mr);
 		self->peer_mr = NULL;
 		vp_close(&self->b);
-		ibv_destroy_qp(self->a.qp);
-		self->a.qp = NULL;
 		ASSERT_EQ(0, vp_open(&self->b, vp_dev_name(1)));
 		self->peer_mr = ibv_reg_mr(self->b.pd, self->peerbuf, LEN,
 					   IBV_ACCESS_LOCAL_WRITE);
 		ASSERT_NE(NULL, self->peer_mr);
-		{
-			struct ibv_qp_init_attr qpa = {
-				.qp_type = IBV_QPT_RC,
-				.send_cq = self->a.cq, .recv_cq = self->a.cq,
-				.cap = { .max_send_wr = 64, .max_recv_wr = 1,
-					 .max_send_sge = 1, .max_recv_sge = 1 },
-			};
-
-			self->a.qp = ibv_create_qp(self->a.pd, &qpa);
-			ASSERT_NE(NULL, self->a.qp);
-		}
+		ASSERT_EQ(0, vp_new_qp(&self->a));
 		ASSERT_EQ(0, vp_connect(&self->a, &self->b));
 
 		/* The engine frees its memory and maps new memory there. */
 		munmap(addr, LEN);
 		vgem_close_handle(self->drm, h);
 		ASSERT_EQ(0, vgem_create(self->drm, LEN, &h));
-		ASSERT_EQ(addr, map_dumb(self->drm, h, LEN, addr));
+		ASSERT_EQ(addr, vgem_map(self->drm, h, LEN, addr));
 		pattern_fill(addr, LEN, seed);
 		ASSERT_EQ(0, kvdmabuf_region_set_drm_handle(r, self->drm, h));
 		rc = kvdmabuf_wake(self->ctx, NULL);

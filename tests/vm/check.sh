@@ -9,9 +9,14 @@
 #                          the newest 7.x kernel of trixie-backports), debug
 #                          (that kernel's source with lockdep, KASAN, DMA API
 #                          and dma-buf debugging, 2 CPUs)
-#   check.sh all           unit + every lane (6.1, 6.12, 7.3, debug)
+#   check.sh twonode LANE  make demo NODES=2 once (one cycle) on LANE
+#   check.sh all           unit + every lane (6.1, 6.12, 7.3, debug), then
+#                          twonode on 6.12
 #   check.sh run LANE PROG ARGS  one program of the build tree in a VM of LANE
 #                          (make demo, make fuzz); its status is the exit status
+#   check.sh run2 LANE PROG ARGS  the same in two VMs of LANE at once, on a
+#                          socket network between them (tests/vm/two-node.sh;
+#                          make demo NODES=2): fails when either fails
 #
 # Each stage prints its time; the last line is the total over every test of
 # every program and lane: "N passed, N failed, N skipped".
@@ -29,7 +34,7 @@ mkdir -p "$logs"
 # the checkout, which may lie in /tmp or /run (the guest mounts tmpfs
 # there), but in the cache, one folder per checkout.
 lanes=$cache/lanes/$(printf '%s' "$repo" | sha1sum | cut -c1-12)
-total_pass=0 total_fail=0 total_skip=0 stage_failed=0 run_mode=
+total_pass=0 total_fail=0 total_skip=0 stage_failed=0 run_mode= nodes=1
 
 newest() { ls -d "$@" 2>/dev/null | sort -V | tail -1; }
 
@@ -122,13 +127,15 @@ stage_unit() {
 
 stage_vm() { # lane [-- command to run instead of tests/vm.list]
 	local lane=$1
-	local log=$logs/vm-$lane.log t0=$SECONDS rc=0
+	local name=vm-$lane
+	[ "$nodes" = 2 ] && name=2node-$lane
+	local log=$logs/$name.log t0=$SECONDS rc=0
 	local kver kernel moddir root build guest_build blog=$logs/build-$lane.log
 	local modroot= dk machine=pc iommu=0
 	# Environment of the guest's tests (NAME=VALUE words for env).
 	local guest_env=(KVDMABUF_FUZZ_SECONDS=10)
-	"$here/deps.sh" "$lane" || { account "vm-$lane" 1 /dev/null 0; return; }
-	echo "# === vm $lane"
+	"$here/deps.sh" "$lane" || { account "$name" 1 /dev/null 0; return; }
+	echo "# === ${name%%-*} $lane"
 	# One lane run at a time on this machine, build included: another
 	# run of the same tree must not rebuild binaries a guest is running.
 	exec 8>/tmp/kvdmabuf-vm.lock
@@ -208,7 +215,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		;;
 	*)
 		echo "unknown lane $lane (6.1, 6.12, 7.3 or debug)" >&2
-		account "vm-$lane" 1 /dev/null 0
+		account "$name" 1 /dev/null 0
 		return
 		;;
 	esac
@@ -225,7 +232,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 	/tmp/* | /run/* | /dev/* | /proc/* | /sys/*)
 		echo "check.sh: KVDMABUF_CACHE ($cache) must not be under a folder the guest mounts over" >&2
 		exec 8>&-
-		account "vm-$lane" 1 /dev/null 0
+		account "$name" 1 /dev/null 0
 		return
 		;;
 	esac
@@ -240,18 +247,19 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		tail -30 "$blog" | tee -a "$log"
 	else
 		echo "# built in $((SECONDS - t0))s; booting $kver"
-		local boot lane_timeout=$vm_timeout
+		local boot lane_timeout=$vm_timeout launcher=$here/run-vm.sh
 		[ "$lane" = debug ] && lane_timeout=$((2 * vm_timeout))
+		[ "$nodes" = 2 ] && launcher=$here/two-node.sh
 		for boot in 1 2; do
 			# The debug kernel boots on q35 (its own ACPI tables and
 			# MP table: both CPUs online under TCG).
 			KVDMABUF_VM_LOCKED=1 KVDMABUF_VM_MODROOT=$modroot \
 			KVDMABUF_VM_MACHINE=$machine KVDMABUF_VM_IOMMU=$iommu \
-			"$here/run-vm.sh" "$kernel" "$moddir" "$root" "$plog" \
+			"$launcher" "$kernel" "$moddir" "$root" "$plog" \
 				"$lane_timeout" "${guest_env[@]}" /bin/bash \
 				"$guest_build/tests/vm/guest-run.sh" "$guest_build" \
 				"${modroot:--}" "${run[@]}" | tr -d '\r' |
-				{ grep -v -E '^\[ *[0-9]+\.[0-9]+\]' || true; }
+				{ grep -v -E '^(\[[12]\] )?\[ *[0-9]+\.[0-9]+\]' || true; }
 			rc=${PIPESTATUS[0]}
 			# A guest that died before its first line of ours (TCG
 			# has crashed early boot, in text patching) ran none of
@@ -269,16 +277,27 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 	fi
 	rm -f "$plog"
 	# Still under the lock: no other run of this tree rewrites $log.
-	account "vm-$lane" $rc "$log" $((SECONDS - t0))
+	account "$name" $rc "$log" $((SECONDS - t0))
 	exec 8>&-
+}
+
+# make demo NODES=2 once, one cycle, on a lane whose tree is built already
+# in make check: two guests on a socket network, RDMA between them
+# (tests/twonode; about 100 s).
+stage_twonode() { # lane
+	nodes=2
+	stage_vm "$1" -- tests/twonode/kvdmabuf-twonode --cycles 1
+	nodes=1
 }
 
 t_all=$SECONDS
 case "${1:-all}" in
 unit) stage_unit || stage_failed=1 ;;
 vm) stage_vm "${2:?lane}" || stage_failed=1 ;;
-run)
+twonode) stage_twonode "${2:?lane}" || stage_failed=1 ;;
+run | run2)
 	run_mode=1
+	[ "$1" = run2 ] && nodes=2
 	lane=${2:?lane}
 	shift 2
 	stage_vm "$lane" -- "$@" || stage_failed=1
@@ -289,9 +308,10 @@ all)
 	for lane in 6.1 6.12 7.3 debug; do
 		stage_vm $lane || stage_failed=1
 	done
+	stage_twonode 6.12 || stage_failed=1
 	;;
 *)
-	echo "usage: $0 unit | vm LANE | all" >&2
+	echo "usage: $0 unit | vm LANE | twonode LANE | all" >&2
 	exit 2
 	;;
 esac

@@ -36,13 +36,35 @@ echo "# kvdmabuf VM lane: kernel $(uname -r), $cpus CPUs, build $build"
 
 modprobe vgem || setup_fail "modprobe vgem"
 
-# Soft-RoCE on both ends of a veth pair; no packet leaves the guest.
-modprobe veth || setup_fail "modprobe veth"
-ip link add kvd0 type veth peer name kvd1 || setup_fail "veth pair"
-for l in kvd0 kvd1; do
+# Soft-RoCE on both ends of a veth pair; no packet leaves the guest. One
+# node of two (KVDMABUF_NODE=1 or 2, tests/vm/two-node.sh): soft-RoCE rxe0
+# on the guest's NIC, on qemu's socket network to the other guest, with
+# address 10.77.0.NODE; the program reaches the other node at
+# KVDMABUF_NODE_PEER.
+node=${KVDMABUF_NODE:-}
+if [ -n "$node" ]; then
+	modprobe virtio_net || setup_fail "modprobe virtio_net"
+	nic=
+	for i in $(seq 50); do
+		nic=$(ls /sys/class/net | grep -v '^lo$' | head -1)
+		[ -n "$nic" ] && break
+		sleep 0.1
+	done
+	[ -n "$nic" ] || setup_fail "no network interface"
+	rxe_links="rxe0:$nic"
+	export KVDMABUF_NODE_PEER=10.77.0.$((3 - node))
+else
+	modprobe veth || setup_fail "modprobe veth"
+	ip link add kvd0 type veth peer name kvd1 || setup_fail "veth pair"
+	nic="kvd0 kvd1"
+	rxe_links="rxe0:kvd0 rxe1:kvd1"
+fi
+for l in $nic; do
 	echo 0 >/proc/sys/net/ipv6/conf/$l/accept_dad
 	ip link set $l up || setup_fail "link $l up"
 done
+[ -n "$node" ] && { ip addr add "10.77.0.$node/24" dev "$nic" ||
+	setup_fail "address of $nic"; }
 modprobe ib_uverbs || setup_fail "modprobe ib_uverbs"
 # Soft-RoCE with dma-buf MRs where the lane built it (tests/rxe): the
 # in-tree module's dependencies, then ours in its place; and rdma-core's
@@ -60,16 +82,19 @@ if [ -f "$rxe_ko" ]; then
 else
 	modprobe rdma_rxe || setup_fail "modprobe rdma_rxe"
 fi
-rdma link add rxe0 type rxe netdev kvd0 || setup_fail "rdma link add rxe0"
-rdma link add rxe1 type rxe netdev kvd1 || setup_fail "rdma link add rxe1"
-# Wait for the link-local GIDs (index 0) the tests address each other by.
-for i in $(seq 50); do
-	g0=$(cat /sys/class/infiniband/rxe0/ports/1/gids/0 2>/dev/null)
-	g1=$(cat /sys/class/infiniband/rxe1/ports/1/gids/0 2>/dev/null)
-	case "$g0$g1" in fe80*fe80*) break ;; esac
-	sleep 0.1
+for rl in $rxe_links; do
+	rdma link add "${rl%%:*}" type rxe netdev "${rl#*:}" ||
+		setup_fail "rdma link add ${rl%%:*}"
 done
-case "$g0$g1" in fe80*fe80*) ;; *) setup_fail "rxe GIDs not populated" ;; esac
+# Wait for the link-local GIDs (index 0) the tests address each other by.
+for rl in $rxe_links; do
+	for i in $(seq 50); do
+		g=$(cat "/sys/class/infiniband/${rl%%:*}/ports/1/gids/0" 2>/dev/null)
+		case "$g" in fe80*) break ;; esac
+		sleep 0.1
+	done
+	case "$g" in fe80*) ;; *) setup_fail "${rl%%:*}: GID not populated" ;; esac
+done
 
 for ko in module/kvdmabuf.ko tests/kmod/kvd_importer.ko; do
 	if [ -f "$build/$ko" ]; then

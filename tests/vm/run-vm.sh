@@ -19,6 +19,8 @@
 # only) adds an emulated intel-iommu in strict mode and qemu's edu PCI
 # device, a DMA engine behind it (tests/module/proxy_edu). virtio-9p does not use
 # the IOMMU (no VIRTIO_F_ACCESS_PLATFORM), so the root stays as fast.
+# KVDMABUF_VM_NET: qemu arguments of the guest's network (tests/vm/two-node.sh:
+# a socket network between two guests on the host's loopback); default none.
 set -euo pipefail
 
 kernel=$1 moddir=$2 root=$3 log=$4 timeout_s=$5
@@ -38,6 +40,8 @@ fi
 # A kernel whose modules are not under ROOT's /lib/modules (the debug lane)
 # names the folder that holds lib/modules/VERSION, as ROOT sees it.
 modroot=${KVDMABUF_VM_MODROOT:-}
+net_args=(-nic none)
+[ -n "${KVDMABUF_VM_NET:-}" ] && read -ra net_args <<<"$KVDMABUF_VM_NET"
 
 busybox=/bin/busybox
 [ -x "$busybox" ] || { echo "run-vm: busybox-static missing" >&2; exit 1; }
@@ -142,7 +146,7 @@ append="console=ttyS0 panic=-1 oops=panic rdinit=/init loglevel=4 tsc=reliable $
 timeout -k 10 "$timeout_s" qemu-system-x86_64 \
 	-machine "$machine",accel=tcg -cpu max -smp 2 -m "$mem" \
 	"${iommu_args[@]}" \
-	-display none -monitor none -serial stdio -no-reboot -nic none \
+	-display none -monitor none -serial stdio -no-reboot "${net_args[@]}" \
 	-kernel "$kernel" -initrd "$work/initrd.gz" -append "$append" \
 	-fsdev local,id=kvdroot,path="$root",security_model=none,readonly=on,multidevs=remap \
 	-device virtio-9p-pci,fsdev=kvdroot,mount_tag=kvdroot \
