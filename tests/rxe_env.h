@@ -9,6 +9,8 @@
 #ifndef KVDMABUF_TESTS_RXE_ENV_H
 #define KVDMABUF_TESTS_RXE_ENV_H
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,24 @@
 #include <unistd.h>
 
 #define PINNED_PARAM "/sys/module/rdma_rxe/parameters/dmabuf_pinned"
+
+/*
+ * rdma_rxe's dmabuf_pinned: dma-buf MRs registered while it is set pin
+ * their dma-buf (as efa and bnxt_re do); the others follow moves.
+ * 0 or -errno.
+ */
+static inline int rxe_set_pinned(int on)
+{
+	int fd = open(PINNED_PARAM, O_WRONLY | O_CLOEXEC);
+	int ret = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (write(fd, on ? "Y" : "N", 1) != 1)
+		ret = -errno;
+	close(fd);
+	return ret;
+}
 
 /* The first line of $KVDMABUF_BUILD/tests/rxe/build/@file into @why. */
 static inline void rxe_skip_file(const char *file, char *why, size_t len)

@@ -28,19 +28,6 @@
 /* An I/O virtual address with nothing to do with the buffer's offset. */
 #define IOVA	0x5a5a000000ull
 
-static int set_pinned(int on)
-{
-	int fd = open(PINNED_PARAM, O_WRONLY | O_CLOEXEC);
-	int ret = 0;
-
-	if (fd < 0)
-		return -errno;
-	if (write(fd, on ? "Y" : "N", 1) != 1)
-		ret = -errno;
-	close(fd);
-	return ret;
-}
-
 FIXTURE(rxe) {
 	struct vp_end a, b;
 	int drm, dev;
@@ -53,7 +40,7 @@ FIXTURE_SETUP(rxe)
 	self->drm = self->dev = -1;
 	if (rxe_dmabuf_missing())
 		SKIP(return, "%s", rxe_dmabuf_missing());
-	ASSERT_EQ(0, set_pinned(0));
+	ASSERT_EQ(0, rxe_set_pinned(0));
 	ASSERT_EQ(0, vp_open(&self->a, vp_dev_name(0)));
 	ASSERT_EQ(0, vp_open(&self->b, vp_dev_name(1)));
 	ASSERT_EQ(0, vp_connect(&self->a, &self->b));
@@ -73,7 +60,7 @@ FIXTURE_TEARDOWN(rxe)
 	vp_close(&self->b);
 	kvd_close(&self->drm);
 	kvd_close(&self->dev);
-	set_pinned(0);
+	rxe_set_pinned(0);
 }
 
 /* A's RDMA op of @len bytes between abuf + @aoff and B's @iova (@rkey). */
@@ -351,9 +338,9 @@ TEST_F(rxe, pinned_blocks_swap)
 	proxy = kvd_create(self->dev, LEN, NULL);
 	ASSERT_GE(proxy, 0);
 	ASSERT_EQ(0, kvd_attach(self->dev, proxy, a, 0));
-	ASSERT_EQ(0, set_pinned(1));
+	ASSERT_EQ(0, rxe_set_pinned(1));
 	mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, proxy, ACC);
-	ASSERT_EQ(0, set_pinned(0));
+	ASSERT_EQ(0, rxe_set_pinned(0));
 	if (!mr)
 		TH_LOG("ibv_reg_dmabuf_mr: %s", strerror(errno));
 	ASSERT_NOT_NULL(mr);
