@@ -63,10 +63,41 @@ def main(tests):
     return 4 if skipped == len(tests) else 0
 
 
+_TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def use_build_tree():
     """Import kvdmabuf from this tree's lib/python and load its library."""
-    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    top = _TOP
     sys.path.insert(0, os.path.join(top, "lib", "python"))
     os.environ.setdefault("KVDMABUF_LIBRARY",
                           os.path.join(top, "lib", "libkvdmabuf.so.0"))
     return top
+
+
+def rxe_dmabuf_missing():
+    """Why soft-RoCE here has no usable dma-buf MRs (tests/rxe_env.h: the
+    patched rdma_rxe and rdma-core's patched provider, and struct pages
+    behind the tables), or None."""
+    rxe = os.path.join(os.environ.get("KVDMABUF_BUILD", _TOP), "tests", "rxe",
+                       "build")
+
+    def first_line(name, default):
+        try:
+            with open(os.path.join(rxe, name)) as f:
+                return f.readline().strip() or default
+        except OSError:
+            return default
+    if not os.path.exists("/sys/module/rdma_rxe/parameters/dmabuf_pinned"):
+        return first_line("SKIP", "rdma_rxe without dma-buf MRs loaded")
+    if not os.environ.get("RDMAV_DRIVERS"):
+        return "rxe provider not built: %s" % first_line(
+            os.path.join("provider", "SKIP"), "no provider library")
+    try:
+        with open("/boot/config-%s" % os.uname().release) as f:
+            if "CONFIG_DMABUF_DEBUG=y\n" in f:
+                return ("CONFIG_DMABUF_DEBUG hides struct pages from "
+                        "importers: rxe copies with the CPU")
+    except OSError:
+        pass
+    return None

@@ -118,19 +118,10 @@ def bench_host():
 
 def rxe_expected():
     """Whether this guest has soft-RoCE with dma-buf MRs (tests/rxe), by
-    the same signs as tests/rxe_env.h: the patched rdma_rxe's parameter,
-    the provider named in RDMAV_DRIVERS, and a kernel that hands importers
-    struct pages. Where it does, the bench must measure figures 1r and 7r
-    (a bench that skipped them there fails this test)."""
-    if not os.path.exists("/sys/module/rdma_rxe/parameters/dmabuf_pinned"):
-        return False
-    if not os.environ.get("RDMAV_DRIVERS"):
-        return False
-    try:
-        with open("/boot/config-" + os.uname().release) as f:
-            return "CONFIG_DMABUF_DEBUG=y\n" not in f.readlines()
-    except OSError:
-        return True
+    the same signs as tests/rxe_env.h (ktap.rxe_dmabuf_missing()). Where
+    it does, the bench must measure figures 1r and 7r (a bench that
+    skipped them there fails this test)."""
+    return ktap.rxe_dmabuf_missing() is None
 
 
 def check_rxe(lines, out):

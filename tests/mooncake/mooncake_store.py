@@ -728,40 +728,12 @@ def seed_with_kvdmabuf_every_block_right():
               "calls at wakes" % (c, wk["registrations"]))
 
 
-def rxe_dmabuf_missing():
-    """Why soft-RoCE here has no usable dma-buf MRs (tests/rxe_env.h: the
-    patched rdma_rxe and rdma-core's patched provider, and struct pages
-    behind the tables), or None."""
-    rxe = os.path.join(os.environ.get("KVDMABUF_BUILD", TOP), "tests", "rxe",
-                       "build")
-
-    def first_line(name, default):
-        try:
-            with open(os.path.join(rxe, name)) as f:
-                return f.readline().strip() or default
-        except OSError:
-            return default
-    if not os.path.exists("/sys/module/rdma_rxe/parameters/dmabuf_pinned"):
-        return first_line("SKIP", "rdma_rxe without dma-buf MRs loaded")
-    if not os.environ.get("RDMAV_DRIVERS"):
-        return "rxe provider not built: %s" % first_line(
-            os.path.join("provider", "SKIP"), "no provider library")
-    try:
-        with open("/boot/config-%s" % os.uname().release) as f:
-            if "CONFIG_DMABUF_DEBUG=y\n" in f:
-                return ("CONFIG_DMABUF_DEBUG hides struct pages from "
-                        "importers: rxe copies with the CPU")
-    except OSError:
-        pass
-    return None
-
-
 def follow_under_the_preload_every_block_right_keys_unchanged():
     """Mooncake unmodified under libkvdmabuf-preload.so, A's KV in vgem
     behind a proxy (FOLLOW): right blocks after every wake with Mooncake's
     registration untouched (its MR and keys the same), A's KV freed
     while A sleeps."""
-    why = rxe_dmabuf_missing()
+    why = ktap.rxe_dmabuf_missing()
     if why:
         raise Skip(why)
     python_of_venv()
