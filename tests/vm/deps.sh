@@ -7,13 +7,18 @@
 #   deps.sh 6.1     + Mooncake's wheel in a virtual environment of this
 #                   root's python3 ($KVDMABUF_CACHE/mooncake-venv), which
 #                   the lane's guests share
-#   deps.sh debug   + in that root, linux-source-7.x (trixie-backports) and
-#                   the kernel build tools: the debug-lane kernel is built
-#                   there, with Debian 13's gcc-14
+#   deps.sh debug   + in that root, the 7.3 lane's kernel, its
+#                   linux-source-7.x and the kernel build tools: the
+#                   debug-lane kernel is built there, with Debian 13's gcc-14
 #   deps.sh 6.12    + a Debian 13 root (kernel 6.12, gcc-14, -dev packages)
 #                   built with debootstrap under $KVDMABUF_CACHE
 #   deps.sh 7.3     + in that root, from trixie-backports, the newest 7.x
 #                   kernel image and headers (the dma-buf revoke API)
+#   deps.sh plan LANE   prints the steps LANE runs, one per line, and runs
+#                   none (tests/harness/deps_plan.sh checks them)
+#   Every lane whose kernel has an rxe patch series (tests/rxe/patches/X.Y)
+#   gets that kernel's linux-source-X.Y in the root it builds in: the one
+#   step kernel_source, whatever other lane ran before.
 #   (6.12, 7.3 and debug: + Mooncake's wheel in a virtual environment of
 #   that root's python3, /opt/kvdmabuf-mooncake-venv in it)
 #
@@ -111,22 +116,20 @@ TRIXIE_ROOT=$CACHE/trixie-root
 # Bump when TRIXIE_PKGS changes, so that cached roots get rebuilt.
 TRIXIE_STAMP=$TRIXIE_ROOT/.kvdmabuf-root-v1
 # What is added to that root from trixie-backports, in place (no new
-# debootstrap): the newest 7.x kernel (deps.sh 7.3) and linux-source-7.x
-# with the kernel build tools (deps.sh debug). Bump a stamp's -vN when its
-# package set changes: cached roots then get the step run again. Each stamp
+# debootstrap): the newest 7.x kernel (deps.sh 7.3 and debug) and the
+# kernel build tools (deps.sh debug). Bump a stamp's -vN when its package
+# set changes: cached roots then get the step run again. The kernel's stamp
 # holds the kernel version it installed.
 BPO_SUITE=trixie-backports
 BPO_KERNEL_STAMP=$TRIXIE_ROOT/.kvdmabuf-bpo-kernel-v1
-BPO_DEBUG_STAMP=$TRIXIE_ROOT/.kvdmabuf-bpo-debug-v1
+BPO_DEBUG_STAMP=$TRIXIE_ROOT/.kvdmabuf-bpo-debug-v2
 BPO_DEBUG_PKGS="flex bison bc libelf-dev libssl-dev cpio xz-utils"
+# The rxe patch series, one folder per kernel X.Y (tests/rxe/build.sh).
+RXE_SERIES=$(cd "$(dirname "$0")/../rxe/patches" && pwd)
 # Added to that root in place too (stamped the same way): what the Python
 # tests run on (python3, rdma-core's pyverbs) and DKMS (tests/vm/dkms.sh).
 ROOT_EXTRA_PKGS="python3 python3-pyverbs dkms perftest"
 ROOT_EXTRA_STAMP=$TRIXIE_ROOT/.kvdmabuf-root-extras-v3
-# The 6.12 kernel's own source in that root (Debian 13's linux-source-6.12):
-# tests/rxe builds soft-RoCE with dma-buf MRs from its rxe.
-ROOT_SRC612_PKGS="linux-source-6.12"
-ROOT_SRC612_STAMP=$TRIXIE_ROOT/.kvdmabuf-root-src612-v1
 # Mooncake's run-time libraries and python3's venv in that root (Debian 13
 # names libcurl4 libcurl4t64); its venv, at this path inside the root.
 ROOT_MOONCAKE_PKGS="python3-venv libnuma1 libcurl4t64"
@@ -205,8 +208,52 @@ root_extras() {
 	root_install "$ROOT_EXTRA_STAMP" root-extras "$ROOT_EXTRA_PKGS"
 }
 
-root_src612() {
-	root_install "$ROOT_SRC612_STAMP" root-src612 "$ROOT_SRC612_PKGS"
+# linux-source-X.Y in the root a lane builds in (/ for 6.1, the Debian 13
+# root for the others), from trixie-backports for 7.x. Checked by the
+# tarball itself, not a stamp: it is what tests/rxe/build.sh and
+# tests/vm/debug-kernel.sh read.
+kernel_source() { # X.Y
+	local ver=$1 root=$TRIXIE_ROOT run=(in_root) opt=() log
+	[ "$ver" = 6.1 ] && { root=; run=(); }
+	[ -f "$root/usr/src/linux-source-$ver.tar.xz" ] && return 0
+	need_root "linux-source-$ver in ${root:-/}"
+	log=$CACHE/linux-source-$ver.log
+	mkdir -p "$CACHE"
+	case $ver in 7.*) bpo_update; opt=(-t "$BPO_SUITE") ;; esac
+	[ -n "$root" ] && cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+	echo "deps: installing linux-source-$ver into ${root:-/}"
+	{ [ ${#opt[@]} -gt 0 ] || "${run[@]}" apt-get update -qq; } >"$log" 2>&1
+	"${run[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+		--no-install-recommends "${opt[@]}" "linux-source-$ver" >>"$log" 2>&1 &&
+		[ -f "$root/usr/src/linux-source-$ver.tar.xz" ] || {
+		tail -20 "$log" >&2
+		echo "deps: installing linux-source-$ver failed, log in $log" >&2
+		exit 1
+	}
+}
+
+# X.Y of the kernel a lane boots: 6.1 and 6.12 by name, 7.3 and debug the
+# 7.x kernel bpo_kernel installed.
+lane_kernel_xy() { # lane
+	case $1 in
+	6.1 | 6.12) echo "$1" ;;
+	*) sed -n 's/^\([0-9]*\.[0-9]*\).*/\1/p' "$BPO_KERNEL_STAMP" ;;
+	esac
+}
+
+# The source of the lane's kernel where tests/rxe has a patch series for it
+# (soft-RoCE with dma-buf MRs is built from it; without the source its
+# tests would skip).
+rxe_source() { # lane
+	local xy
+	xy=$(lane_kernel_xy "$1")
+	[ -d "$RXE_SERIES/$xy" ] || return 0
+	kernel_source "$xy"
+}
+
+# The debug kernel is built from its lane's kernel source.
+debug_source() {
+	kernel_source "$(lane_kernel_xy debug)"
 }
 
 # The backports suite in the root's sources, and a fresh package index.
@@ -257,31 +304,10 @@ bpo_kernel() {
 	echo "$kver" >"$BPO_KERNEL_STAMP"
 }
 
-# linux-source-7.X (the version of the newest 7.x kernel) and what building
-# a kernel needs, in the root: the debug-lane kernel is built there with
-# Debian 13's gcc-14.
-bpo_debug() {
-	local ver
-	if [ -f "$BPO_DEBUG_STAMP" ]; then
-		ver=$(cat "$BPO_DEBUG_STAMP")
-		[ -f "$TRIXIE_ROOT/usr/src/linux-source-$ver.tar.xz" ] && return 0
-	fi
-	need_root "linux-source-7.x from $BPO_SUITE in $TRIXIE_ROOT"
-	bpo_update
-	ver=$(in_root apt-cache pkgnames linux-source-7. |
-		sed -n 's/^linux-source-\(7\.[0-9]*\)$/\1/p' | sort -V | tail -1)
-	[ -n "$ver" ] || {
-		echo "deps: no linux-source-7.* in $BPO_SUITE" >&2
-		exit 1
-	}
-	echo "deps: installing linux-source-$ver and kernel build tools into $TRIXIE_ROOT"
-	in_root apt-get install -y -qq --no-install-recommends -t "$BPO_SUITE" \
-		"linux-source-$ver" $BPO_DEBUG_PKGS >"$CACHE/bpo-debug.log" 2>&1 || {
-		tail -20 "$CACHE/bpo-debug.log" >&2
-		echo "deps: installing linux-source-$ver failed, log in $CACHE/bpo-debug.log" >&2
-		exit 1
-	}
-	echo "$ver" >"$BPO_DEBUG_STAMP"
+# What building a kernel needs, in the root: the debug-lane kernel is built
+# there with Debian 13's gcc-14.
+debug_tools() {
+	root_install "$BPO_DEBUG_STAMP" bpo-debug "$BPO_DEBUG_PKGS"
 }
 
 # A virtual environment of /usr/bin/python3 with the pinned Mooncake wheel.
@@ -337,37 +363,59 @@ root_mooncake() {
 	mooncake_venv "$ROOT_MOONCAKE_VENV" "$TRIXIE_ROOT"
 }
 
-case "${1:-host}" in
-host)
-	host_deps
-	;;
-6.1)
-	host_deps
-	mooncake_venv "$CACHE/mooncake-venv"
-	;;
-6.12)
-	host_deps
-	trixie_root
-	root_extras
-	root_src612
-	root_mooncake
-	;;
-7.3)
-	host_deps
-	trixie_root
-	root_extras
-	bpo_kernel
-	root_mooncake
-	;;
-debug)
-	host_deps
-	trixie_root
-	root_extras
-	bpo_debug
-	root_mooncake
-	;;
-*)
-	echo "usage: $0 host|6.1|6.12|7.3|debug" >&2
-	exit 2
-	;;
-esac
+# Each lane's steps, in order. PLAN=1 prints them instead of running them.
+step() {
+	if [ -n "${PLAN:-}" ]; then
+		echo "$*"
+	else
+		"$@"
+	fi
+}
+
+lane() {
+	case $1 in
+	host)
+		step host_deps
+		;;
+	6.1)
+		step host_deps
+		step rxe_source 6.1
+		step mooncake_venv "$CACHE/mooncake-venv"
+		;;
+	6.12)
+		step host_deps
+		step trixie_root
+		step root_extras
+		step rxe_source 6.12
+		step root_mooncake
+		;;
+	7.3)
+		step host_deps
+		step trixie_root
+		step root_extras
+		step bpo_kernel
+		step rxe_source 7.3
+		step root_mooncake
+		;;
+	debug)
+		step host_deps
+		step trixie_root
+		step root_extras
+		step bpo_kernel
+		step rxe_source debug
+		step debug_source
+		step debug_tools
+		step root_mooncake
+		;;
+	*)
+		echo "usage: $0 [plan] host|6.1|6.12|7.3|debug" >&2
+		exit 2
+		;;
+	esac
+}
+
+if [ "${1:-}" = plan ]; then
+	PLAN=1 lane "${2:-host}"
+else
+	lane "${1:-host}"
+fi
