@@ -221,6 +221,7 @@ int kvd_drain(struct kvd_proxy *proxy, u32 timeout_ms);
 struct kvd_backing *kvd_unback(struct kvd_proxy *proxy, u32 reason);
 void kvd_backing_stale(struct kvd_proxy *proxy, struct kvd_backing *b);
 void kvd_reap_work(struct work_struct *work);
+bool kvd_revoke_invalidated(struct kvd_proxy *proxy, struct list_head *dead);
 void kvd_inval_work(struct work_struct *work);
 
 #endif /* KVD_H */

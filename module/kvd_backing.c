@@ -574,34 +574,43 @@ struct kvd_backing *kvd_unback(struct kvd_proxy *proxy, u32 reason)
 }
 
 /*
- * The exporter of the current backing invalidated it: revoke the proxy.
- * Not refused by blocking pins nor by the stale bound (the backing is
- * going away whatever we do); nothing waits here, the stale backing is
- * reaped once idle.
+ * The exporter of the current backing invalidated it: revoke the proxy
+ * (proxy->lock held). Not refused by blocking pins nor by the stale bound
+ * (the backing is going away whatever we do); nothing waits here, the
+ * stale backing is reaped once idle. Returns whether it revoked: false if
+ * the current backing (if any) was not invalidated, e.g. a REVOKE or a
+ * REPLACE took it away first.
  */
+bool kvd_revoke_invalidated(struct kvd_proxy *proxy, struct list_head *dead)
+{
+	struct kvd_backing *b = proxy->backing;
+
+	lockdep_assert_held(&proxy->lock);
+	if (!b || !READ_ONCE(b->invalidated))
+		return false;
+	dma_resv_lock(proxy->dmabuf->resv, NULL);
+	kvd_unback(proxy, KVDMABUF_REVOKE_EXPORTER);
+	dma_resv_unlock(proxy->dmabuf->resv);
+	pr_debug("proxy %llu: backing invalidated by its exporter, revoked, generation %llu\n",
+		 proxy->id, proxy->generation);
+	kvd_event(proxy, KVDMABUF_STATE_REVOKED);
+	/*
+	 * Let it go now if no importer maps it (else the last unmap or its
+	 * fences' callback queues the reap): an exporter that revokes may
+	 * wait for its pins and maps to go (vfio-pci).
+	 */
+	kvd_reap(proxy, dead);
+	return true;
+}
+
 void kvd_inval_work(struct work_struct *work)
 {
 	struct kvd_proxy *proxy = container_of(work, struct kvd_proxy,
 					       inval_work);
-	struct kvd_backing *b;
 	LIST_HEAD(dead);
 
 	mutex_lock(&proxy->lock);
-	b = proxy->backing;
-	if (b && READ_ONCE(b->invalidated)) {
-		dma_resv_lock(proxy->dmabuf->resv, NULL);
-		kvd_unback(proxy, KVDMABUF_REVOKE_EXPORTER);
-		dma_resv_unlock(proxy->dmabuf->resv);
-		pr_debug("proxy %llu: backing invalidated by its exporter, revoked, generation %llu\n",
-			 proxy->id, proxy->generation);
-		kvd_event(proxy, KVDMABUF_STATE_REVOKED);
-		/*
-		 * Let it go now if no importer maps it (else the last unmap
-		 * or its fences' callback queues the reap): an exporter that
-		 * revokes may wait for its pins and maps to go (vfio-pci).
-		 */
-		kvd_reap(proxy, &dead);
-	}
+	kvd_revoke_invalidated(proxy, &dead);
 	mutex_unlock(&proxy->lock);
 	kvd_bury(&dead);
 }

@@ -105,6 +105,7 @@ static int kvd_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
 	struct kvd_backing *b;
 	struct kvd_attach *ka;
 	struct kvd_slot *slot;
+	LIST_HEAD(dead);
 	int ret;
 
 	/*
@@ -151,6 +152,15 @@ static int kvd_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
 		mutex_lock(&proxy->lock);
 		if (proxy->backing == b) {
 			kvd_backing_put(b);
+			/*
+			 * Its exporter revoked it after we looked (a pin or
+			 * map of a revoked buffer fails) and the work that
+			 * revokes the proxy has not run yet: revoke it here,
+			 * as the work would, and attach to the revoked proxy,
+			 * as a moment later.
+			 */
+			if (IS_ERR(slot) && kvd_revoke_invalidated(proxy, &dead))
+				continue;
 			if (IS_ERR(slot)) {
 				ret = PTR_ERR(slot);
 				goto err_unlock;
@@ -169,12 +179,14 @@ static int kvd_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
 	list_add_tail(&ka->node, &proxy->attachments);
 	attach->priv = ka;
 	mutex_unlock(&proxy->lock);
+	kvd_bury(&dead);
 	pr_debug("proxy %llu: importer %s attached\n", proxy->id,
 		 dev_name(attach->dev));
 	return 0;
 
 err_unlock:
 	mutex_unlock(&proxy->lock);
+	kvd_bury(&dead);
 	kvd_attach_put(ka);
 	return ret;
 }

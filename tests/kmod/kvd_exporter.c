@@ -60,6 +60,7 @@ struct kvd_exp_buf {
 	bool async_move;
 	bool pin_busy;
 	bool revoke_waits;
+	bool revoke_on_pin;
 	wait_queue_head_t unmapped;	/* live_maps went down */
 	/* All below: dmabuf->resv. */
 	struct kvd_exp_copy *copy;	/* the last asynchronous move's */
@@ -249,6 +250,10 @@ static int kvd_exp_pin(struct dma_buf_attachment *attach)
 	dma_resv_assert_held(attach->dmabuf->resv);
 	if (buf->revoked)
 		return -ENODEV;
+	if (buf->revoke_on_pin && buf->live_maps) {
+		kvd_exp_move_locked(buf, NULL);
+		return -ENODEV;
+	}
 	if (buf->pin_busy)
 		return -EBUSY;
 	if (buf->move_on_pin && !buf->pins) {
@@ -426,6 +431,7 @@ static long kvd_exp_create(void __user *uarg)
 			  KVD_EXP_CREATE_MOVE_ON_UNPIN |
 			  KVD_EXP_CREATE_PIN_BUSY |
 			  KVD_EXP_CREATE_REVOKE_WAITS |
+			  KVD_EXP_CREATE_REVOKE_ON_PIN |
 			  KVD_EXP_CREATE_ASYNC_MOVE) ||
 	    arg.pad || arg.pad2)
 		return -EINVAL;
@@ -449,6 +455,7 @@ static long kvd_exp_create(void __user *uarg)
 	buf->move_on_unpin = arg.flags & KVD_EXP_CREATE_MOVE_ON_UNPIN;
 	buf->pin_busy = arg.flags & KVD_EXP_CREATE_PIN_BUSY;
 	buf->revoke_waits = arg.flags & KVD_EXP_CREATE_REVOKE_WAITS;
+	buf->revoke_on_pin = arg.flags & KVD_EXP_CREATE_REVOKE_ON_PIN;
 	init_waitqueue_head(&buf->unmapped);
 	buf->async_move = arg.flags & KVD_EXP_CREATE_ASYNC_MOVE;
 	buf->cur = kvd_exp_pages_alloc(arg.size >> PAGE_SHIFT);

@@ -46,6 +46,13 @@
 #define KVD_EXP_CREATE_REVOKE_WAITS	(1U << 8)
 #define KVD_EXP_REVOKE_WAIT_MS		2000
 /*
+ * A pin while another attachment maps the buffer revokes it first (as
+ * a device reset between two importers' attaches would) and fails with
+ * -ENODEV: the second importer of a proxy attaches after the exporter's
+ * move notification reached the first one's mapped attachment, every time.
+ */
+#define KVD_EXP_CREATE_REVOKE_ON_PIN	(1U << 9)
+/*
  * The first pin moves the buffer before it pins it (new pages, a copy,
  * a move notification to every attachment, the pinning one included, the
  * old pages poisoned), as amdgpu_dma_buf_pin() migrating VRAM to GTT and
@@ -68,7 +75,8 @@
  *	KVD_EXP_CREATE_BUS_ADDR), KVD_EXP_CREATE_SLOW_MAP,
  *	KVD_EXP_CREATE_SLOW_UNMAP, KVD_EXP_CREATE_MOVE_ON_PIN,
  *	KVD_EXP_CREATE_MOVE_ON_UNPIN, KVD_EXP_CREATE_ASYNC_MOVE,
- *	KVD_EXP_CREATE_PIN_BUSY, KVD_EXP_CREATE_REVOKE_WAITS, or 0
+ *	KVD_EXP_CREATE_PIN_BUSY, KVD_EXP_CREATE_REVOKE_WAITS,
+ *	KVD_EXP_CREATE_REVOKE_ON_PIN, or 0
  * @fd: out: the dma-buf fd (O_CLOEXEC)
  * @pad: must be 0
  */

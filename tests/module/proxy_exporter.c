@@ -12,6 +12,7 @@
  * addresses would read 0xde bytes: they never do.
  */
 #include <pthread.h>
+#include <sched.h>
 
 #include "harness.h"
 #include "proxy_common.h"
@@ -199,6 +200,112 @@ TEST_F(exp, exporter_revoke_revokes_the_proxy)
 	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
 	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_C));
 	close(b);
+}
+
+/* Reads the device fd's queued events: how many REVOKED ones, the last's gen. */
+static int revoked_events(int dev, uint64_t *gen)
+{
+	struct kvdmabuf_event ev[64];
+	int n, i, count = 0, fl = fcntl(dev, F_GETFL);
+
+	fcntl(dev, F_SETFL, fl | O_NONBLOCK);
+	n = read(dev, ev, sizeof(ev));
+	fcntl(dev, F_SETFL, fl);
+	for (i = 0; i < n / (int)sizeof(ev[0]); i++) {
+		if (ev[i].state == KVDMABUF_STATE_REVOKED) {
+			*gen = ev[i].generation;
+			count++;
+		}
+	}
+	return count;
+}
+
+/*
+ * @on: this thread runs SCHED_FIFO on the CPU it is on, which normal
+ * threads (kworkers included) cannot take from it; else as before.
+ */
+static int run_alone(int on)
+{
+	static cpu_set_t saved;
+	struct sched_param sp = { .sched_priority = on ? 1 : 0 };
+	cpu_set_t one;
+
+	if (on) {
+		if (sched_getaffinity(0, sizeof(saved), &saved))
+			return -errno;
+		CPU_ZERO(&one);
+		CPU_SET(sched_getcpu(), &one);
+		if (sched_setaffinity(0, sizeof(one), &one))
+			return -errno;
+	}
+	if (sched_setscheduler(0, on ? SCHED_FIFO : SCHED_OTHER, &sp))
+		return -errno;
+	if (!on && sched_setaffinity(0, sizeof(saved), &saved))
+		return -errno;
+	return 0;
+}
+
+/*
+ * An importer that attaches after the exporter revoked the backing but
+ * before the module's work revoked the proxy (its pin of the backing
+ * fails) attaches to the revoked proxy, as it would a moment later: the
+ * attach succeeds, the proxy is revoked once (reason EXPORTER, one
+ * generation, one notification, one event) and both imports read nothing.
+ * The exporter revokes inside the second importer's pin, so every round
+ * is in that window (the fuzzer's forked children hit it by chance); the
+ * importing thread runs SCHED_FIFO on one CPU, where the module's work is
+ * queued (system_wq is per CPU), so the work cannot run before the attach
+ * has come back for the proxy's lock.
+ */
+TEST_F(exp, attach_between_exporter_revoke_and_the_work_succeeds)
+{
+	struct kvdmabuf_query q;
+	int round, e, p, h1, h2, n;
+	uint64_t gen = 0;
+
+	for (round = 0; round < 20; round++) {
+		e = exp_buf(self->exp, SIZE,
+			    variant->flags | KVD_EXP_CREATE_REVOKE_ON_PIN,
+			    SEED_B);
+		ASSERT_GE(e, 0);
+		p = kvd_create(self->dev, SIZE, NULL);
+		ASSERT_GE(p, 0);
+		ASSERT_EQ(0, kvd_attach(self->dev, p, e, 0));
+		h1 = imp_import(self->imp, p, 0);
+		ASSERT_GE(h1, 0);
+		ASSERT_EQ(0, imp_read(self->imp, h1, 0, self->buf, SIZE));
+		ASSERT_EQ(-1, pattern_check(self->buf, SIZE, SEED_B));
+		revoked_events(self->dev, &gen);	/* drop older ones */
+
+		ASSERT_EQ(0, run_alone(1));
+		h2 = imp_import(self->imp, p, 0);
+		ASSERT_EQ(0, run_alone(0));
+		if (h2 < 0)
+			TH_LOG("round %d: the second import: %d", round, h2);
+		ASSERT_GE(h2, 0);
+		ASSERT_EQ(0, kvd_wait_state(self->dev, p,
+					    KVDMABUF_STATE_REVOKED, &q));
+		EXPECT_EQ(KVDMABUF_REVOKE_EXPORTER, q.revoke_reason);
+		EXPECT_EQ(2, q.generation);
+		EXPECT_EQ(1, q.notifications);
+		EXPECT_EQ(2, q.dynamic_importers);
+		/* the work item, queued too, finds nothing left to revoke */
+		usleep(20000);
+		ASSERT_EQ(0, kvd_query(self->dev, p, &q));
+		EXPECT_EQ(2, q.generation);
+		n = revoked_events(self->dev, &gen);
+		EXPECT_EQ(1, n);
+		EXPECT_EQ(2, gen);
+		EXPECT_EQ(-ENODEV, read_while_revoked(_metadata, self->imp, h1,
+						       self->buf));
+		EXPECT_EQ(-ENODEV, read_while_revoked(_metadata, self->imp, h2,
+						       self->buf));
+		EXPECT_EQ(0, imp_release(self->imp, h2));
+		EXPECT_EQ(0, imp_release(self->imp, h1));
+		EXPECT_EQ(0, kvd_revoke(self->dev, p, 1000));
+		close(p);
+		close(e);
+	}
 }
 
 /*
