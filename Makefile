@@ -232,7 +232,7 @@ $(UMEM_VARIANTS): tests/%_umem: tests/%.c
 # ends (tests/harness.h). The programs find what they run (the fake
 # libcuda, the VM judge, the command) from the top of the build tree
 # (kvd_build_path(), tests/harness.h), as the plain ones do.
-UNIT_C_TESTS := $(filter-out asan/% %.py,$(shell sed 's/\#.*//' tests/unit.list))
+UNIT_C_TESTS := $(filter-out asan/% %.py %.sh,$(shell sed 's/\#.*//' tests/unit.list))
 ASAN_TESTS := $(addprefix tests/asan/,$(UNIT_C_TESTS) harness/harness_sample)
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all \
 	-fno-omit-frame-pointer
@@ -343,11 +343,18 @@ demo-mooncake:
 # The ioctl fuzzer alone, on the debug kernel (FUZZ_KERNEL=6.1|6.12 for
 # another lane), for SECONDS with SEED alone (default: the fixed seeds, then
 # one from the clock, each for an equal share; every seed is printed).
+# ROUNDS=N: instead, each fixed seed N times in a row for SECONDS each (a
+# race the lanes hit now and then: ROUNDS=20 SECONDS=5).
 SECONDS ?= 600
 FUZZ_KERNEL ?= debug
 fuzz:
+ifdef ROUNDS
+	$(Q)tests/vm/check.sh run $(FUZZ_KERNEL) \
+		tests/module/fuzz_rounds.sh $(ROUNDS) $(SECONDS)
+else
 	$(Q)tests/vm/check.sh run $(FUZZ_KERNEL) \
 		tests/module/proxy_fuzz --seconds $(SECONDS) $(if $(SEED),--seed $(SEED))
+endif
 
 # Benchmarks: the pure user-space figures on this machine, then the rest in
 # a VM of lane BENCH_KERNEL (a kernel with the module and the test
