@@ -270,6 +270,31 @@ static void env_load(void)
 	config_load();
 }
 
+/*
+ * fork() (preload_cuda.c's handlers call these, inside its own lock): the
+ * child gets kp.lock in the state it had at the fork, so it is held
+ * across the fork (no registration or state-file rewrite is half done
+ * then). The child owns none of its parent's MRs (each of its own calls
+ * records its own) nor its state file: it publishes only what it
+ * registers, under its own pid.
+ */
+void kp_fork_prepare(void)
+{
+	pthread_mutex_lock(&kp.lock);
+}
+
+void kp_fork_parent(void)
+{
+	pthread_mutex_unlock(&kp.lock);
+}
+
+void kp_fork_child(void)
+{
+	kp.nr_mrs = 0;
+	kp.published = 0;
+	pthread_mutex_unlock(&kp.lock);
+}
+
 __attribute__((constructor)) static void kp_init(void)
 {
 	const char *env = getenv(KVDMABUF_PRELOAD_DIR_ENV);

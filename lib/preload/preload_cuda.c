@@ -176,6 +176,35 @@ long long kp_cuda_calls(const char *symbol)
 	return -ENOENT;
 }
 
+/*
+ * fork(): a sleep or wake of this process (kc.transition) and the
+ * registration tables (kp.lock, preload.c) are whole in the child, so both
+ * locks are held across the fork, in their order (a transition calls into
+ * the tables).
+ */
+static void kc_fork_prepare(void)
+{
+	pthread_mutex_lock(&kc.transition);
+	kp_fork_prepare();
+}
+
+static void kc_fork_parent(void)
+{
+	kp_fork_parent();
+	pthread_mutex_unlock(&kc.transition);
+}
+
+static void kc_fork_child(void)
+{
+	kp_fork_child();
+	pthread_mutex_unlock(&kc.transition);
+}
+
+__attribute__((constructor)) static void kc_init(void)
+{
+	pthread_atfork(kc_fork_prepare, kc_fork_parent, kc_fork_child);
+}
+
 /* ---- the sleepers' coverage ---- */
 
 static struct kc_sleeper *sleeper_at(uintptr_t addr)

@@ -63,4 +63,9 @@ KP_HIDDEN bool kp_dlsym_interposed(void);
 /* kvdmabuf_preload_calls() for the CUDA entry points; -ENOENT: not one. */
 KP_HIDDEN long long kp_cuda_calls(const char *symbol);
 
+/* fork(): kp.lock held across it; the child forgets its parent's MRs. */
+KP_HIDDEN void kp_fork_prepare(void);
+KP_HIDDEN void kp_fork_parent(void);
+KP_HIDDEN void kp_fork_child(void);
+
 #endif /* KVDMABUF_PRELOAD_INTERNAL_H */
