@@ -96,6 +96,10 @@ struct kp_mr {
 	char nic[KP_NAMEMAX];
 	int mode;                       /* enum kp_mode */
 	char why[KP_WHYMAX];            /* KP_CANNOT_FOLLOW: the cause */
+	/* Its own name: a provider may hand the struct of an MR being
+	 * deregistered to a registration of another thread meanwhile. */
+	uint64_t id;
+	bool dying;                     /* its dereg is in the provider */
 };
 
 /* The interposer's whole state (see the head comment). */
@@ -114,6 +118,7 @@ static struct {
 	bool dir_known;
 	char dir[256];                  /* "": none */
 	pid_t published;                /* the pid whose file we wrote, or 0 */
+	uint64_t last_mr_id;
 } kp = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.env_once = PTHREAD_ONCE_INIT,
@@ -370,29 +375,37 @@ static int mr_add(const struct kp_mr *m)
 		kp.mrs = p;
 		kp.cap_mrs = cap;
 	}
-	kp.mrs[kp.nr_mrs++] = *m;
+	kp.mrs[kp.nr_mrs] = *m;
+	kp.mrs[kp.nr_mrs].id = ++kp.last_mr_id;
+	kp.mrs[kp.nr_mrs].dying = false;
+	kp.nr_mrs++;
 	return 0;
 }
 
+/* The live record of @mr (not one whose dereg is under way). */
 static struct kp_mr *mr_find(const struct ibv_mr *mr)
 {
 	unsigned int i;
 
 	for (i = 0; i < kp.nr_mrs; i++)
-		if (kp.mrs[i].mr == mr)
+		if (kp.mrs[i].mr == mr && !kp.mrs[i].dying)
 			return &kp.mrs[i];
 	return NULL;
 }
 
-static void mr_forget(const struct ibv_mr *mr)
+static struct kp_mr *mr_by_id(uint64_t id)
 {
 	unsigned int i;
 
 	for (i = 0; i < kp.nr_mrs; i++)
-		if (kp.mrs[i].mr == mr) {
-			kp.mrs[i] = kp.mrs[--kp.nr_mrs];
-			return;
-		}
+		if (kp.mrs[i].id == id)
+			return &kp.mrs[i];
+	return NULL;
+}
+
+static void mr_forget(struct kp_mr *m)
+{
+	*m = kp.mrs[--kp.nr_mrs];
 }
 
 /* ---- the state file, for `kvdmabuf status` (kp.lock held) ---- */
@@ -822,6 +835,8 @@ int kp_dereg_mr_1_0(struct ibv_mr *mr)
 int kp_dereg_mr_1_1(struct ibv_mr *mr)
 {
 	dereg_fn f = (dereg_fn)next_fn(E_DEREG_1_1);
+	struct kp_mr *m;
+	uint64_t id = 0;
 	int rc;
 
 	atomic_fetch_add(&kp.calls[E_DEREG_1_1], 1);
@@ -829,12 +844,29 @@ int kp_dereg_mr_1_1(struct ibv_mr *mr)
 		return ENOSYS;
 	if (kp_depth)
 		return f(mr);
+	/*
+	 * The record stays (a sleep check still sees the MR) but is marked
+	 * and known by its id: once the provider freed the struct, another
+	 * thread's registration may get it and record it under the same
+	 * pointer, and that record must survive this dereg.
+	 */
+	pthread_mutex_lock(&kp.lock);
+	m = mr_find(mr);
+	if (m) {
+		m->dying = true;
+		id = m->id;
+	}
+	pthread_mutex_unlock(&kp.lock);
 	kp_depth++;
 	rc = f(mr);
 	kp_depth--;
-	if (!rc) {
+	if (id) {
 		pthread_mutex_lock(&kp.lock);
-		mr_forget(mr);
+		m = mr_by_id(id);
+		if (m && !rc)
+			mr_forget(m);
+		else if (m)
+			m->dying = false;
 		publish_locked();
 		pthread_mutex_unlock(&kp.lock);
 	}

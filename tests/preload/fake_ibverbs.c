@@ -9,8 +9,13 @@
  * ibv_dereg_mr). ibv_rereg_mr@1.1 (its only version) applies its PD and
  * translation changes to the fake MR. ibv_reg_dmabuf_mr fails with
  * fake_dmabuf_errno when set, the address forms with fake_addr_errno.
+ * fake_reuse: the struct of the last deregistered MR is the next one
+ * handed out (a provider's MR pool; malloc does the same by chance);
+ * fake_after_dereg, when set, runs inside ibv_dereg_mr once the struct is
+ * free (a provider slow to return).
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +42,9 @@ long fake_calls[8];
 enum { F_REG_1_0, F_REG_1_1, F_IOVA, F_IOVA2, F_DMABUF, F_DEREG_1_0,
        F_DEREG_1_1, F_REREG_1_1 };
 static uint32_t next_key = 0x100;
+int fake_reuse;
+void (*fake_after_dereg)(void);
+static struct fake_mr *pool;
 
 /* the current forms, which the 1.0 ones call through the PLT */
 struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len,
@@ -45,8 +53,12 @@ int ibv_dereg_mr(struct ibv_mr *mr);
 
 static struct ibv_mr *mr_new(struct ibv_pd *pd, void *addr, size_t len)
 {
-	struct fake_mr *m = calloc(1, sizeof(*m));
+	struct fake_mr *m = __atomic_exchange_n(&pool, NULL, __ATOMIC_ACQ_REL);
 
+	if (m)
+		memset(m, 0, sizeof(*m));
+	else
+		m = calloc(1, sizeof(*m));
 	if (!m) {
 		errno = ENOMEM;
 		return NULL;
@@ -126,8 +138,15 @@ int fake_dereg_1_0(struct ibv_mr *mr)
 
 int fake_dereg_1_1(struct ibv_mr *mr)
 {
+	struct fake_mr *none = NULL;
+
 	fake_calls[F_DEREG_1_1]++;
-	free(mr);
+	if (!fake_reuse || !__atomic_compare_exchange_n(&pool, &none,
+			(struct fake_mr *)mr, false, __ATOMIC_ACQ_REL,
+			__ATOMIC_ACQUIRE))
+		free(mr);
+	if (fake_after_dereg)
+		fake_after_dereg();
 	return 0;
 }
 

@@ -70,7 +70,8 @@ static struct {
 	void (*log)(char *, size_t);
 	int (*access_of)(void *);
 	void (*last_export)(unsigned long long *, size_t *, unsigned long *);
-	int *dmabuf_errno, *addr_errno;
+	int *dmabuf_errno, *addr_errno, *reuse;
+	void (**after_dereg)(void);
 	int (*declare)(void *, size_t, const char *, int, uint64_t);
 	int (*set_ops)(void *, const struct kvdmabuf_preload_proxy_ops *);
 	int (*undeclare)(void *);
@@ -169,6 +170,8 @@ static int load(char *why, size_t len)
 	D(last_export, "fakecu_last_export");
 	*(void **)&t.dmabuf_errno = dlsym(t.verbs, "fake_dmabuf_errno");
 	*(void **)&t.addr_errno = dlsym(t.verbs, "fake_addr_errno");
+	*(void **)&t.reuse = dlsym(t.verbs, "fake_reuse");
+	*(void **)&t.after_dereg = dlsym(t.verbs, "fake_after_dereg");
 	G(declare, "kvdmabuf_preload_declare");
 	G(set_ops, "kvdmabuf_preload_set_proxy_ops");
 	G(undeclare, "kvdmabuf_preload_undeclare");
@@ -184,6 +187,7 @@ static int load(char *why, size_t len)
 	    !t.d_access || !t.d_create || !t.d_release || !t.d_reserve ||
 	    !t.d_gpa2 || !t.note || !t.log || !t.access_of ||
 	    !t.last_export || !t.dmabuf_errno || !t.addr_errno ||
+	    !t.reuse || !t.after_dereg ||
 	    !t.reg_error || !t.check || !t.declare || !t.set_ops || !t.undeclare ||
 	    !t.query || !t.calls || !t.cuda_error) {
 		snprintf(why, len, "a symbol is missing");
@@ -569,6 +573,76 @@ TEST_F(kv, fork_while_registering_never_hangs_the_child)
 	EXPECT_EQ(0, hung);
 	EXPECT_EQ(0, failed);
 	rm_dir(dir);
+}
+
+/* Another thread's registration, run from inside a dereg (after_dereg). */
+static struct {
+	struct ibv_pd *pd;
+	void *addr;
+	struct ibv_mr *got, *filler;
+} racer;
+
+/* Registers, then drops an MR recorded before the dereg's own. */
+static void *racer_fn(void *p)
+{
+	(void)p;
+	racer.got = t.reg_mr(racer.pd, racer.addr, CHUNK,
+			     IBV_ACCESS_LOCAL_WRITE);
+	if (racer.filler && !t.dereg_mr(racer.filler))
+		racer.filler = NULL;
+	return NULL;
+}
+
+static void racer_in_dereg(void)
+{
+	pthread_t th;
+
+	*t.after_dereg = NULL;		/* once: the racer deregisters too */
+	if (!pthread_create(&th, NULL, racer_fn, NULL))
+		pthread_join(th, NULL);
+}
+
+/*
+ * A dereg whose struct the provider hands to another thread's
+ * registration before the dereg returns (an MR pool; malloc does it by
+ * chance): the new registration, in the KV region and by address (it
+ * cannot follow), stays recorded, so the sleep is refused until the engine
+ * drops it. Forgetting by pointer after the provider returned lost it when
+ * the new record came first (the racer also drops an older MR, which
+ * moves the newest record ahead of the dereg's own).
+ */
+TEST_F(kv, dereg_racing_a_registration_of_its_struct_keeps_the_new_one)
+{
+	struct ibv_device dev = { .name = "fakenic0" };
+	struct ibv_context ctx = { .device = &dev };
+	struct ibv_pd pd = { .context = &ctx };
+	struct ibv_mr *old;
+	char why[512];
+
+	*t.reuse = 1;
+	*t.dmabuf_errno = EOPNOTSUPP;	/* the racer's MR is made by address */
+	racer.filler = t.reg_mr(&pd, self->base + 3 * CHUNK, PAGE,
+				IBV_ACCESS_LOCAL_WRITE);
+	ASSERT_NOT_NULL(racer.filler);
+	old = t.reg_mr(&pd, self->base + 2 * CHUNK, PAGE,
+		       IBV_ACCESS_LOCAL_WRITE);	/* outside the region */
+	ASSERT_NOT_NULL(old);
+	racer.pd = &pd;
+	racer.addr = self->base;
+	racer.got = NULL;
+	*t.after_dereg = racer_in_dereg;
+	EXPECT_EQ(0, t.dereg_mr(old));
+	*t.after_dereg = NULL;
+	*t.reuse = 0;
+	ASSERT_NOT_NULL(racer.got);
+	EXPECT_EQ(old, racer.got);	/* the same struct, as arranged */
+	EXPECT_NULL(racer.filler);
+	EXPECT_EQ(-EBUSY, t.check(self->base, CHUNK, why, sizeof(why)));
+	TH_LOG("check: %s", why);
+	REFUSED(self, "on NIC fakenic0 pins: cannot sleep transparently");
+	ASSERT_EQ(0, t.dereg_mr(racer.got));
+	EXPECT_EQ(0, t.check(self->base, CHUNK, why, sizeof(why)));
+	*t.dmabuf_errno = 0;
 }
 
 /* mooncake-preload-bugs.md item 2: both failed, the proxy's error is kept */
