@@ -126,6 +126,12 @@ int kvd_preload_undeclare(struct kvdmabuf_region *r)
 			       "engine's cuMemUnmap or cuMemSetAccess of it is "
 			       "being handled by libkvdmabuf-preload.so right "
 			       "now: try again", r->addr, r->len, r->tag);
+	if (rc == -ENOTEMPTY)
+		return kvd_err(r->ctx, -EBUSY, "region %p+%zu (tag '%s'): the "
+			       "engine has an MR on its proxy (kvdmabuf status "
+			       "lists it): the engine deregisters it first, "
+			       "else peers would go on reaching this memory "
+			       "through it", r->addr, r->len, r->tag);
 	/* -ENOENT: undeclared by someone else already */
 	r->preload_declared = false;
 	return 0;

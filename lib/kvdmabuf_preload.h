@@ -79,7 +79,10 @@ int kvdmabuf_preload_declare(void *addr, size_t len, const char *tag,
 
 /** kvdmabuf_preload_undeclare() - forget the region starting at @addr.
  *  Return: 0; -ENOENT none starts there; -EBUSY its proxy operations are
- *  running (a cuMemUnmap or cuMemSetAccess of it): try again. */
+ *  running (a cuMemUnmap or cuMemSetAccess of it): try again;
+ *  -ENOTEMPTY an engine MR is on the region's proxy: the engine must
+ *  deregister it first (forgotten, the proxy would serve it whatever the
+ *  memory becomes). */
 int kvdmabuf_preload_undeclare(void *addr);
 
 /**

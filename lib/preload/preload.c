@@ -1068,6 +1068,18 @@ static struct kp_region *region_at(uintptr_t addr)
 	return NULL;
 }
 
+/* kp.lock held: does an engine MR live on @r's proxy? */
+static bool mr_on_proxy(const struct kp_region *r)
+{
+	unsigned int i;
+
+	for (i = 0; i < kp.nr_mrs; i++)
+		if (kp.mrs[i].mode == KP_ON_PROXY &&
+		    overlaps(kp.mrs[i].addr, kp.mrs[i].len, r->addr, r->len))
+			return true;
+	return false;
+}
+
 EXPORT int kvdmabuf_preload_undeclare(void *addr)
 {
 	struct kp_region *r;
@@ -1077,6 +1089,13 @@ EXPORT int kvdmabuf_preload_undeclare(void *addr)
 	r = region_at((uintptr_t)addr);
 	if (r && r->held) {
 		rc = -EBUSY;    /* its proxy operations are running */
+	} else if (r && mr_on_proxy(r)) {
+		/*
+		 * Forgotten, the region's proxy would go on serving that MR
+		 * whatever the memory becomes, and a region declared again
+		 * there would count it as following its new proxy.
+		 */
+		rc = -ENOTEMPTY;
 	} else if (r) {
 		memmove(r, r + 1,
 			(size_t)(kp.regions + kp.nr_regions - r - 1) * sizeof(*r));

@@ -575,6 +575,41 @@ TEST_F(kv, fork_while_registering_never_hangs_the_child)
 	rm_dir(dir);
 }
 
+/*
+ * A region whose proxy still carries an engine MR is not undeclared
+ * (-ENOTEMPTY): forgotten, the proxy would serve that MR whatever the
+ * memory becomes, and a region declared again there with a new proxy
+ * would count the MR as following it. Once the engine deregistered it,
+ * the region goes, and the range can be declared anew.
+ */
+TEST_F(kv, region_with_an_engine_mr_on_its_proxy_is_not_undeclared)
+{
+	struct ibv_device dev = { .name = "fakenic0" };
+	struct ibv_context ctx = { .device = &dev };
+	struct ibv_pd pd = { .context = &ctx };
+	struct kvdmabuf_preload_state st;
+	struct ibv_mr *mr;
+	char why[512];
+	int other;
+
+	mr = t.reg_mr(&pd, self->base, CHUNK, IBV_ACCESS_LOCAL_WRITE);
+	ASSERT_NOT_NULL(mr);
+	ASSERT_EQ(0, t.check(self->base, CHUNK, why, sizeof(why)));
+	EXPECT_EQ(-ENOTEMPTY, t.undeclare(self->base));
+	/* still declared, with its proxy: not taken over by another one */
+	other = memfd_create("other-proxy", MFD_CLOEXEC);
+	ASSERT_LE(0, other);
+	EXPECT_EQ(-EINVAL, t.declare(self->base, 2 * CHUNK, "kv", other, 0));
+	ASSERT_EQ(0, t.query(&st));
+	EXPECT_EQ(1u, st.nr_regions);
+	EXPECT_EQ(1u, st.nr_on_proxy);
+	ASSERT_EQ(0, t.dereg_mr(mr));
+	EXPECT_EQ(0, t.undeclare(self->base));
+	EXPECT_EQ(0, t.declare(self->base, 2 * CHUNK, "kv", other, 0));
+	EXPECT_EQ(0, t.undeclare(self->base));
+	close(other);
+}
+
 /* Another thread's registration, run from inside a dereg (after_dereg). */
 static struct {
 	struct ibv_pd *pd;
