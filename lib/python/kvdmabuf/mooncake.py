@@ -21,7 +21,10 @@ by kvdmabuf (REREGISTER mode: rdma, host or device memory that is released):
 * wake (:meth:`restore`): after the allocator mapped new memory at the same
   addresses, kvdmabuf registers again and its key-change callback calls the
   store's ``register_buffer`` for each region, before any transfer may
-  start again.
+  start again. Every buffer the sleep unregistered is registered again,
+  whether its keys changed or not: in FOLLOW (the keys stay) and NOREG
+  (``protocol: tcp``, no keys at all) no key-change callback comes, and
+  the store must still find the buffer registered.
 
 Both are all or nothing: a failed sleep leaves every buffer registered and
 awake; a failed wake leaves them released (a retry starts clean).
@@ -56,6 +59,7 @@ class MooncakeSleepHooks:
         self._lock = threading.Lock()
         self._queued = 0          # transfers handed to the store, not done
         self._in_store: set[int] = set()   # addresses registered there
+        self._released: set[int] = set()   # unregistered by a sleep
         self.registrations = 0    # register_buffer calls made at wakes
         self.hooks = SleepHooks(config_path, on_new_keys=self._new_keys,
                                 drain=self._drained,
@@ -73,6 +77,7 @@ class MooncakeSleepHooks:
             raise MooncakeError(errno.EIO, "Mooncake register_buffer(0x%x, "
                                 "%d) failed: %d" % (i.addr, i.length, rc))
         self._in_store.add(i.addr)
+        self._released.discard(i.addr)
 
     def _store_unregister(self, r: Region) -> None:
         addr = r.info().addr
@@ -139,6 +144,7 @@ class MooncakeSleepHooks:
                 if r.info().addr in self._in_store:
                     self._store_unregister(r)
                     done.append(r)
+            self._released.update(r.info().addr for r in done)
         except Error:
             for r in reversed(done):
                 self._store_register(r)
@@ -149,11 +155,17 @@ class MooncakeSleepHooks:
         """After the allocator mapped ``tags`` again at the same addresses."""
         try:
             self.hooks.restore(tags)        # callback: register_buffer
+            # The buffers whose keys did not change (FOLLOW, NOREG).
+            for r in self._regions(tags):
+                if not r.info().asleep and r.info().addr in self._released:
+                    self._store_register(r)
+                    self.registrations += 1
         except Error:
             # Back to released: nothing of the new memory stays registered.
             for r in self._regions(tags):
                 if r.info().addr in self._in_store:
                     self._store_unregister(r)
+                    self._released.add(r.info().addr)
             self.hooks.release(tags)
             raise
 
