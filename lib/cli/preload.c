@@ -5,13 +5,17 @@
  * engine registrations in them, on a proxy or not (cannot follow, with
  * the cause), from the state file each keeps (kvdmabuf_preload.h, "State
  * file"). Files of processes that are gone (pid absent or with another
- * start time) are skipped. Needs no module.
+ * start time), and files that cannot be the process's own (not a regular
+ * file, or owned by another user), are skipped. Needs no module.
  */
 #include <ctype.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "../kvdmabuf_preload.h"
 #include "report.h"
@@ -40,14 +44,44 @@ static unsigned long long start_of(int pid)
 	return t;
 }
 
+/*
+ * The state file @path of process @name, opened only if it can be the
+ * preload's own: a regular file (never a FIFO, which would block, nor a
+ * link: the folder may be shared, 1777) owned by the user the process
+ * runs as. NULL otherwise.
+ */
+static FILE *state_open(const char *path, const char *name)
+{
+	struct stat st, proc;
+	char pdir[64];
+	FILE *f;
+	int fd;
+
+	snprintf(pdir, sizeof(pdir), "/proc/%s", name);
+	if (stat(pdir, &proc))
+		return NULL;
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode) ||
+	    st.st_uid != proc.st_uid) {
+		close(fd);
+		return NULL;
+	}
+	f = fdopen(fd, "r");
+	if (!f)
+		close(fd);
+	return f;
+}
+
 /* One live process's file, printed; 0, or -1 when not listed. */
-static int one(const char *path, bool json, bool first)
+static int one(const char *path, const char *name, bool json, bool first)
 {
 	char line[1024], tag[128], a[4][128], *why;
 	unsigned long long start, addr, len;
 	unsigned int key, nr_r = 0, nr_m = 0;
 	int pid, n;
-	FILE *f = fopen(path, "re");
+	FILE *f = state_open(path, name);
 
 	if (!f)
 		return -1;
@@ -55,6 +89,7 @@ static int one(const char *path, bool json, bool first)
 	    strcmp(line, "kvdmabuf-preload 1\n") ||
 	    !fgets(line, sizeof(line), f) ||
 	    sscanf(line, "pid %d %llu", &pid, &start) != 2 ||
+	    pid != atoi(name) ||
 	    start != start_of(pid) || !fgets(line, sizeof(line), f)) {
 		fclose(f);
 		return -1;
@@ -162,7 +197,7 @@ int preload_status(bool json)
 			memcpy(path, dirs[i], dl);
 			path[dl] = '/';
 			strcpy(path + dl + 1, de->d_name);
-			if (!one(path, json, !listed))
+			if (!one(path, de->d_name, json, !listed))
 				listed++;
 		}
 		closedir(d);

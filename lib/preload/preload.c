@@ -495,9 +495,14 @@ static void publish_locked(void)
 	if (!kp.dir[0])
 		return;
 	snprintf(path, sizeof(path), "%s/%d", kp.dir, (int)pid);
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
-		  0600);
+	/*
+	 * A new file of a fresh name (O_EXCL): the folder may be shared
+	 * (1777), and whatever another user left under a name we could
+	 * predict (a FIFO would block the open, a link redirect it) is
+	 * never opened. The rename cannot replace another user's file there.
+	 */
+	snprintf(tmp, sizeof(tmp), "%s/.%d.XXXXXX", kp.dir, (int)pid);
+	fd = mkostemp(tmp, O_CLOEXEC);
 	if (fd < 0)
 		return;
 	f = fdopen(fd, "w");

@@ -258,6 +258,60 @@ def state_file_of_an_earlier_image_is_removed_at_load():
           "left: %r %s" % (p.stdout, p.stderr))
 
 
+def shared_state_folder_is_not_trusted():
+    """The state folder may be shared (1777): a FIFO another user left at a
+    name the preload writes through, or one named like a live pid, blocks
+    neither the engine's registration nor `kvdmabuf status`; a file named
+    like a live process but owned by another user is not listed."""
+    # a FIFO at every name of the old scheme for this pid (exec keeps it)
+    p = subprocess.run(
+        ["sh", "-c", 'mkfifo "$1/$$.tmp" && LD_PRELOAD="$0" '
+         'LD_LIBRARY_PATH="$2" exec "$3" reg_mr', PRELOAD, STATE, FAKE, PROG],
+        capture_output=True, text=True, timeout=ktap.scaled(20))
+    check(p.returncode == 0, "registration with a FIFO in the folder: %d %s"
+          % (p.returncode, p.stderr))
+    for f in os.listdir(STATE):
+        if f.endswith(".tmp"):
+            os.unlink(os.path.join(STATE, f))
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        fifo = os.path.join(STATE, str(live.pid))
+        os.mkfifo(fifo)
+        s = subprocess.run([CLI, "status", "--preload", "--json"],
+                           capture_output=True, text=True,
+                           timeout=ktap.scaled(20))
+        os.unlink(fifo)
+        check(s.returncode == 0 and json.loads(s.stdout)["preload"] == [],
+              s.stdout + s.stderr)
+        if os.geteuid() != 0:
+            raise ktap.Skip("forged file: chown needs root")
+        with open("/proc/%d/stat" % live.pid) as f:
+            start = f.read().rsplit(")", 1)[1].split()[19]
+        forged = os.path.join(STATE, str(live.pid))
+        with open(forged, "w") as f:
+            f.write("kvdmabuf-preload 1\npid %d %s\nregions 1 asleep 0 "
+                    "mrs 0 in 0 proxy 0 cannot 0 env_error 0\nregion "
+                    "0x1000+0x1000 kv proxy awake\n" % (live.pid, start))
+        os.chown(forged, 65534, 65534)
+        s = subprocess.run([CLI, "status", "--preload", "--json"],
+                           capture_output=True, text=True,
+                           timeout=ktap.scaled(20))
+        os.chown(forged, 0, 0)
+        t = subprocess.run([CLI, "status", "--preload", "--json"],
+                           capture_output=True, text=True,
+                           timeout=ktap.scaled(20))
+        os.unlink(forged)
+        check(json.loads(s.stdout)["preload"] == [],
+              "another user's file listed: " + s.stdout)
+        # the same file owned by the process's user is listed (the check
+        # above is the owner's, not a parse failure)
+        check([x["pid"] for x in json.loads(t.stdout)["preload"]] ==
+              [live.pid], t.stdout)
+    finally:
+        live.kill()
+        live.wait()
+
+
 def malformed_environment_refuses_sleep():
     code = ("import kvdmabuf; ok, why = kvdmabuf.preload_sleep(); "
             "print(ok, why)")
@@ -328,6 +382,7 @@ if __name__ == "__main__":
         rereg_out_of_a_region_can_no_longer_block_it,
         status_lists_a_live_engine_and_forgets_it_at_exit,
         state_file_of_an_earlier_image_is_removed_at_load,
+        shared_state_folder_is_not_trusted,
         malformed_environment_refuses_sleep,
         python_declares_and_sleeps,
         binding_without_the_preload_says_so,
