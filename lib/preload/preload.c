@@ -119,6 +119,14 @@ static struct {
 	char dir[256];                  /* "": none */
 	pid_t published;                /* the pid whose file we wrote, or 0 */
 	uint64_t last_mr_id;
+	/* Registrations inside the provider now: not recorded yet, but a
+	 * sleep check must see them (reg_core()). */
+	struct kp_pending {
+		uint64_t id;
+		uintptr_t addr;
+		size_t len;
+	} *pending;
+	unsigned int nr_pending, cap_pending;
 } kp = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.env_once = PTHREAD_ONCE_INIT,
@@ -296,6 +304,7 @@ void kp_fork_parent(void)
 void kp_fork_child(void)
 {
 	kp.nr_mrs = 0;
+	kp.nr_pending = 0;
 	kp.published = 0;
 	pthread_mutex_unlock(&kp.lock);
 }
@@ -401,6 +410,35 @@ static struct kp_mr *mr_by_id(uint64_t id)
 		if (kp.mrs[i].id == id)
 			return &kp.mrs[i];
 	return NULL;
+}
+
+/* A registration of [a, a+len) goes into the provider: its id, 0 if no memory. */
+static uint64_t pending_add(uintptr_t a, size_t len)
+{
+	if (kp.nr_pending == kp.cap_pending) {
+		unsigned int cap = kp.cap_pending ? kp.cap_pending * 2 : 16;
+		struct kp_pending *p = realloc(kp.pending, cap * sizeof(*p));
+
+		if (!p)
+			return 0;
+		kp.pending = p;
+		kp.cap_pending = cap;
+	}
+	kp.pending[kp.nr_pending] = (struct kp_pending){
+		.id = ++kp.last_mr_id, .addr = a, .len = len,
+	};
+	return kp.pending[kp.nr_pending++].id;
+}
+
+static void pending_done(uint64_t id)
+{
+	unsigned int i;
+
+	for (i = 0; i < kp.nr_pending; i++)
+		if (kp.pending[i].id == id) {
+			kp.pending[i] = kp.pending[--kp.nr_pending];
+			return;
+		}
 }
 
 static void mr_forget(struct kp_mr *m)
@@ -667,7 +705,7 @@ static struct ibv_mr *reg_core(struct kp_call *c)
 	struct kp_region *r;
 	struct ibv_mr *mr = NULL;
 	int proxy_fd = -1, err = 0;
-	uint64_t poff = 0;
+	uint64_t poff = 0, pend;
 	char tag[KP_TAGMAX] = "";
 	bool in = false;
 
@@ -690,7 +728,13 @@ static struct ibv_mr *reg_core(struct kp_call *c)
 			 "'%s' %#" PRIxPTR "+%#zx (one MR over KV and other "
 			 "memory)", r->tag, r->addr, r->len);
 	}
+	/* Seen by a sleep check from now until recorded (or failed). */
+	pend = pending_add(a, c->len);
 	pthread_mutex_unlock(&kp.lock);
+	if (!pend) {
+		errno = ENOMEM;
+		return NULL;
+	}
 
 	if (in && proxy_fd >= 0) {
 		mr = on_proxy(c, proxy_fd, poff, &err);
@@ -716,6 +760,12 @@ static struct ibv_mr *reg_core(struct kp_call *c)
 		mr = forward(c);
 		if (!mr) {
 			/* nothing made: nothing to record */
+			int asked = errno;
+
+			pthread_mutex_lock(&kp.lock);
+			pending_done(pend);
+			pthread_mutex_unlock(&kp.lock);
+			errno = asked;
 			if (in && proxy_fd >= 0)
 				errno = reg_failed(c, a, tag, err, errno);
 			return NULL;
@@ -725,6 +775,7 @@ static struct ibv_mr *reg_core(struct kp_call *c)
 	}
 	rec.mr = mr;
 	pthread_mutex_lock(&kp.lock);
+	pending_done(pend);
 	/* A region declared meanwhile: this registration cannot follow. */
 	if (rec.mode == KP_OUTSIDE && (r = region_overlapping(a, c->len))) {
 		rec.mode = KP_CANNOT_FOLLOW;
@@ -1120,6 +1171,16 @@ static int check_locked(uintptr_t a, size_t len, char *reason, size_t rlen)
 	if (kp.env_error) {
 		msg(reason, rlen, "%s", kp.env_msg);
 		return -EINVAL;
+	}
+	for (i = 0; i < kp.nr_pending; i++) {
+		const struct kp_pending *p = &kp.pending[i];
+
+		if (!overlaps(p->addr, p->len, a, len))
+			continue;
+		msg(reason, rlen, "an engine registration of %#" PRIxPTR
+		    "+%#zx is being made right now (in the NIC's provider): "
+		    "nothing was released, try again", p->addr, p->len);
+		return -EBUSY;
 	}
 	for (i = 0; i < kp.nr_mrs; i++) {
 		const struct kp_mr *m = &kp.mrs[i];

@@ -12,7 +12,8 @@
  * fake_reuse: the struct of the last deregistered MR is the next one
  * handed out (a provider's MR pool; malloc does the same by chance);
  * fake_after_dereg, when set, runs inside ibv_dereg_mr once the struct is
- * free (a provider slow to return).
+ * free, fake_in_reg inside a registration by address before it returns
+ * (a provider slow to return).
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -44,6 +45,7 @@ enum { F_REG_1_0, F_REG_1_1, F_IOVA, F_IOVA2, F_DMABUF, F_DEREG_1_0,
 static uint32_t next_key = 0x100;
 int fake_reuse;
 void (*fake_after_dereg)(void);
+void (*fake_in_reg)(void);
 static struct fake_mr *pool;
 
 /* the current forms, which the 1.0 ones call through the PLT */
@@ -73,6 +75,8 @@ static struct ibv_mr *mr_new(struct ibv_pd *pd, void *addr, size_t len)
 /* A registration by address (pinning the pages, as a NIC would). */
 static struct ibv_mr *addr_mr(struct ibv_pd *pd, void *addr, size_t len)
 {
+	if (fake_in_reg)
+		fake_in_reg();
 	if (fake_addr_errno) {
 		errno = fake_addr_errno;
 		return NULL;

@@ -71,7 +71,7 @@ static struct {
 	int (*access_of)(void *);
 	void (*last_export)(unsigned long long *, size_t *, unsigned long *);
 	int *dmabuf_errno, *addr_errno, *reuse;
-	void (**after_dereg)(void);
+	void (**after_dereg)(void), (**in_reg)(void);
 	int (*declare)(void *, size_t, const char *, int, uint64_t);
 	int (*set_ops)(void *, const struct kvdmabuf_preload_proxy_ops *);
 	int (*undeclare)(void *);
@@ -172,6 +172,7 @@ static int load(char *why, size_t len)
 	*(void **)&t.addr_errno = dlsym(t.verbs, "fake_addr_errno");
 	*(void **)&t.reuse = dlsym(t.verbs, "fake_reuse");
 	*(void **)&t.after_dereg = dlsym(t.verbs, "fake_after_dereg");
+	*(void **)&t.in_reg = dlsym(t.verbs, "fake_in_reg");
 	G(declare, "kvdmabuf_preload_declare");
 	G(set_ops, "kvdmabuf_preload_set_proxy_ops");
 	G(undeclare, "kvdmabuf_preload_undeclare");
@@ -187,7 +188,7 @@ static int load(char *why, size_t len)
 	    !t.d_access || !t.d_create || !t.d_release || !t.d_reserve ||
 	    !t.d_gpa2 || !t.note || !t.log || !t.access_of ||
 	    !t.last_export || !t.dmabuf_errno || !t.addr_errno ||
-	    !t.reuse || !t.after_dereg ||
+	    !t.reuse || !t.after_dereg || !t.in_reg ||
 	    !t.reg_error || !t.check || !t.declare || !t.set_ops || !t.undeclare ||
 	    !t.query || !t.calls || !t.cuda_error) {
 		snprintf(why, len, "a symbol is missing");
@@ -608,6 +609,62 @@ TEST_F(kv, region_with_an_engine_mr_on_its_proxy_is_not_undeclared)
 	EXPECT_EQ(0, t.declare(self->base, 2 * CHUNK, "kv", other, 0));
 	EXPECT_EQ(0, t.undeclare(self->base));
 	close(other);
+}
+
+/* The engine's cuMemUnmap of the region's first chunk from another
+ * thread, run from inside a registration (in_reg). */
+static struct {
+	kvd_CUdeviceptr base;
+	kvd_CUresult rc;
+	char err[512];
+} sleeper;
+
+static void *sleeper_fn(void *p)
+{
+	(void)p;
+	sleeper.rc = t.unmap(sleeper.base, CHUNK);
+	t.cuda_error(sleeper.err, sizeof(sleeper.err));
+	return NULL;
+}
+
+static void sleeper_in_reg(void)
+{
+	pthread_t th;
+
+	*t.in_reg = NULL;
+	if (!pthread_create(&th, NULL, sleeper_fn, NULL))
+		pthread_join(th, NULL);
+}
+
+/*
+ * A sleep while an engine registration of the region is still inside the
+ * provider (by address: the NIC cannot take the proxy) is refused, named,
+ * nothing released: the registration, recorded a moment later, would
+ * otherwise pin pages the sleep gave back. Once it is recorded the
+ * refusal is the usual one, until the engine drops it.
+ */
+TEST_F(kv, sleep_during_a_registration_in_the_provider_is_refused)
+{
+	struct ibv_device dev = { .name = "fakenic0" };
+	struct ibv_context ctx = { .device = &dev };
+	struct ibv_pd pd = { .context = &ctx };
+	struct ibv_mr *mr;
+
+	*t.dmabuf_errno = EOPNOTSUPP;
+	sleeper.base = (kvd_CUdeviceptr)(uintptr_t)self->base;
+	sleeper.rc = KVD_CUDA_SUCCESS;
+	*t.in_reg = sleeper_in_reg;
+	mr = t.reg_mr(&pd, self->base, CHUNK, IBV_ACCESS_LOCAL_WRITE);
+	*t.in_reg = NULL;
+	ASSERT_NOT_NULL(mr);
+	EXPECT_EQ(KVD_CUDA_ERROR_NOT_PERMITTED, sleeper.rc);
+	TH_LOG("the sleep: %s", sleeper.err);
+	EXPECT_NOT_NULL(strstr(sleeper.err, "is being made right now"));
+	EXPECT_EQ(0u, asleep());
+	LOG_IS("");
+	REFUSED(self, "on NIC fakenic0 pins: cannot sleep transparently");
+	ASSERT_EQ(0, t.dereg_mr(mr));
+	*t.dmabuf_errno = 0;
 }
 
 /* Another thread's registration, run from inside a dereg (after_dereg). */
