@@ -74,6 +74,7 @@ PRELOAD_MAP := lib/preload/libkvdmabuf-preload.map
 CUDART := $(if $(CUDA_H),$(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart.so \
 	$(CUDA_HOME)/targets/*/lib/libcudart.so)))
 PRELOAD_TESTS := tests/preload/symver tests/preload/fake/libibverbs.so.1 \
+	tests/preload/dlopen_engine \
 	tests/preload/nodlsym/libkvdmabuf-preload.so \
 	$(if $(wildcard tests/fake_cuda/*.c),tests/preload/cuda_engine) \
 	tests/preload/local_cuda \
@@ -156,6 +157,10 @@ tests: $(TEST_BINS) $(HW_BINS) $(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(TWONODE) 
 tests/preload/symver: tests/preload/symver.c lib/kvdmabuf_preload.h
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -libverbs -ldl
+# An engine that loads libibverbs itself (RTLD_LOCAL) and looks it up on its handle.
+tests/preload/dlopen_engine: tests/preload/dlopen_engine.c lib/kvdmabuf_preload.h
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -ldl
 # tests/preload/preload_cuda runs it under LD_PRELOAD: an engine linked with -lcuda
 # (the fake libcuda's soname), against the toolkit's cuda.h where found.
 tests/preload/cuda_engine: tests/preload/cuda_engine.c $(FAKE_CUDA) lib/kvdmabuf_preload.h \

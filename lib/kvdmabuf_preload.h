@@ -164,7 +164,9 @@ int kvdmabuf_preload_reg_error(char *buf, size_t len);
  * hand back the preload's own cuMemUnmap/cuMemMap/cuMemSetAccess and
  * cuGetProcAddress*, everything else as the driver answers), and, on
  * x86-64, dlsym and dlvsym (the same five names looked up on a handle of
- * libcuda, as the CUDA runtime does; everything else goes on to glibc's;
+ * libcuda, as the CUDA runtime does, and the verbs registration calls
+ * above looked up on a handle of libibverbs, as NCCL's ibvwrap and
+ * engines that load it RTLD_LOCAL do; everything else goes on to glibc's;
  * elsewhere those lookups bypass the interposer: flags
  * KVDMABUF_PRELOAD_NO_DLSYM, and a line on stderr when a region gets proxy
  * operations):

@@ -1046,6 +1046,37 @@ __asm__(".symver kp_dereg_mr_1_0, ibv_dereg_mr@IBVERBS_1.0");
 __asm__(".symver kp_dereg_mr_1_1, ibv_dereg_mr@@IBVERBS_1.1");
 __asm__(".symver kp_rereg_mr_1_1, ibv_rereg_mr@@IBVERBS_1.1");
 
+/* Our entry point of each, as dlsym/dlvsym on a handle hand it out. */
+static void *const own[E_NR] = {
+	[E_REG_MR_1_0] = (void *)kp_reg_mr_1_0,
+	[E_REG_MR_1_1] = (void *)kp_reg_mr_1_1,
+	[E_REG_MR_IOVA] = (void *)kp_reg_mr_iova,
+	[E_REG_MR_IOVA2] = (void *)kp_reg_mr_iova2,
+	[E_REG_DMABUF] = (void *)kp_reg_dmabuf_mr,
+	[E_DEREG_1_0] = (void *)kp_dereg_mr_1_0,
+	[E_DEREG_1_1] = (void *)kp_dereg_mr_1_1,
+	[E_REREG_1_1] = (void *)kp_rereg_mr_1_1,
+};
+
+void *kp_verbs_dlsym(const char *name, const char *version, void *real)
+{
+	int e, found = -1;
+
+	for (e = 0; e < E_NR; e++) {
+		if (strcmp(name, entries[e].name))
+			continue;
+		if (version && strcmp(version, entries[e].version))
+			continue;
+		found = e;      /* without a version: the newest, the default */
+	}
+	if (found < 0 || !real || real == own[found])
+		return NULL;
+	/* A libibverbs only that handle reaches (RTLD_LOCAL): its own. */
+	if (!atomic_load(&kp.next[found]))
+		atomic_store(&kp.next[found], real);
+	return own[found];
+}
+
 
 /* ---- the API (kvdmabuf_preload.h) ---- */
 

@@ -807,8 +807,17 @@ void *kc_dlsym_filter(void *handle, const char *name, const char *version)
 		__atomic_store_n(&kc_dlvsym_next, kc_glibc("dlvsym"),
 				 __ATOMIC_RELEASE);
 	}
-	if (handle == RTLD_DEFAULT || handle == RTLD_NEXT || !name ||
-	    name[0] != 'c' || name[1] != 'u')
+	if (handle == RTLD_DEFAULT || handle == RTLD_NEXT || !name)
+		return NULL;
+	if (!strncmp(name, "ibv_", 4)) {
+		f = version ?
+		    ((void *(*)(void *, const char *, const char *))
+		     kc_dlvsym_next)(handle, name, version) :
+		    ((void *(*)(void *, const char *))kc_dlsym_next)(handle,
+								     name);
+		return f ? kp_verbs_dlsym(name, version, f) : NULL;
+	}
+	if (name[0] != 'c' || name[1] != 'u')
 		return NULL;
 	for (i = 0; i < S_NR_ENTRIES; i++) {
 		if (strcmp(name, kc_symbol[i]))

@@ -63,6 +63,16 @@ KP_HIDDEN bool kp_dlsym_interposed(void);
 /* kvdmabuf_preload_calls() for the CUDA entry points; -ENOENT: not one. */
 KP_HIDDEN long long kp_cuda_calls(const char *symbol);
 
+/*
+ * dlsym/dlvsym of @name (@version: dlvsym's, NULL for dlsym) on a handle
+ * that answered @real: the interposer's entry point where @name is one of
+ * the verbs registration calls it interposes (NCCL's ibvwrap, engines
+ * that dlopen libibverbs RTLD_LOCAL), with @real as the next one; NULL
+ * for any other name.
+ */
+KP_HIDDEN void *kp_verbs_dlsym(const char *name, const char *version,
+			       void *real);
+
 /* fork(): kp.lock held across it; the child forgets its parent's MRs. */
 KP_HIDDEN void kp_fork_prepare(void);
 KP_HIDDEN void kp_fork_parent(void);

@@ -258,6 +258,36 @@ def state_file_of_an_earlier_image_is_removed_at_load():
           "left: %r %s" % (p.stdout, p.stderr))
 
 
+def dlopen_engine(case):
+    env = dict(os.environ, LD_PRELOAD=PRELOAD, LD_LIBRARY_PATH=FAKE)
+    p = subprocess.run([os.path.join(TOP, "tests", "preload",
+                                     "dlopen_engine"), case], env=env,
+                       capture_output=True, text=True, timeout=30)
+    for line in p.stdout.splitlines():
+        print("# " + line)
+    check(p.returncode == 0, "%s: status %d %s" % (case, p.returncode,
+                                                   p.stderr))
+    out = {l.split(":")[0]: l for l in p.stdout.splitlines()}
+    check(out["mr"] == "mr: made made", out["mr"])
+    check(out["registered"] == "registered: mrs 2 proxy 2 calls "
+          "reg_mr@1.1 1 reg_dmabuf_mr@1.12 1 dereg_mr@1.1 0",
+          "registrations through the handle bypassed the interposer: " +
+          out["registered"])
+    check(out["deregistered"].startswith("deregistered: mrs 0 proxy 0") and
+          out["deregistered"].endswith("dereg_mr@1.1 2"), out["deregistered"])
+
+
+def libibverbs_loaded_locally_and_looked_up_by_dlsym_is_interposed():
+    """Mooncake's TENT: dlopen("libibverbs.so.1", RTLD_LOCAL) + dlsym; the
+    registrations land in the interposer, on the KV region's proxy."""
+    dlopen_engine("tent")
+
+
+def libibverbs_looked_up_by_dlvsym_is_interposed():
+    """NCCL's ibvwrap: dlvsym at IBVERBS_1.1 and 1.12 on its handle."""
+    dlopen_engine("nccl")
+
+
 def shared_state_folder_is_not_trusted():
     """The state folder may be shared (1777): a FIFO another user left at a
     name the preload writes through, or one named like a live pid, blocks
@@ -383,6 +413,8 @@ if __name__ == "__main__":
         status_lists_a_live_engine_and_forgets_it_at_exit,
         state_file_of_an_earlier_image_is_removed_at_load,
         shared_state_folder_is_not_trusted,
+        libibverbs_loaded_locally_and_looked_up_by_dlsym_is_interposed,
+        libibverbs_looked_up_by_dlvsym_is_interposed,
         malformed_environment_refuses_sleep,
         python_declares_and_sleeps,
         binding_without_the_preload_says_so,

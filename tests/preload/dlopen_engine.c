@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: MIT
+/*
+ * dlopen_engine.c - engines that never link libibverbs but load it
+ * themselves and look its entry points up on their handle, run by
+ * tests/preload/preload_symver.py under LD_PRELOAD=libkvdmabuf-preload.so
+ * with the stand-in libibverbs first on the library path:
+ *   tent  dlopen("libibverbs.so.1", RTLD_LOCAL) + dlsym, as Mooncake's
+ *         TENT transfer engine loads verbs;
+ *   nccl  dlopen + dlvsym at IBVERBS_1.1 (and ibv_reg_dmabuf_mr at 1.12),
+ *         as NCCL's ibvwrap does.
+ * It declares a KV region with a proxy, registers in it through the
+ * looked-up entry point and deregisters, printing the interposer's counts
+ * and state after each: a registration that bypassed the interposer shows
+ * "mrs 0" and no preload count.
+ */
+#include <dlfcn.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "kvdmabuf_preload.h"
+
+struct ibv_pd;
+struct ibv_mr;
+typedef struct ibv_mr *reg_fn(struct ibv_pd *, void *, size_t, int);
+typedef struct ibv_mr *reg_dmabuf_fn(struct ibv_pd *, uint64_t, size_t,
+				     uint64_t, int, int);
+typedef int dereg_fn(struct ibv_mr *);
+
+static void state(const char *when)
+{
+	int (*query)(struct kvdmabuf_preload_state *) =
+		(int (*)(struct kvdmabuf_preload_state *))
+		dlsym(RTLD_DEFAULT, "kvdmabuf_preload_query");
+	long long (*calls)(const char *) = (long long (*)(const char *))
+		dlsym(RTLD_DEFAULT, "kvdmabuf_preload_calls");
+	struct kvdmabuf_preload_state st;
+
+	query(&st);
+	printf("%s: mrs %u proxy %u calls reg_mr@1.1 %lld reg_dmabuf_mr@1.12 "
+	       "%lld dereg_mr@1.1 %lld\n", when, st.nr_mrs, st.nr_on_proxy,
+	       calls("ibv_reg_mr@IBVERBS_1.1"),
+	       calls("ibv_reg_dmabuf_mr@IBVERBS_1.12"),
+	       calls("ibv_dereg_mr@IBVERBS_1.1"));
+}
+
+int main(int argc, char **argv)
+{
+	/* the head of struct ibv_pd/ibv_context/ibv_device as the preload
+	 * reads it for the NIC's name: none here ("?") */
+	static void *pd[4];
+	int (*declare)(void *, size_t, const char *, int, uint64_t);
+	const char *c = argc > 1 ? argv[1] : "";
+	bool nccl = !strcmp(c, "nccl");
+	reg_dmabuf_fn *reg_dmabuf;
+	size_t len = 1 << 16;
+	struct ibv_mr *mr, *mr2;
+	dereg_fn *dereg;
+	reg_fn *reg;
+	char *buf;
+	void *h;
+
+	if (!nccl && strcmp(c, "tent"))
+		return 2;
+	*(void **)&declare = dlsym(RTLD_DEFAULT, "kvdmabuf_preload_declare");
+	h = dlopen("libibverbs.so.1", nccl ? RTLD_NOW : RTLD_NOW | RTLD_LOCAL);
+	if (!declare || !h) {
+		printf("not loaded: preload %p, libibverbs %p\n",
+		       *(void **)&declare, h);
+		return 2;
+	}
+	if (nccl) {
+		*(void **)&reg = dlvsym(h, "ibv_reg_mr", "IBVERBS_1.1");
+		*(void **)&reg_dmabuf = dlvsym(h, "ibv_reg_dmabuf_mr",
+					       "IBVERBS_1.12");
+		*(void **)&dereg = dlvsym(h, "ibv_dereg_mr", "IBVERBS_1.1");
+	} else {
+		*(void **)&reg = dlsym(h, "ibv_reg_mr");
+		*(void **)&reg_dmabuf = dlsym(h, "ibv_reg_dmabuf_mr");
+		*(void **)&dereg = dlsym(h, "ibv_dereg_mr");
+	}
+	if (!reg || !reg_dmabuf || !dereg)
+		return 2;
+	buf = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (buf == MAP_FAILED)
+		return 2;
+	declare(buf, len, "kv_cache", 99, 0);
+	state("before");
+	mr = reg((struct ibv_pd *)pd, buf, 4096, 1);
+	mr2 = reg_dmabuf((struct ibv_pd *)pd, 0, 4096, (uintptr_t)buf + 8192,
+			 7, 1);
+	printf("mr: %s %s\n", mr ? "made" : "failed", mr2 ? "made" : "failed");
+	state("registered");
+	if (mr)
+		dereg(mr);
+	if (mr2)
+		dereg(mr2);
+	state("deregistered");
+	return 0;
+}
