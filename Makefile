@@ -75,6 +75,8 @@ CUDART := $(if $(CUDA_H),$(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart.so 
 	$(CUDA_HOME)/targets/*/lib/libcudart.so)))
 PRELOAD_TESTS := tests/preload/symver tests/preload/fake/libibverbs.so.1 \
 	tests/preload/dlopen_engine \
+	$(if $(wildcard tests/fake_cuda/*.c),tests/preload/two_interposers) \
+	tests/preload/other_interposer.so \
 	tests/preload/nodlsym/libkvdmabuf-preload.so \
 	$(if $(wildcard tests/fake_cuda/*.c),tests/preload/cuda_engine) \
 	tests/preload/local_cuda \
@@ -157,6 +159,13 @@ tests: $(TEST_BINS) $(HW_BINS) $(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(TWONODE) 
 tests/preload/symver: tests/preload/symver.c lib/kvdmabuf_preload.h
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -libverbs -ldl
+# Another cuMemUnmap interposer, and an engine that runs under both.
+tests/preload/other_interposer.so: tests/preload/other_interposer.c
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CFLAGS) -fPIC -shared -o $@ $< -ldl
+tests/preload/two_interposers: tests/preload/two_interposers.c $(FAKE_CUDA)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -Ltests/fake_cuda -l:libcuda.so.1 -ldl
 # An engine that loads libibverbs itself (RTLD_LOCAL) and looks it up on its handle.
 tests/preload/dlopen_engine: tests/preload/dlopen_engine.c lib/kvdmabuf_preload.h
 	@$(if $(Q),echo "  CC      $@")

@@ -792,6 +792,19 @@ static void *kc_glibc(const char *name)
 	return f.found;
 }
 
+/* Is @f the loaded libcuda's own @name (glibc's dlsym on its handle)? */
+static bool from_driver(const char *name, void *f)
+{
+	void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+	void *d = NULL;
+
+	if (h) {
+		d = ((void *(*)(void *, const char *))kc_dlsym_next)(h, name);
+		dlclose(h);
+	}
+	return d && d == f;
+}
+
 /*
  * Our answer to dlsym (@version NULL) or dlvsym, or NULL: on to glibc's
  * (whose pointers are set here, first of all).
@@ -830,6 +843,15 @@ void *kc_dlsym_filter(void *handle, const char *name, const char *version)
 								     name);
 		if (!f || is_own(f))
 			return NULL;    /* glibc answers, dlerror() and all */
+		/*
+		 * Only the driver's own is taken and answered for: on the
+		 * whole program's handle the first definition may be another
+		 * interposer's (ahead of us in LD_PRELOAD), which calls ours
+		 * as its next: taking it as the driver's would make the two
+		 * call each other for ever. Its caller gets it as glibc says.
+		 */
+		if (!from_driver(name, f))
+			return NULL;
 		if (!atomic_load(&kc.real[i]))
 			atomic_store(&kc.real[i], f);
 		return kc_own[i];

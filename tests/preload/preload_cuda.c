@@ -893,11 +893,24 @@ static const char *value(const char *out, const char *key)
  * the library path; its stdout in @out. Return: its exit status, -1 when
  * it did not run, -2 when @prog or the preload is not built.
  */
+static int run_preloaded_after(const char *first, const char *prog,
+			       const char *preload, char *out, size_t len,
+			       char *pre, size_t pre_len);
+
 static int run_preloaded(const char *prog, const char *preload, char *out,
 			 size_t len, char *pre, size_t pre_len)
 {
-	char exe[PATH_MAX], dir[PATH_MAX];
-	char env_pre[PATH_MAX + 16], env_dir[PATH_MAX + 24];
+	return run_preloaded_after(NULL, prog, preload, out, len, pre,
+				   pre_len);
+}
+
+/* As run_preloaded(), with the object @first (if any) ahead in LD_PRELOAD. */
+static int run_preloaded_after(const char *first, const char *prog,
+			       const char *preload, char *out, size_t len,
+			       char *pre, size_t pre_len)
+{
+	char exe[PATH_MAX], dir[PATH_MAX], one[PATH_MAX] = "";
+	char env_pre[2 * PATH_MAX + 16], env_dir[PATH_MAX + 24];
 	char *argv[] = { exe, NULL };
 	char *envp[] = { env_pre, env_dir, NULL };
 	int fds[2], status = -1;
@@ -908,9 +921,13 @@ static int run_preloaded(const char *prog, const char *preload, char *out,
 	kvd_build_path(exe, sizeof(exe), prog);
 	kvd_build_path(pre, pre_len, preload);
 	kvd_build_path(dir, sizeof(dir), "tests/fake_cuda");
-	if (access(exe, X_OK) || access(pre, R_OK))
+	if (first)
+		kvd_build_path(one, sizeof(one), first);
+	if (access(exe, X_OK) || access(pre, R_OK) ||
+	    (first && access(one, R_OK)))
 		return -2;
-	snprintf(env_pre, sizeof(env_pre), "LD_PRELOAD=%s", pre);
+	snprintf(env_pre, sizeof(env_pre), "LD_PRELOAD=%s%s%s", one,
+		 first ? " " : "", pre);
 	snprintf(env_dir, sizeof(env_dir), "LD_LIBRARY_PATH=%s", dir);
 	if (pipe(fds))
 		return -1;
@@ -921,6 +938,7 @@ static int run_preloaded(const char *prog, const char *preload, char *out,
 		dup2(fds[1], 1);
 		dup2(fds[1], 2);
 		close(fds[0]);
+		alarm(kvd_scaled_ms(20000) / 1000);     /* a hang ends too */
 		execve(exe, argv, envp);
 		_exit(127);
 	}
@@ -965,6 +983,30 @@ TEST(linked_engine_under_LD_PRELOAD)
 	EXPECT_EQ(0, strcmp(value(out, "next-dlvsym-cuMemUnmap-from"), pre));
 	EXPECT_EQ(0, strcmp(value(out, "flags"), "0"));
 	EXPECT_NULL(strstr(out, "not interposed"));
+}
+
+/*
+ * Another cuMemUnmap interposer ahead of ours (a GPU-sharing layer): the
+ * engine's lookup on the whole program's handle answers the other one,
+ * which calls ours as its next, which calls the driver. Taking the other
+ * interposer's function for the driver's made the two call each other for
+ * ever (the engine hung).
+ */
+TEST(another_interposer_ahead_is_neither_taken_for_the_driver_nor_looped)
+{
+	char out[2048], pre[PATH_MAX];
+	int rc = run_preloaded_after("tests/preload/other_interposer.so",
+				     "tests/preload/two_interposers",
+				     "lib/libkvdmabuf-preload.so", out,
+				     sizeof(out), pre, sizeof(pre));
+
+	if (rc == -2)
+		SKIP(return, "tests/preload/two_interposers not built");
+	TH_LOG("%s", out);
+	ASSERT_EQ(0, rc);
+	/* the driver's answer for memory never mapped: not ours, not 999 */
+	EXPECT_EQ(0, strcmp(value(out, "rc"), "801"));
+	EXPECT_EQ(0, strcmp(value(out, "other"), "1"));
 }
 
 /*
