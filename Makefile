@@ -74,7 +74,7 @@ PRELOAD_MAP := lib/preload/libkvdmabuf-preload.map
 CUDART := $(if $(CUDA_H),$(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart.so \
 	$(CUDA_HOME)/targets/*/lib/libcudart.so)))
 PRELOAD_TESTS := tests/preload/symver tests/preload/fake/libibverbs.so.1 \
-	tests/preload/dlopen_engine \
+	tests/preload/dlopen_engine tests/preload/verbs_ext.so \
 	$(if $(wildcard tests/fake_cuda/*.c),tests/preload/two_interposers) \
 	tests/preload/other_interposer.so \
 	tests/preload/nodlsym/libkvdmabuf-preload.so \
@@ -159,6 +159,9 @@ tests: $(TEST_BINS) $(HW_BINS) $(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(TWONODE) 
 tests/preload/symver: tests/preload/symver.c lib/kvdmabuf_preload.h
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -libverbs -ldl
+tests/preload/verbs_ext.so: tests/preload/verbs_ext.c
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -shared -o $@ $< -libverbs
 # Another cuMemUnmap interposer, and an engine that runs under both.
 tests/preload/other_interposer.so: tests/preload/other_interposer.c
 	@$(if $(Q),echo "  CC      $@")

@@ -157,6 +157,8 @@ static void msg(char *buf, size_t len, const char *fmt, ...)
  * global scope; a libibverbs loaded later with RTLD_LOCAL (a Python
  * extension) is reached by its name.
  */
+static bool is_own_entry(const void *f);
+
 static void *next_fn(enum kp_entry e)
 {
 	void *f = atomic_load(&kp.next[e]);
@@ -166,12 +168,18 @@ static void *next_fn(enum kp_entry e)
 		return f;
 	f = dlvsym(RTLD_NEXT, entries[e].name, entries[e].version);
 	if (!f) {
+		/* A libibverbs loaded RTLD_LOCAL (a Python extension's). */
 		h = dlopen("libibverbs.so.1", RTLD_LAZY | RTLD_NOLOAD);
 		if (h) {
 			f = dlvsym(h, entries[e].name, entries[e].version);
 			dlclose(h);
 		}
+		/* Our own dlvsym answered (x86-64): it kept the real one. */
+		if (f && is_own_entry(f))
+			f = atomic_load(&kp.next[e]);
 	}
+	if (f && is_own_entry(f))
+		f = NULL;
 	if (f)
 		atomic_store(&kp.next[e], f);
 	return f;
@@ -1057,6 +1065,16 @@ static void *const own[E_NR] = {
 	[E_DEREG_1_1] = (void *)kp_dereg_mr_1_1,
 	[E_REREG_1_1] = (void *)kp_rereg_mr_1_1,
 };
+
+static bool is_own_entry(const void *f)
+{
+	int e;
+
+	for (e = 0; e < E_NR; e++)
+		if (f == own[e])
+			return true;
+	return false;
+}
 
 void *kp_verbs_dlsym(const char *name, const char *version, void *real)
 {

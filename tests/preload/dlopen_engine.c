@@ -7,7 +7,10 @@
  *   tent  dlopen("libibverbs.so.1", RTLD_LOCAL) + dlsym, as Mooncake's
  *         TENT transfer engine loads verbs;
  *   nccl  dlopen + dlvsym at IBVERBS_1.1 (and ibv_reg_dmabuf_mr at 1.12),
- *         as NCCL's ibvwrap does.
+ *         as NCCL's ibvwrap does;
+ *   ext   dlopen(verbs_ext.so, RTLD_LOCAL), an object linked with
+ *         -libverbs (a Python extension such as Mooncake's): its calls
+ *         bind to the interposer, whose next one is in no global scope.
  * It declares a KV region with a proxy, registers in it through the
  * looked-up entry point and deregisters, printing the interposer's counts
  * and state after each: a registration that bypassed the interposer shows
@@ -19,6 +22,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "kvdmabuf_preload.h"
 
@@ -27,6 +31,7 @@ struct ibv_mr;
 typedef struct ibv_mr *reg_fn(struct ibv_pd *, void *, size_t, int);
 typedef struct ibv_mr *reg_dmabuf_fn(struct ibv_pd *, uint64_t, size_t,
 				     uint64_t, int, int);
+typedef struct ibv_mr *ext_dmabuf_fn(struct ibv_pd *, void *, size_t);
 typedef int dereg_fn(struct ibv_mr *);
 
 static void state(const char *when)
@@ -53,7 +58,7 @@ int main(int argc, char **argv)
 	static void *pd[4];
 	int (*declare)(void *, size_t, const char *, int, uint64_t);
 	const char *c = argc > 1 ? argv[1] : "";
-	bool nccl = !strcmp(c, "nccl");
+	bool nccl = !strcmp(c, "nccl"), ext = !strcmp(c, "ext");
 	reg_dmabuf_fn *reg_dmabuf;
 	size_t len = 1 << 16;
 	struct ibv_mr *mr, *mr2;
@@ -62,16 +67,32 @@ int main(int argc, char **argv)
 	char *buf;
 	void *h;
 
-	if (!nccl && strcmp(c, "tent"))
+	if (!nccl && !ext && strcmp(c, "tent"))
 		return 2;
 	*(void **)&declare = dlsym(RTLD_DEFAULT, "kvdmabuf_preload_declare");
-	h = dlopen("libibverbs.so.1", nccl ? RTLD_NOW : RTLD_NOW | RTLD_LOCAL);
+	if (ext) {
+		char path[4096];
+		ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 32);
+
+		if (n <= 0)
+			return 2;
+		path[n] = '\0';
+		strcpy(strrchr(path, '/') + 1, "verbs_ext.so");
+		h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	} else {
+		h = dlopen("libibverbs.so.1",
+			   nccl ? RTLD_NOW : RTLD_NOW | RTLD_LOCAL);
+	}
 	if (!declare || !h) {
 		printf("not loaded: preload %p, libibverbs %p\n",
 		       *(void **)&declare, h);
 		return 2;
 	}
-	if (nccl) {
+	if (ext) {
+		*(void **)&reg = dlsym(h, "ext_reg");
+		*(void **)&reg_dmabuf = dlsym(h, "ext_reg_dmabuf");
+		*(void **)&dereg = dlsym(h, "ext_dereg");
+	} else if (nccl) {
 		*(void **)&reg = dlvsym(h, "ibv_reg_mr", "IBVERBS_1.1");
 		*(void **)&reg_dmabuf = dlvsym(h, "ibv_reg_dmabuf_mr",
 					       "IBVERBS_1.12");
@@ -90,8 +111,12 @@ int main(int argc, char **argv)
 	declare(buf, len, "kv_cache", 99, 0);
 	state("before");
 	mr = reg((struct ibv_pd *)pd, buf, 4096, 1);
-	mr2 = reg_dmabuf((struct ibv_pd *)pd, 0, 4096, (uintptr_t)buf + 8192,
-			 7, 1);
+	if (ext)
+		mr2 = ((ext_dmabuf_fn *)(void *)reg_dmabuf)(
+			(struct ibv_pd *)pd, buf + 8192, 4096);
+	else
+		mr2 = reg_dmabuf((struct ibv_pd *)pd, 0, 4096,
+				 (uintptr_t)buf + 8192, 7, 1);
 	printf("mr: %s %s\n", mr ? "made" : "failed", mr2 ? "made" : "failed");
 	state("registered");
 	if (mr)

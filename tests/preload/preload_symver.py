@@ -288,6 +288,16 @@ def libibverbs_looked_up_by_dlvsym_is_interposed():
     dlopen_engine("nccl")
 
 
+def libibverbs_in_no_global_scope_is_reached_as_the_next_one():
+    """An object linked with -libverbs loaded RTLD_LOCAL (a Python
+    extension such as Mooncake's engine.so): its calls land in the
+    interposer and reach that libibverbs. (The interposer's own lookup of
+    its next one once got itself back from its own dlvsym there and
+    recursed; this stand-in does not always take that path, the real
+    Mooncake engine under the preload in tests/mooncake does.)"""
+    dlopen_engine("ext")
+
+
 def shared_state_folder_is_not_trusted():
     """The state folder may be shared (1777): a FIFO another user left at a
     name the preload writes through, or one named like a live pid, blocks
@@ -415,6 +425,7 @@ if __name__ == "__main__":
         shared_state_folder_is_not_trusted,
         libibverbs_loaded_locally_and_looked_up_by_dlsym_is_interposed,
         libibverbs_looked_up_by_dlvsym_is_interposed,
+        libibverbs_in_no_global_scope_is_reached_as_the_next_one,
         malformed_environment_refuses_sleep,
         python_declares_and_sleeps,
         binding_without_the_preload_says_so,
