@@ -44,6 +44,9 @@ enum { F_REG_1_0, F_REG_1_1, F_IOVA, F_IOVA2, F_DMABUF, F_DEREG_1_0,
        F_DEREG_1_1, F_REREG_1_1 };
 static uint32_t next_key = 0x100;
 int fake_reuse;
+/* What the last ibv_reg_dmabuf_mr was asked: offset into the dma-buf, fd. */
+uint64_t fake_last_dmabuf_offset;
+int fake_last_dmabuf_fd = -1;
 void (*fake_after_dereg)(void);
 void (*fake_in_reg)(void);
 static struct fake_mr *pool;
@@ -122,9 +125,10 @@ struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
 				 size_t len, uint64_t iova, int fd, int access)
 {
 	(void)iova;
-	(void)fd;
 	(void)access;
 	fake_calls[F_DMABUF]++;
+	fake_last_dmabuf_offset = offset;
+	fake_last_dmabuf_fd = fd;
 	if (fake_dmabuf_errno) {
 		errno = fake_dmabuf_errno;
 		return NULL;

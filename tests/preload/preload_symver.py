@@ -112,8 +112,19 @@ def in_region_with_proxy_is_made_on_the_proxy():
     r = run("reg_mr-kv-proxy")
     check(r["reg"][1] == "fake: ibv_reg_dmabuf_mr@IBVERBS_1.12+1", r["reg"][1])
     check("as asked" in r["mr"], r["mr"])   # mr->addr is the caller's
+    check("dmabuf 0x1000 fd 99" in r["mr"], r["mr"])  # the region's offset
     check("proxy 1 cannot 0" in r["state"], r["state"])
     check(r["check"] == "check: 0 ", r["check"])
+
+
+def sub_range_of_a_region_is_made_at_its_offset_in_the_proxy():
+    """A registration a page into a region (per layer or per block) is made
+    on the proxy at that page: the region's offset in the proxy (4096)
+    plus its own (4096), never the region's start (silent wrong bytes)."""
+    r = run("reg_mr_mid-kv-proxy")
+    check(r["reg"][1] == "fake: ibv_reg_dmabuf_mr@IBVERBS_1.12+1", r["reg"][1])
+    check("as asked dmabuf 0x2000 fd 99" in r["mr"], r["mr"])
+    check("proxy 1 cannot 0" in r["state"], r["state"])
 
 
 def engines_own_dmabuf_in_region_is_replaced_by_the_proxy():
@@ -410,6 +421,7 @@ if __name__ == "__main__":
         outside_any_region_passes_through_but_is_seen,
         in_region_without_proxy_cannot_follow_named,
         in_region_with_proxy_is_made_on_the_proxy,
+        sub_range_of_a_region_is_made_at_its_offset_in_the_proxy,
         engines_own_dmabuf_in_region_is_replaced_by_the_proxy,
         nic_without_dmabuf_mrs_falls_back_and_refuses,
         declared_after_registration_cannot_follow,

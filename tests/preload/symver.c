@@ -99,13 +99,17 @@ int main(int argc, char **argv)
 	size_t len = 1 << 16;
 	struct ibv_mr *mr = NULL;
 	char *buf;
-	int *dmabuf_errno;
+	int *dmabuf_errno, *last_fd;
+	uint64_t *last_off;
 
 	*(void **)&calls = dlsym(RTLD_DEFAULT, "kvdmabuf_preload_calls");
 	*(void **)&declare = dlsym(RTLD_DEFAULT, "kvdmabuf_preload_declare");
 	fake = dlsym(RTLD_DEFAULT, "fake_calls");
+	last_off = dlsym(RTLD_DEFAULT, "fake_last_dmabuf_offset");
+	last_fd = dlsym(RTLD_DEFAULT, "fake_last_dmabuf_fd");
 	dmabuf_errno = dlsym(RTLD_DEFAULT, "fake_dmabuf_errno");
-	if (!calls || !declare || !fake || !dmabuf_errno) {
+	if (!calls || !declare || !fake || !dmabuf_errno || !last_off ||
+	    !last_fd) {
 		printf("not loaded: preload %p, stand-in %p\n",
 		       (void *)calls, (void *)fake);
 		return 2;
@@ -137,6 +141,8 @@ int main(int argc, char **argv)
 	else if (!strncmp(c, "reg_dmabuf", 10))
 		mr = ibv_reg_dmabuf_mr(&pd, 0, 4096, (uintptr_t)buf + 4096, 7,
 				       IBV_ACCESS_LOCAL_WRITE);
+	else if (!strncmp(c, "reg_mr_mid", 10))   /* a page into the region */
+		mr = ibv_reg_mr(&pd, buf + 8192, 4096, IBV_ACCESS_LOCAL_WRITE);
 	else if (!strncmp(c, "reg_mr_head", 11))  /* below the region */
 		mr = ibv_reg_mr(&pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
 	else if (!strncmp(c, "reg_mr_across", 13))
@@ -145,9 +151,10 @@ int main(int argc, char **argv)
 		mr = ibv_reg_mr(&pd, buf + 4096, 4096, IBV_ACCESS_LOCAL_WRITE);
 	else
 		return 2;
-	printf("mr: %s lkey 0x%x addr %s\n", mr ? "made" : "failed",
-	       mr ? mr->lkey : 0, mr && mr->addr == buf + 4096 ? "as asked" :
-	       "other");
+	printf("mr: %s lkey 0x%x addr %s dmabuf %#llx fd %d\n",
+	       mr ? "made" : "failed", mr ? mr->lkey : 0,
+	       mr && (mr->addr == buf + 4096 || mr->addr == buf + 8192) ?
+	       "as asked" : "other", (unsigned long long)*last_off, *last_fd);
 	diff();
 	state();
 	if (strstr(c, "hold")) {        /* for `kvdmabuf status` */
