@@ -961,30 +961,6 @@ def gate_refuses_this_mooncakes_nvlink_transports():
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-class FakeStore:
-    """register_buffer / unregister_buffer as Mooncake's store has them
-    (0 or a negative code), failing on demand."""
-
-    def __init__(self):
-        self.registered = {}
-        self.fail_register = self.fail_unregister = False
-        self.calls = []
-
-    def register_buffer(self, addr, length):
-        self.calls.append(("register", addr, length))
-        if self.fail_register or addr in self.registered:
-            return -1
-        self.registered[addr] = length
-        return 0
-
-    def unregister_buffer(self, addr):
-        self.calls.append(("unregister", addr))
-        if self.fail_unregister or addr not in self.registered:
-            return -1
-        del self.registered[addr]
-        return 0
-
-
 def hooks_are_all_or_nothing_around_the_store():
     """kvdmabuf.mooncake on its own (any lane: no Mooncake needed): the
     store's calls in the right order, each failure leaving a known state."""
@@ -998,6 +974,7 @@ def hooks_are_all_or_nothing_around_the_store():
     conf = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
     conf.write("protocol: rdma\nnics: [%s]\ntransport: mooncake\n" % IBDEV_A)
     conf.close()
+    from fake_store import FakeStore    # tests/, on the path for ktap
     store = FakeStore()
     mem = HostVMM(BS)
     h = MooncakeSleepHooks(store, conf.name, drain_timeout_ms=200)

@@ -4,9 +4,9 @@
 wake (NOREG: ``protocol: tcp``; FOLLOW behaves the same towards the store):
 every buffer the sleep unregistered from the store is registered again at
 the wake, each cycle, and only those. Host-only: NOREG host memory needs
-neither the module nor a NIC. What stands in: FakeStore for Mooncake's
-``MooncakeDistributedStore`` (its register_buffer/unregister_buffer, 0 or
-a negative code); lib/python/examples/hostvmm.py for the allocator (host
+neither the module nor a NIC. What stands in: tests/fake_store.py for
+Mooncake's ``MooncakeDistributedStore`` (its register_buffer and
+unregister_buffer); lib/python/examples/hostvmm.py for the allocator (host
 memory released and mapped again at the same address)."""
 import errno
 import os
@@ -17,6 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))  # ktap
 import ktap  # noqa: E402
 from ktap import check  # noqa: E402
+from fake_store import FakeStore  # noqa: E402
 
 ktap.use_build_tree()
 import kvdmabuf  # noqa: E402
@@ -27,31 +28,6 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "lib", "python",
 from hostvmm import HostVMM  # noqa: E402
 
 SIZE = 1 << 20
-
-
-class FakeStore:
-    """register_buffer / unregister_buffer as Mooncake's store has them:
-    a second registration of an address fails, as does unregistering one
-    that is not registered; register fails on demand."""
-
-    def __init__(self):
-        self.registered = {}
-        self.fail_register = False
-        self.calls = []
-
-    def register_buffer(self, addr, length):
-        self.calls.append(("register", addr))
-        if self.fail_register or addr in self.registered:
-            return -1
-        self.registered[addr] = length
-        return 0
-
-    def unregister_buffer(self, addr):
-        self.calls.append(("unregister", addr))
-        if addr not in self.registered:
-            return -1
-        del self.registered[addr]
-        return 0
 
 
 def setup():
@@ -102,7 +78,7 @@ def wake_registers_only_what_the_sleep_unregistered():
     h.hooks.register(other.addr, SIZE, "kv_cache", mem="host")
     cycle(h, mine)
     check(store.registered == {mine.addr: SIZE}, str(store.calls))
-    check(("register", other.addr) not in store.calls, str(store.calls))
+    check(("register", other.addr, SIZE) not in store.calls, str(store.calls))
     h.close()
     mine.close()
     other.close()
