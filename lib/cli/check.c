@@ -366,11 +366,10 @@ static void check_iommu(struct report *r)
 			   "IOMMU to map BARs, or iommu=pt)");
 }
 
-int cmd_check(int argc, char **argv)
+int cmd_check(bool json)
 {
 	struct kvdmabuf_ctx ctx = { .module_fd = -1 };
 	struct report r = { 0 };
-	bool json = argc > 1 && !strcmp(argv[1], "--json");
 	int failed;
 
 	check_module(&r, &ctx);

@@ -28,9 +28,9 @@ void report_free(struct report *r);
 /* @s as a JSON string, quoted and escaped, on stdout. */
 void json_str(const char *s);
 
-int cmd_check(int argc, char **argv);
-int cmd_status(int argc, char **argv);
-int cmd_selftest(int argc, char **argv);
+int cmd_check(bool json);
+int cmd_status(bool json, bool only_preload);
+int cmd_selftest(bool list_only);
 /* preload.c: live processes under libkvdmabuf-preload.so; how many. */
 int preload_status(bool json);
 

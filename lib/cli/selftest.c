@@ -92,13 +92,12 @@ static int run_one(const char *path, struct tally *t)
 	return 0;
 }
 
-int cmd_selftest(int argc, char **argv)
+int cmd_selftest(bool list_only)
 {
 	const char *dir = getenv("KVDMABUF_SELFTEST_DIR");
 	char path[8192], name[256], here[4096];
 	struct tally t = { 0 };
 	FILE *list;
-	int list_only = argc > 1 && !strcmp(argv[1], "--list");
 
 	if (!dir) {
 		default_dir(here, sizeof(here));

@@ -129,23 +129,13 @@ static int status_error(bool json, const char *fmt, const char *what,
 	return 2;
 }
 
-int cmd_status(int argc, char **argv)
+int cmd_status(bool json, bool only_preload)
 {
-	bool json = false, only_preload = false;
 	struct kvdmabuf_proxy_stat *st = NULL;
 	const char **mapping;
 	uint32_t n = 0, i, j;
-	int fd, rc, a;
+	int fd, rc;
 
-	for (a = 1; a < argc; a++) {
-		if (!strcmp(argv[a], "--json"))
-			json = true;
-		else if (!strcmp(argv[a], "--preload"))
-			only_preload = true;
-		else
-			return status_error(false, "unknown option %s%s",
-					    argv[a], "");
-	}
 	if (only_preload) {
 		if (json)
 			printf("{\"preload\": [");
