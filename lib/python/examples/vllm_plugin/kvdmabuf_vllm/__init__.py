@@ -129,7 +129,18 @@ def _wrap(allocator_class) -> bool:
 
 
 def register() -> None:
-    """The ``vllm.general_plugins`` entry point."""
+    """The ``vllm.general_plugins`` entry point. vLLM calls it unguarded in
+    every process: whatever goes wrong here is logged and the plugin stays
+    out of the way (nothing wrapped), never an engine that fails to
+    start."""
+    try:
+        _register()
+    except Exception as e:              # noqa: BLE001 (see above)
+        log.error("kvdmabuf_vllm: disabled, the sleep-mode allocator is "
+                  "not wrapped: %s: %s", type(e).__name__, e)
+
+
+def _register() -> None:
     try:
         from vllm.device_allocator.cumem import CuMemAllocator
     except ImportError as e:
