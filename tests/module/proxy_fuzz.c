@@ -1698,17 +1698,21 @@ static int do_simple(struct world *w, const struct op *op)
 		struct bslot *bs = &w->b[op->b % BSLOTS];
 		uint64_t size = 4096ull << (op->x % 5), bid = new_bid(w);
 		uint32_t seed = bid_seed(w, bid);
+		ino_t ino;
 
 		fd = pattern_backing(w, size, seed);
 		if (fd < 0)
 			return fd;
+		ino = fd_ino(fd);
 		pthread_mutex_lock(&bs->lock);
 		old = bs->fd;
-		bs->fd = fd;
+		/* The inode first: a fork may copy this memory between the
+		 * two stores (see fork_child()). */
+		bs->ino = ino;
+		__atomic_store_n(&bs->fd, fd, __ATOMIC_RELEASE);
 		bs->size = size;
 		bs->bid = bid;
 		bs->seed = seed;
-		bs->ino = fd_ino(fd);
 		pthread_mutex_unlock(&bs->lock);
 		if (old >= 0)
 			close(old);
@@ -1983,10 +1987,13 @@ static void fork_child(struct world *w, uint64_t seed)
 			w->p[i].fd = -1;
 	}
 	/* fork() copies the fd table before the memory: a parent thread
-	 * may have closed a backing and reused its number in between, so
-	 * a slot is kept only if its fd still names the buffer it records. */
+	 * may have closed a backing and reused its number in between, or
+	 * made one after the table was copied, so a slot is kept only if
+	 * its fd still names the buffer it records (an inode of 0 is none:
+	 * fd_ino() of a number that is not open). */
 	for (i = 0; i < BSLOTS; i++)
-		if (w->b[i].fd >= 0 && fd_ino(w->b[i].fd) != w->b[i].ino)
+		if (w->b[i].fd >= 0 &&
+		    (!w->b[i].ino || fd_ino(w->b[i].fd) != w->b[i].ino))
 			w->b[i].fd = -1;
 	/* Its own files, above any number a slot may name. */
 	fd = open(KVDMABUF_DEVICE_PATH, O_RDWR | O_CLOEXEC);
