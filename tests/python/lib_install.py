@@ -120,7 +120,9 @@ def pip_install_into_a_venv_offline():
 def vllm_plugin_hooks_run_in_vllms_order():
     """The vLLM plugin example (lib/python/examples/vllm_plugin), installed
     by pip into the venv, is found by the stand-in's plugin loader through
-    its entry point (vllm.general_plugins) and, with sleep and wake in
+    its entry point (vllm.general_plugins), subscribes to vLLM's tag hooks
+    where they exist (register_tag_hooks) and wraps the allocator where
+    not, and, with sleep and wake in
     vLLM's order (tests/python/vllm_standin/serve.py): every allocation is
     unmapped only after kvdmabuf put its tag to sleep, mapped and made
     accessible before kvdmabuf wakes it, the KV-only release puts the KV
@@ -140,8 +142,11 @@ def vllm_plugin_hooks_run_in_vllms_order():
              "wake_up(weights)": ["kv_cache"], "wake_up(kv_cache)": [],
              "release_kv_cache_memory": ["kv_cache"], "sleep(2)":
              ["kv_cache", "weights"], "wake_up()": []}
-    # today's vLLM, then one from before the KV-only release (no discard)
-    for old, sleeps, wakes, nsteps in (("", 3, 4, 7), ("old", 2, 3, 5)):
+    # today's vLLM (tag hooks: the plugin subscribes, one sleep and wake
+    # per tag), one before the tag hooks (the plugin wraps the allocator),
+    # and one from before the KV-only release (no discard)
+    for old, sleeps, wakes, nsteps in (("hooks", 5, 5, 7), ("", 3, 4, 7),
+                                       ("old", 2, 3, 5)):
         p = run("%s/v/bin/python %s/tests/python/vllm_standin/serve.py %s %s"
                 % (d, TOP, conf, old), env=e, cwd="/")
         check(p.returncode == 0, "serve.py %s exited %d" % (old,
@@ -151,7 +156,7 @@ def vllm_plugin_hooks_run_in_vllms_order():
               % out["plugins"])
         check(len(out["steps"]) == nsteps, str(out["steps"]))
         for s in out["steps"]:
-            print("# %s%s: %s, after: %s" % (old and "old vLLM: ", s["step"],
+            print("# %s%s: %s, after: %s" % (old and old + " vLLM: ", s["step"],
                                              s["driver"], s["after"]))
             check(s["driver"], "%s: the allocator did nothing" % s["step"])
             for what, tag, asleep in s["driver"]:
@@ -160,6 +165,10 @@ def vllm_plugin_hooks_run_in_vllms_order():
                       "awake" % (s["step"], what, tag))
             check(s["after"] == after[s["step"]], "%s left %s asleep" % (
                 s["step"], s["after"]))
+        check(out["wrapped"] == (old != "hooks"), "allocator wrapped: %s"
+              % out["wrapped"])
+        # tag hooks: one sleep per tag; after_map after every wake-up for
+        # every mapped tag, a wake of an awake tag doing nothing
         check(out["sleeps"] == sleeps and out["wakes"] == wakes,
               "sleeps %d, wakes %d" % (out["sleeps"], out["wakes"]))
 

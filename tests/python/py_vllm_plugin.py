@@ -5,8 +5,9 @@ kvdmabuf_vllm.register), which vLLM calls unguarded in every process:
 with a vLLM whose sleep-mode allocator fails to import with an error other
 than ImportError (a CUDA driver too old, say), it logs why it disabled
 itself and returns, so the engine still starts; with the stand-in vLLM
-(tests/python/vllm_standin) it wraps the allocator. Each case runs in a
-fresh interpreter (the plugin's wrapping is per process). Host-only."""
+(tests/python/vllm_standin), which has vLLM's tag hooks, it subscribes to
+them for weights and kv_cache, once however often it is called, and wraps
+nothing. Each case runs in a fresh interpreter. Host-only."""
 import os
 import subprocess
 import sys
@@ -59,14 +60,20 @@ def broken_vllm_does_not_stop_the_engine():
           "RuntimeError: CUDA driver too old" in p.stderr, p.stderr)
 
 
-def standin_vllm_allocator_is_wrapped():
-    p = run(os.path.join(HERE, "vllm_standin"), CODE)
+def standin_vllm_tag_hooks_are_subscribed_once():
+    code = CODE.replace("kvdmabuf_vllm.register()",
+                        "kvdmabuf_vllm.register(); kvdmabuf_vllm.register()")
+    code += ("from vllm import device_allocator as d\n"
+             "print(sorted((t, len(h)) for t, h in d._tag_hooks.items()))\n")
+    p = run(os.path.join(HERE, "vllm_standin"), code)
     check(p.returncode == 0, p.stderr)
-    check(p.stdout.strip() == "wrapped True", p.stdout + p.stderr)
+    check(p.stdout.split("\n")[:2] == ["wrapped False",
+                                       "[('kv_cache', 1), ('weights', 1)]"],
+          p.stdout + p.stderr)
 
 
 if __name__ == "__main__":
     sys.exit(ktap.main([
         broken_vllm_does_not_stop_the_engine,
-        standin_vllm_allocator_is_wrapped,
+        standin_vllm_tag_hooks_are_subscribed_once,
     ]))

@@ -9,10 +9,14 @@ wake_up(). Prints one JSON object: the plugins loaded, and for each step
 the allocator's driver steps with which tags kvdmabuf had asleep at that
 moment, and the asleep tags after the step.
 
-Usage: serve.py CONFIG [old]
-CONFIG: a kvdmabuf YAML (protocol tcp needs no NIC); old: a vLLM from
-before the KV-only release (its CuMemAllocator has no discard), whose
-steps are the same without it."""
+Usage: serve.py CONFIG [hooks|old]
+CONFIG: a kvdmabuf YAML (protocol tcp needs no NIC). Without a mode: a
+vLLM with the KV-only release (discard) but before the tag hooks (the
+plugin wraps the allocator); hooks: today's vLLM, with the tag hooks
+(register_tag_hooks: the plugin subscribes, wraps nothing); old: a vLLM
+from before the KV-only release (its CuMemAllocator has no discard), whose
+steps are the same without it. The JSON also says whether the allocator
+was wrapped."""
 import json
 import mmap
 import sys
@@ -24,9 +28,14 @@ from vllm.v1.worker.gpu_worker import Worker
 SIZE = 4 * mmap.PAGESIZE
 
 
-def main(config, old=False):
+def main(config, mode=""):
+    old = mode == "old"
     if old:
         del cumem.CuMemAllocator.discard
+    if mode != "hooks":
+        import vllm.device_allocator as da
+        del da.register_tag_hooks, da.run_before_unmap_hooks, \
+            da.run_after_map_hooks
     load_general_plugins()
     import kvdmabuf_vllm
     worker = Worker()
@@ -61,9 +70,11 @@ def main(config, old=False):
         current["after"] = asleep()
     st = hooks.ctx.query()
     print(json.dumps({"plugins": loaded, "steps": steps,
-                      "sleeps": st.sleeps, "wakes": st.wakes}))
+                      "sleeps": st.sleeps, "wakes": st.wakes,
+                      "wrapped": getattr(cumem.CuMemAllocator,
+                                         "_kvdmabuf_wrapped", False)}))
     hooks.close()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2:] == ["old"])
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "")

@@ -24,8 +24,21 @@ is copied here):
   gpu_worker.py``, ``Worker.sleep`` / ``wake_up`` call the backend (older
   versions call the allocator directly).
 
-So the one place every sleep path passes is the allocator's methods. The
-entry point :func:`register` wraps them in place, once per process:
+Newer vLLM has tag hooks for exactly this (``vllm/device_allocator/
+__init__.py``, ``register_tag_hooks(tag, before_unmap, after_map)``): the
+allocator calls ``before_unmap`` right before it unmaps mapped
+allocations of the tag (sleep at any level, discard) and the idempotent
+``after_map`` after every wake-up that leaves all of them mapped. Where
+they exist, :func:`register` subscribes :meth:`SleepHooks.release` and
+:meth:`SleepHooks.restore` of each of vLLM's tags (``weights``,
+``kv_cache``) there and wraps nothing. The plugin's hooks are registered
+when vLLM loads its plugins, before any KV connector's, so for each tag
+kvdmabuf's release runs before a connector's ``release_kv_caches`` and its
+restore before the connector's ``restore_kv_caches``.
+
+On older vLLM the one place every sleep path passes is the allocator's
+methods. The entry point :func:`register` wraps them in place there, once
+per process:
 
 * ``sleep``: :meth:`SleepHooks.release` of every tag *before* the
   allocator unmaps (it unmaps every tag, at every level);
@@ -140,7 +153,39 @@ def register() -> None:
                   "not wrapped: %s: %s", type(e).__name__, e)
 
 
+#: vLLM's sleep-mode tags (vllm/device_allocator/__init__.py,
+#: DEFERRABLE_TAGS): a tag without kvdmabuf regions costs nothing
+TAGS = ("weights", "kv_cache")
+_subscribed = False
+
+
+def _subscribe(register_tag_hooks) -> bool:
+    """Subscribe to vLLM's tag hooks; False when done before."""
+    global _subscribed
+    if _subscribed:
+        return False
+    for tag in TAGS:
+        register_tag_hooks(
+            tag,
+            lambda t=tag: _hooks.release([t]) if _hooks is not None else None,
+            lambda t=tag: _hooks.restore([t]) if _hooks is not None else None)
+    _subscribed = True
+    return True
+
+
 def _register() -> None:
+    try:
+        from vllm import device_allocator
+    except ImportError as e:
+        log.warning("kvdmabuf_vllm: no vLLM sleep-mode allocator here (%s); "
+                    "nothing wrapped", e)
+        return
+    tag_hooks = getattr(device_allocator, "register_tag_hooks", None)
+    if tag_hooks is not None:
+        if _subscribe(tag_hooks):
+            log.info("kvdmabuf_vllm: kvdmabuf hooks subscribed to vLLM's "
+                     "tag hooks for %s", ", ".join(TAGS))
+        return
     try:
         from vllm.device_allocator.cumem import CuMemAllocator
     except ImportError as e:
