@@ -178,8 +178,6 @@ static void *next_fn(enum kp_entry e)
 		if (f && is_own_entry(f))
 			f = atomic_load(&kp.next[e]);
 	}
-	if (f && is_own_entry(f))
-		f = NULL;
 	if (f)
 		atomic_store(&kp.next[e], f);
 	return f;
@@ -927,11 +925,12 @@ int kp_dereg_mr_1_1(struct ibv_mr *mr)
 	if (id) {
 		pthread_mutex_lock(&kp.lock);
 		m = mr_by_id(id);
-		if (m && !rc)
+		if (m && !rc) {
 			mr_forget(m);
-		else if (m)
-			m->dying = false;
-		publish_locked();
+			publish_locked();
+		} else if (m) {
+			m->dying = false;       /* still registered: as before */
+		}
 		pthread_mutex_unlock(&kp.lock);
 	}
 	return rc;

@@ -792,14 +792,24 @@ static void *kc_glibc(const char *name)
 	return f.found;
 }
 
-/* Is @f the loaded libcuda's own @name (glibc's dlsym on its handle)? */
+/* glibc's dlsym (@version NULL) or dlvsym of @name on @handle. */
+static void *handle_lookup(void *handle, const char *name,
+			   const char *version)
+{
+	return version ?
+	       ((void *(*)(void *, const char *, const char *))
+		kc_dlvsym_next)(handle, name, version) :
+	       ((void *(*)(void *, const char *))kc_dlsym_next)(handle, name);
+}
+
+/* Is @f the loaded libcuda's own @name? */
 static bool from_driver(const char *name, void *f)
 {
 	void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
 	void *d = NULL;
 
 	if (h) {
-		d = ((void *(*)(void *, const char *))kc_dlsym_next)(h, name);
+		d = handle_lookup(h, name, NULL);
 		dlclose(h);
 	}
 	return d && d == f;
@@ -823,11 +833,7 @@ void *kc_dlsym_filter(void *handle, const char *name, const char *version)
 	if (handle == RTLD_DEFAULT || handle == RTLD_NEXT || !name)
 		return NULL;
 	if (!strncmp(name, "ibv_", 4)) {
-		f = version ?
-		    ((void *(*)(void *, const char *, const char *))
-		     kc_dlvsym_next)(handle, name, version) :
-		    ((void *(*)(void *, const char *))kc_dlsym_next)(handle,
-								     name);
+		f = handle_lookup(handle, name, version);
 		return f ? kp_verbs_dlsym(name, version, f) : NULL;
 	}
 	if (name[0] != 'c' || name[1] != 'u')
@@ -836,11 +842,7 @@ void *kc_dlsym_filter(void *handle, const char *name, const char *version)
 		if (strcmp(name, kc_symbol[i]))
 			continue;
 		/* the handle's own (its caller is not asked for) */
-		f = version ?
-		    ((void *(*)(void *, const char *, const char *))
-		     kc_dlvsym_next)(handle, name, version) :
-		    ((void *(*)(void *, const char *))kc_dlsym_next)(handle,
-								     name);
+		f = handle_lookup(handle, name, version);
 		if (!f || is_own(f))
 			return NULL;    /* glibc answers, dlerror() and all */
 		/*
