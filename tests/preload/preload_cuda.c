@@ -611,6 +611,23 @@ TEST_F(kv, region_with_an_engine_mr_on_its_proxy_is_not_undeclared)
 	close(other);
 }
 
+/*
+ * What the stand-in provider's hook (in_reg, after_dereg) runs: @other_fn
+ * in another thread of the engine, waited for, once (the hooks are
+ * cleared first: what that thread calls may reach them again).
+ */
+static void *(*other_fn)(void *);
+
+static void in_another_thread(void)
+{
+	pthread_t th;
+
+	*t.in_reg = NULL;
+	*t.after_dereg = NULL;
+	if (!pthread_create(&th, NULL, other_fn, NULL))
+		pthread_join(th, NULL);
+}
+
 /* The engine's cuMemUnmap of the region's first chunk from another
  * thread, run from inside a registration (in_reg). */
 static struct {
@@ -625,15 +642,6 @@ static void *sleeper_fn(void *p)
 	sleeper.rc = t.unmap(sleeper.base, CHUNK);
 	t.cuda_error(sleeper.err, sizeof(sleeper.err));
 	return NULL;
-}
-
-static void sleeper_in_reg(void)
-{
-	pthread_t th;
-
-	*t.in_reg = NULL;
-	if (!pthread_create(&th, NULL, sleeper_fn, NULL))
-		pthread_join(th, NULL);
 }
 
 /*
@@ -653,7 +661,8 @@ TEST_F(kv, sleep_during_a_registration_in_the_provider_is_refused)
 	*t.dmabuf_errno = EOPNOTSUPP;
 	sleeper.base = (kvd_CUdeviceptr)(uintptr_t)self->base;
 	sleeper.rc = KVD_CUDA_SUCCESS;
-	*t.in_reg = sleeper_in_reg;
+	other_fn = sleeper_fn;
+	*t.in_reg = in_another_thread;
 	mr = t.reg_mr(&pd, self->base, CHUNK, IBV_ACCESS_LOCAL_WRITE);
 	*t.in_reg = NULL;
 	ASSERT_NOT_NULL(mr);
@@ -685,15 +694,6 @@ static void *racer_fn(void *p)
 	return NULL;
 }
 
-static void racer_in_dereg(void)
-{
-	pthread_t th;
-
-	*t.after_dereg = NULL;		/* once: the racer deregisters too */
-	if (!pthread_create(&th, NULL, racer_fn, NULL))
-		pthread_join(th, NULL);
-}
-
 /*
  * A dereg whose struct the provider hands to another thread's
  * registration before the dereg returns (an MR pool; malloc does it by
@@ -722,7 +722,8 @@ TEST_F(kv, dereg_racing_a_registration_of_its_struct_keeps_the_new_one)
 	racer.pd = &pd;
 	racer.addr = self->base;
 	racer.got = NULL;
-	*t.after_dereg = racer_in_dereg;
+	other_fn = racer_fn;
+	*t.after_dereg = in_another_thread;
 	EXPECT_EQ(0, t.dereg_mr(old));
 	*t.after_dereg = NULL;
 	*t.reuse = 0;
