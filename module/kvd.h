@@ -7,6 +7,7 @@
  *   kvd_list.c     LIST and debugfs: what every proxy is doing
  *   kvd_ops.c      the proxy's dma_buf_ops (what importers call)
  *   kvd_backing.c  backings and their slots (what the module imports)
+ *   kvd_stale.c    stale backings, the drain, the exporter's invalidation
  * Locking is described in kvd_main.c.
  */
 #ifndef KVD_H
@@ -215,6 +216,8 @@ struct kvd_backing *kvd_backing_alloc(struct dma_buf *dmabuf, u64 offset);
 int kvd_backing_build(struct kvd_proxy *proxy, struct kvd_backing *b,
 		      struct list_head *dead);
 void kvd_backing_put(struct kvd_backing *b);
+
+/* kvd_stale.c */
 void kvd_reap(struct kvd_proxy *proxy, struct list_head *dead);
 bool kvd_stale_room(struct kvd_proxy *proxy, struct list_head *dead);
 int kvd_drain(struct kvd_proxy *proxy, u32 timeout_ms);

@@ -1,0 +1,273 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Stale backings and the invalidation: what a revoke, a replace or the
+ * backing's exporter leaves behind (old backings importers may still map
+ * or have DMA in flight to), when it is reaped, how REVOKE and REPLACE
+ * wait for it (the drain), and how an exporter's invalidation revokes
+ * the proxy.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include "kvd.h"
+
+static void kvd_fences_cb(struct dma_fence *fence, struct dma_fence_cb *cb)
+{
+	struct kvd_backing *b = container_of(cb, struct kvd_backing,
+					     fences_cb);
+
+	schedule_work(&b->proxy->reap_work);
+}
+
+/*
+ * @b, no longer proxy->backing, goes stale (proxy->lock and resv held):
+ * the importers are told, and what they may still be doing to it is what
+ * their fences on the proxy's resv say once they were told; work they
+ * fence later is on the backing that follows. Snapshot those and queue
+ * the reap when they signal.
+ */
+void kvd_backing_stale(struct kvd_proxy *proxy, struct kvd_backing *b)
+{
+	struct dma_fence *f = NULL;
+	struct kvd_attach *ka;
+	int ret;
+
+	lockdep_assert_held(&proxy->lock);
+	dma_resv_assert_held(proxy->dmabuf->resv);
+	/* Revocable importers holding a pin take this as a permanent revoke. */
+	list_for_each_entry(ka, &proxy->attachments, node)
+		if (ka->revocable && kvd_attach_pins(ka))
+			ka->revoked = true;
+	/* Before the notification: importers unmap from inside it. */
+	WRITE_ONCE(proxy->stale_maps, proxy->stale_maps + b->live_maps);
+	proxy->notifications++;
+	kvd_dma_buf_notify(proxy->dmabuf);
+	list_add_tail(&b->node, &proxy->stale);
+	ret = dma_resv_get_singleton(proxy->dmabuf->resv,
+				     DMA_RESV_USAGE_BOOKKEEP, &f);
+	if (ret) {
+		b->fences = ERR_PTR(ret);	/* every fence counts */
+		return;
+	}
+	b->fences = f;
+	b->proxy = proxy;
+	if (f && dma_fence_add_callback(f, &b->fences_cb, kvd_fences_cb)) {
+		dma_fence_put(f);		/* signaled meanwhile */
+		b->fences = NULL;
+	}
+}
+
+/* Have the fences of @b's importers signaled? */
+static bool kvd_fences_signaled(struct kvd_proxy *proxy,
+				struct kvd_backing *b)
+{
+	if (IS_ERR(b->fences))
+		return dma_resv_test_signaled(proxy->dmabuf->resv,
+					      DMA_RESV_USAGE_BOOKKEEP);
+	return !b->fences || dma_fence_is_signaled(b->fences);
+}
+
+/*
+ * Drop the stale backings no importer map refers to any more, once the
+ * fences importers tracked their DMA with (any usage, BOOKKEEP included)
+ * on the proxy's reservation object when the backing went stale have
+ * signaled: an importer may still be doing DMA to a backing it has
+ * already unmapped. They go onto @dead.
+ */
+void kvd_reap(struct kvd_proxy *proxy, struct list_head *dead)
+{
+	struct kvd_backing *b, *tmp;
+
+	lockdep_assert_held(&proxy->lock);
+	/* No map is ever built from a stale backing: zero stays zero. */
+	list_for_each_entry_safe(b, tmp, &proxy->stale, node) {
+		if (READ_ONCE(b->live_maps) || !kvd_fences_signaled(proxy, b))
+			continue;
+		list_del(&b->node);
+		pr_debug("proxy %llu: dropping backing %p\n", proxy->id, b->dmabuf);
+		kvd_backing_bury(b, dead);
+	}
+}
+
+/*
+ * Can one more backing go stale? Reaps idle ones first; at most
+ * KVDMABUF_MAX_STALE_BACKINGS old backings are held per proxy.
+ */
+bool kvd_stale_room(struct kvd_proxy *proxy, struct list_head *dead)
+{
+	kvd_reap(proxy, dead);
+	return kvd_count(&proxy->stale) < KVDMABUF_MAX_STALE_BACKINGS;
+}
+
+/*
+ * The first stale backing whose importers' fences have not signaled: a
+ * reference to them, or NULL with *@all set when that backing has no
+ * snapshot (then the whole resv counts), or NULL.
+ */
+static struct dma_fence *kvd_stale_fences(struct kvd_proxy *proxy,
+					  bool *all)
+{
+	struct dma_fence *f = NULL;
+	struct kvd_backing *b;
+
+	*all = false;
+	mutex_lock(&proxy->lock);
+	list_for_each_entry(b, &proxy->stale, node) {
+		if (kvd_fences_signaled(proxy, b))
+			continue;
+		if (IS_ERR(b->fences))
+			*all = true;
+		else
+			f = dma_fence_get(b->fences);
+		break;
+	}
+	mutex_unlock(&proxy->lock);
+	return f;
+}
+
+/*
+ * The documented revoke order, after the invalidation: wait for the
+ * fences importers had on the proxy's reservation object when each stale
+ * backing went stale (DMA_RESV_USAGE_BOOKKEEP: every fence; later ones are
+ * work on the backing that followed), then until no importer maps a
+ * stale backing any more. Bounded by @timeout_ms
+ * in all, interruptible. Called without any lock: importer
+ * attach/detach callbacks (MR registration, deregistration, process exit)
+ * must not block behind it. The caller holds a reference to the proxy's
+ * dma-buf.
+ */
+static int kvd_wait_idle(struct kvd_proxy *proxy, u32 timeout_ms)
+{
+	long left = msecs_to_jiffies(timeout_ms);
+	struct dma_fence *f;
+	bool all;
+
+	lockdep_assert_not_held(&proxy->lock);
+	while ((f = kvd_stale_fences(proxy, &all)) || all) {
+		if (!timeout_ms) {
+			dma_fence_put(f);
+			return -ETIMEDOUT;
+		}
+		if (f) {
+			left = dma_fence_wait_timeout(f, true, left);
+			dma_fence_put(f);
+		} else {
+			left = dma_resv_wait_timeout(proxy->dmabuf->resv,
+						     DMA_RESV_USAGE_BOOKKEEP,
+						     true, left);
+		}
+		if (left == -ERESTARTSYS)
+			return -EINTR;
+		if (left < 0)
+			return left;
+		if (!left)
+			return -ETIMEDOUT;
+	}
+	if (!READ_ONCE(proxy->stale_maps))
+		return 0;
+	if (!timeout_ms)
+		return -ETIMEDOUT;
+	left = wait_event_interruptible_timeout(proxy->wq,
+						!READ_ONCE(proxy->stale_maps),
+						left);
+	if (left < 0)
+		return -EINTR;
+	return left ? 0 : -ETIMEDOUT;
+}
+
+/* Wait as above, then drop what has become idle, before returning. */
+int kvd_drain(struct kvd_proxy *proxy, u32 timeout_ms)
+{
+	LIST_HEAD(dead);
+	int ret;
+
+	ret = kvd_wait_idle(proxy, timeout_ms);
+	mutex_lock(&proxy->lock);
+	kvd_reap(proxy, &dead);
+	list_splice_tail_init(&proxy->graveyard, &dead);
+	mutex_unlock(&proxy->lock);
+	kvd_bury(&dead);
+	/*
+	 * What the reap work or an exporter's invalidation was burying
+	 * meanwhile (outside proxy->lock) is gone too.
+	 */
+	flush_work(&proxy->inval_work);
+	flush_work(&proxy->reap_work);
+	return ret;
+}
+
+void kvd_reap_work(struct work_struct *work)
+{
+	struct kvd_proxy *proxy = container_of(work, struct kvd_proxy,
+					       reap_work);
+	LIST_HEAD(dead);
+
+	mutex_lock(&proxy->lock);
+	kvd_reap(proxy, &dead);
+	list_splice_tail_init(&proxy->graveyard, &dead);
+	mutex_unlock(&proxy->lock);
+	kvd_bury(&dead);
+}
+
+/*
+ * Take the current backing away from the importers, under the proxy's resv
+ * (proxy->lock held): the common part of REVOKE and of an invalidation by
+ * the backing's exporter. Returns the old backing, now on the stale list.
+ */
+struct kvd_backing *kvd_unback(struct kvd_proxy *proxy, u32 reason)
+{
+	struct kvd_backing *old = proxy->backing;
+	struct kvd_attach *ka;
+
+	lockdep_assert_held(&proxy->lock);
+	dma_resv_assert_held(proxy->dmabuf->resv);
+	proxy->backing = NULL;
+	list_for_each_entry(ka, &proxy->attachments, node)
+		ka->cur = NULL;
+	proxy->state = KVDMABUF_STATE_REVOKED;
+	proxy->revoke_reason = reason;
+	proxy->generation++;
+	kvd_backing_stale(proxy, old);
+	return old;
+}
+
+/*
+ * The exporter of the current backing invalidated it: revoke the proxy
+ * (proxy->lock held). Not refused by blocking pins nor by the stale bound
+ * (the backing is going away whatever we do); nothing waits here, the
+ * stale backing is reaped once idle. Returns whether it revoked: false if
+ * the current backing (if any) was not invalidated, e.g. a REVOKE or a
+ * REPLACE took it away first.
+ */
+bool kvd_revoke_invalidated(struct kvd_proxy *proxy, struct list_head *dead)
+{
+	struct kvd_backing *b = proxy->backing;
+
+	lockdep_assert_held(&proxy->lock);
+	if (!b || !READ_ONCE(b->invalidated))
+		return false;
+	dma_resv_lock(proxy->dmabuf->resv, NULL);
+	kvd_unback(proxy, KVDMABUF_REVOKE_EXPORTER);
+	dma_resv_unlock(proxy->dmabuf->resv);
+	pr_debug("proxy %llu: backing invalidated by its exporter, revoked, generation %llu\n",
+		 proxy->id, proxy->generation);
+	kvd_event(proxy, KVDMABUF_STATE_REVOKED);
+	/*
+	 * Let it go now if no importer maps it (else the last unmap or its
+	 * fences' callback queues the reap): an exporter that revokes may
+	 * wait for its pins and maps to go (vfio-pci).
+	 */
+	kvd_reap(proxy, dead);
+	return true;
+}
+
+void kvd_inval_work(struct work_struct *work)
+{
+	struct kvd_proxy *proxy = container_of(work, struct kvd_proxy,
+					       inval_work);
+	LIST_HEAD(dead);
+
+	mutex_lock(&proxy->lock);
+	kvd_revoke_invalidated(proxy, &dead);
+	mutex_unlock(&proxy->lock);
+	kvd_bury(&dead);
+}
