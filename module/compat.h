@@ -64,8 +64,7 @@ dma_buf_attachment_is_dynamic(struct dma_buf_attachment *attach)
  * Does the core pin a dynamic exporter around each map of a dynamic
  * importer? Never after the revoke series; before it, unless
  * CONFIG_DMABUF_MOVE_NOTIFY is set (an option that is gone reads as unset
- * here, so KVD_HAVE_NO_PIN_ON_DYNAMIC_MAP decides for such kernels). The
- * module checks again at load time.
+ * here, so KVD_HAVE_NO_PIN_ON_DYNAMIC_MAP decides for such kernels).
  */
 #ifdef KVD_HAVE_NO_PIN_ON_DYNAMIC_MAP
 #define KVD_CORE_PINS_ON_MAP		0

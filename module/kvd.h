@@ -72,6 +72,12 @@ struct kvd_backing {
 	struct dma_fence *fences;	/* proxy->lock */
 	struct dma_fence_cb fences_cb;
 	struct kvd_proxy *proxy;	/* for fences_cb */
+	/*
+	 * On the backing's resv since its exporter invalidated it: signals
+	 * once the proxy's importers write to it no more (kvd_stale.c).
+	 * Set under the backing's resv, reference held.
+	 */
+	struct dma_fence *gate;
 };
 
 /*
@@ -147,9 +153,9 @@ struct kvd_proxy {
 };
 
 /* kvd_main.c */
-extern unsigned int max_proxies;
-extern unsigned int max_proxies_total;
-extern bool kvd_core_pins_on_map;
+extern unsigned int kvd_max_proxies;
+extern unsigned int kvd_max_proxies_total;
+extern struct workqueue_struct *kvd_wq;
 extern struct mutex kvd_proxies_lock;
 extern struct list_head kvd_proxies;
 extern atomic64_t kvd_next_id;
@@ -218,6 +224,8 @@ int kvd_backing_build(struct kvd_proxy *proxy, struct kvd_backing *b,
 void kvd_backing_put(struct kvd_backing *b);
 
 /* kvd_stale.c */
+void kvd_gate_close(struct kvd_backing *b);
+void kvd_gate_open(struct kvd_backing *b);
 void kvd_reap(struct kvd_proxy *proxy, struct list_head *dead);
 bool kvd_stale_room(struct kvd_proxy *proxy, struct list_head *dead);
 int kvd_drain(struct kvd_proxy *proxy, u32 timeout_ms);

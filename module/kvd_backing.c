@@ -43,8 +43,10 @@ static void kvd_backing_notify(struct dma_buf_attachment *bat)
 	 */
 	if (!slot->bsgt)
 		return;
+	/* The exporter waits on this before it reuses the memory. */
+	kvd_gate_close(slot->b);
 	WRITE_ONCE(slot->b->invalidated, true);
-	schedule_work(&slot->proxy->inval_work);
+	queue_work(kvd_wq, &slot->proxy->inval_work);
 }
 
 static const struct dma_buf_attach_ops kvd_backing_attach_ops = {
@@ -52,17 +54,45 @@ static const struct dma_buf_attach_ops kvd_backing_attach_ops = {
 	.KVD_IMPORTER_NOTIFY_OP = kvd_backing_notify,
 };
 
+#ifdef KVD_HAVE_ATTACH_REVOCABLE
 /*
- * Waits, bounded, for the fences of the exporter's own memory management
- * on a backing (@resv held). A pinned buffer is not moved again, so once
- * after mapping a slot is enough.
+ * Since Linux 7.1 an exporter that revokes (vfio-pci) admits only
+ * attachments that give their mapping up in bounded time
+ * (dma_buf_attach_revocable()), and its revoke waits for them without a
+ * bound. The slot of a proxy importer that cannot (a pin without an
+ * invalidation callback: efa, bnxt_re, mana) keeps its map for as long as
+ * that importer likes, so it says so: such an exporter refuses it (the
+ * importer's attach fails), and no revoke ever waits for it.
+ */
+static const struct dma_buf_attach_ops kvd_backing_pinned_attach_ops = {
+	.allow_peer2peer = true,
+};
+#endif
+
+static const struct dma_buf_attach_ops *
+kvd_slot_attach_ops(struct kvd_attach *ka)
+{
+#ifdef KVD_HAVE_ATTACH_REVOCABLE
+	if (!ka->notified)
+		return &kvd_backing_pinned_attach_ops;
+#endif
+	return &kvd_backing_attach_ops;
+}
+
+/*
+ * Waits, bounded and interruptible, for the fences of the exporter's own
+ * memory management on a backing, with its resv not held (the exporter's
+ * other users go on meanwhile). A pinned buffer is not moved again, so
+ * once after mapping a slot is enough.
  */
 static int kvd_wait_kernel_fences(struct dma_resv *resv)
 {
 	long left;
 
-	left = dma_resv_wait_timeout(resv, DMA_RESV_USAGE_KERNEL, false,
+	left = dma_resv_wait_timeout(resv, DMA_RESV_USAGE_KERNEL, true,
 				     msecs_to_jiffies(KVD_BACKING_FENCE_MS));
+	if (left == -ERESTARTSYS)
+		return -EINTR;
 	if (left < 0)
 		return left;
 	return left ? 0 : -ETIMEDOUT;
@@ -99,7 +129,7 @@ struct kvd_slot *kvd_slot_create(struct kvd_proxy *proxy,
 	 * and would never hear of the backing being moved or revoked.
 	 */
 	slot->bat = dma_buf_dynamic_attach(b->dmabuf, ka->dev,
-					   &kvd_backing_attach_ops, slot);
+					   kvd_slot_attach_ops(ka), slot);
 	if (IS_ERR(slot->bat)) {
 		ret = PTR_ERR(slot->bat);
 		goto err_free;
@@ -120,6 +150,7 @@ struct kvd_slot *kvd_slot_create(struct kvd_proxy *proxy,
 	}
 	/* From here on a move notification is about what we hold. */
 	slot->bsgt = sgt;
+	dma_resv_unlock(bresv);
 	/*
 	 * The exporter's moves and clears (its pin may just have migrated
 	 * the buffer) are fenced with DMA_RESV_USAGE_KERNEL, which only
@@ -129,21 +160,21 @@ struct kvd_slot *kvd_slot_create(struct kvd_proxy *proxy,
 	 */
 	ret = kvd_wait_kernel_fences(bresv);
 	if (ret)
-		goto err_unmap;
+		goto err_relock;
 	/* An exporter may map less than its size: refuse it now, not at a fault. */
 	len = kvd_sgt_dma_len(slot->bsgt);
 	if (len < b->offset + proxy->length) {
 		ret = -ERANGE;
-		goto err_unmap;
+		goto err_relock;
 	}
 	slot->whole = !b->offset && len == proxy->length;
-	dma_resv_unlock(bresv);
 	kref_get(&ka->ref);
 	atomic_inc(&kvd_nr_slots);
 	return slot;
 
 	/* Each step below marks the slot dying: what it undoes may move it. */
-err_unmap:
+err_relock:
+	dma_resv_lock(bresv, NULL);
 	slot->dying = true;
 	dma_buf_unmap_attachment(slot->bat, slot->bsgt, DMA_BIDIRECTIONAL);
 err_unpin:
@@ -247,6 +278,10 @@ static void kvd_backing_free(struct kref *ref)
 	WARN_ON_ONCE(!list_empty(&b->slots));
 	if (!IS_ERR_OR_NULL(b->fences))
 		dma_fence_put(b->fences);
+	/* Nothing of ours maps it any more. */
+	kvd_gate_open(b);
+	if (b->gate)
+		dma_fence_put(b->gate);
 	dma_buf_put(b->dmabuf);
 	kfree(b);
 	atomic_dec(&kvd_nr_backings);
@@ -267,7 +302,7 @@ void kvd_bury_later(struct kvd_proxy *proxy, struct list_head *dead)
 	if (list_empty(dead))
 		return;
 	list_splice_tail_init(dead, &proxy->graveyard);
-	schedule_work(&proxy->reap_work);
+	queue_work(kvd_wq, &proxy->reap_work);
 }
 
 /* A new backing, not yet published; takes over the caller's @dmabuf ref. */

@@ -86,7 +86,7 @@ static long kvd_ioctl_version(void __user *uarg)
 	arg.version = KVDMABUF_API_VERSION;
 	arg.features = KVDMABUF_FEATURE_REPLACE | KVDMABUF_FEATURE_EVENTS |
 		       KVDMABUF_FEATURE_LIST;
-	if (!kvd_core_pins_on_map)
+	if (!KVD_CORE_PINS_ON_MAP)
 		arg.features |= KVDMABUF_FEATURE_MOVE_NOTIFY_CORE;
 #ifdef KVD_HAVE_ATTACH_REVOCABLE
 	arg.features |= KVDMABUF_FEATURE_REVOCABLE_PINS;
@@ -95,12 +95,12 @@ static long kvd_ioctl_version(void __user *uarg)
 }
 
 /*
- * Count one more live proxy unless max_proxies_total are live (the bound
+ * Count one more live proxy unless kvd_max_proxies_total are live (the bound
  * may be lowered at run time below the count: nothing is created then).
  */
 static bool kvd_reserve_proxy(void)
 {
-	unsigned int limit = min_t(unsigned int, READ_ONCE(max_proxies_total),
+	unsigned int limit = min_t(unsigned int, READ_ONCE(kvd_max_proxies_total),
 				   INT_MAX);
 	int n = atomic_read(&kvd_nr_proxies);
 
@@ -132,7 +132,7 @@ static long kvd_ioctl_create(struct kvd_ctx *ctx, void __user *uarg)
 		return -EFBIG;
 
 	spin_lock(&ctx->lock);
-	if (ctx->nr_proxies >= READ_ONCE(max_proxies)) {
+	if (ctx->nr_proxies >= READ_ONCE(kvd_max_proxies)) {
 		spin_unlock(&ctx->lock);
 		return -ENOSPC;
 	}
@@ -239,7 +239,7 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 	LIST_HEAD(dead);
 	u64 end;
 	u32 usize;
-	int ret;
+	int ret, err;
 
 	ret = kvd_copy_in(&arg, sizeof(arg), KVDMABUF_ATTACH_SIZE_VER0, uarg,
 			  &usize);
@@ -331,7 +331,7 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 		ka->cur = kvd_slot_find(b, ka);
 	/* Its exporter invalidated it while it was being built. */
 	if (READ_ONCE(b->invalidated))
-		schedule_work(&proxy->inval_work);
+		queue_work(kvd_wq, &proxy->inval_work);
 	proxy->state = KVDMABUF_STATE_BACKED;
 	proxy->revoke_reason = KVDMABUF_REVOKE_NONE;
 	proxy->generation++;
@@ -358,14 +358,13 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 	if (old)
 		ret = kvd_drain(proxy, arg.timeout_ms);
 	kvd_proxy_put(proxy);
-	/* User memory is touched without proxy->lock held. */
-	if (ret != -EINTR) {
-		int err = kvd_copy_out(uarg, &arg, sizeof(arg), usize);
-
-		if (err)
-			ret = err;
-	}
-	return ret;
+	/*
+	 * User memory is touched without proxy->lock held. An -EINTR or
+	 * -ETIMEDOUT of the wait comes after the change: @generation says
+	 * which it was.
+	 */
+	err = kvd_copy_out(uarg, &arg, sizeof(arg), usize);
+	return err ? err : ret;
 
 out_unlock:
 	mutex_unlock(&proxy->lock);
@@ -389,7 +388,7 @@ static long kvd_ioctl_revoke(struct kvd_ctx *ctx, void __user *uarg)
 	struct kvd_proxy *proxy;
 	LIST_HEAD(dead);
 	u32 usize;
-	int ret;
+	int ret, err;
 
 	ret = kvd_copy_in(&arg, sizeof(arg), KVDMABUF_REVOKE_SIZE_VER0, uarg,
 			  &usize);
@@ -415,11 +414,15 @@ static long kvd_ioctl_revoke(struct kvd_ctx *ctx, void __user *uarg)
 	}
 	dma_resv_lock(proxy->dmabuf->resv, NULL);
 	/*
-	 * Only pins that cannot be revoked refuse it. Revocable importers
-	 * holding a pin get the invalidation below as a permanent revoke:
-	 * they unmap and unpin in their callback and never map again.
+	 * Only pins that cannot be revoked refuse it, and only a proxy that
+	 * has a backing to take away: of one already revoked (by its
+	 * exporter too) a pin holds only a stale backing, which the drain
+	 * below waits for. Revocable importers holding a pin get the
+	 * invalidation below as a permanent revoke: they unmap and unpin in
+	 * their callback and never map again.
 	 */
-	arg.pins = kvd_blocking_pins(proxy);
+	if (proxy->state == KVDMABUF_STATE_BACKED)
+		arg.pins = kvd_blocking_pins(proxy);
 	if (arg.pins) {
 		dma_resv_unlock(proxy->dmabuf->resv);
 		ret = -EBUSY;
@@ -439,14 +442,13 @@ static long kvd_ioctl_revoke(struct kvd_ctx *ctx, void __user *uarg)
 	kvd_bury(&dead);
 	ret = kvd_drain(proxy, arg.timeout_ms);
 	kvd_proxy_put(proxy);
-	/* User memory is touched without proxy->lock held. */
-	if (ret != -EINTR) {
-		int err = kvd_copy_out(uarg, &arg, sizeof(arg), usize);
-
-		if (err)
-			ret = err;
-	}
-	return ret;
+	/*
+	 * User memory is touched without proxy->lock held. An -EINTR or
+	 * -ETIMEDOUT of the wait comes after the change: @generation says
+	 * which it was.
+	 */
+	err = kvd_copy_out(uarg, &arg, sizeof(arg), usize);
+	return err ? err : ret;
 
 out_unlock:
 	mutex_unlock(&proxy->lock);

@@ -34,7 +34,7 @@ void kvd_attach_put(struct kvd_attach *ka)
  */
 unsigned int kvd_attach_pins(struct kvd_attach *ka)
 {
-	return ka->pins - (kvd_core_pins_on_map ? ka->maps : 0);
+	return ka->pins - (KVD_CORE_PINS_ON_MAP ? ka->maps : 0);
 }
 
 unsigned int kvd_attach_blocking(struct kvd_attach *ka)
@@ -153,12 +153,16 @@ static int kvd_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
 		if (proxy->backing == b) {
 			kvd_backing_put(b);
 			/*
-			 * Its exporter revoked it after we looked (a pin or
+			 * Its exporter revoked it: after we looked (a pin or
 			 * map of a revoked buffer fails) and the work that
-			 * revokes the proxy has not run yet: revoke it here,
+			 * revokes the proxy has not run yet, or while nothing
+			 * of ours was attached to hear it (no importer), when
+			 * the exporter says so with -ENODEV. Revoke it here,
 			 * as the work would, and attach to the revoked proxy,
 			 * as a moment later.
 			 */
+			if (PTR_ERR_OR_ZERO(slot) == -ENODEV)
+				WRITE_ONCE(b->invalidated, true);
 			if (IS_ERR(slot) && kvd_revoke_invalidated(proxy, &dead))
 				continue;
 			if (IS_ERR(slot)) {
@@ -252,9 +256,9 @@ static void kvd_unpin(struct dma_buf_attachment *attach)
  * attachment holds it. Each attachment has its own slot, hence its own
  * table, mapped for its own device; it goes back to the exporter only
  * after the importer returned it (stale backings wait for live maps).
- * A copy costs an allocation and two walks per map, that is per wake and
- * importer (for 64 MiB of vgem under TCG, 70-90 us: more than ib_umem's
- * own map), which is why the common case lends.
+ * A copy costs an allocation and two walks of the table per map, that is
+ * per wake and importer (about as much as the importer's own map, see
+ * docs/bench.md), which is why the common case lends.
  */
 static struct sg_table *kvd_map_lend(struct kvd_attach *ka,
 				     struct kvd_slot *slot)
@@ -396,7 +400,7 @@ static void kvd_unmap_dma_buf(struct dma_buf_attachment *attach,
 		WRITE_ONCE(proxy->stale_maps, proxy->stale_maps - 1);
 		if (!proxy->stale_maps)
 			wake_up(&proxy->wq);
-		schedule_work(&proxy->reap_work);
+		queue_work(kvd_wq, &proxy->reap_work);
 	}
 }
 

@@ -8,14 +8,95 @@
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/dma-fence.h>
+#include <linux/module.h>
+#include <linux/slab.h>
+
 #include "kvd.h"
+
+/*
+ * The gate: a fence the module adds to a backing's resv when the backing's
+ * exporter invalidates the module's attachment. An exporter that wants
+ * its memory back waits for the resv's fences once it has told its
+ * importers (dma_buf_invalidate_mappings(), Linux 7.1+); past that wait
+ * nothing may write to the memory. The module is that importer on behalf
+ * of the proxy's importers, who keep writing until the invalidation work
+ * has told them and the fences they had then have signaled: the gate
+ * opens at that point (kvd_reap()), or when the backing goes.
+ */
+struct kvd_gate {
+	struct dma_fence base;		/* first: dma_fence_free() frees all */
+	spinlock_t lock;
+};
+
+static const char *kvd_gate_name(struct dma_fence *fence)
+{
+	return KBUILD_MODNAME;
+}
+
+/* The backing's resv may drop it after the module's last proxy went. */
+static void kvd_gate_release(struct dma_fence *fence)
+{
+	dma_fence_free(fence);
+	module_put(THIS_MODULE);
+}
+
+static const struct dma_fence_ops kvd_gate_ops = {
+	.get_driver_name = kvd_gate_name,
+	.get_timeline_name = kvd_gate_name,
+	.release = kvd_gate_release,
+};
+
+/**
+ * kvd_gate_close() - hold the exporter of @b until the proxy's importers stop
+ * @b: a backing whose exporter invalidated a slot (its resv held)
+ *
+ * Once per backing. Without memory the exporter is not held (as before
+ * Linux 7.1, when nothing waited): said in the log.
+ */
+void kvd_gate_close(struct kvd_backing *b)
+{
+	struct dma_resv *resv = b->dmabuf->resv;
+	struct kvd_gate *g;
+
+	dma_resv_assert_held(resv);
+	if (b->gate)
+		return;
+	g = kzalloc(sizeof(*g), GFP_KERNEL);
+	if (!g || dma_resv_reserve_fences(resv, 1)) {
+		kfree(g);
+		pr_warn_ratelimited("no memory to hold an exporter's revoke until the proxy's importers have stopped\n");
+		return;
+	}
+	__module_get(THIS_MODULE);
+	spin_lock_init(&g->lock);
+	dma_fence_init(&g->base, &kvd_gate_ops, &g->lock,
+		       dma_fence_context_alloc(1), 1);
+	dma_resv_add_fence(resv, &g->base, DMA_RESV_USAGE_BOOKKEEP);
+	/* Our reference, from dma_fence_init(); read without the resv. */
+	smp_store_release(&b->gate, &g->base);
+}
+
+/**
+ * kvd_gate_open() - let the exporter of @b go on
+ * @b: a backing the proxy's importers no longer write to
+ *
+ * Any context; opening an open gate, or a backing without one, is a no-op.
+ */
+void kvd_gate_open(struct kvd_backing *b)
+{
+	struct dma_fence *gate = smp_load_acquire(&b->gate);
+
+	if (gate)
+		dma_fence_signal(gate);
+}
 
 static void kvd_fences_cb(struct dma_fence *fence, struct dma_fence_cb *cb)
 {
 	struct kvd_backing *b = container_of(cb, struct kvd_backing,
 					     fences_cb);
 
-	schedule_work(&b->proxy->reap_work);
+	queue_work(kvd_wq, &b->proxy->reap_work);
 }
 
 /*
@@ -80,7 +161,14 @@ void kvd_reap(struct kvd_proxy *proxy, struct list_head *dead)
 	lockdep_assert_held(&proxy->lock);
 	/* No map is ever built from a stale backing: zero stays zero. */
 	list_for_each_entry_safe(b, tmp, &proxy->stale, node) {
-		if (READ_ONCE(b->live_maps) || !kvd_fences_signaled(proxy, b))
+		if (!kvd_fences_signaled(proxy, b))
+			continue;
+		/*
+		 * Told, and their DMA of then is done: an importer that still
+		 * maps it may read it until it unmaps, never write.
+		 */
+		kvd_gate_open(b);
+		if (READ_ONCE(b->live_maps))
 			continue;
 		list_del(&b->node);
 		pr_debug("proxy %llu: dropping backing %p\n", proxy->id, b->dmabuf);
@@ -267,7 +355,9 @@ void kvd_inval_work(struct work_struct *work)
 	LIST_HEAD(dead);
 
 	mutex_lock(&proxy->lock);
-	kvd_revoke_invalidated(proxy, &dead);
+	/* A stale backing's exporter may wait for its gate. */
+	if (!kvd_revoke_invalidated(proxy, &dead))
+		kvd_reap(proxy, &dead);
 	mutex_unlock(&proxy->lock);
 	kvd_bury(&dead);
 }

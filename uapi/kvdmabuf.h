@@ -261,9 +261,12 @@ struct kvdmabuf_create {
  * exporters: nothing changed); -EBUSY (@pins > 0: an importer holds a
  * pin, blocking or revocable: a pinned importer never maps again, so it
  * could not follow a new backing; @pins 0: the backing's exporter
- * returned -EBUSY; nothing changed either way); -EINTR (REPLACE of a backed proxy only; signal while waiting:
- * the swap was made, the old backing is dropped when its last mapping
- * goes); -ETIMEDOUT (same, on timeout). A plain attach (nothing to
+ * returned -EBUSY; nothing changed either way); -EINTR (a signal while
+ * the backing's exporter finished moving it into place, before the swap:
+ * nothing changed, @generation is not written; or, REPLACE of a backed
+ * proxy only, a signal while waiting after the swap: the swap was made,
+ * @generation is the new one, the old backing is dropped when its last
+ * mapping goes); -ETIMEDOUT (REPLACE, after the swap, on timeout). A plain attach (nothing to
  * replace) never waits and never fails after the swap: stale backings of
  * an earlier timed-out revoke are dropped if idle, else left to the revoke
  * that timed out;
@@ -316,9 +319,11 @@ struct kvdmabuf_attach {
  * Errors: -EFAULT; -EINVAL (size, flags, reserved, @timeout_ms above
  * KVDMABUF_MAX_TIMEOUT_MS, not a proxy); -E2BIG; -EBADF; -EPERM (the proxy was not created by this device fd); -EAGAIN
  * (the proxy is backed and already holds KVDMABUF_MAX_STALE_BACKINGS old
- * backings: nothing changed); -EBUSY (an importer that cannot be revoked
- * holds a pin, see @blocking_pins of struct kvdmabuf_query: nothing
- * changed); -EINTR (signal while waiting) and -ETIMEDOUT
+ * backings: nothing changed); -EBUSY (the proxy is backed and an importer
+ * that cannot be revoked holds a pin, see @blocking_pins of struct
+ * kvdmabuf_query: nothing changed; a proxy already revoked, by REVOKE or
+ * by its backing's exporter, never answers -EBUSY: such a pin keeps only
+ * the stale backing, and the call waits for it as below); -EINTR (signal while waiting) and -ETIMEDOUT
  * (timeout): the proxy *is* revoked; the backing is dropped once those
  * fences have signaled and the last mapping is gone, by the module on its
  * own (the last unmap or the fences' signal queue it)

@@ -61,6 +61,8 @@ struct kvd_exp_buf {
 	bool pin_busy;
 	bool revoke_waits;
 	bool revoke_on_pin;
+	bool revoke_fenced;
+	bool revocable_only;
 	wait_queue_head_t unmapped;	/* live_maps went down */
 	/* All below: dmabuf->resv. */
 	struct kvd_exp_copy *copy;	/* the last asynchronous move's */
@@ -127,6 +129,8 @@ static int kvd_exp_attach(struct dma_buf *dmabuf,
 
 	/* Addresses without struct pages: peer-to-peer importers only. */
 	if (buf->nopages && !attach->peer2peer)
+		return -EOPNOTSUPP;
+	if (buf->revocable_only && !kvd_attach_revocable(attach))
 		return -EOPNOTSUPP;
 	dma_resv_lock(dmabuf->resv, NULL);
 	buf->attachments++;
@@ -236,9 +240,25 @@ static int kvd_exp_move_locked(struct kvd_exp_buf *buf,
 	}
 	kvd_dma_buf_notify(buf->dmabuf);
 	/* Whoever still reads the old pages reads poison. */
-	if (!buf->copy)
+	if (!buf->copy && !(!p && buf->revoke_fenced))
 		kvd_exp_pages_poison(old);
 	return 0;
+}
+
+/*
+ * KVD_EXP_CREATE_REVOKE_FENCED: after the revoke's notification, wait for
+ * every fence (resv held), then poison what importers may no longer touch.
+ */
+static int kvd_exp_revoke_wait_fences(struct kvd_exp_buf *buf)
+{
+	long left;
+
+	dma_resv_assert_held(buf->dmabuf->resv);
+	left = dma_resv_wait_timeout(buf->dmabuf->resv,
+				     DMA_RESV_USAGE_BOOKKEEP, true,
+				     MAX_SCHEDULE_TIMEOUT);
+	kvd_exp_pages_poison(buf->cur);
+	return left < 0 ? -EINTR : 0;
 }
 
 static int kvd_exp_pin(struct dma_buf_attachment *attach)
@@ -432,9 +452,15 @@ static long kvd_exp_create(void __user *uarg)
 			  KVD_EXP_CREATE_PIN_BUSY |
 			  KVD_EXP_CREATE_REVOKE_WAITS |
 			  KVD_EXP_CREATE_REVOKE_ON_PIN |
+			  KVD_EXP_CREATE_REVOKE_FENCED |
+			  KVD_EXP_CREATE_REVOCABLE_ONLY |
 			  KVD_EXP_CREATE_ASYNC_MOVE) ||
 	    arg.pad || arg.pad2)
 		return -EINVAL;
+#ifndef KVD_HAVE_ATTACH_REVOCABLE
+	if (arg.flags & KVD_EXP_CREATE_REVOCABLE_ONLY)
+		return -EOPNOTSUPP;
+#endif
 	if ((arg.flags & KVD_EXP_CREATE_BUS_ADDR) &&
 	    !(arg.flags & KVD_EXP_CREATE_NOPAGES))
 		return -EINVAL;
@@ -456,6 +482,8 @@ static long kvd_exp_create(void __user *uarg)
 	buf->pin_busy = arg.flags & KVD_EXP_CREATE_PIN_BUSY;
 	buf->revoke_waits = arg.flags & KVD_EXP_CREATE_REVOKE_WAITS;
 	buf->revoke_on_pin = arg.flags & KVD_EXP_CREATE_REVOKE_ON_PIN;
+	buf->revoke_fenced = arg.flags & KVD_EXP_CREATE_REVOKE_FENCED;
+	buf->revocable_only = arg.flags & KVD_EXP_CREATE_REVOCABLE_ONLY;
 	init_waitqueue_head(&buf->unmapped);
 	buf->async_move = arg.flags & KVD_EXP_CREATE_ASYNC_MOVE;
 	buf->cur = kvd_exp_pages_alloc(arg.size >> PAGE_SHIFT);
@@ -548,6 +576,8 @@ static long kvd_exp_move(u32 fd, bool revoke)
 	ret = kvd_exp_move_locked(buf, p);
 	if (!ret)
 		p = NULL;
+	if (!ret && revoke && buf->revoke_fenced)
+		ret = kvd_exp_revoke_wait_fences(buf);
 	dma_resv_unlock(buf->dmabuf->resv);
 	/* Unlocked, so importers can unmap; READ_ONCE: no resv held. */
 	if (!ret && revoke && buf->revoke_waits &&

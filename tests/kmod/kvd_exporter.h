@@ -53,6 +53,21 @@
  */
 #define KVD_EXP_CREATE_REVOKE_ON_PIN	(1U << 9)
 /*
+ * REVOKE, after telling the importers, waits as an exporter of Linux 7.1+
+ * does before it reuses the memory (dma_buf_invalidate_mappings(): past
+ * the wait nobody writes to it), as vfio-pci's revoke does: for every
+ * fence on its resv (DMA_RESV_USAGE_BOOKKEEP), with the resv held and no
+ * bound of its own (interruptible: a test's timeout kills it). The old
+ * pages are poisoned after the wait.
+ */
+#define KVD_EXP_CREATE_REVOKE_FENCED	(1U << 10)
+/*
+ * Linux 7.1+ only (-EOPNOTSUPP at CREATE before): attach admits only
+ * attachments that give their mapping up on an invalidation
+ * (dma_buf_attach_revocable()), -EOPNOTSUPP for the others, as vfio-pci.
+ */
+#define KVD_EXP_CREATE_REVOCABLE_ONLY	(1U << 11)
+/*
  * The first pin moves the buffer before it pins it (new pages, a copy,
  * a move notification to every attachment, the pinning one included, the
  * old pages poisoned), as amdgpu_dma_buf_pin() migrating VRAM to GTT and
@@ -76,7 +91,8 @@
  *	KVD_EXP_CREATE_SLOW_UNMAP, KVD_EXP_CREATE_MOVE_ON_PIN,
  *	KVD_EXP_CREATE_MOVE_ON_UNPIN, KVD_EXP_CREATE_ASYNC_MOVE,
  *	KVD_EXP_CREATE_PIN_BUSY, KVD_EXP_CREATE_REVOKE_WAITS,
- *	KVD_EXP_CREATE_REVOKE_ON_PIN, or 0
+ *	KVD_EXP_CREATE_REVOKE_ON_PIN, KVD_EXP_CREATE_REVOKE_FENCED,
+ *	KVD_EXP_CREATE_REVOCABLE_ONLY, or 0
  * @fd: out: the dma-buf fd (O_CLOEXEC)
  * @pad: must be 0
  */

@@ -309,6 +309,143 @@ TEST_F(exp, attach_between_exporter_revoke_and_the_work_succeeds)
 }
 
 /*
+ * An exporter that reuses its memory once the fences on its resv have
+ * signaled after telling its importers (the Linux 7.1 contract of
+ * dma_buf_invalidate_mappings(); vfio-pci waits so, resv held) does not
+ * get it back while an importer of the proxy can still write to it: the
+ * module's fence on the backing holds the exporter until the work has
+ * told the proxy's importers and the fences they had then (round odd: one
+ * that signals 300 ms later) have signaled. The revoking thread runs
+ * SCHED_FIFO on its CPU, where the work is queued, so that without the
+ * fence the importer's write would come before the work, every round.
+ * The write after the exporter's revoke returned must find no mapping.
+ */
+TEST_F(exp, exporter_fence_wait_outlasts_the_proxys_writers)
+{
+	uint64_t t0, dt;
+	int round, e, p, h, w, r;
+
+	memset(self->buf, 0x5a, SIZE);
+	for (round = 0; round < 10; round++) {
+		e = exp_buf(self->exp, SIZE,
+			    variant->flags | KVD_EXP_CREATE_REVOKE_FENCED,
+			    SEED_B);
+		ASSERT_GE(e, 0);
+		p = kvd_create(self->dev, SIZE, NULL);
+		ASSERT_GE(p, 0);
+		ASSERT_EQ(0, kvd_attach(self->dev, p, e, 0));
+		h = imp_import(self->imp, p, 0);
+		ASSERT_GE(h, 0);
+		ASSERT_EQ(0, imp_write(self->imp, h, 0, self->buf, KVD_PAGE));
+		if (round % 2)
+			ASSERT_EQ(0, imp_fence(self->imp, h, 300));
+
+		t0 = now_ms();
+		ASSERT_EQ(0, run_alone(1));
+		r = exp_revoke(self->exp, e);
+		dt = now_ms() - t0;
+		w = imp_write(self->imp, h, 0, self->buf, KVD_PAGE);
+		ASSERT_EQ(0, run_alone(0));
+		if (w != -ENODEV)
+			TH_LOG("round %d: a write after the exporter's revoke (%llu ms): %s",
+			       round, (unsigned long long)dt, strerror(-w));
+		EXPECT_EQ(0, r);
+		EXPECT_EQ(-ENODEV, w);
+		if (round % 2)
+			EXPECT_GE(dt, 300u);
+		EXPECT_EQ(0, imp_release(self->imp, h));
+		EXPECT_EQ(0, kvd_revoke(self->dev, p, 1000));
+		close(p);
+		close(e);
+	}
+}
+
+/*
+ * The invalidation work revokes the proxy only if the backing it finds is
+ * the one that was invalidated: a REPLACE that took the moved backing
+ * away before the work ran leaves the proxy BACKED with the new one (one
+ * generation, the new pages read). The replacing thread runs SCHED_FIFO
+ * on the CPU the work is queued on, so the work runs only once the
+ * REPLACE sleeps in its drain (which flushes the work), after the swap:
+ * every round is in that window.
+ */
+TEST_F(exp, exporter_move_replaced_before_the_work_stays_backed)
+{
+	struct kvdmabuf_query q;
+	uint64_t gen;
+	int round, e, b, p, h, r;
+
+	for (round = 0; round < 10; round++) {
+		e = exp_buf(self->exp, SIZE, variant->flags, SEED_B);
+		ASSERT_GE(e, 0);
+		b = exp_buf(self->exp, SIZE, variant->flags, SEED_C);
+		ASSERT_GE(b, 0);
+		p = kvd_create(self->dev, SIZE, NULL);
+		ASSERT_GE(p, 0);
+		ASSERT_EQ(0, kvd_attach(self->dev, p, e, 0));
+		h = imp_import(self->imp, p, 0);
+		ASSERT_GE(h, 0);
+		ASSERT_EQ(0, imp_read(self->imp, h, 0, self->buf, SIZE));
+
+		ASSERT_EQ(0, run_alone(1));
+		r = exp_move(self->exp, e);
+		if (!r)
+			r = kvd_attach_full(self->dev, p, b, 0,
+					    KVDMABUF_ATTACH_REPLACE, 1000, &gen);
+		ASSERT_EQ(0, run_alone(0));
+		ASSERT_EQ(0, r);
+		ASSERT_EQ(0, kvd_query(self->dev, p, &q));
+		if (q.state != KVDMABUF_STATE_BACKED)
+			TH_LOG("round %d: state %u, reason %u", round, q.state,
+			       q.revoke_reason);
+		EXPECT_EQ(KVDMABUF_STATE_BACKED, q.state);
+		EXPECT_EQ(gen, q.generation);
+		EXPECT_EQ(0, imp_read(self->imp, h, 0, self->buf, SIZE));
+		EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_C));
+		EXPECT_EQ(0, imp_release(self->imp, h));
+		EXPECT_EQ(0, kvd_revoke(self->dev, p, 1000));
+		close(p);
+		close(b);
+		close(e);
+	}
+}
+
+/*
+ * A backing revoked by its exporter while nothing of the module was
+ * attached to it (no importer, so nobody heard it): the next importer's
+ * attach finds it refused (-ENODEV), revokes the proxy as the work would
+ * have (reason EXPORTER, an event) and attaches to the revoked proxy,
+ * instead of failing with the proxy still saying BACKED.
+ */
+TEST_F(exp, exporter_revoke_unheard_revokes_at_the_next_import)
+{
+	struct kvdmabuf_query q;
+	int e, p, h;
+
+	e = exp_buf(self->exp, SIZE, variant->flags, SEED_B);
+	ASSERT_GE(e, 0);
+	p = kvd_create(self->dev, SIZE, NULL);
+	ASSERT_GE(p, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, p, e, 0));
+	last_revoked_event(self->dev);		/* drop older ones */
+	ASSERT_EQ(0, exp_revoke(self->exp, e));
+
+	h = imp_import(self->imp, p, 0);
+	ASSERT_GE(h, 0);
+	ASSERT_EQ(0, kvd_query(self->dev, p, &q));
+	EXPECT_EQ(KVDMABUF_STATE_REVOKED, q.state);
+	EXPECT_EQ(KVDMABUF_REVOKE_EXPORTER, q.revoke_reason);
+	EXPECT_EQ(2u, q.generation);
+	EXPECT_EQ(2u, last_revoked_event(self->dev));
+	EXPECT_EQ(-ENODEV, read_while_revoked(_metadata, self->imp, h,
+					       self->buf));
+	EXPECT_EQ(0, imp_release(self->imp, h));
+	EXPECT_EQ(0, kvd_revoke(self->dev, p, 1000));
+	close(p);
+	close(e);
+}
+
+/*
  * REVOKE after an exporter's revoke returns once the module let go of the
  * old backing, also when the work that revoked the proxy is still tearing
  * the slot down (the exporter's unmap sleeps, as a GPU driver's may): the

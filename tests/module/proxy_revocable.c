@@ -14,6 +14,12 @@
  *   KVD_IMP_IMPORT_NO_NOTIFY) may attach, but cannot map the proxy unless
  *   it holds a pin (-EOPNOTSUPP); pinned, it blocks REVOKE and REPLACE.
  *
+ * - An exporter that admits only revocable attachments (vfio-pci) never
+ *   gets a slot of an importer without an invalidation callback: the
+ *   importer is refused with the exporter's -EOPNOTSUPP.
+ * - REVOKE of a proxy its backing's exporter revoked is not refused by
+ *   such an importer's pin (-EBUSY is for a backing to take away).
+ *
  * On kernels without these APIs each test skips and says which is missing
  * (KVDMABUF_FEATURE_REVOCABLE_PINS tells whether the module can know a
  * revocable pin).
@@ -293,6 +299,119 @@ TEST_F(rev, no_callback_pinned_import_blocks_revoke)
 	ASSERT_EQ(0, imp_release(self->imp, pinned));
 	EXPECT_EQ(0, kvd_revoke(self->dev, self->proxy, 1000));
 	EXPECT_EQ(0, imp_release(self->imp, bare));
+}
+
+/*
+ * vfio-pci's revoke (Linux 7.1+) waits for its importers' maps to go,
+ * with no bound, and so admits only attachments that give their mapping
+ * up (-EOPNOTSUPP for the others). The module's slot stands for a proxy
+ * importer: an importer that pins without an invalidation callback keeps
+ * it mapped as long as it likes, so the exporter must refuse it, which
+ * it can only do if the slot says so. The refusal reaches the importer
+ * and leaves nothing attached; a dynamic importer is admitted, and the
+ * exporter's revoke (which also waits for the fences on its resv, with
+ * the resv held, as vfio-pci's does) returns: its own watchdog is the
+ * test's timeout.
+ */
+TEST_F(rev, revocable_only_exporter_refuses_an_unrevocable_pin)
+{
+	struct kvdmabuf_query q;
+	struct kvd_exp_info i;
+	int exp, e, p, h, d;
+
+	OPEN_IMPORTER(self->imp);
+	KVD_OPEN_EXP(exp);
+	e = exp_buf(exp, SIZE, KVD_EXP_CREATE_REVOCABLE_ONLY |
+		    KVD_EXP_CREATE_REVOKE_FENCED, SEED_B);
+	if (e == -EOPNOTSUPP) {
+		close(exp);
+		SKIP(return, "the dma-buf core cannot tell revocable pins "
+		     "(no dma_buf_attach_revocable(), Linux 7.1+): no exporter can ask");
+	}
+	ASSERT_GE(e, 0);
+	p = kvd_create(self->dev, SIZE, NULL);
+	ASSERT_GE(p, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, p, e, 0));
+
+	h = imp_import(self->imp, p, KVD_IMP_IMPORT_NO_NOTIFY |
+				     KVD_IMP_IMPORT_PINNED);
+	EXPECT_EQ(-EOPNOTSUPP, h);
+	if (h >= 0)
+		imp_release(self->imp, h);
+	ASSERT_EQ(0, exp_info(exp, e, &i));
+	EXPECT_EQ(0u, i.attachments);
+	ASSERT_EQ(0, kvd_query(self->dev, p, &q));
+	EXPECT_EQ(0u, q.dynamic_importers + q.pinned_importers);
+
+	d = imp_import(self->imp, p, 0);
+	ASSERT_GE(d, 0);
+	ASSERT_EQ(0, imp_read(self->imp, d, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_B));
+	ASSERT_EQ(0, exp_revoke(exp, e));
+	ASSERT_EQ(0, kvd_wait_state(self->dev, p, KVDMABUF_STATE_REVOKED, &q));
+	EXPECT_EQ(KVDMABUF_REVOKE_EXPORTER, q.revoke_reason);
+	EXPECT_EQ(-ENODEV, imp_read(self->imp, d, 0, self->buf, SIZE));
+	EXPECT_EQ(0, imp_release(self->imp, d));
+	EXPECT_EQ(0, kvd_revoke(self->dev, p, 1000));
+	close(p);
+	close(e);
+	close(exp);
+}
+
+/*
+ * REVOKE of a proxy that its backing's exporter already revoked: a pin
+ * that cannot be revoked does not refuse it (-EBUSY means "a backing to
+ * take away that a pin holds"; there is none). The pin holds only the
+ * stale backing, which the call waits for: -ETIMEDOUT at once while it
+ * is held (pins 0), 0 once the importer let go. A dynamic importer's
+ * slot hears the exporter (the pinned importer's does not).
+ */
+TEST_F(rev, revoke_after_the_exporters_is_not_refused_by_a_pin)
+{
+	struct kvdmabuf_revoke r = { .size = sizeof(r) };
+	struct kvdmabuf_query q;
+	int exp, e, p, h, d;
+
+	OPEN_IMPORTER(self->imp);
+	KVD_OPEN_EXP(exp);
+	e = exp_buf(exp, SIZE, 0, SEED_B);
+	ASSERT_GE(e, 0);
+	p = kvd_create(self->dev, SIZE, NULL);
+	ASSERT_GE(p, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, p, e, 0));
+	d = imp_import(self->imp, p, 0);
+	ASSERT_GE(d, 0);
+	ASSERT_EQ(0, imp_read(self->imp, d, 0, self->buf, SIZE));
+	h = imp_import(self->imp, p, KVD_IMP_IMPORT_NO_NOTIFY |
+				     KVD_IMP_IMPORT_PINNED);
+	if (h == -EOPNOTSUPP) {
+		close(p);
+		close(e);
+		close(exp);
+		SKIP(return, "the dma-buf core requires an invalidation "
+		     "callback of dynamic importers (optional since Linux 7.1)");
+	}
+	ASSERT_GE(h, 0);
+	ASSERT_EQ(0, kvd_query(self->dev, p, &q));
+	EXPECT_EQ(1u, q.blocking_pins);
+
+	ASSERT_EQ(0, exp_revoke(exp, e));
+	ASSERT_EQ(0, kvd_wait_state(self->dev, p, KVDMABUF_STATE_REVOKED, &q));
+	r.proxy_fd = (uint32_t)p;
+	r.timeout_ms = 0;
+	EXPECT_EQ(-ETIMEDOUT, kvd_ioctl(self->dev, KVDMABUF_IOCTL_REVOKE, &r));
+	EXPECT_EQ(0u, r.pins);
+	ASSERT_EQ(0, kvd_query(self->dev, p, &q));
+	EXPECT_EQ(KVDMABUF_REVOKE_EXPORTER, q.revoke_reason);
+	EXPECT_EQ(1u, q.stale_backings);
+	EXPECT_EQ(0, imp_release(self->imp, h));
+	EXPECT_EQ(0, imp_release(self->imp, d));
+	EXPECT_EQ(0, kvd_revoke(self->dev, p, 1000));
+	ASSERT_EQ(0, kvd_query(self->dev, p, &q));
+	EXPECT_EQ(0u, q.stale_backings);
+	close(p);
+	close(e);
+	close(exp);
 }
 
 TEST_HARNESS_MAIN

@@ -12,8 +12,8 @@
  * - the module's ioctl returns -EINTR at once, with the revoke itself done
  *   and nothing half-done: the proxy is revoked (one generation, one
  *   notification, the user's reason), the stale backing is counted and
- *   still mapped, the argument is left as it was (no generation copied
- *   out), and REVOKE again waits for what is left and returns 0 once the
+ *   still mapped, the argument says the generation of that revoke, and
+ *   REVOKE again waits for what is left and returns 0 once the
  *   importer lets go, without a second revoke;
  * - the library's wrapper (lib/proxy.c kvd_proxy_dev_revoke()) asks again
  *   after each -EINTR for what is left of its timeout: it returns 0 once
@@ -173,8 +173,8 @@ static int hold_revoke(FIXTURE_DATA(sig) *self,
 
 /*
  * The module: -EINTR at the signal, the proxy revoked once and nothing
- * else (generation, notification, reason, one stale backing, the argument
- * untouched); REVOKE again then waits for what is left, without revoking
+ * else (generation, notification, reason, one stale backing; the argument
+ * has that generation, so the caller knows the revoke was made); REVOKE again then waits for what is left, without revoking
  * again, and returns 0 once the importer let go; the proxy takes a new
  * backing afterwards.
  */
@@ -205,8 +205,8 @@ TEST_F(sig, revoke_interrupted_is_done_and_waits_again)
 	/* At the signal, not at the timeout. */
 	EXPECT_GE(ms, 150);
 	EXPECT_LT(ms, kvd_scaled_ms(2000));
-	/* -EINTR copies nothing out. */
-	EXPECT_EQ(0u, r.generation);
+	/* -EINTR comes after the revoke: its generation is copied out. */
+	EXPECT_EQ(self->q0.generation + 1, r.generation);
 
 	/* Revoked once: the state, reason, generation and notification of
 	 * one revoke; the old backing stale, not dropped. */
@@ -243,6 +243,42 @@ TEST_F(sig, revoke_interrupted_is_done_and_waits_again)
 
 	/* And the proxy takes a new backing, read through the import. */
 	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, self->b, 0));
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, got, sizeof(got)));
+	EXPECT_EQ(-1, pattern_check(got, sizeof(got), SEED_B));
+}
+
+/*
+ * A REPLACE interrupted while it waits for the old backing: -EINTR after
+ * the swap, which is done (the new backing read through the import), and
+ * the argument has the new generation, so that the caller can tell it
+ * from an -EINTR before the swap (nothing changed, nothing copied out).
+ */
+TEST_F(sig, replace_interrupted_is_done_and_says_its_generation)
+{
+	struct signaler s = { .first_ms = 200, .every_ms = 0, .drop_ms = -1,
+			      .imp = self->imp, .h = self->h };
+	struct kvdmabuf_attach a = {
+		.size = sizeof(a), .flags = KVDMABUF_ATTACH_REPLACE,
+		.proxy_fd = (uint32_t)self->proxy,
+		.backing_fd = (uint32_t)self->b,
+		.timeout_ms = (uint32_t)kvd_scaled_ms(5000),
+	};
+	struct kvdmabuf_query q;
+	uint8_t got[64];
+	int ret;
+
+	ASSERT_EQ(0, hold_revoke(self, variant));
+	s.stop_ms = 300;
+	ASSERT_EQ(0, signaler_start(&s));
+	ret = kvd_ioctl(self->dev, KVDMABUF_IOCTL_ATTACH, &a);
+	signaler_stop(&s);
+	EXPECT_EQ(-EINTR, ret);
+	EXPECT_EQ(self->q0.generation + 1, a.generation);
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(KVDMABUF_STATE_BACKED, q.state);
+	EXPECT_EQ(a.generation, q.generation);
+	EXPECT_EQ(1u, q.stale_backings);
+	/* The lazy import's next access drops its stale map first. */
 	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, got, sizeof(got)));
 	EXPECT_EQ(-1, pattern_check(got, sizeof(got), SEED_B));
 }
