@@ -133,4 +133,11 @@ static inline void kvd_sg_copy_bus_address(struct scatterlist *dst,
 #endif
 }
 
+/* A per-CPU work queue: the default before WQ_PERCPU existed. */
+#ifdef KVD_HAVE_WQ_PERCPU
+#define KVD_WQ_PERCPU			WQ_PERCPU
+#else
+#define KVD_WQ_PERCPU			0
+#endif
+
 #endif /* _KVD_COMPAT_H */

@@ -112,7 +112,8 @@ struct kvd_attach {
 	struct list_head lent;		/* slots whose bsgt it maps; resv */
 	bool notified;			/* has an invalidation callback */
 	bool revocable;			/* its pins give way to a revoke */
-	bool revoked;			/* a revoke took its pinned map; resv */
+	bool revoked;			/* a revoke took its pinned map for good;
+					 * proxy->lock + resv to write */
 };
 
 /*

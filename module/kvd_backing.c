@@ -98,11 +98,18 @@ static int kvd_wait_kernel_fences(struct dma_resv *resv)
 	return left ? 0 : -ETIMEDOUT;
 }
 
-/*
- * The module's attachment to @b for importer attachment @ka: the
- * exporter's attach, pin and map, which may take long (amdgpu migrates
- * the buffer), so called with no lock of ours held. The slot is not yet
- * on b->slots.
+/**
+ * kvd_slot_create() - the module's attachment to a backing for an importer
+ * @proxy: the proxy (its lock not held)
+ * @b: the backing
+ * @ka: the importer attachment the slot stands for (referenced by it)
+ *
+ * The exporter's attach, pin and map, which may take long (amdgpu
+ * migrates the buffer), so called with no lock of ours held. The slot is
+ * not yet on b->slots.
+ *
+ * Return: the slot, or an ERR_PTR: the exporter's error, -ERANGE (it maps
+ * less than offset + length), -ETIMEDOUT or -EINTR (its move fence).
  */
 struct kvd_slot *kvd_slot_create(struct kvd_proxy *proxy,
 				 struct kvd_backing *b,
@@ -189,7 +196,10 @@ err_free:
 	return ERR_PTR(ret);
 }
 
-/* Undoes kvd_slot_create(); the slot is off b->slots. */
+/**
+ * kvd_slot_destroy() - undo kvd_slot_create()
+ * @slot: a slot off b->slots, no importer map lent from it (no lock held)
+ */
 void kvd_slot_destroy(struct kvd_slot *slot)
 {
 	struct kvd_backing *b = slot->b;
@@ -305,7 +315,13 @@ void kvd_bury_later(struct kvd_proxy *proxy, struct list_head *dead)
 	queue_work(kvd_wq, &proxy->reap_work);
 }
 
-/* A new backing, not yet published; takes over the caller's @dmabuf ref. */
+/**
+ * kvd_backing_alloc() - a new backing, not yet published
+ * @dmabuf: the backing dma-buf; its reference passes to the backing
+ * @offset: where the proxy's window starts in it
+ *
+ * Return: the backing (one reference), or NULL without memory.
+ */
 struct kvd_backing *kvd_backing_alloc(struct dma_buf *dmabuf,
 				      u64 offset)
 {
@@ -324,12 +340,30 @@ struct kvd_backing *kvd_backing_alloc(struct dma_buf *dmabuf,
 }
 
 /*
- * Gives @b, not yet published, a slot for every importer attachment of
- * the proxy, calling the exporter with proxy->lock dropped; importers that
- * attach meanwhile get theirs in the next round, the slots of those that
- * detach go (onto @dead, for kvd_bury() once the lock is dropped). Returns
- * 0 with proxy->lock held and a slot in @b for every attachment, or -errno
- * with it dropped.
+ * Does importer attachment @ka still need a slot in @b (proxy->lock held)?
+ * Not if it has one, nor if a revoke took its pinned map for good (it
+ * never maps again: a slot would pin the backing for nothing).
+ */
+static bool kvd_slot_wanted(struct kvd_backing *b, struct kvd_attach *ka)
+{
+	return !ka->revoked && !kvd_slot_find(b, ka);
+}
+
+/**
+ * kvd_backing_build() - slots in a new backing for the proxy's importers
+ * @proxy: the proxy (its lock not held)
+ * @b: the backing, not yet published
+ * @dead: where the slots of importers that detach meanwhile go
+ *
+ * Gives @b a slot for every importer attachment of the proxy but those
+ * revoked for good, calling the exporter with proxy->lock dropped;
+ * importers that attach meanwhile get theirs in the next round, the slots
+ * of those that detach go onto @dead (for kvd_bury() once the lock is
+ * dropped).
+ *
+ * Return: 0 with proxy->lock held and a slot in @b for every attachment
+ * that wants one, or -errno (kvd_slot_create()'s, -ENOMEM) with it
+ * dropped.
  */
 int kvd_backing_build(struct kvd_proxy *proxy, struct kvd_backing *b,
 		      struct list_head *dead)
@@ -347,7 +381,7 @@ int kvd_backing_build(struct kvd_proxy *proxy, struct kvd_backing *b,
 				kvd_slot_bury(slot, dead);
 		n = 0;
 		list_for_each_entry(ka, &proxy->attachments, node)
-			if (!kvd_slot_find(b, ka))
+			if (kvd_slot_wanted(b, ka))
 				n++;
 		if (!n)
 			return 0;
@@ -359,7 +393,7 @@ int kvd_backing_build(struct kvd_proxy *proxy, struct kvd_backing *b,
 		}
 		i = 0;
 		list_for_each_entry(ka, &proxy->attachments, node) {
-			if (!kvd_slot_find(b, ka)) {
+			if (kvd_slot_wanted(b, ka)) {
 				kref_get(&ka->ref);
 				todo[i++] = ka;
 			}

@@ -64,7 +64,7 @@ static int __init kvd_init(void)
 {
 	int ret;
 
-	kvd_wq = alloc_workqueue("kvdmabuf", WQ_MEM_RECLAIM, 0);
+	kvd_wq = alloc_workqueue("kvdmabuf", WQ_MEM_RECLAIM | KVD_WQ_PERCPU, 0);
 	if (!kvd_wq)
 		return -ENOMEM;
 	ret = misc_register(&kvd_misc);

@@ -99,12 +99,15 @@ static void kvd_fences_cb(struct dma_fence *fence, struct dma_fence_cb *cb)
 	queue_work(kvd_wq, &b->proxy->reap_work);
 }
 
-/*
- * @b, no longer proxy->backing, goes stale (proxy->lock and resv held):
- * the importers are told, and what they may still be doing to it is what
- * their fences on the proxy's resv say once they were told; work they
- * fence later is on the backing that follows. Snapshot those and queue
- * the reap when they signal.
+/**
+ * kvd_backing_stale() - tell the importers that @b is no longer theirs
+ * @proxy: the proxy (its lock and its resv held)
+ * @b: its backing until now, no longer proxy->backing
+ *
+ * What the importers may still be doing to @b once told is what their
+ * fences on the proxy's resv say then; work they fence later is on the
+ * backing that follows. Snapshots those and queues the reap when they
+ * signal. Revocable importers holding a pin are revoked for good.
  */
 void kvd_backing_stale(struct kvd_proxy *proxy, struct kvd_backing *b)
 {
@@ -147,12 +150,15 @@ static bool kvd_fences_signaled(struct kvd_proxy *proxy,
 	return !b->fences || dma_fence_is_signaled(b->fences);
 }
 
-/*
- * Drop the stale backings no importer map refers to any more, once the
- * fences importers tracked their DMA with (any usage, BOOKKEEP included)
- * on the proxy's reservation object when the backing went stale have
- * signaled: an importer may still be doing DMA to a backing it has
- * already unmapped. They go onto @dead.
+/**
+ * kvd_reap() - let go of the stale backings nobody uses any more
+ * @proxy: the proxy (its lock held)
+ * @dead: where the dropped backings' slots go, for kvd_bury()
+ *
+ * A stale backing goes once no importer map refers to it and the fences
+ * importers had on the proxy's resv when it went stale (any usage,
+ * BOOKKEEP included: an importer may still do DMA to a backing it has
+ * unmapped) have signaled. Those fences signaled, its gate opens too.
  */
 void kvd_reap(struct kvd_proxy *proxy, struct list_head *dead)
 {
@@ -176,9 +182,12 @@ void kvd_reap(struct kvd_proxy *proxy, struct list_head *dead)
 	}
 }
 
-/*
- * Can one more backing go stale? Reaps idle ones first; at most
- * KVDMABUF_MAX_STALE_BACKINGS old backings are held per proxy.
+/**
+ * kvd_stale_room() - can one more backing go stale?
+ * @proxy: the proxy (its lock held)
+ * @dead: as for kvd_reap(), which runs first
+ *
+ * Return: whether fewer than KVDMABUF_MAX_STALE_BACKINGS are held.
  */
 bool kvd_stale_room(struct kvd_proxy *proxy, struct list_head *dead)
 {
@@ -262,7 +271,16 @@ static int kvd_wait_idle(struct kvd_proxy *proxy, u32 timeout_ms)
 	return left ? 0 : -ETIMEDOUT;
 }
 
-/* Wait as above, then drop what has become idle, before returning. */
+/**
+ * kvd_drain() - the wait of REVOKE and REPLACE for the stale backings
+ * @proxy: the proxy (no lock held; the caller holds a dma-buf reference)
+ * @timeout_ms: the bound of the whole wait (0: only look)
+ *
+ * Waits as kvd_wait_idle() does, then drops what has become idle, and
+ * returns once teardowns already under way are done too.
+ *
+ * Return: 0, -ETIMEDOUT or -EINTR.
+ */
 int kvd_drain(struct kvd_proxy *proxy, u32 timeout_ms)
 {
 	LIST_HEAD(dead);
@@ -283,6 +301,7 @@ int kvd_drain(struct kvd_proxy *proxy, u32 timeout_ms)
 	return ret;
 }
 
+/* proxy->reap_work: a last unmap or the importers' fences made a stale backing idle. */
 void kvd_reap_work(struct work_struct *work)
 {
 	struct kvd_proxy *proxy = container_of(work, struct kvd_proxy,
@@ -296,10 +315,15 @@ void kvd_reap_work(struct work_struct *work)
 	kvd_bury(&dead);
 }
 
-/*
- * Take the current backing away from the importers, under the proxy's resv
- * (proxy->lock held): the common part of REVOKE and of an invalidation by
- * the backing's exporter. Returns the old backing, now on the stale list.
+/**
+ * kvd_unback() - take the current backing away from the importers
+ * @proxy: a backed proxy (its lock and its resv held)
+ * @reason: KVDMABUF_REVOKE_USER or KVDMABUF_REVOKE_EXPORTER
+ *
+ * The common part of REVOKE and of an invalidation by the backing's
+ * exporter: the proxy becomes REVOKED, one generation on.
+ *
+ * Return: the old backing, now on the stale list.
  */
 struct kvd_backing *kvd_unback(struct kvd_proxy *proxy, u32 reason)
 {
@@ -318,13 +342,17 @@ struct kvd_backing *kvd_unback(struct kvd_proxy *proxy, u32 reason)
 	return old;
 }
 
-/*
- * The exporter of the current backing invalidated it: revoke the proxy
- * (proxy->lock held). Not refused by blocking pins nor by the stale bound
- * (the backing is going away whatever we do); nothing waits here, the
- * stale backing is reaped once idle. Returns whether it revoked: false if
- * the current backing (if any) was not invalidated, e.g. a REVOKE or a
- * REPLACE took it away first.
+/**
+ * kvd_revoke_invalidated() - revoke a proxy whose backing's exporter took it
+ * @proxy: the proxy (its lock held)
+ * @dead: as for kvd_reap(), which runs once the proxy is revoked
+ *
+ * Not refused by blocking pins nor by the stale bound (the backing is
+ * going away whatever we do); nothing waits here, the stale backing is
+ * reaped once idle.
+ *
+ * Return: whether it revoked: false if the current backing (if any) was
+ * not invalidated, e.g. a REVOKE or a REPLACE took it away first.
  */
 bool kvd_revoke_invalidated(struct kvd_proxy *proxy, struct list_head *dead)
 {
@@ -348,6 +376,7 @@ bool kvd_revoke_invalidated(struct kvd_proxy *proxy, struct list_head *dead)
 	return true;
 }
 
+/* proxy->inval_work: queued by a slot's invalidation callback. */
 void kvd_inval_work(struct work_struct *work)
 {
 	struct kvd_proxy *proxy = container_of(work, struct kvd_proxy,

@@ -156,6 +156,32 @@ static inline int vp_connect(struct vp_end *a, struct vp_end *b)
 }
 
 /*
+ * Waits (at most 10 s) for the completion of one signalled work request
+ * of @e. Returns 0, -EIO with *status set to the failed completion's
+ * status, or -ETIMEDOUT.
+ */
+static inline int vp_wait(struct vp_end *e, enum ibv_wc_status *status)
+{
+	struct timespec t0, t;
+	struct ibv_wc wc;
+	int n;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		n = ibv_poll_cq(e->cq, 1, &wc);
+		if (n < 0)
+			return -EIO;
+		if (n == 1) {
+			if (status)
+				*status = wc.status;
+			return wc.status == IBV_WC_SUCCESS ? 0 : -EIO;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while (t.tv_sec - t0.tv_sec < 10);
+	return -ETIMEDOUT;
+}
+
+/*
  * One signalled RDMA WRITE or READ from @e's QP, waited for (at most 10 s).
  * Returns 0, -EIO with *status set to the failed completion's status, or
  * -ETIMEDOUT.
@@ -172,25 +198,10 @@ static inline int vp_rdma(struct vp_end *e, enum ibv_wr_opcode op,
 		.send_flags = IBV_SEND_SIGNALED,
 		.wr.rdma = { .remote_addr = remote, .rkey = rkey },
 	}, *bad;
-	struct timespec t0, t;
-	struct ibv_wc wc;
-	int n;
 
 	if (ibv_post_send(e->qp, &wr, &bad))
 		return -errno;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	do {
-		n = ibv_poll_cq(e->cq, 1, &wc);
-		if (n < 0)
-			return -EIO;
-		if (n == 1) {
-			if (status)
-				*status = wc.status;
-			return wc.status == IBV_WC_SUCCESS ? 0 : -EIO;
-		}
-		clock_gettime(CLOCK_MONOTONIC, &t);
-	} while (t.tv_sec - t0.tv_sec < 10);
-	return -ETIMEDOUT;
+	return vp_wait(e, status);
 }
 
 #endif /* KVDMABUF_TESTS_VERBS_PAIR_H */

@@ -189,6 +189,8 @@ TEST_F(rev, pinned_revocable_umem_is_revoked_not_blocking)
 	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
 	EXPECT_EQ(1, q.pinned_importers);
 	EXPECT_EQ(0, q.dynamic_importers);
+	/* Nor does the new backing get a slot (a pin) for it. */
+	EXPECT_EQ(0, q.backing_attachments);
 	EXPECT_EQ(0, imp_release(self->umem, h));
 }
 

@@ -9,7 +9,8 @@
  * pages. A proxy's backing is swapped and the same rkey reads the new
  * bytes; a revoked proxy gives a completion error, never old bytes; the
  * pinned mode (rdma_rxe's dmabuf_pinned parameter) makes a swap fail
- * cleanly with EBUSY. Under traffic (a thread reading and writing through
+ * cleanly with EBUSY. RDMA ATOMIC WRITE, which rxe does through the MR's
+ * page list, follows the swap and fails while revoked as well. Under traffic (a thread reading and writing through
  * the rkey without pause), no byte moves to or from a backing once the
  * swap or revoke that let it go has returned: the test poisons it then.
  */
@@ -277,6 +278,115 @@ TEST_F(rxe, revoked_proxy_errors_not_old_bytes)
 	ASSERT_EQ(0, ibv_dereg_mr(mr));
 	close(proxy);
 	close(a);
+}
+
+/*
+ * A's QP replaced by one of the extended post API that can send RDMA
+ * ATOMIC WRITE, connected to a new QP of B.
+ */
+static int atomic_write_qps(struct vp_end *a, struct vp_end *b,
+			    struct ibv_qp_ex **qpx)
+{
+	struct ibv_qp_init_attr_ex qpa = {
+		.qp_type = IBV_QPT_RC, .send_cq = a->cq, .recv_cq = a->cq,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 1,
+			 .max_send_sge = 1, .max_recv_sge = 1 },
+		.comp_mask = IBV_QP_INIT_ATTR_PD |
+			     IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+		.pd = a->pd,
+		.send_ops_flags = IBV_QP_EX_WITH_ATOMIC_WRITE,
+	};
+	int ret;
+
+	if (ibv_destroy_qp(a->qp))
+		return -errno;
+	a->qp = ibv_create_qp_ex(a->ctx, &qpa);
+	if (!a->qp)
+		return -errno;
+	*qpx = ibv_qp_to_qp_ex(a->qp);
+	ret = vp_new_qp(b);
+	return ret ? ret : vp_connect(a, b);
+}
+
+/* One signalled RDMA ATOMIC WRITE of @value to @remote (@rkey), waited for. */
+static int atomic_write(struct vp_end *a, struct ibv_qp_ex *qpx,
+			uint64_t remote, uint32_t rkey, uint64_t value,
+			enum ibv_wc_status *status)
+{
+	int ret;
+
+	ibv_wr_start(qpx);
+	qpx->wr_id = 2;
+	qpx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_atomic_write(qpx, rkey, remote, &value);
+	ret = ibv_wr_complete(qpx);
+	return ret ? -ret : vp_wait(a, status);
+}
+
+/* The 8 bytes at @off of dma-buf @fd. */
+static uint64_t dmabuf_u64(int fd, uint64_t off)
+{
+	uint64_t v = 0;
+	char *p = mmap(NULL, off + sizeof(v), PROT_READ, MAP_SHARED, fd, 0);
+
+	if (p != MAP_FAILED) {
+		memcpy(&v, p + off, sizeof(v));
+		munmap(p, off + sizeof(v));
+	}
+	return v;
+}
+
+/*
+ * RDMA ATOMIC WRITE needs only remote write access, and rxe writes it
+ * through the MR's page list, not its copy path: through a dma-buf MR on
+ * a proxy it lands in the current backing after a swap, never in the old
+ * one, and fails while the proxy is revoked, both backings untouched.
+ */
+TEST_F(rxe, atomic_write_follows_the_swap_and_fails_while_revoked)
+{
+	const uint64_t v1 = 0x1111222233334444ull, v2 = 0x5555666677778888ull,
+		       v3 = 0x99990000aaaabbbbull;
+	enum ibv_wc_status st = IBV_WC_SUCCESS;
+	uint64_t a16, a24, b24;
+	struct ibv_qp_ex *qpx;
+	struct ibv_mr *mr;
+	int a, b, proxy;
+
+	KVD_OPEN_DEV(self->dev);
+	ASSERT_EQ(0, atomic_write_qps(&self->a, &self->b, &qpx));
+	a = vgem_pattern_buf(self->drm, LEN, 51);
+	b = vgem_pattern_buf(self->drm, LEN, 52);
+	ASSERT_GE(a, 0);
+	ASSERT_GE(b, 0);
+	proxy = kvd_create(self->dev, LEN, NULL);
+	ASSERT_GE(proxy, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, proxy, a, 0));
+	mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, proxy, ACC);
+	ASSERT_NOT_NULL(mr);
+
+	ASSERT_EQ(0, atomic_write(&self->a, qpx, IOVA + 8, mr->rkey, v1, &st));
+	EXPECT_EQ(v1, dmabuf_u64(a, 8));
+
+	a16 = dmabuf_u64(a, 16);
+	ASSERT_EQ(0, kvd_replace(self->dev, proxy, b, 0));
+	ASSERT_EQ(0, atomic_write(&self->a, qpx, IOVA + 16, mr->rkey, v2,
+				  &st));
+	EXPECT_EQ(v2, dmabuf_u64(b, 16));
+	EXPECT_EQ(a16, dmabuf_u64(a, 16));
+
+	a24 = dmabuf_u64(a, 24);
+	b24 = dmabuf_u64(b, 24);
+	ASSERT_EQ(0, kvd_revoke(self->dev, proxy, 2000));
+	EXPECT_EQ(-EIO, atomic_write(&self->a, qpx, IOVA + 24, mr->rkey, v3,
+				     &st));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, st);
+	EXPECT_EQ(a24, dmabuf_u64(a, 24));
+	EXPECT_EQ(b24, dmabuf_u64(b, 24));
+
+	EXPECT_EQ(0, ibv_dereg_mr(mr));
+	close(proxy);
+	close(a);
+	close(b);
 }
 
 /* Registering a revoked (or never backed) proxy fails: nothing to map. */
