@@ -9,6 +9,7 @@
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/dma-fence.h>
+#include <linux/file.h>
 #include <linux/module.h>
 #include <linux/slab.h>
 
@@ -298,6 +299,13 @@ int kvd_drain(struct kvd_proxy *proxy, u32 timeout_ms)
 	 */
 	flush_work(&proxy->inval_work);
 	flush_work(&proxy->reap_work);
+	/*
+	 * A backing the work let go was put from a kworker, whose file
+	 * releases the kernel defers: run them now, so that the backing's
+	 * memory is freed (once user space closed its fds) when REVOKE or
+	 * REPLACE returns, not a moment later.
+	 */
+	flush_delayed_fput();
 	return ret;
 }
 
