@@ -121,11 +121,12 @@ lib: $(LIB_A) $(LIB_SO) $(PRELOAD_SO)
 # libkvdmabuf or libibverbs linked in (it forwards with dlvsym).
 # preload_cuda.c: the CUDA driver's cuMemUnmap/cuMemMap/cuMemSetAccess and
 # cuGetProcAddress (declared by lib/cuda_api.h; libcuda is never linked).
-# lib/config.c: the library's own YAML parser, for kv_regions of
-# $KVDMABUF_CONFIG (libyaml is the preload's one dependency).
-PRELOAD_SRCS := $(sort $(wildcard lib/preload/*.c)) lib/config.c
+# lib/config.c: the library's own YAML parser, for kv_regions and
+# cuda_dmabuf_mapping of $KVDMABUF_CONFIG (libyaml is the preload's one
+# dependency); lib/cuda_export.c: the library's CUDA export, the same code.
+PRELOAD_SRCS := $(sort $(wildcard lib/preload/*.c)) lib/config.c lib/cuda_export.c
 $(PRELOAD_SO): $(PRELOAD_SRCS) $(wildcard lib/preload/*.h) lib/kvdmabuf_preload.h \
-		lib/cuda_api.h lib/internal.h lib/kvdmabuf.h $(PRELOAD_MAP)
+		lib/cuda_api.h lib/cuda_export.h lib/internal.h lib/kvdmabuf.h $(PRELOAD_MAP)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -shared -Wl,-z,defs \
 		-Wl,--version-script=$(PRELOAD_MAP) -o $@ $(PRELOAD_SRCS) \
@@ -134,7 +135,7 @@ $(PRELOAD_SO): $(PRELOAD_SRCS) $(wildcard lib/preload/*.h) lib/kvdmabuf_preload.
 # The preload as built for other architectures than x86-64 (dlsym and
 # dlvsym not interposed), for tests/preload/preload_cuda on this one.
 tests/preload/nodlsym/libkvdmabuf-preload.so: $(PRELOAD_SRCS) $(wildcard lib/preload/*.h) \
-		lib/kvdmabuf_preload.h lib/cuda_api.h lib/internal.h lib/kvdmabuf.h $(PRELOAD_MAP)
+		lib/kvdmabuf_preload.h lib/cuda_api.h lib/cuda_export.h lib/internal.h lib/kvdmabuf.h $(PRELOAD_MAP)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CPPFLAGS) -DKVD_PRELOAD_NO_DLSYM $(CFLAGS) -shared -Wl,-z,defs \

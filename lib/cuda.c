@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "cuda_api.h"
+#include "cuda_export.h"
 #include "internal.h"
 
 /* Devices whose primary context is kept retained (ordinals below this). */
@@ -311,32 +312,6 @@ static void diagnose_reservation(struct kvdmabuf_ctx *ctx, kvd_CUdeviceptr addr,
 	*rc = -EINVAL;
 }
 
-static kvd_CUresult export_range(struct kvd_cuda *cu, int mapping,
-			     kvd_CUdeviceptr dptr, size_t len, int *handle,
-			     unsigned long long *flags)
-{
-	kvd_CUresult r;
-
-	*flags = 0;
-	if (mapping == KVD_CUDA_MAPPING_PCIE ||
-	    (mapping == KVD_CUDA_MAPPING_AUTO && !cu->pcie_refused))
-		*flags = KVD_CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE;
-	r = cu->cuMemGetHandleForAddressRange(handle, dptr, len,
-					      KVD_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
-					      *flags);
-	if (r == KVD_CUDA_SUCCESS || mapping != KVD_CUDA_MAPPING_AUTO || !*flags ||
-	    (r != KVD_CUDA_ERROR_NOT_SUPPORTED && r != KVD_CUDA_ERROR_INVALID_VALUE))
-		return r;
-	/* a driver before CUDA 12.8 or a GPU without the PCIe mapping */
-	*flags = 0;
-	r = cu->cuMemGetHandleForAddressRange(handle, dptr, len,
-					      KVD_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
-					      0);
-	if (r == KVD_CUDA_SUCCESS)
-		cu->pcie_refused = true;
-	return r;
-}
-
 int kvd_cuda_export(struct kvdmabuf_ctx *ctx, void *addr, size_t len,
 		    int *fd)
 {
@@ -372,8 +347,9 @@ int kvd_cuda_export(struct kvdmabuf_ctx *ctx, void *addr, size_t len,
 	rc = check_range(ctx, dptr, len, ordinal);
 	if (rc)
 		goto out;
-	r = export_range(cu, ctx->cfg.cuda_mapping, dptr, len, &handle,
-			 &flags);
+	r = kvd_cuda_export_range(cu->cuMemGetHandleForAddressRange,
+				  ctx->cfg.cuda_mapping, &cu->pcie_refused,
+				  dptr, len, &handle, &flags);
 	if (r != KVD_CUDA_SUCCESS) {
 		rc = kvd_err(ctx, -EIO, "cuMemGetHandleForAddressRange(%p, "
 			     "%zu, DMA_BUF_FD, flags 0x%llx%s) failed on "

@@ -156,6 +156,7 @@ struct kvd_proxy {
 /* kvd_main.c */
 extern unsigned int kvd_max_proxies;
 extern unsigned int kvd_max_proxies_total;
+extern unsigned int kvd_max_proxies_per_uid;
 extern struct workqueue_struct *kvd_wq;
 extern struct mutex kvd_proxies_lock;
 extern struct list_head kvd_proxies;
@@ -163,6 +164,9 @@ extern atomic64_t kvd_next_id;
 extern atomic_t kvd_nr_proxies;
 extern atomic_t kvd_nr_backings;
 extern atomic_t kvd_nr_slots;
+
+int kvd_uid_get(kuid_t uid);
+void kvd_uid_put(kuid_t uid);
 
 static inline unsigned int kvd_count(struct list_head *head)
 {

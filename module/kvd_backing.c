@@ -122,7 +122,7 @@ struct kvd_slot *kvd_slot_create(struct kvd_proxy *proxy,
 	int ret;
 
 	lockdep_assert_not_held(&proxy->lock);
-	slot = kzalloc(sizeof(*slot), GFP_KERNEL);
+	slot = kzalloc(sizeof(*slot), GFP_KERNEL_ACCOUNT);
 	if (!slot)
 		return ERR_PTR(-ENOMEM);
 
@@ -327,7 +327,7 @@ struct kvd_backing *kvd_backing_alloc(struct dma_buf *dmabuf,
 {
 	struct kvd_backing *b;
 
-	b = kzalloc(sizeof(*b), GFP_KERNEL);
+	b = kzalloc(sizeof(*b), GFP_KERNEL_ACCOUNT);
 	if (!b)
 		return NULL;
 	kref_init(&b->ref);

@@ -93,7 +93,7 @@ static int kvd_open(struct inode *inode, struct file *file)
 {
 	struct kvd_ctx *ctx;
 
-	ctx = kzalloc(sizeof(*ctx), GFP_KERNEL);
+	ctx = kzalloc(sizeof(*ctx), GFP_KERNEL_ACCOUNT);
 	if (!ctx)
 		return -ENOMEM;
 	kref_init(&ctx->ref);

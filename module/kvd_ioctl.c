@@ -114,6 +114,7 @@ static bool kvd_reserve_proxy(void)
 static long kvd_ioctl_create(struct kvd_ctx *ctx, void __user *uarg)
 {
 	DEFINE_DMA_BUF_EXPORT_INFO(exp_info);
+	kuid_t uid = current_euid();
 	struct kvdmabuf_create arg;
 	struct kvd_proxy *proxy;
 	struct dma_buf *dmabuf;
@@ -143,11 +144,17 @@ static long kvd_ioctl_create(struct kvd_ctx *ctx, void __user *uarg)
 		ret = -ENOSPC;
 		goto err_count;
 	}
+	/* Nor a group's members, who share the node, each other's share. */
+	mutex_lock(&kvd_proxies_lock);
+	ret = kvd_uid_get(uid);
+	mutex_unlock(&kvd_proxies_lock);
+	if (ret)
+		goto err_total;
 
-	proxy = kzalloc(sizeof(*proxy), GFP_KERNEL);
+	proxy = kzalloc(sizeof(*proxy), GFP_KERNEL_ACCOUNT);
 	if (!proxy) {
 		ret = -ENOMEM;
-		goto err_total;
+		goto err_uid;
 	}
 	mutex_init(&proxy->lock);
 	INIT_LIST_HEAD(&proxy->attachments);
@@ -162,7 +169,7 @@ static long kvd_ioctl_create(struct kvd_ctx *ctx, void __user *uarg)
 	proxy->id = atomic64_inc_return(&kvd_next_id);
 	proxy->ctx = ctx;
 	proxy->owner_pid = get_pid(task_tgid(current));
-	proxy->owner_uid = current_euid();
+	proxy->owner_uid = uid;
 
 	exp_info.ops = &kvd_dmabuf_ops;
 	exp_info.size = arg.length;
@@ -205,6 +212,10 @@ err_free:
 	put_pid(proxy->owner_pid);
 	mutex_destroy(&proxy->lock);
 	kfree(proxy);
+err_uid:
+	mutex_lock(&kvd_proxies_lock);
+	kvd_uid_put(uid);
+	mutex_unlock(&kvd_proxies_lock);
 err_total:
 	atomic_dec(&kvd_nr_proxies);
 err_count:

@@ -31,6 +31,7 @@
 #include <linux/device.h>
 #include <linux/module.h>
 #include <linux/workqueue.h>
+#include <linux/xarray.h>
 
 #include "kvd.h"
 
@@ -44,12 +45,55 @@ module_param_named(max_proxies_total, kvd_max_proxies_total, uint, 0644);
 MODULE_PARM_DESC(max_proxies_total,
 		 "Maximum number of live proxies of all device fds together (default: 65536)");
 
+unsigned int kvd_max_proxies_per_uid = 16384;
+module_param_named(max_proxies_per_uid, kvd_max_proxies_per_uid, uint, 0644);
+MODULE_PARM_DESC(max_proxies_per_uid,
+		 "Maximum number of live proxies created by one user (effective uid), over all device fds (default: 16384)");
+
 DEFINE_MUTEX(kvd_proxies_lock);
 LIST_HEAD(kvd_proxies);
 atomic64_t kvd_next_id = ATOMIC64_INIT(0);
 atomic_t kvd_nr_proxies = ATOMIC_INIT(0);
 atomic_t kvd_nr_backings = ATOMIC_INIT(0);
 atomic_t kvd_nr_slots = ATOMIC_INIT(0);
+
+/* Live proxies per creator's uid (in the initial namespace); kvd_proxies_lock. */
+static DEFINE_XARRAY(kvd_uid_proxies);
+
+/**
+ * kvd_uid_get() - count one more live proxy of @uid
+ * @uid: the creator's effective uid
+ *
+ * kvd_proxies_lock held.
+ *
+ * Return: 0, -ENOSPC at kvd_max_proxies_per_uid, or -ENOMEM.
+ */
+int kvd_uid_get(kuid_t uid)
+{
+	unsigned long key = from_kuid(&init_user_ns, uid);
+	unsigned long n = xa_to_value(xa_load(&kvd_uid_proxies, key));
+
+	lockdep_assert_held(&kvd_proxies_lock);
+	if (n >= READ_ONCE(kvd_max_proxies_per_uid))
+		return -ENOSPC;
+	return xa_err(xa_store(&kvd_uid_proxies, key, xa_mk_value(n + 1),
+			       GFP_KERNEL));
+}
+
+/* Undoes kvd_uid_get() (kvd_proxies_lock held). */
+void kvd_uid_put(kuid_t uid)
+{
+	unsigned long key = from_kuid(&init_user_ns, uid);
+	unsigned long n = xa_to_value(xa_load(&kvd_uid_proxies, key));
+
+	lockdep_assert_held(&kvd_proxies_lock);
+	if (WARN_ON_ONCE(!n))
+		return;
+	if (n == 1)
+		xa_erase(&kvd_uid_proxies, key);
+	else	/* an entry that exists: no allocation */
+		xa_store(&kvd_uid_proxies, key, xa_mk_value(n - 1), GFP_KERNEL);
+}
 
 /*
  * The proxies' invalidation and reap work. Its own queue, not system_wq:
@@ -82,6 +126,8 @@ static void __exit kvd_exit(void)
 	kvd_debugfs_exit();
 	misc_deregister(&kvd_misc);
 	destroy_workqueue(kvd_wq);
+	WARN_ON_ONCE(!xa_empty(&kvd_uid_proxies));
+	xa_destroy(&kvd_uid_proxies);
 }
 
 module_init(kvd_init);

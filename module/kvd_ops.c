@@ -119,7 +119,7 @@ static int kvd_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
 		return -EOPNOTSUPP;
 	}
 
-	ka = kzalloc(sizeof(*ka), GFP_KERNEL);
+	ka = kzalloc(sizeof(*ka), GFP_KERNEL_ACCOUNT);
 	if (!ka)
 		return -ENOMEM;
 	kref_init(&ka->ref);
@@ -301,7 +301,7 @@ static struct sg_table *kvd_map_copy(struct kvd_backing *b,
 	if (pos < end || !nents)
 		return ERR_PTR(-EIO);	/* backing map shorter than its size */
 
-	map = kzalloc(sizeof(*map), GFP_KERNEL);
+	map = kzalloc(sizeof(*map), GFP_KERNEL_ACCOUNT);
 	if (!map)
 		return ERR_PTR(-ENOMEM);
 	ret = sg_alloc_table(&map->sgt, nents, GFP_KERNEL);
@@ -413,6 +413,7 @@ static void kvd_release(struct dma_buf *dmabuf)
 
 	mutex_lock(&kvd_proxies_lock);
 	list_del(&proxy->global);
+	kvd_uid_put(proxy->owner_uid);
 	mutex_unlock(&kvd_proxies_lock);
 
 	/*

@@ -192,9 +192,10 @@ struct kvdmabuf_version {
  *
  * Errors: -EFAULT; -EINVAL (size, flags, pad, reserved, length zero or not
  * page aligned); -E2BIG; -EFBIG (length larger than the kernel can map);
- * -ENOSPC (the device fd already owns ``max_proxies`` live proxies, or
- * ``max_proxies_total`` proxies of all device fds together are live: module
- * parameters, 1024 and 65536 by default);
+ * -ENOSPC (the device fd already owns ``max_proxies`` live proxies,
+ * ``max_proxies_total`` proxies of all device fds together are live, or
+ * the caller's effective uid made ``max_proxies_per_uid`` live ones: module
+ * parameters, 1024, 65536 and 16384 by default);
  * -ENOMEM; -EMFILE/-ENFILE (no free fd). The fd is installed only after
  * the struct was written back: on -EFAULT no fd and no proxy is left.
  */

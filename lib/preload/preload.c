@@ -112,6 +112,7 @@ static struct {
 	unsigned int nr_mrs, cap_mrs;
 	int env_error;
 	char env_msg[256];
+	int cuda_mapping;               /* cuda_dmabuf_mapping of the config */
 	void *_Atomic next[E_NR];
 	_Atomic long long calls[E_NR];
 	/* the state file (kvdmabuf_preload.h, "State file") */
@@ -240,6 +241,8 @@ static void config_load(void)
 	if (rc)
 		env_fail(rc, "configuration (%s): %s; no KV region is "
 			 "trusted: sleep refused", KVDMABUF_CONFIG_ENV, err);
+	else
+		kp.cuda_mapping = cfg->cuda_mapping;
 	for (i = 0; !rc && i < cfg->nr_kv_regions; i++) {
 		const struct kvd_kv_range *r = &cfg->kv_regions[i];
 
@@ -287,6 +290,12 @@ static void env_load(void)
 {
 	env_regions();
 	config_load();
+}
+
+int kp_cuda_mapping(void)
+{
+	pthread_once(&kp.env_once, env_load);
+	return kp.cuda_mapping;
 }
 
 /*

@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "cuda_api.h"
+#include "cuda_export.h"
 #include "kvdmabuf_preload.h"
 #include "preload_internal.h"
 
@@ -94,6 +95,7 @@ static struct {
 	struct kc_sleeper *sleepers;    /* under transition */
 	unsigned int nr_sleepers;
 	_Atomic unsigned int nr_asleep; /* fast path of cuMemSetAccess */
+	bool pcie_refused;              /* the driver said no: flags 0 now */
 } kc = {
 	.transition = PTHREAD_MUTEX_INITIALIZER,
 };
@@ -307,8 +309,9 @@ static const char *cu_err(kvd_CUresult r)
 
 /*
  * [addr, addr+len) as a dma-buf fd, in the primary context of the memory's
- * device (pushed and popped: the caller's current context is kept). The
- * PCIe mapping first, flags 0 where the driver refuses it (before 12.8).
+ * device (pushed and popped: the caller's current context is kept), with
+ * the flags the configuration's cuda_dmabuf_mapping asks for, as the
+ * library exports (lib/cuda_export.c). kc.transition held.
  */
 static kvd_CUresult kc_export(uintptr_t addr, size_t len, int *fd)
 {
@@ -321,6 +324,7 @@ static kvd_CUresult kc_export(uintptr_t addr, size_t len, int *fd)
 	kvd_cuMemGetHandleForAddressRange_fn *ex = real(S_EXPORT);
 	kvd_CUdeviceptr p = (kvd_CUdeviceptr)addr;
 	kvd_CUcontext pctx = NULL, popped;
+	unsigned long long flags = 0;
 	kvd_CUdevice dev;
 	kvd_CUresult r;
 	int ordinal = -1;
@@ -343,19 +347,15 @@ static kvd_CUresult kc_export(uintptr_t addr, size_t len, int *fd)
 	}
 	r = push(pctx);
 	if (r == KVD_CUDA_SUCCESS) {
-		r = ex(fd, p, len, KVD_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
-		       KVD_CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE);
-		if (r == KVD_CUDA_ERROR_NOT_SUPPORTED ||
-		    r == KVD_CUDA_ERROR_INVALID_VALUE)
-			r = ex(fd, p, len,
-			       KVD_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+		r = kvd_cuda_export_range(ex, kp_cuda_mapping(),
+					  &kc.pcie_refused, p, len, fd, &flags);
 		pop(&popped);
 	}
 	release(dev);
 	if (r != KVD_CUDA_SUCCESS)
 		fail("wake of %#" PRIxPTR "+%#zx: cuMemGetHandleForAddressRange "
-		     "failed on device %d: %s (%u); the region stays asleep",
-		     addr, len, ordinal, cu_err(r), r);
+		     "(flags %#llx) failed on device %d: %s (%u); the region "
+		     "stays asleep", addr, len, flags, ordinal, cu_err(r), r);
 	return r;
 }
 

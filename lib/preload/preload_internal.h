@@ -57,6 +57,10 @@ KP_HIDDEN int kp_region_hold(uintptr_t addr,
 			     struct kvdmabuf_preload_proxy_ops *ops);
 KP_HIDDEN void kp_region_unhold(uintptr_t addr);
 
+/* cuda_dmabuf_mapping of $KVDMABUF_CONFIG (enum kvd_cuda_mapping of
+ * lib/internal.h; auto without a configuration), for the wake's export. */
+KP_HIDDEN int kp_cuda_mapping(void);
+
 /* Whether dlsym and dlvsym are interposed (x86-64 only). */
 KP_HIDDEN bool kp_dlsym_interposed(void);
 

@@ -437,6 +437,67 @@ TEST_F(misc, proxy_limit_total)
 	ASSERT_EQ(0, param_write(param, old));
 }
 
+/*
+ * One user's proxies are bounded over all device fds (members of the
+ * kvdmabuf group share a node): with the bound at 2, uid 4242 gets two
+ * proxies on two fds and no third; uid 4243 has its own two; a freed
+ * proxy gives its user the room back. The device fds are opened as root,
+ * the effective uid of the CREATE is what counts.
+ */
+TEST_F(misc, proxy_limit_per_uid)
+{
+	const char *param = "/sys/module/kvdmabuf/parameters/max_proxies_per_uid";
+	int devs[2], a[3], b, i, ret;
+	char old[32] = "";
+	FILE *f;
+
+	f = fopen(param, "re");
+	if (!f)
+		TH_LOG("%s: %s (module without max_proxies_per_uid)", param,
+		       strerror(errno));
+	ASSERT_NOT_NULL(f);
+	ASSERT_NOT_NULL(fgets(old, sizeof(old), f));
+	fclose(f);
+	if (access(param, W_OK) || geteuid())
+		SKIP(return, "cannot write %s (needs root)", param);
+	for (i = 0; i < 2; i++) {
+		devs[i] = kvd_dev_open();
+		ASSERT_GE(devs[i], 0);
+	}
+	ASSERT_EQ(0, param_write(param, "2\n"));
+
+	ASSERT_EQ(0, seteuid(4242));
+	a[0] = kvd_create(devs[0], KVD_PAGE, NULL);
+	a[1] = kvd_create(devs[1], KVD_PAGE, NULL);
+	ret = kvd_create(devs[0], KVD_PAGE, NULL);
+	ASSERT_EQ(0, seteuid(0));
+	EXPECT_GE(a[0], 0);
+	EXPECT_GE(a[1], 0);
+	EXPECT_EQ(-ENOSPC, ret);
+	if (ret >= 0)
+		close(ret);
+
+	ASSERT_EQ(0, seteuid(4243));
+	b = kvd_create(devs[1], KVD_PAGE, NULL);
+	ASSERT_EQ(0, seteuid(0));
+	EXPECT_GE(b, 0);
+
+	close(a[0]);
+	ASSERT_EQ(0, seteuid(4242));
+	a[2] = kvd_create(devs[1], KVD_PAGE, NULL);
+	ASSERT_EQ(0, seteuid(0));
+	EXPECT_GE(a[2], 0);
+
+	for (i = 1; i < 3; i++)
+		if (a[i] >= 0)
+			close(a[i]);
+	if (b >= 0)
+		close(b);
+	for (i = 0; i < 2; i++)
+		close(devs[i]);
+	ASSERT_EQ(0, param_write(param, old));
+}
+
 /* QUERY grew twice (API 2.1, 2.2): every published size still works. */
 TEST_F(misc, query_old_sizes)
 {

@@ -70,6 +70,7 @@ static struct {
 	void (*log)(char *, size_t);
 	int (*access_of)(void *);
 	void (*last_export)(unsigned long long *, size_t *, unsigned long *);
+	unsigned long long (*last_export_flags)(void);
 	int *dmabuf_errno, *addr_errno, *reuse;
 	void (**after_dereg)(void), (**in_reg)(void);
 	int (*declare)(void *, size_t, const char *, int, uint64_t);
@@ -168,6 +169,7 @@ static int load(char *why, size_t len)
 	D(log, "fakecu_log");
 	D(access_of, "fakecu_access");
 	D(last_export, "fakecu_last_export");
+	D(last_export_flags, "fakecu_last_export_flags");
 	*(void **)&t.dmabuf_errno = dlsym(t.verbs, "fake_dmabuf_errno");
 	*(void **)&t.addr_errno = dlsym(t.verbs, "fake_addr_errno");
 	*(void **)&t.reuse = dlsym(t.verbs, "fake_reuse");
@@ -187,7 +189,7 @@ static int load(char *why, size_t len)
 	    !t.reg_mr || !t.dereg_mr || !t.d_unmap || !t.d_map ||
 	    !t.d_access || !t.d_create || !t.d_release || !t.d_reserve ||
 	    !t.d_gpa2 || !t.note || !t.log || !t.access_of ||
-	    !t.last_export || !t.dmabuf_errno || !t.addr_errno ||
+	    !t.last_export || !t.last_export_flags || !t.dmabuf_errno || !t.addr_errno ||
 	    !t.reuse || !t.after_dereg || !t.in_reg ||
 	    !t.reg_error || !t.check || !t.declare || !t.set_ops || !t.undeclare ||
 	    !t.query || !t.calls || !t.cuda_error) {
@@ -1171,6 +1173,64 @@ TEST(malformed_configuration_trusts_no_region)
 	TH_LOG("%s", why);
 	EXPECT_NOT_NULL(strstr(why, ".yaml:2:14: 'kv_regions' entry "
 			       "'0x1000+x' is not ADDR+LEN[:TAG]"));
+}
+
+/*
+ * A region of two chunks declared with a stand-in proxy, put to sleep and
+ * woken by the engine's own calls; the wake's export must have had
+ * @want for flags. @yaml: $KVDMABUF_CONFIG, or none.
+ */
+static void wake_export_flags(struct __test_metadata *_metadata,
+			      const char *yaml, unsigned long long want)
+{
+	kvd_CUmemGenericAllocationHandle h[2];
+	kvd_CUdeviceptr p;
+	char why[400];
+	int i, proxy;
+
+	memset(&so, 0, sizeof(so));
+	if (yaml ? load_with_config(yaml, why, sizeof(why)) :
+		   load(why, sizeof(why)))
+		SKIP(return, "%s", why);
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.d_reserve(&p, 2 * CHUNK, 0, 0, 0));
+	for (i = 0; i < 2; i++) {
+		ASSERT_EQ(KVD_CUDA_SUCCESS, create(&h[i]));
+		ASSERT_EQ(KVD_CUDA_SUCCESS, t.d_map(p + i * CHUNK, CHUNK, 0,
+						    h[i], 0));
+		ASSERT_EQ(KVD_CUDA_SUCCESS, t.d_access(p + i * CHUNK, CHUNK,
+						       &rw, 1));
+	}
+	proxy = memfd_create("stand-in-proxy", MFD_CLOEXEC);
+	ASSERT_LE(0, proxy);
+	ASSERT_EQ(0, t.declare((void *)(uintptr_t)p, 2 * CHUNK, "kv", proxy,
+			       0));
+	ASSERT_EQ(0, t.set_ops((void *)(uintptr_t)p, &so_ops));
+	for (i = 0; i < 2; i++) {
+		ASSERT_EQ(KVD_CUDA_SUCCESS, t.unmap(p + i * CHUNK, CHUNK));
+		t.d_release(h[i]);
+	}
+	for (i = 0; i < 2; i++)
+		ASSERT_EQ(0, remap((char *)(uintptr_t)p, i, t.map, t.access));
+	EXPECT_EQ(1, so.replaced);
+	EXPECT_EQ(want, t.last_export_flags());
+	close(proxy);
+}
+
+/*
+ * The engine-driven wake exports as the library does (one code,
+ * lib/cuda_export.c): the PCIe mapping unless the configuration's
+ * cuda_dmabuf_mapping says default, then flags 0.
+ */
+TEST(wake_exports_with_the_pcie_mapping_without_configuration)
+{
+	wake_export_flags(_metadata, NULL,
+			  KVD_CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE);
+}
+
+TEST(wake_exports_as_the_configuration_says)
+{
+	wake_export_flags(_metadata,
+			  "protocol: rdma\ncuda_dmabuf_mapping: default\n", 0);
 }
 
 TEST_HARNESS_MAIN

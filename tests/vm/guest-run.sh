@@ -114,25 +114,6 @@ else
 	done
 fi
 
-# kmemleak (the debug lane): one scan once the tests are done, while the
-# modules are loaded (their symbols name the allocation sites). An object
-# that the module or a test module allocated and that nothing references
-# any more is a leak of ours; others are listed, not judged.
-kml=/sys/kernel/debug/kmemleak
-if [ -w "$kml" ]; then
-	sleep 5		# kmemleak reports objects older than 5 s
-	echo scan >"$kml" 2>/dev/null
-	cat "$kml" >/tmp/kmemleak.txt
-	ours=$(awk '/^unreferenced object/ { n++ } /\[(kvdmabuf|kvd_[a-z]+)\]/ { o[n] = 1 }
-		END { c = 0; for (i in o) c++; print c + 0 }' /tmp/kmemleak.txt)
-	echo "# kmemleak: $(grep -c '^unreferenced object' /tmp/kmemleak.txt) unreferenced object(s), $ours of ours"
-	if [ "$ours" -gt 0 ]; then
-		sed 's/^/# /' /tmp/kmemleak.txt
-		echo "not ok - vm teardown: kmemleak: $ours object(s) allocated by kvdmabuf or a test module leaked"
-		failed=1
-	fi
-fi
-
 # Unloading must work once the tests are done: nothing may be left held.
 for m in kvd_importer kvdmabuf; do
 	if [ -d /sys/module/$m ]; then
