@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: MIT
 /*
- * check.c - `kvdmabuf check`: is this node ready for kvdmabuf? The module
+ * check.c - `kvdmabuf check`: is this node ready for kvdmabuf? The
+ * configuration ($KVDMABUF_CONFIG, as kvdmabuf_open() reads it), the module
  * and its API version, the device node's permissions for the caller, CUDA
- * GPUs that export dma-bufs, DRM devices, every verbs device (takes dma-buf
- * MRs? follows moves or pins, probed through a proxy), IOMMU hints.
+ * GPUs that export dma-bufs, DRM devices, every verbs device (the caller's
+ * access; takes dma-buf MRs? follows moves or pins, probed through a
+ * proxy), IOMMU hints. A FAIL is what makes kvdmabuf_open() fail with that
+ * configuration; what the library goes on without is a WARN.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -74,8 +77,26 @@ static int module_installed(char *release, size_t len)
 	return 0;
 }
 
-static void check_module(struct report *r, struct kvdmabuf_ctx *ctx)
+static const char *module_use_says(int use)
 {
+	if (use == KVDMABUF_MODULE_REQUIRE)
+		return "; the configuration says module: require, so "
+		       "kvdmabuf_open() fails";
+	if (use == KVDMABUF_MODULE_OFF)
+		return "; the configuration says module: off (not used)";
+	return "; with module: auto the library goes on without it: "
+	       "regions re-register at each wake instead of following";
+}
+
+/*
+ * @use: the configuration's module setting. Without the module, `auto`
+ * goes on (regions re-register at each wake instead of following: a
+ * WARN), `require` fails kvdmabuf_open() (a FAIL), `off` never uses it.
+ */
+static void check_module(struct report *r, struct kvdmabuf_ctx *ctx, int use)
+{
+	enum verdict v = use == KVDMABUF_MODULE_REQUIRE ? V_FAIL :
+			 use == KVDMABUF_MODULE_OFF ? V_INFO : V_WARN;
 	char release[128] = "";
 	struct stat st;
 	int rc;
@@ -83,27 +104,29 @@ static void check_module(struct report *r, struct kvdmabuf_ctx *ctx)
 	if (stat(KVDMABUF_DEVICE_PATH, &st)) {
 		switch (module_installed(release, sizeof(release))) {
 		case 2:
-			report_add(r, V_FAIL, "module", "%s missing: the "
+			report_add(r, v, "module", "%s missing: the "
 				   "kvdmabuf module is not loaded (modprobe "
-				   "kvdmabuf)", KVDMABUF_DEVICE_PATH);
+				   "kvdmabuf)%s", KVDMABUF_DEVICE_PATH,
+				   module_use_says(use));
 			break;
 		case 1:
-			report_add(r, V_FAIL, "module", "%s missing: the "
+			report_add(r, v, "module", "%s missing: the "
 				   "kvdmabuf module is installed for %s but "
 				   "not in its modules.dep (depmod -a, then "
-				   "modprobe kvdmabuf)", KVDMABUF_DEVICE_PATH,
-				   release);
+				   "modprobe kvdmabuf)%s", KVDMABUF_DEVICE_PATH,
+				   release, module_use_says(use));
 			break;
 		default:
-			report_add(r, V_FAIL, "module", "%s missing: the "
+			report_add(r, v, "module", "%s missing: the "
 				   "kvdmabuf module is not installed for kernel "
 				   "%s: make modules_install (source tree) or "
 				   "make dkms-src && dkms install "
-				   "kvdmabuf/%d.%d.%d, then modprobe kvdmabuf",
+				   "kvdmabuf/%d.%d.%d, then modprobe kvdmabuf%s",
 				   KVDMABUF_DEVICE_PATH, release,
 				   KVDMABUF_VERSION_MAJOR,
 				   KVDMABUF_VERSION_MINOR,
-				   KVDMABUF_VERSION_PATCH);
+				   KVDMABUF_VERSION_PATCH,
+				   module_use_says(use));
 		}
 		return;
 	}
@@ -316,18 +339,57 @@ out:
 		ibv_close_device(c);
 }
 
-static void check_nics(struct report *r, struct kvdmabuf_ctx *ctx)
+/* The caller's access to the verbs character devices. */
+static void check_uverbs_access(struct report *r)
+{
+	DIR *d = opendir("/dev/infiniband");
+	unsigned int n = 0, denied = 0;
+	char path[300], first[300] = "";
+	struct dirent *de;
+
+	while (d && (de = readdir(d))) {
+		if (strncmp(de->d_name, "uverbs", 6))
+			continue;
+		n++;
+		snprintf(path, sizeof(path), "/dev/infiniband/%s", de->d_name);
+		if (access(path, R_OK | W_OK) && !denied++)
+			snprintf(first, sizeof(first), "%s", path);
+	}
+	if (d)
+		closedir(d);
+	if (!n)
+		report_add(r, V_FAIL, "verbs device access", "no "
+			   "/dev/infiniband/uverbs*: ib_uverbs not loaded, "
+			   "or not given to this container");
+	else if (denied)
+		report_add(r, V_FAIL, "verbs device access", "uid %u cannot "
+			   "open %u of %u, %s the first (its group, usually "
+			   "rdma, or the container's device list)", getuid(),
+			   denied, n, first);
+	else
+		report_add(r, V_OK, "verbs device access", "%u uverbs "
+			   "device(s) usable by uid %u", n, getuid());
+}
+
+/* @proto: the configuration's protocol (rdma needs a verbs device). */
+static void check_nics(struct report *r, struct kvdmabuf_ctx *ctx, int proto)
 {
 	struct ibv_device **list;
 	int n = 0, i, backing;
 
 	list = ibv_get_device_list(&n);
 	if (!list || !n) {
-		report_add(r, V_INFO, "NICs", "no verbs device");
+		if (proto == KVD_PROTO_RDMA)
+			report_add(r, V_FAIL, "NICs", "no verbs device: with "
+				   "protocol rdma kvdmabuf_open() fails");
+		else
+			report_add(r, V_INFO, "NICs", "no verbs device (not "
+				   "needed: protocol is not rdma)");
 		if (list)
 			ibv_free_device_list(list);
 		return;
 	}
+	check_uverbs_access(r);
 	backing = probe_dmabuf();
 	for (i = 0; i < n; i++)
 		check_nic(r, ctx, list[i], backing);
@@ -344,10 +406,15 @@ static void check_iommu(struct report *r)
 	DIR *d = opendir("/sys/class/iommu");
 	FILE *f;
 
-	while (d && (de = readdir(d)))
+	if (!d) {
+		report_add(r, V_INFO, "IOMMU", "unknown: no /sys/class/iommu "
+			   "(sysfs not mounted, or not shown to this "
+			   "container)");
+		return;
+	}
+	while ((de = readdir(d)))
 		units += de->d_name[0] != '.';
-	if (d)
-		closedir(d);
+	closedir(d);
 	f = fopen("/sys/kernel/iommu_groups/0/type", "re");
 	if (f) {
 		if (!fgets(type, sizeof(type), f))
@@ -366,19 +433,47 @@ static void check_iommu(struct report *r)
 			   "IOMMU to map BARs, or iommu=pt)");
 }
 
+/* The configuration kvdmabuf_open() would read; its defaults if it fails. */
+static void check_config(struct report *r, struct kvd_config *cfg)
+{
+	char err[400];
+
+	if (kvd_config_load(NULL, cfg, err, sizeof(err))) {
+		report_add(r, V_FAIL, "configuration", "%s: kvdmabuf_open() "
+			   "fails the same way", err);
+		memset(cfg, 0, sizeof(*cfg));
+		cfg->module = KVDMABUF_MODULE_AUTO;
+		cfg->proto = KVD_PROTO_RDMA;
+		return;
+	}
+	report_add(r, V_OK, "configuration", "%s: protocol %s, module %s",
+		   cfg->path[0] ? cfg->path : "built-in defaults (no "
+		   KVDMABUF_CONFIG_ENV ")", cfg->protocol,
+		   cfg->module == KVDMABUF_MODULE_REQUIRE ? "require" :
+		   cfg->module == KVDMABUF_MODULE_OFF ? "off" : "auto");
+}
+
 int cmd_check(bool json)
 {
 	struct kvdmabuf_ctx ctx = { .module_fd = -1 };
 	struct report r = { 0 };
+	struct kvd_config *cfg;
 	int failed;
 
-	check_module(&r, &ctx);
+	cfg = calloc(1, sizeof(*cfg));
+	if (!cfg) {
+		fprintf(stderr, "kvdmabuf check: out of memory\n");
+		return 1;
+	}
+	check_config(&r, cfg);
+	check_module(&r, &ctx, cfg->module);
 	check_cuda(&r);
 	check_drm(&r);
-	check_nics(&r, &ctx);
+	check_nics(&r, &ctx, cfg->proto);
 	check_iommu(&r);
 	failed = report_print(&r, json);
 	report_free(&r);
+	free(cfg);
 	if (ctx.module_fd >= 0)
 		close(ctx.module_fd);
 	return failed;

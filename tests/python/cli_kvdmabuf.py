@@ -54,6 +54,9 @@ def check_passes_with_the_module_loaded():
     rc, verdict, items = check_json()
     check(rc == 0 and verdict == "PASS")
     check(items["module"]["verdict"] == "OK", str(items["module"]))
+    check(items["configuration"]["verdict"] == "OK", str(items))
+    check(items["verbs device access"]["verdict"] == "OK",
+          str(items.get("verbs device access")))
     nics = [k for k in items if k.startswith("NIC rxe")]
     check(len(nics) >= 2, "rxe NICs not reported: %s" % list(items))
     # The lane's soft-RoCE with dma-buf MRs (tests/rxe) follows moves
@@ -69,20 +72,37 @@ def check_passes_with_the_module_loaded():
             check("no dma-buf MRs" in items[k]["detail"], str(items[k]))
 
 
-def check_fails_without_the_module():
+def check_without_the_module_warns_and_fails_where_required():
+    """module: auto (the default) goes on without the module: a WARN, the
+    verdict PASS; module: require makes kvdmabuf_open() fail: a FAIL."""
     need_root()
     check(subprocess.run(["rmmod", "kvdmabuf"]).returncode == 0,
           "rmmod kvdmabuf failed (something still holds it)")
+    cfg = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
     try:
         rc, verdict, items = check_json()
-        check(rc == 1 and verdict == "FAIL")
         # loaded from the build tree: installed (DKMS lanes) or not
         detail = items["module"]["detail"]
-        check(items["module"]["verdict"] == "FAIL" and
+        check(items["module"]["verdict"] == "WARN" and
               "modprobe kvdmabuf" in detail and
-              ("not loaded" in detail or "make modules_install" in detail),
-              detail)
+              ("not loaded" in detail or "make modules_install" in detail)
+              and "module: auto" in detail, detail)
+        check(rc == 0 and verdict == "PASS",
+              "%s: %s" % (verdict, [k for k, i in items.items()
+                                    if i["verdict"] == "FAIL"]))
+        cfg.write("protocol: rdma\nmodule: require\n")
+        cfg.close()
+        rc, verdict, items = check_json(
+            env=dict(os.environ, KVDMABUF_CONFIG=cfg.name))
+        check(rc == 1 and verdict == "FAIL")
+        check(items["configuration"]["verdict"] == "OK" and
+              "module require" in items["configuration"]["detail"],
+              str(items["configuration"]))
+        check(items["module"]["verdict"] == "FAIL" and
+              "module: require" in items["module"]["detail"],
+              str(items["module"]))
     finally:
+        os.unlink(cfg.name)
         check(subprocess.run(["insmod", KO]).returncode == 0,
               "insmod %s failed" % KO)
 
@@ -210,7 +230,7 @@ def selftest_runs_programs_and_reports_failures():
 if __name__ == "__main__":
     raise SystemExit(ktap.main([
         check_passes_with_the_module_loaded,
-        check_fails_without_the_module,
+        check_without_the_module_warns_and_fails_where_required,
         check_fails_for_a_user_without_access,
         status_lists_what_the_user_may_see,
         selftest_runs_programs_and_reports_failures,
