@@ -14,11 +14,18 @@
  *                             # or one): for libkvdmabuf-preload.so
  *
  * Malformed YAML and unknown keys are errors with file:line:column.
+ *
+ * Each key but kv_regions may also come from the environment,
+ * KVDMABUF_<KEY> in upper case (KVDMABUF_NICS=mlx5_3), holding what the
+ * file would after "key: ", with the same checks; it wins over the file.
+ * For what differs per worker (a rank's NIC) without a file per worker.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <locale.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +40,7 @@ struct parse {
 	char *err;
 	size_t errlen;
 	unsigned int seen;
+	bool overlay;		/* one key over a whole configuration */
 };
 
 enum { SEEN_PROTOCOL = 1, SEEN_NICS = 2, SEEN_DRAIN = 4, SEEN_MODULE = 8,
@@ -373,7 +381,7 @@ static int parse_doc(struct parse *p, struct kvd_config *c)
 	yaml_event_delete(&ev);
 	if (rc)
 		return rc;
-	if (!(p->seen & SEEN_PROTOCOL)) {
+	if (!p->overlay && !(p->seen & SEEN_PROTOCOL)) {
 		if (p->err && p->errlen)
 			snprintf(p->err, p->errlen,
 				 "%s: missing key 'protocol'", p->name);
@@ -392,14 +400,18 @@ static void config_defaults(struct kvd_config *c)
 	c->module = KVDMABUF_MODULE_AUTO;
 }
 
-int kvd_config_parse(const char *text, size_t len, const char *name,
-		     struct kvd_config *cfg, char *err, size_t errlen)
+/*
+ * @text parsed over what @cfg holds (the defaults, or a file's keys); an
+ * @overlay need not say the protocol.
+ */
+static int parse_over(const char *text, size_t len, const char *name,
+		      bool overlay, struct kvd_config *cfg, char *err,
+		      size_t errlen)
 {
-	struct parse p = { .name = name, .err = err, .errlen = errlen };
+	struct parse p = { .name = name, .err = err, .errlen = errlen,
+			   .overlay = overlay };
 	int rc;
 
-	config_defaults(cfg);
-	snprintf(cfg->path, sizeof(cfg->path), "%s", name);
 	if (!yaml_parser_initialize(&p.parser)) {
 		snprintf(err, errlen, "%s: out of memory", name);
 		return -ENOMEM;
@@ -411,8 +423,58 @@ int kvd_config_parse(const char *text, size_t len, const char *name,
 	return rc;
 }
 
-int kvd_config_load(const char *path, struct kvd_config *cfg, char *err,
-		    size_t errlen)
+int kvd_config_parse(const char *text, size_t len, const char *name,
+		     struct kvd_config *cfg, char *err, size_t errlen)
+{
+	config_defaults(cfg);
+	snprintf(cfg->path, sizeof(cfg->path), "%s", name);
+	return parse_over(text, len, name, false, cfg, err, errlen);
+}
+
+/* The keys the environment may set, KVDMABUF_<KEY>. */
+static const char *const env_keys[] = {
+	"protocol", "nics", "drain_timeout_s", "module", "cuda_library",
+	"cuda_dmabuf_mapping", "transport",
+};
+
+/* The environment's keys over @cfg; @cfg->path says which came from it. */
+static int config_env(struct kvd_config *cfg, char *err, size_t errlen)
+{
+	char var[48], text[1100], from[sizeof(cfg->path)] = "";
+	const char *v;
+	unsigned int i, j;
+	int rc;
+
+	for (i = 0; i < sizeof(env_keys) / sizeof(env_keys[0]); i++) {
+		snprintf(var, sizeof(var), "KVDMABUF_%s", env_keys[i]);
+		for (j = 9; var[j]; j++)
+			var[j] = (char)toupper((unsigned char)var[j]);
+		v = getenv(var);
+		if (!v)
+			continue;
+		if (strlen(v) > 1024) {
+			snprintf(err, errlen, "$%s: longer than 1024 bytes", var);
+			return -EINVAL;
+		}
+		snprintf(text, sizeof(text), "%s: %s\n", env_keys[i], v);
+		if (!strcmp(env_keys[i], "nics"))
+			cfg->nr_nics = 0;	/* replaced, not added to */
+		rc = parse_over(text, strlen(text), var, true, cfg, err,
+				errlen);
+		if (rc)
+			return rc;
+		snprintf(from + strlen(from), sizeof(from) - strlen(from),
+			 "%s%s", from[0] ? ", " : "", var);
+	}
+	if (from[0]) {
+		j = strlen(cfg->path);
+		snprintf(cfg->path + j, sizeof(cfg->path) - j, " + $%s", from);
+	}
+	return 0;
+}
+
+static int config_load_file(const char *path, struct kvd_config *cfg,
+			    char *err, size_t errlen)
 {
 	const char *from = "the caller";
 	char *text = NULL;
@@ -477,4 +539,12 @@ int kvd_config_load(const char *path, struct kvd_config *cfg, char *err,
 	rc = kvd_config_parse(text, len, path, cfg, err, errlen);
 	free(text);
 	return rc;
+}
+
+int kvd_config_load(const char *path, struct kvd_config *cfg, char *err,
+		    size_t errlen)
+{
+	int rc = config_load_file(path, cfg, err, errlen);
+
+	return rc ? rc : config_env(cfg, err, errlen);
 }

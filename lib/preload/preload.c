@@ -217,24 +217,22 @@ static void env_fail(int rc, const char *fmt, ...)
 }
 
 /*
- * kv_regions of the library's configuration ($KVDMABUF_CONFIG, parsed by
- * the library's own parser, lib/config.c), when one is named: regions
- * without a proxy until the library or a hook declares the same range
- * with one. A configuration that does not load trusts no region.
+ * The library's configuration ($KVDMABUF_CONFIG and the KVDMABUF_<KEY>
+ * variables, parsed by the library's own parser, lib/config.c): its
+ * kv_regions, regions without a proxy until the library or a hook declares
+ * the same range with one, and its cuda_dmabuf_mapping. A configuration
+ * that does not load trusts no region.
  */
 static void config_load(void)
 {
-	const char *path = getenv(KVDMABUF_CONFIG_ENV);
 	struct kvd_config *cfg;
 	char err[320];
 	unsigned int i;
 	int rc;
 
-	if (!path || !*path)
-		return;
 	cfg = malloc(sizeof(*cfg));
 	if (!cfg) {
-		env_fail(-ENOMEM, "%s: out of memory", path);
+		env_fail(-ENOMEM, "configuration: out of memory");
 		return;
 	}
 	rc = kvd_config_load(NULL, cfg, err, sizeof(err));

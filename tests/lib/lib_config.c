@@ -290,6 +290,57 @@ TEST(gate_missing_config_names_variable_and_path)
 	unlink(getenv(KVDMABUF_CONFIG_ENV));
 }
 
+/*
+ * KVDMABUF_<KEY> over the file: a rank's NIC without a file per rank. The
+ * variable wins, a list replaces the file's, values are checked as in a
+ * file (an error names the variable), and the path says which keys came
+ * from the environment; with no file, over the defaults.
+ */
+TEST(environment_over_the_file)
+{
+	const char *f = write_config("protocol: rdma\nnics: [a0, a1]\n"
+				     "module: require\n");
+	struct kvd_config c;
+	char err[512];
+
+	setenv(KVDMABUF_CONFIG_ENV, f, 1);
+	setenv("KVDMABUF_NICS", "mlx5_3", 1);
+	setenv("KVDMABUF_DRAIN_TIMEOUT_S", "2.5", 1);
+	ASSERT_EQ(0, kvd_config_load(NULL, &c, err, sizeof(err)));
+	EXPECT_EQ(1u, c.nr_nics);
+	EXPECT_EQ(0, strcmp("mlx5_3", c.nics[0]));
+	EXPECT_EQ(2500u, c.drain_timeout_ms);
+	EXPECT_EQ(KVDMABUF_MODULE_REQUIRE, c.module);
+	TH_LOG("%s", c.path);
+	EXPECT_NE(NULL, strstr(c.path, f));
+	EXPECT_NE(NULL, strstr(c.path,
+			       "$KVDMABUF_NICS, KVDMABUF_DRAIN_TIMEOUT_S"));
+
+	setenv("KVDMABUF_NICS", "[mlx5_2, mlx5_3]", 1);
+	ASSERT_EQ(0, kvd_config_load(NULL, &c, err, sizeof(err)));
+	EXPECT_EQ(2u, c.nr_nics);
+	EXPECT_EQ(0, strcmp("mlx5_3", c.nics[1]));
+
+	setenv("KVDMABUF_MODULE", "sometimes", 1);
+	EXPECT_EQ(-EINVAL, kvd_config_load(NULL, &c, err, sizeof(err)));
+	TH_LOG("%s", err);
+	EXPECT_NE(NULL, strstr(err, "KVDMABUF_MODULE:1:"));
+	EXPECT_NE(NULL, strstr(err, "'module' must be auto, require or off"));
+	unsetenv("KVDMABUF_MODULE");
+	unsetenv("KVDMABUF_NICS");
+	unsetenv("KVDMABUF_DRAIN_TIMEOUT_S");
+	unlink(f);
+
+	unsetenv(KVDMABUF_CONFIG_ENV);
+	setenv("KVDMABUF_PROTOCOL", "tcp", 1);
+	ASSERT_EQ(0, kvd_config_load(NULL, &c, err, sizeof(err)));
+	EXPECT_EQ(KVD_PROTO_TCP, c.proto);
+	EXPECT_NE(NULL, strstr(c.path, "built-in defaults"));
+	EXPECT_NE(NULL, strstr(c.path, "$KVDMABUF_PROTOCOL"));
+	EXPECT_EQ(1, kvdmabuf_gate(NULL, NULL, 0));
+	unsetenv("KVDMABUF_PROTOCOL");
+}
+
 static int maps_contain(const char *what)
 {
 	char line[512];
