@@ -299,8 +299,8 @@ int kvd_open_ops(const struct kvdmabuf_options *opts,
 		 struct kvdmabuf_ctx **ctxp, char *err, size_t errlen);
 
 /*
- * Messages are per thread (several threads share a context): the buffer of
- * the calling thread, now holding a message about @ctx.
+ * msg.c. Messages are per thread (several threads share a context): the
+ * buffer of the calling thread, now holding a message about @ctx.
  */
 char *kvd_msg(const struct kvdmabuf_ctx *ctx);
 
