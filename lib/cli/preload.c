@@ -74,6 +74,43 @@ static FILE *state_open(const char *path, const char *name)
 	return f;
 }
 
+/*
+ * A state file whose process is gone (killed, or _exit: no destructor ran)
+ * or whose pid is now another process's: removed when it is a regular
+ * preload file the caller owns (root: any), so that the folder does not
+ * fill up. A live process's file never matches: its pid and start time
+ * are its own, and it replaces the file by rename, never by a rewrite.
+ */
+static void prune(const char *path, const char *name)
+{
+	unsigned long long start;
+	char line[128];
+	struct stat st;
+	int pid, fd;
+	FILE *f;
+
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode) ||
+	    (getuid() && st.st_uid != getuid())) {
+		close(fd);
+		return;
+	}
+	f = fdopen(fd, "r");
+	if (!f) {
+		close(fd);
+		return;
+	}
+	if (fgets(line, sizeof(line), f) &&
+	    !strcmp(line, "kvdmabuf-preload 1\n") &&
+	    fgets(line, sizeof(line), f) &&
+	    sscanf(line, "pid %d %llu", &pid, &start) == 2 &&
+	    pid == atoi(name) && start != start_of(pid))
+		unlink(path);
+	fclose(f);
+}
+
 /* One live process's file, printed; 0, or -1 when not listed. */
 static int one(const char *path, const char *name, bool json, bool first)
 {
@@ -159,8 +196,9 @@ static int one(const char *path, const char *name, bool json, bool first)
 
 /*
  * Lists every live process's state file: in $KVDMABUF_PRELOAD_DIR when
- * set, else in KVDMABUF_PRELOAD_RUN_DIR and $XDG_RUNTIME_DIR's. JSON: the
- * elements of an array (the caller writes the brackets). Returns how many.
+ * set, else in KVDMABUF_PRELOAD_RUN_DIR and $XDG_RUNTIME_DIR's, and removes
+ * the caller's files of processes that are gone. JSON: the elements of an
+ * array (the caller writes the brackets). Returns how many were listed.
  */
 int preload_status(bool json)
 {
@@ -199,6 +237,8 @@ int preload_status(bool json)
 			strcpy(path + dl + 1, de->d_name);
 			if (!one(path, de->d_name, json, !listed))
 				listed++;
+			else
+				prune(path, de->d_name);
 		}
 		closedir(d);
 	}

@@ -248,14 +248,24 @@ def status_lists_a_live_engine_and_forgets_it_at_exit():
     check(p.returncode == 0, "symver: %d" % p.returncode)
     check(not os.path.exists(os.path.join(STATE, str(p.pid))),
           "state file left behind: %s" % os.listdir(STATE))
-    # a file whose process is gone (pid 1 with another start time)
-    with open(os.path.join(STATE, "1"), "w") as f:
-        f.write("kvdmabuf-preload 1\npid 1 12345678901\nregions 0 asleep 0 "
-                "mrs 0 in 0 proxy 0 cannot 0 env_error 0\n")
+    # a file whose process is gone (pid 1 with another start time, as a
+    # killed engine's whose pid came back), and one of a pid no process
+    # has: not listed, and removed (killed engines leave theirs)
+    with open("/proc/sys/kernel/pid_max") as f:
+        free_pid = int(f.read()) - 1
+    stale = [os.path.join(STATE, "1"), os.path.join(STATE, str(free_pid))]
+    for path, pid in zip(stale, (1, free_pid)):
+        with open(path, "w") as f:
+            f.write("kvdmabuf-preload 1\npid %d 12345678901\nregions 0 "
+                    "asleep 0 mrs 0 in 0 proxy 0 cannot 0 env_error 0\n"
+                    % pid)
     s = subprocess.run([CLI, "status", "--preload", "--json"],
                        capture_output=True, text=True, timeout=30)
-    os.unlink(os.path.join(STATE, "1"))
+    left = [p for p in stale if os.path.exists(p)]
+    for path in left:
+        os.unlink(path)
     check(json.loads(s.stdout)["preload"] == [], s.stdout)
+    check(not left, "stale state files kept: %s" % left)
 
 
 def state_file_of_an_earlier_image_is_removed_at_load():
