@@ -114,6 +114,38 @@ static int wait_backed_event(int dev, uint64_t gen)
 	return -ETIMEDOUT;
 }
 
+/*
+ * A proxy backed by a new exporter buffer (@flags, pattern @seed) and a
+ * dynamic import of it: the import's handle, *@e and *@p the buffer's and
+ * the proxy's fds; or -errno.
+ */
+static int backed_import(FIXTURE_DATA(exp) *self, uint32_t flags,
+			 uint32_t seed, int *e, int *p)
+{
+	int ret;
+
+	*p = -1;
+	*e = exp_buf(self->exp, SIZE, flags, seed);
+	if (*e < 0)
+		return *e;
+	*p = kvd_create(self->dev, SIZE, NULL);
+	if (*p < 0)
+		return *p;
+	ret = kvd_attach(self->dev, *p, *e, 0);
+	return ret ? ret : imp_import(self->imp, *p, 0);
+}
+
+/* Undoes backed_import(): 0, or the first error. */
+static int backed_import_done(FIXTURE_DATA(exp) *self, int h, int p, int e)
+{
+	int ret = imp_release(self->imp, h), r2;
+
+	r2 = kvd_revoke(self->dev, p, 1000);
+	close(p);
+	close(e);
+	return ret ? ret : r2;
+}
+
 /* An importer read must fail, or (if it wrongly succeeds) show which bytes. */
 static int read_while_revoked(struct __test_metadata *_metadata, int imp,
 			      int h, char *buf)
@@ -264,14 +296,8 @@ TEST_F(exp, attach_between_exporter_revoke_and_the_work_succeeds)
 	uint64_t gen = 0;
 
 	for (round = 0; round < 20; round++) {
-		e = exp_buf(self->exp, SIZE,
-			    variant->flags | KVD_EXP_CREATE_REVOKE_ON_PIN,
-			    SEED_B);
-		ASSERT_GE(e, 0);
-		p = kvd_create(self->dev, SIZE, NULL);
-		ASSERT_GE(p, 0);
-		ASSERT_EQ(0, kvd_attach(self->dev, p, e, 0));
-		h1 = imp_import(self->imp, p, 0);
+		h1 = backed_import(self, variant->flags |
+				   KVD_EXP_CREATE_REVOKE_ON_PIN, SEED_B, &e, &p);
 		ASSERT_GE(h1, 0);
 		ASSERT_EQ(0, imp_read(self->imp, h1, 0, self->buf, SIZE));
 		ASSERT_EQ(-1, pattern_check(self->buf, SIZE, SEED_B));
@@ -301,10 +327,7 @@ TEST_F(exp, attach_between_exporter_revoke_and_the_work_succeeds)
 		EXPECT_EQ(-ENODEV, read_while_revoked(_metadata, self->imp, h2,
 						       self->buf));
 		EXPECT_EQ(0, imp_release(self->imp, h2));
-		EXPECT_EQ(0, imp_release(self->imp, h1));
-		EXPECT_EQ(0, kvd_revoke(self->dev, p, 1000));
-		close(p);
-		close(e);
+		EXPECT_EQ(0, backed_import_done(self, h1, p, e));
 	}
 }
 
@@ -327,14 +350,8 @@ TEST_F(exp, exporter_fence_wait_outlasts_the_proxys_writers)
 
 	memset(self->buf, 0x5a, SIZE);
 	for (round = 0; round < 10; round++) {
-		e = exp_buf(self->exp, SIZE,
-			    variant->flags | KVD_EXP_CREATE_REVOKE_FENCED,
-			    SEED_B);
-		ASSERT_GE(e, 0);
-		p = kvd_create(self->dev, SIZE, NULL);
-		ASSERT_GE(p, 0);
-		ASSERT_EQ(0, kvd_attach(self->dev, p, e, 0));
-		h = imp_import(self->imp, p, 0);
+		h = backed_import(self, variant->flags |
+				  KVD_EXP_CREATE_REVOKE_FENCED, SEED_B, &e, &p);
 		ASSERT_GE(h, 0);
 		ASSERT_EQ(0, imp_write(self->imp, h, 0, self->buf, KVD_PAGE));
 		if (round % 2)
@@ -353,10 +370,7 @@ TEST_F(exp, exporter_fence_wait_outlasts_the_proxys_writers)
 		EXPECT_EQ(-ENODEV, w);
 		if (round % 2)
 			EXPECT_GE(dt, 300u);
-		EXPECT_EQ(0, imp_release(self->imp, h));
-		EXPECT_EQ(0, kvd_revoke(self->dev, p, 1000));
-		close(p);
-		close(e);
+		EXPECT_EQ(0, backed_import_done(self, h, p, e));
 	}
 }
 
@@ -402,10 +416,7 @@ TEST_F(exp, exporter_move_replaced_before_the_work_stays_backed)
 		EXPECT_EQ(gen, q.generation);
 		EXPECT_EQ(0, imp_read(self->imp, h, 0, self->buf, SIZE));
 		EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_C));
-		EXPECT_EQ(0, imp_release(self->imp, h));
-		EXPECT_EQ(0, kvd_revoke(self->dev, p, 1000));
-		close(p);
-		close(b);
+		EXPECT_EQ(0, backed_import_done(self, h, p, b));
 		close(e);
 	}
 }
@@ -439,10 +450,7 @@ TEST_F(exp, exporter_revoke_unheard_revokes_at_the_next_import)
 	EXPECT_EQ(2u, last_revoked_event(self->dev));
 	EXPECT_EQ(-ENODEV, read_while_revoked(_metadata, self->imp, h,
 					       self->buf));
-	EXPECT_EQ(0, imp_release(self->imp, h));
-	EXPECT_EQ(0, kvd_revoke(self->dev, p, 1000));
-	close(p);
-	close(e);
+	EXPECT_EQ(0, backed_import_done(self, h, p, e));
 }
 
 /*
@@ -458,13 +466,8 @@ TEST_F(exp, revoke_waits_for_the_exporter_revokes_teardown)
 	uint64_t t0;
 	int e, p, h;
 
-	e = exp_buf(self->exp, SIZE, variant->flags | KVD_EXP_CREATE_SLOW_UNMAP,
-		    SEED_B);
-	ASSERT_GE(e, 0);
-	p = kvd_create(self->dev, SIZE, NULL);
-	ASSERT_GE(p, 0);
-	ASSERT_EQ(0, kvd_attach(self->dev, p, e, 0));
-	h = imp_import(self->imp, p, 0);
+	h = backed_import(self, variant->flags | KVD_EXP_CREATE_SLOW_UNMAP,
+			  SEED_B, &e, &p);
 	ASSERT_GE(h, 0);
 	ASSERT_EQ(0, imp_read(self->imp, h, 0, self->buf, SIZE));
 	t0 = now_ms();

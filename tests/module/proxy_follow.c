@@ -336,6 +336,43 @@ TEST_F(follow, revoke_times_out_on_a_slow_importer)
 	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_B));
 }
 
+/*
+ * REVOKE's timeout bounds its whole wait, not each stale backing's: two
+ * stale backings whose importers' fences signal 0.6 s and 1.2 s from now,
+ * one after the other; a REVOKE of 1 s returns -ETIMEDOUT at about 1 s
+ * (not 0 at 1.2 s), and once both signaled a REVOKE returns 0.
+ */
+TEST_F(follow, revoke_timeout_bounds_all_stale_backings_together)
+{
+	double t0, ms;
+	int ret;
+
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, self->a, 0));
+	self->h = imp_import(self->imp, self->proxy, 0);
+	ASSERT_GE(self->h, 0);
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	ASSERT_EQ(0, imp_fence(self->imp, self->h,
+			       (uint32_t)kvd_scaled_ms(600)));
+	/* a stale, its fences: the 0.6 s one */
+	EXPECT_EQ(-ETIMEDOUT, kvd_attach_full(self->dev, self->proxy, self->b,
+					      0, KVDMABUF_ATTACH_REPLACE, 0,
+					      NULL));
+	ASSERT_EQ(0, imp_fence(self->imp, self->h,
+			       (uint32_t)kvd_scaled_ms(1200)));
+	/* b stale too, its fences: both */
+	EXPECT_EQ(-ETIMEDOUT, kvd_revoke(self->dev, self->proxy, 0));
+
+	t0 = __th_now();
+	ret = kvd_revoke(self->dev, self->proxy, (uint32_t)kvd_scaled_ms(1000));
+	ms = (__th_now() - t0) * 1e3;
+	TH_LOG("REVOKE of %d ms: %s after %.0f ms", kvd_scaled_ms(1000),
+	       strerror(-ret), ms);
+	EXPECT_EQ(-ETIMEDOUT, ret);
+	EXPECT_LT(ms, kvd_scaled_ms(1150));
+	EXPECT_EQ(0, kvd_revoke(self->dev, self->proxy,
+				(uint32_t)kvd_scaled_ms(5000)));
+}
+
 TEST_F(follow, replace_times_out_then_completes)
 {
 	struct kvdmabuf_query q;

@@ -64,6 +64,32 @@ FIXTURE_TEARDOWN(rxe)
 	rxe_set_pinned(0);
 }
 
+/*
+ * A proxy of LEN backed by @backing at @offset, and B's dma-buf MR on it
+ * (IOVA, ACC): 0 with *@proxy and *@mr set, or -errno, said in the log.
+ */
+static int proxy_mr(struct __test_metadata *_metadata,
+		    FIXTURE_DATA(rxe) *self, int backing, uint64_t offset,
+		    int *proxy, struct ibv_mr **mr)
+{
+	int ret;
+
+	*mr = NULL;
+	*proxy = kvd_create(self->dev, LEN, NULL);
+	if (*proxy < 0)
+		return *proxy;
+	ret = kvd_attach(self->dev, *proxy, backing, offset);
+	if (ret)
+		return ret;
+	*mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, *proxy, ACC);
+	if (!*mr) {
+		ret = -errno;
+		TH_LOG("ibv_reg_dmabuf_mr: %s", strerror(errno));
+		return ret;
+	}
+	return 0;
+}
+
 /* A's RDMA op of @len bytes between abuf + @aoff and B's @iova (@rkey). */
 #define OP(opc, aoff, len, iova, rkey, st)				\
 	vp_rdma(&self->a, opc, (char *)self->abuf + (aoff), len,	\
@@ -186,13 +212,7 @@ TEST_F(rxe, proxy_swap_same_rkey_new_bytes)
 	b = vgem_pattern_buf(self->drm, LEN, 22);
 	ASSERT_GE(a, 0);
 	ASSERT_GE(b, 0);
-	proxy = kvd_create(self->dev, LEN, NULL);
-	ASSERT_GE(proxy, 0);
-	ASSERT_EQ(0, kvd_attach(self->dev, proxy, a, 0));
-	mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, proxy, ACC);
-	if (!mr)
-		TH_LOG("ibv_reg_dmabuf_mr: %s", strerror(errno));
-	ASSERT_NOT_NULL(mr);
+	ASSERT_EQ(0, proxy_mr(_metadata, self, a, 0, &proxy, &mr));
 	rkey = mr->rkey;
 
 	ASSERT_EQ(0, OP(IBV_WR_RDMA_READ, 0, LEN, IOVA, rkey,
@@ -249,13 +269,7 @@ TEST_F(rxe, revoked_proxy_errors_not_old_bytes)
 	KVD_OPEN_DEV(self->dev);
 	a = vgem_pattern_buf(self->drm, LEN, 41);
 	ASSERT_GE(a, 0);
-	proxy = kvd_create(self->dev, LEN, NULL);
-	ASSERT_GE(proxy, 0);
-	ASSERT_EQ(0, kvd_attach(self->dev, proxy, a, 0));
-	mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, proxy, ACC);
-	if (!mr)
-		TH_LOG("ibv_reg_dmabuf_mr: %s", strerror(errno));
-	ASSERT_NOT_NULL(mr);
+	ASSERT_EQ(0, proxy_mr(_metadata, self, a, 0, &proxy, &mr));
 	ASSERT_EQ(0, OP(IBV_WR_RDMA_READ, 0, LEN, IOVA,
 			mr->rkey, NULL));
 	EXPECT_EQ(-1, pattern_check(self->abuf, LEN, 41));
@@ -358,11 +372,7 @@ TEST_F(rxe, atomic_write_follows_the_swap_and_fails_while_revoked)
 	b = vgem_pattern_buf(self->drm, LEN, 52);
 	ASSERT_GE(a, 0);
 	ASSERT_GE(b, 0);
-	proxy = kvd_create(self->dev, LEN, NULL);
-	ASSERT_GE(proxy, 0);
-	ASSERT_EQ(0, kvd_attach(self->dev, proxy, a, 0));
-	mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, proxy, ACC);
-	ASSERT_NOT_NULL(mr);
+	ASSERT_EQ(0, proxy_mr(_metadata, self, a, 0, &proxy, &mr));
 
 	ASSERT_EQ(0, atomic_write(&self->a, qpx, IOVA + 8, mr->rkey, v1, &st));
 	EXPECT_EQ(v1, dmabuf_u64(a, 8));
@@ -479,13 +489,7 @@ TEST_F(rxe, dereg_after_move)
 	b = vgem_pattern_buf(self->drm, LEN, 72);
 	ASSERT_GE(a, 0);
 	ASSERT_GE(b, 0);
-	proxy = kvd_create(self->dev, LEN, NULL);
-	ASSERT_GE(proxy, 0);
-	ASSERT_EQ(0, kvd_attach(self->dev, proxy, a, 0));
-	mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, proxy, ACC);
-	if (!mr)
-		TH_LOG("ibv_reg_dmabuf_mr: %s", strerror(errno));
-	ASSERT_NOT_NULL(mr);
+	ASSERT_EQ(0, proxy_mr(_metadata, self, a, 0, &proxy, &mr));
 	/* Moved and never accessed again: the MR holds no mapping. */
 	ASSERT_EQ(0, kvd_replace(self->dev, proxy, b, 0));
 	ASSERT_EQ(0, ibv_dereg_mr(mr));
@@ -601,11 +605,7 @@ TEST_F(rxe, swaps_under_traffic_leave_nothing_behind)
 	buf[1] = vgem_dmabuf(self->drm, LEN);
 	ASSERT_GE(buf[0], 0);
 	ASSERT_GE(buf[1], 0);
-	proxy = kvd_create(self->dev, LEN, NULL);
-	ASSERT_GE(proxy, 0);
-	ASSERT_EQ(0, kvd_attach(self->dev, proxy, buf[0], 0));
-	mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, proxy, ACC);
-	ASSERT_NOT_NULL(mr);
+	ASSERT_EQ(0, proxy_mr(_metadata, self, buf[0], 0, &proxy, &mr));
 	pattern_fill((char *)self->abuf + LEN / 2, LEN / 2, 99);
 	t.lkey = self->amr->lkey;
 	t.rkey = mr->rkey;
@@ -657,11 +657,7 @@ TEST_F(rxe, revoke_under_traffic_errors_and_leaves_nothing_behind)
 	KVD_OPEN_DEV(self->dev);
 	a = vgem_pattern_buf(self->drm, LEN, 90);
 	ASSERT_GE(a, 0);
-	proxy = kvd_create(self->dev, LEN, NULL);
-	ASSERT_GE(proxy, 0);
-	ASSERT_EQ(0, kvd_attach(self->dev, proxy, a, 0));
-	mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, proxy, ACC);
-	ASSERT_NOT_NULL(mr);
+	ASSERT_EQ(0, proxy_mr(_metadata, self, a, 0, &proxy, &mr));
 	t.lkey = self->amr->lkey;
 	t.rkey = mr->rkey;
 	ASSERT_EQ(0, pthread_create(&tid, NULL, traffic_fn, &t));
