@@ -440,14 +440,15 @@ static const char *const env_keys[] = {
 /* The environment's keys over @cfg; @cfg->path says which came from it. */
 static int config_env(struct kvd_config *cfg, char *err, size_t errlen)
 {
+	static const char prefix[] = "KVDMABUF_";
 	char var[48], text[1100], from[sizeof(cfg->path)] = "";
 	const char *v;
 	unsigned int i, j;
 	int rc;
 
 	for (i = 0; i < sizeof(env_keys) / sizeof(env_keys[0]); i++) {
-		snprintf(var, sizeof(var), "KVDMABUF_%s", env_keys[i]);
-		for (j = 9; var[j]; j++)
+		snprintf(var, sizeof(var), "%s%s", prefix, env_keys[i]);
+		for (j = sizeof(prefix) - 1; var[j]; j++)
 			var[j] = (char)toupper((unsigned char)var[j]);
 		v = getenv(var);
 		if (!v)

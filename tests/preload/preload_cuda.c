@@ -254,29 +254,43 @@ FIXTURE(kv) {
 	int proxy;              /* stands for the region's proxy dma-buf */
 };
 
-FIXTURE_SETUP(kv)
+/*
+ * @n chunks reserved, created, mapped and made read-write through the
+ * driver's own calls; the first two declared as region "kv" with a
+ * stand-in proxy (*@proxy) and the proxy operations below. Returns the base.
+ */
+static char *kv_region(struct __test_metadata *_metadata,
+		       kvd_CUmemGenericAllocationHandle *h, int n, int *proxy)
 {
 	kvd_CUdeviceptr p;
-	char why[400];
+	char *base;
 	int i;
+
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.d_reserve(&p, n * CHUNK, 0, 0, 0));
+	base = (char *)(uintptr_t)p;
+	for (i = 0; i < n; i++) {
+		ASSERT_EQ(KVD_CUDA_SUCCESS, create(&h[i]));
+		ASSERT_EQ(KVD_CUDA_SUCCESS, t.d_map(p + i * CHUNK, CHUNK, 0,
+						    h[i], 0));
+		ASSERT_EQ(KVD_CUDA_SUCCESS, t.d_access(p + i * CHUNK, CHUNK,
+						       &rw, 1));
+	}
+	*proxy = memfd_create("stand-in-proxy", MFD_CLOEXEC);
+	ASSERT_LE(0, *proxy);
+	ASSERT_EQ(0, t.declare(base, 2 * CHUNK, "kv", *proxy, 0));
+	ASSERT_EQ(0, t.set_ops(base, &so_ops));
+	return base;
+}
+
+FIXTURE_SETUP(kv)
+{
+	char why[400];
 
 	memset(&so, 0, sizeof(so));
 	self->proxy = -1;
 	if (load(why, sizeof(why)))
 		SKIP(return, "%s", why);
-	ASSERT_EQ(KVD_CUDA_SUCCESS, t.d_reserve(&p, NCHUNK * CHUNK, 0, 0, 0));
-	self->base = (char *)(uintptr_t)p;
-	for (i = 0; i < NCHUNK; i++) {
-		ASSERT_EQ(KVD_CUDA_SUCCESS, create(&self->h[i]));
-		ASSERT_EQ(KVD_CUDA_SUCCESS, t.d_map(p + i * CHUNK, CHUNK, 0,
-						    self->h[i], 0));
-		ASSERT_EQ(KVD_CUDA_SUCCESS, t.d_access(p + i * CHUNK, CHUNK,
-						       &rw, 1));
-	}
-	self->proxy = memfd_create("stand-in-proxy", MFD_CLOEXEC);
-	ASSERT_LE(0, self->proxy);
-	ASSERT_EQ(0, t.declare(self->base, 2 * CHUNK, "kv", self->proxy, 0));
-	ASSERT_EQ(0, t.set_ops(self->base, &so_ops));
+	self->base = kv_region(_metadata, self->h, NCHUNK, &self->proxy);
 	log_now();
 	/* the global lookup found the interposer, not the driver */
 	ASSERT_NE((void *)t.d_unmap, (void *)t.unmap);
@@ -1192,19 +1206,7 @@ static void wake_export_flags(struct __test_metadata *_metadata,
 	if (yaml ? load_with_config(yaml, why, sizeof(why)) :
 		   load(why, sizeof(why)))
 		SKIP(return, "%s", why);
-	ASSERT_EQ(KVD_CUDA_SUCCESS, t.d_reserve(&p, 2 * CHUNK, 0, 0, 0));
-	for (i = 0; i < 2; i++) {
-		ASSERT_EQ(KVD_CUDA_SUCCESS, create(&h[i]));
-		ASSERT_EQ(KVD_CUDA_SUCCESS, t.d_map(p + i * CHUNK, CHUNK, 0,
-						    h[i], 0));
-		ASSERT_EQ(KVD_CUDA_SUCCESS, t.d_access(p + i * CHUNK, CHUNK,
-						       &rw, 1));
-	}
-	proxy = memfd_create("stand-in-proxy", MFD_CLOEXEC);
-	ASSERT_LE(0, proxy);
-	ASSERT_EQ(0, t.declare((void *)(uintptr_t)p, 2 * CHUNK, "kv", proxy,
-			       0));
-	ASSERT_EQ(0, t.set_ops((void *)(uintptr_t)p, &so_ops));
+	p = (kvd_CUdeviceptr)(uintptr_t)kv_region(_metadata, h, 2, &proxy);
 	for (i = 0; i < 2; i++) {
 		ASSERT_EQ(KVD_CUDA_SUCCESS, t.unmap(p + i * CHUNK, CHUNK));
 		t.d_release(h[i]);
