@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
- * context.c - open/close a context, options, busy accounting, queries.
- * Messages are msg.c's.
+ * context.c - the top floor: open and close a context (options, config,
+ * NICs, module), queries. Who may change it now is busy.c's, messages
+ * are msg.c's.
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,56 +33,9 @@ const struct kvd_ops kvd_default_ops = {
 /* Serials of contexts, never 0 (a context on the stack, zeroed, has 0). */
 static _Atomic uint64_t ctx_serials;
 
-/* Before the lock: a forked child may have inherited it held. */
-int kvd_not_forked(struct kvdmabuf_ctx *ctx, const char *what)
-{
-	if (ctx->pid == getpid())
-		return 0;
-	return kvd_err(ctx, -EPERM, "%s: this context was opened by process "
-		       "%d; a forked child cannot use it (its MRs and proxies "
-		       "are the parent's)", what, (int)ctx->pid);
-}
-
-int kvd_may_change(struct kvdmabuf_ctx *ctx, const char *what)
-{
-	if (ctx->busy && pthread_equal(ctx->busy_thread, pthread_self()))
-		return kvd_err(ctx, -EDEADLK, "%s from a callback", what);
-	if (ctx->busy)
-		return kvd_err(ctx, -EBUSY, "%s while a sleep or wake runs in "
-			       "another thread", what);
-	return 0;
-}
-
-void kvd_busy_begin(struct kvdmabuf_ctx *ctx)
-{
-	ctx->busy = true;
-	ctx->busy_thread = pthread_self();
-}
-
-void kvd_busy_end(struct kvdmabuf_ctx *ctx)
-{
-	ctx->busy = false;
-}
-
 unsigned int kvdmabuf_version(void)
 {
 	return KVDMABUF_VERSION;
-}
-
-const char *kvdmabuf_mode_name(int mode)
-{
-	switch (mode) {
-	case KVDMABUF_MODE_FOLLOW:
-		return "follow";
-	case KVDMABUF_MODE_REREGISTER:
-		return "reregister";
-	case KVDMABUF_MODE_HOST:
-		return "host";
-	case KVDMABUF_MODE_NOREG:
-		return "noreg";
-	default:
-		return "?";
-	}
 }
 
 static void set_err(char *err, size_t errlen, const char *msg)
@@ -157,6 +110,7 @@ int kvd_open_ops(const struct kvdmabuf_options *opts,
 	ctx->pid = getpid();
 	ctx->ops = ops;
 	ctx->ops_arg = ops_arg;
+	ctx->engine_ops = &kvd_engine_ops;
 	pthread_mutexattr_init(&ma);
 	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
 	pthread_mutex_init(&ctx->lock, &ma);

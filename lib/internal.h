@@ -207,6 +207,7 @@ int kvd_proxy_dev_label(struct kvdmabuf_ctx *ctx, int proxy_fd,
 
 /* ---- objects ---- */
 struct kvd_cuda;
+struct kvdmabuf_preload_proxy_ops;
 
 struct kvdmabuf_region {
 	struct kvd_inflight io;          /* first: the hot part */
@@ -255,6 +256,8 @@ struct kvdmabuf_ctx {
 
 	const struct kvd_ops *ops;
 	void *ops_arg;                   /* for test backends */
+	/* what the preload calls on a declared region (interpose.c) */
+	const struct kvdmabuf_preload_proxy_ops *engine_ops;
 
 	struct kvd_config cfg;
 	unsigned int drain_timeout_ms;
@@ -282,9 +285,9 @@ struct kvdmabuf_ctx {
 };
 
 /*
- * With ctx->lock held: 0 when @what (sleep, wake, region changes) may run
- * now; -EDEADLK from a callback; -EBUSY while another thread's sleep or
- * wake runs without the lock.
+ * busy.c. With ctx->lock held: 0 when @what (sleep, wake, region changes)
+ * may run now; -EDEADLK from a callback; -EBUSY while another thread's
+ * sleep or wake runs without the lock.
  */
 int kvd_may_change(struct kvdmabuf_ctx *ctx, const char *what);
 /* 0, or -EPERM in a forked child (called before taking ctx->lock). */
@@ -293,7 +296,8 @@ int kvd_not_forked(struct kvdmabuf_ctx *ctx, const char *what);
 void kvd_busy_begin(struct kvdmabuf_ctx *ctx);
 void kvd_busy_end(struct kvdmabuf_ctx *ctx);
 
-/* Open with a given backend table (tests); kvdmabuf_open() uses defaults. */
+/* context.c: open with a given backend table (tests); kvdmabuf_open()
+ * uses the defaults. */
 int kvd_open_ops(const struct kvdmabuf_options *opts,
 		 const struct kvd_ops *ops, void *ops_arg,
 		 struct kvdmabuf_ctx **ctxp, char *err, size_t errlen);
@@ -341,25 +345,31 @@ int kvd_region_release(struct kvdmabuf_region *r, const char *what);
 void kvd_fire_key_callbacks(struct kvdmabuf_ctx *ctx,
 			    struct kvdmabuf_region *const *t, unsigned int n);
 
-/* interpose.c: under libkvdmabuf-preload.so (no-ops without it). The
+/* preload_link.c: under libkvdmabuf-preload.so (no-ops without it). The
  * library's own registrations are not the engine's: between own(1) and
  * own(0) they pass the interposer unrecorded. check: 0, or the preload's
  * refusal of a sleep of @r (message set). */
 void kvd_preload_own(int on);
 int kvd_preload_check(struct kvdmabuf_region *r);
 /* A region with a proxy declared to the preload (ctx locked), with the
- * proxy operations below; 0 or the preload's refusal (message set).
+ * context's engine_ops; 0 or the preload's refusal (message set).
  * undeclare: 0, or -EBUSY while the preload runs one of them (the caller
  * keeps the region as it was; message set). */
 int kvd_preload_declare(struct kvdmabuf_region *r);
 int kvd_preload_undeclare(struct kvdmabuf_region *r);
-/* sleep.c: the engine itself unmaps the memory of @r (its cuMemUnmap,
- * under the preload): @r sleeps as in kvdmabuf_sleep(), alone; wake: its
- * new memory, exported as @dmabuf_fd (not taken), becomes @r's backing.
- * Called without ctx->lock. 0 or negative errno, the message in @err. */
-int kvd_region_engine_sleep(struct kvdmabuf_region *r, char *err,
-			    size_t err_len);
-int kvd_region_engine_wake(struct kvdmabuf_region *r, int dmabuf_fd,
-			   char *err, size_t err_len);
+
+/* sleep.c, for interpose.c (ctx locked, @r may change): the engine itself
+ * unmapped the memory of @r: @r sleeps as in kvdmabuf_sleep(), alone; wake:
+ * its new memory, exported as @dmabuf_fd (not taken), becomes @r's
+ * backing (@what names the call in messages). 0 or negative errno,
+ * message set. */
+int kvd_sleep_region(struct kvdmabuf_region *r);
+int kvd_wake_region(struct kvdmabuf_region *r, int dmabuf_fd,
+		    const char *what);
+
+/* interpose.c: the operations the preload calls on a declared region
+ * (struct kvdmabuf_preload_proxy_ops, .arg the region): the engine's own
+ * unmap and map, through the two calls above. */
+extern const struct kvdmabuf_preload_proxy_ops kvd_engine_ops;
 
 #endif /* KVDMABUF_INTERNAL_H */

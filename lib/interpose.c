@@ -1,17 +1,14 @@
 // SPDX-License-Identifier: MIT
 /*
- * interpose.c - the library's side of libkvdmabuf-preload.so, when an
- * engine runs under it: the library's own registrations are marked as
- * such (the library carries them through sleep itself), and a sleep asks
- * the preload first whether the engine registered any of the memory in a
- * way that cannot follow (refused by name, nothing released). Each
- * region with a proxy is declared to the preload, with the proxy and the
- * operations its CUDA interposer calls when the engine itself unmaps or
- * maps the memory again (sleep and wake of that region, below), and
- * undeclared before it is freed. Found at run time with dlsym(): without
- * the preload all of it is a no-op.
+ * interpose.c - the top of the preload's path: what libkvdmabuf-preload.so
+ * calls when the engine itself unmaps a region's memory (its cuMemUnmap:
+ * that region sleeps, alone, as in kvdmabuf_sleep()) or maps new memory
+ * there (its cuMemSetAccess: the region wakes on it). The context's
+ * engine_ops point here (set at open); preload_link.c hands them to the
+ * preload with each region it declares, and the preload holds the region
+ * while one of them runs, so that it is not freed meanwhile (see
+ * kvd_preload_undeclare()). Called without ctx->lock.
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -20,119 +17,68 @@
 #include "internal.h"
 #include "kvdmabuf_preload.h"
 
-static struct {
-	pthread_once_t once;
-	void (*own)(int on);
-	int (*check)(const void *addr, size_t len, char *reason, size_t n);
-	int (*declare)(void *addr, size_t len, const char *tag, int proxy_fd,
-		       uint64_t proxy_offset);
-	int (*undeclare)(void *addr);
-	int (*set_ops)(void *addr,
-		       const struct kvdmabuf_preload_proxy_ops *ops);
-} preload = { .once = PTHREAD_ONCE_INIT };
-
-static void preload_find(void)
+/* 0 with ctx locked when @r may change now; else the error, unlocked. */
+static int engine_enter(struct kvdmabuf_region *r, const char *what)
 {
-	*(void **)&preload.own = dlsym(RTLD_DEFAULT, "kvdmabuf_preload_own");
-	*(void **)&preload.check = dlsym(RTLD_DEFAULT,
-					 "kvdmabuf_preload_check");
-	*(void **)&preload.declare = dlsym(RTLD_DEFAULT,
-					   "kvdmabuf_preload_declare");
-	*(void **)&preload.undeclare = dlsym(RTLD_DEFAULT,
-					     "kvdmabuf_preload_undeclare");
-	*(void **)&preload.set_ops = dlsym(RTLD_DEFAULT,
-					   "kvdmabuf_preload_set_proxy_ops");
-}
-
-void kvd_preload_own(int on)
-{
-	pthread_once(&preload.once, preload_find);
-	if (preload.own)
-		preload.own(on);
-}
-
-int kvd_preload_check(struct kvdmabuf_region *r)
-{
-	char reason[KVD_ERRMAX - 128];
+	struct kvdmabuf_ctx *ctx = r->ctx;
 	int rc;
 
-	pthread_once(&preload.once, preload_find);
-	if (!preload.check)
-		return 0;
-	rc = preload.check(r->addr, r->len, reason, sizeof(reason));
-	if (!rc)
-		return 0;
-	return kvd_err(r->ctx, rc, "sleep: region %p+%zu (tag '%s'): %s",
-		       r->addr, r->len, r->tag, reason);
-}
-
-/* The preload's proxy operations on a region of ours (@arg): held by the
- * preload while they run, so @r is not freed meanwhile (see
- * kvd_preload_undeclare()). */
-static int op_revoke(void *arg, void *addr, size_t len, char *err,
-		     size_t err_len)
-{
-	(void)addr;
-	(void)len;
-	return kvd_region_engine_sleep(arg, err, err_len);
-}
-
-static int op_replace(void *arg, void *addr, size_t len, int dmabuf_fd,
-		      char *err, size_t err_len)
-{
-	(void)addr;
-	(void)len;
-	return kvd_region_engine_wake(arg, dmabuf_fd, err, err_len);
-}
-
-int kvd_preload_declare(struct kvdmabuf_region *r)
-{
-	const struct kvdmabuf_preload_proxy_ops ops = {
-		.revoke = op_revoke, .replace = op_replace, .arg = r,
-	};
-	int rc;
-
-	pthread_once(&preload.once, preload_find);
-	if (r->proxy_fd < 0 || !preload.declare || !preload.undeclare ||
-	    !preload.set_ops)
-		return 0;
-	rc = preload.declare(r->addr, r->len, r->tag[0] ? r->tag : NULL,
-			     r->proxy_fd, 0);
+	rc = kvd_not_forked(ctx, what);
 	if (rc)
-		return kvd_err(r->ctx, rc, "libkvdmabuf-preload.so refused "
-			       "the region: %s (it overlaps a KV region "
-			       "declared otherwise: %s, or an engine hook?)",
-			       strerror(-rc), KVDMABUF_PRELOAD_REGIONS_ENV);
-	rc = preload.set_ops(r->addr, &ops);
-	if (rc) {
-		preload.undeclare(r->addr);
-		return kvd_err(r->ctx, rc, "libkvdmabuf-preload.so refused "
-			       "the region's proxy operations: %s",
-			       strerror(-rc));
-	}
-	r->preload_declared = true;
-	return 0;
+		return rc;
+	pthread_mutex_lock(&ctx->lock);
+	rc = kvd_may_change(ctx, what);
+	if (!rc && r->broken)
+		rc = kvd_err(ctx, -EIO, "%s: region %p+%zu is broken (%s)",
+			     what, r->addr, r->len, strerror(-r->broken));
+	if (rc)
+		pthread_mutex_unlock(&ctx->lock);
+	return rc;
 }
 
-int kvd_preload_undeclare(struct kvdmabuf_region *r)
+/* The preload's message: this thread's, copied while still about @r. */
+static int engine_result(struct kvdmabuf_region *r, int rc, char *err,
+			 size_t err_len)
 {
+	if (rc && err && err_len)
+		snprintf(err, err_len, "%s", kvd_msg(r->ctx));
+	return rc;
+}
+
+static int engine_sleep(void *arg, void *addr, size_t len, char *err,
+			size_t err_len)
+{
+	struct kvdmabuf_region *r = arg;
 	int rc;
 
-	if (!r->preload_declared)
-		return 0;
-	rc = preload.undeclare(r->addr);
-	if (rc == -EBUSY)
-		return kvd_err(r->ctx, rc, "region %p+%zu (tag '%s'): the "
-			       "engine's cuMemUnmap or cuMemSetAccess of it is "
-			       "being handled by libkvdmabuf-preload.so right "
-			       "now: try again", r->addr, r->len, r->tag);
-	if (rc == -ENOTEMPTY)
-		return kvd_err(r->ctx, -EBUSY, "region %p+%zu (tag '%s'): the "
-			       "engine has an MR on its proxy (kvdmabuf status "
-			       "lists it): the engine deregisters it first, "
-			       "else peers would go on reaching this memory "
-			       "through it", r->addr, r->len, r->tag);
-	/* -ENOENT: undeclared by someone else already */
-	r->preload_declared = false;
-	return 0;
+	(void)addr;
+	(void)len;
+	rc = engine_enter(r, "sleep (the engine's cuMemUnmap)");
+	if (!rc) {
+		rc = kvd_sleep_region(r);
+		pthread_mutex_unlock(&r->ctx->lock);
+	}
+	return engine_result(r, rc, err, err_len);
 }
+
+static int engine_wake(void *arg, void *addr, size_t len, int dmabuf_fd,
+		       char *err, size_t err_len)
+{
+	const char *what = "wake (the engine's cuMemSetAccess)";
+	struct kvdmabuf_region *r = arg;
+	int rc;
+
+	(void)addr;
+	(void)len;
+	rc = engine_enter(r, what);
+	if (!rc) {
+		rc = kvd_wake_region(r, dmabuf_fd, what);
+		pthread_mutex_unlock(&r->ctx->lock);
+	}
+	return engine_result(r, rc, err, err_len);
+}
+
+const struct kvdmabuf_preload_proxy_ops kvd_engine_ops = {
+	.revoke = engine_sleep,
+	.replace = engine_wake,
+};

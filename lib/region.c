@@ -375,6 +375,22 @@ int kvd_region_measure_mode(struct kvdmabuf_region *r)
 	return 0;
 }
 
+const char *kvdmabuf_mode_name(int mode)
+{
+	switch (mode) {
+	case KVDMABUF_MODE_FOLLOW:
+		return "follow";
+	case KVDMABUF_MODE_REREGISTER:
+		return "reregister";
+	case KVDMABUF_MODE_HOST:
+		return "host";
+	case KVDMABUF_MODE_NOREG:
+		return "noreg";
+	default:
+		return "?";
+	}
+}
+
 int kvdmabuf_region_add(struct kvdmabuf_ctx *ctx,
 			const struct kvdmabuf_region_desc *desc,
 			struct kvdmabuf_region **regionp)

@@ -526,33 +526,54 @@ out:
 	return rc;
 }
 
+/*
+ * The entry of kvdmabuf_sleep() (@asleep false: the targets are the awake
+ * regions of @tag) and kvdmabuf_wake() (true: the asleep ones): 0 with ctx
+ * locked and the targets in @tp, @idxp, @np (leave() frees them), else the
+ * error with ctx unlocked.
+ */
+static int enter(struct kvdmabuf_ctx *ctx, const char *what, const char *tag,
+		 bool asleep, struct kvdmabuf_region ***tp,
+		 unsigned int **idxp, unsigned int *np)
+{
+	int rc;
+
+	if (!ctx)
+		return -EINVAL;
+	rc = kvd_not_forked(ctx, what);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&ctx->lock);
+	rc = kvd_may_change(ctx, what);
+	if (!rc)
+		rc = targets(ctx, tag, asleep, tp, idxp, np);
+	if (rc)
+		pthread_mutex_unlock(&ctx->lock);
+	return rc;
+}
+
+static int leave(struct kvdmabuf_ctx *ctx, struct kvdmabuf_region **t,
+		 unsigned int *idx, int rc)
+{
+	free(t);
+	free(idx);
+	pthread_mutex_unlock(&ctx->lock);
+	return rc;
+}
+
 int kvdmabuf_sleep(struct kvdmabuf_ctx *ctx, const char *tag)
 {
 	struct kvdmabuf_region **t;
 	unsigned int *idx, n;
 	int rc;
 
-	if (!ctx)
-		return -EINVAL;
-	rc = kvd_not_forked(ctx, "sleep");
+	rc = enter(ctx, "sleep", tag, false, &t, &idx, &n);
 	if (rc)
 		return rc;
-	pthread_mutex_lock(&ctx->lock);
-	rc = kvd_may_change(ctx, "sleep");
-	if (!rc)
-		rc = sleep_gate(ctx);
-	if (rc)
-		goto unlock;
-	rc = targets(ctx, tag, false, &t, &idx, &n);
-	if (rc)
-		goto unlock;
-	if (n)          /* else nothing awake to put to sleep */
+	rc = sleep_gate(ctx);
+	if (!rc && n)   /* !n: nothing awake to put to sleep */
 		rc = sleep_set(ctx, t, idx, n);
-	free(t);
-	free(idx);
-unlock:
-	pthread_mutex_unlock(&ctx->lock);
-	return rc;
+	return leave(ctx, t, idx, rc);
 }
 
 /* The @n regions @t woke (ctx busy): awake, keys out, I/O open. */
@@ -576,36 +597,21 @@ int kvdmabuf_wake(struct kvdmabuf_ctx *ctx, const char *tag)
 	unsigned int *idx, n;
 	int rc;
 
-	if (!ctx)
-		return -EINVAL;
-	rc = kvd_not_forked(ctx, "wake");
+	rc = enter(ctx, "wake", tag, true, &t, &idx, &n);
 	if (rc)
 		return rc;
-	pthread_mutex_lock(&ctx->lock);
-	rc = kvd_may_change(ctx, "wake");
-	if (rc)
-		goto unlock;
-	rc = targets(ctx, tag, true, &t, &idx, &n);
-	if (rc)
-		goto unlock;
-	if (!n)
-		goto done;      /* nothing asleep */
-
+	if (!n)         /* nothing asleep */
+		return leave(ctx, t, idx, 0);
 	kvd_busy_begin(ctx);
 	/* On failure: still asleep, I/O still stopped, keys as before. */
 	rc = all_or_nothing(ctx, "wake", t, idx, n, wake_one, undo_wake_one);
 	if (!rc)
 		woken(ctx, t, n);
 	kvd_busy_end(ctx);
-done:
-	free(t);
-	free(idx);
-unlock:
-	pthread_mutex_unlock(&ctx->lock);
-	return rc;
+	return leave(ctx, t, idx, rc);
 }
 
-/* ---- driven by the engine's own CUDA calls (libkvdmabuf-preload.so) ---- */
+/* ---- one region, the engine's own unmap or map (interpose.c) ---- */
 
 static unsigned int region_index(const struct kvdmabuf_region *r)
 {
@@ -617,74 +623,32 @@ static unsigned int region_index(const struct kvdmabuf_region *r)
 	return i;
 }
 
-/* Both: ctx locked; 0 when @r may change now, else the message set. */
-static int engine_may(struct kvdmabuf_region *r, const char *what)
+int kvd_sleep_region(struct kvdmabuf_region *r)
 {
-	int rc = kvd_may_change(r->ctx, what);
-
-	if (!rc && r->broken)
-		rc = kvd_err(r->ctx, -EIO, "%s: region %p+%zu is broken (%s)",
-			     what, r->addr, r->len, strerror(-r->broken));
-	return rc;
-}
-
-static int engine_done(struct kvdmabuf_region *r, int rc, char *err,
-		       size_t err_len)
-{
-	if (rc && err && err_len)
-		snprintf(err, err_len, "%s", kvd_msg(r->ctx));
-	pthread_mutex_unlock(&r->ctx->lock);
-	return rc;
-}
-
-int kvd_region_engine_sleep(struct kvdmabuf_region *r, char *err,
-			    size_t err_len)
-{
-	struct kvdmabuf_ctx *ctx = r->ctx;
-	const char *what = "sleep (the engine's cuMemUnmap)";
 	unsigned int idx;
 	int rc;
 
-	rc = kvd_not_forked(ctx, what);
-	if (rc) {
-		snprintf(err, err_len, "%s", kvd_msg(ctx));
-		return rc;
-	}
-	pthread_mutex_lock(&ctx->lock);
-	rc = engine_may(r, what);
-	if (!rc)
-		rc = sleep_gate(ctx);
+	rc = sleep_gate(r->ctx);
 	/* asleep already (kvdmabuf_sleep): nothing maps the memory */
-	if (!rc && !r->asleep && r->mode != KVDMABUF_MODE_HOST) {
-		idx = region_index(r);
-		rc = sleep_set(ctx, &r, &idx, 1);
-	}
-	return engine_done(r, rc, err, err_len);
+	if (rc || r->asleep || r->mode == KVDMABUF_MODE_HOST)
+		return rc;
+	idx = region_index(r);
+	return sleep_set(r->ctx, &r, &idx, 1);
 }
 
-int kvd_region_engine_wake(struct kvdmabuf_region *r, int dmabuf_fd,
-			   char *err, size_t err_len)
+int kvd_wake_region(struct kvdmabuf_region *r, int dmabuf_fd,
+		    const char *what)
 {
 	struct kvdmabuf_ctx *ctx = r->ctx;
-	const char *what = "wake (the engine's cuMemSetAccess)";
 	int rc, fd;
 
-	rc = kvd_not_forked(ctx, what);
-	if (rc) {
-		snprintf(err, err_len, "%s", kvd_msg(ctx));
-		return rc;
-	}
-	pthread_mutex_lock(&ctx->lock);
-	rc = engine_may(r, what);
 	/* awake already (kvdmabuf_wake): its backing is what it exported */
-	if (rc || !r->asleep || r->mode == KVDMABUF_MODE_NOREG)
-		return engine_done(r, rc, err, err_len);
+	if (!r->asleep || r->mode == KVDMABUF_MODE_NOREG)
+		return 0;
 	fd = fcntl(dmabuf_fd, F_DUPFD_CLOEXEC, 0);
-	if (fd < 0) {
-		rc = kvd_err(ctx, -errno, "%s: dup of the new memory's "
-			     "dma-buf: %s", what, strerror(errno));
-		return engine_done(r, rc, err, err_len);
-	}
+	if (fd < 0)
+		return kvd_err(ctx, -errno, "%s: dup of the new memory's "
+			       "dma-buf: %s", what, strerror(errno));
 	kvd_busy_begin(ctx);
 	rc = wake_on(r, fd, 0);
 	if (rc)
@@ -693,5 +657,5 @@ int kvd_region_engine_wake(struct kvdmabuf_region *r, int dmabuf_fd,
 	else
 		woken(ctx, &r, 1);
 	kvd_busy_end(ctx);
-	return engine_done(r, rc, err, err_len);
+	return rc;
 }

@@ -49,6 +49,20 @@ int kvd_copy_out(void __user *uarg, const void *karg, size_t ksize,
 	return 0;
 }
 
+/*
+ * The answer of an ATTACH or REVOKE: @karg copied out, then @ret, unless
+ * the copy faults. User memory is touched without proxy->lock held. An
+ * -EINTR or -ETIMEDOUT of the wait comes after the change: the copied
+ * generation says which it was; an -EBUSY copies out whose pins refused.
+ */
+static long kvd_reply(void __user *uarg, const void *karg, size_t ksize,
+		      u32 usize, long ret)
+{
+	int err = kvd_copy_out(uarg, karg, ksize, usize);
+
+	return err ? err : ret;
+}
+
 static struct kvd_proxy *kvd_proxy_get(u32 fd)
 {
 	struct dma_buf *dmabuf;
@@ -250,7 +264,7 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 	LIST_HEAD(dead);
 	u64 end;
 	u32 usize;
-	int ret, err;
+	int ret;
 
 	ret = kvd_copy_in(&arg, sizeof(arg), KVDMABUF_ATTACH_SIZE_VER0, uarg,
 			  &usize);
@@ -369,13 +383,7 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 	if (old)
 		ret = kvd_drain(proxy, arg.timeout_ms);
 	kvd_proxy_put(proxy);
-	/*
-	 * User memory is touched without proxy->lock held. An -EINTR or
-	 * -ETIMEDOUT of the wait comes after the change: @generation says
-	 * which it was.
-	 */
-	err = kvd_copy_out(uarg, &arg, sizeof(arg), usize);
-	return err ? err : ret;
+	return kvd_reply(uarg, &arg, sizeof(arg), usize, ret);
 
 out_unlock:
 	mutex_unlock(&proxy->lock);
@@ -387,8 +395,8 @@ out_backing:
 out_proxy:
 	kvd_proxy_put(proxy);
 	/* Whose -EBUSY it is: the importers' pins, or the exporter's (0). */
-	if (ret == -EBUSY && kvd_copy_out(uarg, &arg, sizeof(arg), usize))
-		ret = -EFAULT;
+	if (ret == -EBUSY)
+		return kvd_reply(uarg, &arg, sizeof(arg), usize, ret);
 	return ret;
 }
 
@@ -399,7 +407,7 @@ static long kvd_ioctl_revoke(struct kvd_ctx *ctx, void __user *uarg)
 	struct kvd_proxy *proxy;
 	LIST_HEAD(dead);
 	u32 usize;
-	int ret, err;
+	int ret;
 
 	ret = kvd_copy_in(&arg, sizeof(arg), KVDMABUF_REVOKE_SIZE_VER0, uarg,
 			  &usize);
@@ -453,20 +461,14 @@ static long kvd_ioctl_revoke(struct kvd_ctx *ctx, void __user *uarg)
 	kvd_bury(&dead);
 	ret = kvd_drain(proxy, arg.timeout_ms);
 	kvd_proxy_put(proxy);
-	/*
-	 * User memory is touched without proxy->lock held. An -EINTR or
-	 * -ETIMEDOUT of the wait comes after the change: @generation says
-	 * which it was.
-	 */
-	err = kvd_copy_out(uarg, &arg, sizeof(arg), usize);
-	return err ? err : ret;
+	return kvd_reply(uarg, &arg, sizeof(arg), usize, ret);
 
 out_unlock:
 	mutex_unlock(&proxy->lock);
 	kvd_bury(&dead);
 	kvd_proxy_put(proxy);
-	if (ret == -EBUSY && kvd_copy_out(uarg, &arg, sizeof(arg), usize))
-		ret = -EFAULT;
+	if (ret == -EBUSY)
+		return kvd_reply(uarg, &arg, sizeof(arg), usize, ret);
 	return ret;
 }
 

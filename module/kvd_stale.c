@@ -272,6 +272,22 @@ static int kvd_wait_idle(struct kvd_proxy *proxy, u32 timeout_ms)
 	return left ? 0 : -ETIMEDOUT;
 }
 
+/*
+ * Drop the stale backings that are idle now and what others left in the
+ * graveyard: their teardown (an exporter's unmap may be slow) runs with
+ * no lock of the proxy held, so QUERY and the next ioctl are not held up.
+ */
+static void kvd_reap_now(struct kvd_proxy *proxy)
+{
+	LIST_HEAD(dead);
+
+	mutex_lock(&proxy->lock);
+	kvd_reap(proxy, &dead);
+	list_splice_tail_init(&proxy->graveyard, &dead);
+	mutex_unlock(&proxy->lock);
+	kvd_bury(&dead);
+}
+
 /**
  * kvd_drain() - the wait of REVOKE and REPLACE for the stale backings
  * @proxy: the proxy (no lock held; the caller holds a dma-buf reference)
@@ -284,15 +300,10 @@ static int kvd_wait_idle(struct kvd_proxy *proxy, u32 timeout_ms)
  */
 int kvd_drain(struct kvd_proxy *proxy, u32 timeout_ms)
 {
-	LIST_HEAD(dead);
 	int ret;
 
 	ret = kvd_wait_idle(proxy, timeout_ms);
-	mutex_lock(&proxy->lock);
-	kvd_reap(proxy, &dead);
-	list_splice_tail_init(&proxy->graveyard, &dead);
-	mutex_unlock(&proxy->lock);
-	kvd_bury(&dead);
+	kvd_reap_now(proxy);
 	/*
 	 * What the reap work or an exporter's invalidation was burying
 	 * meanwhile (outside proxy->lock) is gone too.
@@ -312,15 +323,7 @@ int kvd_drain(struct kvd_proxy *proxy, u32 timeout_ms)
 /* proxy->reap_work: a last unmap or the importers' fences made a stale backing idle. */
 void kvd_reap_work(struct work_struct *work)
 {
-	struct kvd_proxy *proxy = container_of(work, struct kvd_proxy,
-					       reap_work);
-	LIST_HEAD(dead);
-
-	mutex_lock(&proxy->lock);
-	kvd_reap(proxy, &dead);
-	list_splice_tail_init(&proxy->graveyard, &dead);
-	mutex_unlock(&proxy->lock);
-	kvd_bury(&dead);
+	kvd_reap_now(container_of(work, struct kvd_proxy, reap_work));
 }
 
 /**
