@@ -126,23 +126,8 @@ static int cmp_dbl(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static double median(const double *v, int n)
-{
-	double s[MAX_SAMPLES];
-	int i;
-
-	if (n <= 0)
-		return 0;
-	if (n > (int)(sizeof(s) / sizeof(s[0])))
-		n = (int)(sizeof(s) / sizeof(s[0]));
-	for (i = 0; i < n; i++)
-		s[i] = v[i];
-	qsort(s, (size_t)n, sizeof(s[0]), cmp_dbl);
-	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-}
-
 /* Median of any number of samples (sorts a copy); 0 when empty or OOM. */
-static double median_big(const double *v, int n)
+static double median(const double *v, int n)
 {
 	double *c, m;
 
@@ -1220,7 +1205,7 @@ static int run_map_size(int dev, uint64_t size)
 			goto out;
 		}
 		for (round = 0; round < 3; round++) {
-			med[x][round] = median_big(v[x][round], total);
+			med[x][round] = median(v[x][round], total);
 			p99[x][round] = pctl_big(v[x][round], total, 99);
 		}
 	}
@@ -1705,11 +1690,11 @@ static int run_scale(const int *ns, int nn)
 	for (i = 0; i < nn; i++) {
 		struct scale_set *s = &sr[i];
 
-		s->f_sleep = median_big(s->sl, s->m);
-		s->f_wake = median_big(s->wk, s->m);
-		s->f_first = median_big(s->fa, s->m);
-		s->r_sleep = median_big(s->rsl, s->rm);
-		s->r_wake = median_big(s->rwk, s->rm);
+		s->f_sleep = median(s->sl, s->m);
+		s->f_wake = median(s->wk, s->m);
+		s->f_first = median(s->fa, s->m);
+		s->r_sleep = median(s->rsl, s->rm);
+		s->r_wake = median(s->rwk, s->rm);
 		snprintf(what, sizeof(what), "%d regions FOLLOW sleep / wake / "
 			 "first access", s->n);
 		row_add("7", what, "64KiB", "%.2f / %.2f / %.2f ms; per region "
@@ -1825,9 +1810,9 @@ static int run_scale_alone(const int *ns, int nn)
 		}
 	}
 	for (i = 0; i < nn; i++) {
-		double sl = median_big(acc[i][0], m[i]);
-		double wk = median_big(acc[i][1], m[i]);
-		double fa = median_big(acc[i][2], m[i]);
+		double sl = median(acc[i][0], m[i]);
+		double wk = median(acc[i][1], m[i]);
+		double fa = median(acc[i][2], m[i]);
 
 		per[i] = ns_per(wk + fa, ns[i]);
 		fmin = i ? (per[i] < fmin ? per[i] : fmin) : per[i];
@@ -2450,8 +2435,8 @@ static int run_rxe_scale(struct rxe_nic *x, const int *ns, int nn)
 					goto out;
 	for (i = 0; i < nn; i++) {
 		struct rxe_scale *s = &sr[i];
-		double fw = median_big(s->fw, s->m), ff = median_big(s->ff, s->m);
-		double rr = median_big(s->rr, s->m);
+		double fw = median(s->fw, s->m), ff = median(s->ff, s->m);
+		double rr = median(s->rr, s->m);
 
 		per[i] = ns_per(fw + ff, s->n);
 		fmin = i ? (per[i] < fmin ? per[i] : fmin) : per[i];
