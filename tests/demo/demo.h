@@ -233,6 +233,7 @@ struct demo_row {
 	bool expect_bug;	/* baseline must show the bug here */
 	char who;		/* 'A' or 'B': whose data goes wrong */
 	bool gate;		/* refusals, not data: not in the totals */
+	unsigned int expect_runs;	/* times a pass runs the phase */
 };
 
 struct demo_mem {		/* memory of A at one point */
@@ -295,6 +296,9 @@ struct demo_results {
 	unsigned int nr_rows;
 	struct demo_memrow mem[DEMO_MAX_MEMROWS];
 	unsigned int nr_mem;
+	/* phases and memory points that found the table full: a verdict
+	 * over a table that left something out is no verdict */
+	unsigned int dropped_rows, dropped_mem;
 	struct demo_keys keys[DEMO_NR_PASSES];
 	uint64_t xfer_errors[DEMO_NR_PASSES];
 	struct demo_stress stress[DEMO_NR_NICS];

@@ -9,8 +9,12 @@
  * dma-buf MRs as the move-capable NIC (rxedb) the same checks name it, and
  * a key not A's (deregistered, foreign) that was not refused by the remote
  * access check, or delivered, or not probed after each cycle, fails; so
- * does a mode other than FOLLOW or a key that changed. tests/demo/demo_once.py
- * runs the real demo in the 6.1 (kvd_umem) and 6.12 (rxedb) lanes.
+ * does a mode other than FOLLOW or a key that changed. So do a phase whose
+ * blocks were not all counted, a table too small for every phase, memory
+ * held by kvdmabuf while asleep (or none by the baseline), lost or wrong
+ * transfers under stress, and a follow path that read wrong bytes or kept
+ * the old backing. tests/demo/demo_once.py runs the real demo in the 6.1
+ * (kvd_umem) and 6.12 (rxedb) lanes.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +40,7 @@ static void good_run(struct demo_results *r)
 
 		w->expect_bug = true;
 		w->who = ph[i][0];
+		w->expect_runs = 1;
 		for (p = 0; p < DEMO_NR_PASSES; p++) {
 			w->used[p] = true;
 			w->c[p].total = DEMO_PROMPTS;
@@ -61,6 +66,46 @@ static void good_run(struct demo_results *r)
 	r->follow.invalidations = 1;
 }
 
+/* good_run() with a memory row: kvdmabuf holds nothing of A's regions
+ * while asleep and the same as before once awake; the baselines keep
+ * the old memory (pinned on rxe, Shmem on the move-capable NIC). */
+static void good_mem_run(struct demo_results *r)
+{
+	struct demo_memrow *m;
+	unsigned int p;
+
+	good_run(r);
+	m = demo_memrow(r, "sleep/wake cycle 1");
+	for (p = 0; p < DEMO_NR_PASSES; p++) {
+		struct demo_mem *x = m->m[p];
+
+		x[DEMO_M_AWAKE] = (struct demo_mem){ true, 81920, 81920, 81920 };
+		x[DEMO_M_WOKE] = x[DEMO_M_AWAKE];
+		x[DEMO_M_ASLEEP] = p % 2 ? x[DEMO_M_AWAKE] :
+				   (struct demo_mem){ true, 0, 0, 0 };
+	}
+}
+
+/* good_run() with both stress runs clean: every transfer begun ended
+ * right, memory the same after the first and the last wake. */
+static void good_stress_run(struct demo_results *r)
+{
+	unsigned int nic;
+
+	good_run(r);
+	for (nic = 0; nic < DEMO_NR_NICS; nic++) {
+		struct demo_stress *st = &r->stress[nic];
+
+		st->ran = true;
+		st->begun = st->completed = 400;
+		st->sleeps = 3;
+		st->pin_first_kb = st->pin_last_kb = 81920;
+		st->res_first_kb = st->res_last_kb = 81920;
+		st->held_first_kb = 81920;
+		st->held_last_kb = 81920 + 512;	/* noise */
+	}
+}
+
 /* The same with soft-RoCE with dma-buf MRs as the move-capable NIC: one
  * plain cycle, the selective wake and the KV-only release, two probes of
  * keys not A's after each, all refused. */
@@ -73,8 +118,10 @@ static void good_rxedb_run(struct demo_results *r)
 	r->keys[2].rkey_first = r->keys[2].rkey_last = 0x12f4;
 }
 
-/* The verdict, and its printed line in @line. */
-static bool verdict(struct demo_results *r, char *line, size_t len)
+/* The verdict (@stress: the stress runs judged too), its printed line
+ * in @line. */
+static bool verdict_of(struct demo_results *r, bool stress, char *line,
+		       size_t len)
 {
 	FILE *f = tmpfile();
 	char buf[4096];
@@ -87,7 +134,7 @@ static bool verdict(struct demo_results *r, char *line, size_t len)
 	saved = dup(STDOUT_FILENO);
 	if (saved < 0 || dup2(fileno(f), STDOUT_FILENO) < 0)
 		abort();
-	ok = demo_report(r, false);
+	ok = demo_report(r, stress);
 	fflush(stdout);
 	if (dup2(saved, STDOUT_FILENO) < 0)
 		abort();
@@ -100,6 +147,11 @@ static bool verdict(struct demo_results *r, char *line, size_t len)
 	fclose(f);
 	printf("# %s", line);
 	return ok;
+}
+
+static bool verdict(struct demo_results *r, char *line, size_t len)
+{
+	return verdict_of(r, false, line, len);
 }
 
 TEST(silent_baseline_and_correct_kvdmabuf_pass)
@@ -228,6 +280,136 @@ TEST(rxedb_key_not_refused_fails)
 	ASSERT_TRUE(strstr(line, "keys not A's: 4/4 refused") != NULL);
 	good_run(&r);		/* kvd_umem: no keys on a wire to probe */
 	ASSERT_TRUE(verdict(&r, line, sizeof(line)));
+}
+
+TEST(every_block_of_a_phase_counted)
+{
+	static struct demo_results r;
+	char line[4096];
+
+	good_run(&r);
+	r.rows[0].expect_runs = 2;	/* a second cycle's blocks missing */
+	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "rxe kvdmabuf: sleep/wake cycles / A gets KV "
+			   "that B put while A slept: 8 blocks counted, the "
+			   "phase runs 2 x 8") != NULL);
+	good_run(&r);
+	r.rows[1].c[3].total = 0;	/* a baseline's phase not counted */
+	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "umem baseline: sleep/wake cycles / B gets "
+			   "KV that A put after its wake: 0 blocks counted") !=
+		    NULL);
+}
+
+TEST(a_full_table_fails)
+{
+	static struct demo_results r;
+	static char phase[DEMO_MAX_ROWS][16];
+	char line[4096];
+	unsigned int i;
+
+	good_run(&r);
+	for (i = r.nr_rows; i <= DEMO_MAX_ROWS; i++) {
+		snprintf(phase[i - 1], sizeof(phase[0]), "extra %u", i);
+		if (demo_row(&r, "extra", phase[i - 1]))
+			continue;
+		ASSERT_EQ(DEMO_MAX_ROWS, i);	/* only the one past the cap */
+	}
+	ASSERT_EQ(1, r.dropped_rows);
+	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "1 phase(s) and 0 memory point(s) left out "
+			   "of a full table") != NULL);
+}
+
+TEST(memory_held_while_asleep_judged)
+{
+	static struct demo_results r;
+	char line[4096];
+
+	good_mem_run(&r);
+	ASSERT_TRUE(verdict(&r, line, sizeof(line)));
+	/* kvdmabuf on rxe keeps A's pages pinned while asleep */
+	r.mem[0].m[0][DEMO_M_ASLEEP].pin_kb = 81920;
+	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "rxe kvdmabuf: sleep/wake cycle 1: asleep "
+			   "81920 KiB pinned, 0 KiB resident (expected 0, 0)")
+		    != NULL);
+	/* kvdmabuf on the move-capable NIC: free memory not back */
+	good_mem_run(&r);
+	r.mem[0].m[2][DEMO_M_ASLEEP].held_kb = 81920;
+	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "umem kvdmabuf: sleep/wake cycle 1: free "
+			   "memory still 81920 KiB lower while asleep") != NULL);
+	/* a baseline that held nothing did not show the bug */
+	good_mem_run(&r);
+	r.mem[0].m[1][DEMO_M_ASLEEP].pin_kb = 0;
+	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "rxe baseline: sleep/wake cycle 1: nothing "
+			   "held while asleep") != NULL);
+	/* after the wake, not what it was before the sleep */
+	good_mem_run(&r);
+	r.mem[0].m[0][DEMO_M_WOKE].pin_kb = 2 * 81920;
+	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "rxe kvdmabuf: sleep/wake cycle 1: after "
+			   "wake 163840/81920 KiB pinned/resident") != NULL);
+}
+
+TEST(stress_losses_and_drift_fail)
+{
+	static struct demo_results r;
+	char line[4096];
+
+	good_stress_run(&r);
+	ASSERT_TRUE(verdict_of(&r, true, line, sizeof(line)));
+	r.stress[DEMO_NIC_RXE].completed = 399;
+	ASSERT_FALSE(verdict_of(&r, true, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "rxe kvdmabuf: stress: of 400 transfers, 1 "
+			   "lost, 0 failed, 0 wrong") != NULL);
+	good_stress_run(&r);
+	r.stress[DEMO_NIC_UMEM].wrong = 1;
+	ASSERT_FALSE(verdict_of(&r, true, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "umem kvdmabuf: stress: of 400 transfers, 0 "
+			   "lost, 0 failed, 1 wrong") != NULL);
+	good_stress_run(&r);
+	r.stress[DEMO_NIC_RXE].pin_last_kb += 4;	/* one page more */
+	ASSERT_FALSE(verdict_of(&r, true, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "rxe kvdmabuf: stress: memory drifted") !=
+		    NULL);
+	good_stress_run(&r);
+	r.stress[DEMO_NIC_UMEM].ran = false;
+	ASSERT_FALSE(verdict_of(&r, true, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "umem kvdmabuf: stress did not run") != NULL);
+}
+
+TEST(follow_path_failures_fail)
+{
+	static struct demo_results r;
+	char line[4096];
+
+	good_run(&r);
+	r.follow.correct = 1;
+	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "follow path: 1/2 reads correct") != NULL);
+	good_run(&r);
+	r.follow.backings_asleep = 1;
+	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "follow path: module still holds 1 "
+			   "backing(s) while asleep") != NULL);
+	good_run(&r);
+	r.follow.min_drop_kb = 512;	/* half the buffer freed */
+	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "follow path: Shmem fell by only 512 KiB") !=
+		    NULL);
+	good_run(&r);
+	r.follow.refused_asleep = 0;
+	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "follow path: 0/1 accesses refused while "
+			   "asleep") != NULL);
+	good_run(&r);
+	r.follow.ran = false;
+	strcpy(r.follow.skip, "no vgem");
+	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "follow path not run: no vgem") != NULL);
 }
 
 TEST_HARNESS_MAIN

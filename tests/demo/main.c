@@ -124,13 +124,16 @@ static int xfer(struct pass *p, struct demo_child *c, int op, unsigned int slot,
 	return 0;
 }
 
+/* The count of a phase that each pass runs @runs times. */
 static struct demo_count *row(struct pass *p, const char *group,
-			      const char *phase, bool expect_bug)
+			      const char *phase, bool expect_bug,
+			      unsigned int runs)
 {
 	struct demo_row *r = demo_row(p->res, group, phase);
 
 	if (!r)
 		return NULL;
+	r->expect_runs = runs;
 	r->used[p->idx] = true;
 	r->expect_bug |= expect_bug;
 	r->who = phase[0];
@@ -402,14 +405,17 @@ static int control_phase(struct pass *p)
 	rc = rc ? rc : xfer(p, &p->b, OP_PUT, s2, k2, 8, DEMO_R_KV, false,
 			    NULL, NULL);
 	rc = rc ? rc : xfer(p, &p->a, OP_GET, s2, k2, 0, DEMO_R_KV, false,
-			    row(p, g, "A gets KV that B put", false), NULL);
+			    row(p, g, "A gets KV that B put", false, 1),
+			    NULL);
 	rc = rc ? rc : xfer(p, &p->b, OP_GET, s1, k1, 0, DEMO_R_KV, false,
-			    row(p, g, "B gets KV that A put", false), NULL);
+			    row(p, g, "B gets KV that A put", false, 1),
+			    NULL);
 	rc = rc ? rc : xfer(p, &p->a, OP_GET, s1, k1, 16, DEMO_R_KV, false,
-			    row(p, g, "A gets its own KV back", false), NULL);
+			    row(p, g, "A gets its own KV back", false, 1),
+			    NULL);
 	/* A's blocks 8.. hold k1: B reads them by A's key */
 	rc = rc ? rc : peek_row(p, 8, k1, row(p, g, "B reads A's KV by A's key",
-					       false));
+					       false, 1));
 	return rc;
 }
 
@@ -421,6 +427,8 @@ static int cycle(struct pass *p, int kind, unsigned int n, unsigned int of)
 		[CYC_KVONLY] = "KV-only release and restore",
 	};
 	const char *g = groups[kind];
+	/* each plain cycle runs every phase of its group once */
+	unsigned int runs = kind == CYC_PLAIN ? of : 1;
 	uint64_t tag = kind == CYC_KVONLY ? DEMO_TAG_KV : DEMO_TAG_ALL;
 	struct demo_memrow *mr = NULL;
 	struct demo_mem scratch[DEMO_NR_M], *mm;
@@ -474,13 +482,14 @@ static int cycle(struct pass *p, int kind, unsigned int n, unsigned int of)
 		rc = rc ? rc : xfer(p, &p->a, OP_GET, DEMO_SLOT_W, DEMO_W_SEED,
 				    0, DEMO_R_W, false,
 				    row(p, g, "A loads new weights (kv asleep)",
-					true), NULL);
+					true, runs), NULL);
 		/* a KV transfer now must be refused, not land anywhere */
 		rc = rc ? rc : xfer(p, &p->a, OP_GET, sb, kb, 0, DEMO_R_KV,
 				    true, NULL, &refused);
 		if (rc)
 			return rc;
-		c = row(p, g, "KV transfers refused while asleep", true);
+		c = row(p, g, "KV transfers refused while asleep", true,
+			runs);
 		if (c) {
 			c->ok += refused;
 			c->total += DEMO_PROMPTS;
@@ -505,21 +514,22 @@ static int cycle(struct pass *p, int kind, unsigned int n, unsigned int of)
 		s->held_last_kb = mm[DEMO_M_WOKE].held_kb;
 	}
 	rc = xfer(p, &p->a, OP_GET, sb, kb, 0, DEMO_R_KV, false,
-		  row(p, g, "A gets KV that B put while A slept", true), NULL);
+		  row(p, g, "A gets KV that B put while A slept", true, runs),
+		  NULL);
 	rc = rc ? rc : xfer(p, &p->a, OP_PUT, sa, ka, 8, DEMO_R_KV, false,
 			    NULL, NULL);
 	rc = rc ? rc : xfer(p, &p->b, OP_GET, sa, ka, 8, DEMO_R_KV, false,
 			    row(p, g, "B gets KV that A put after its wake",
-				true), NULL);
+				true, runs), NULL);
 	rc = rc ? rc : xfer(p, &p->a, OP_GET, sa, ka, 16, DEMO_R_KV, false,
 			    row(p, g, "A gets its own post-wake KV back",
-				true), NULL);
+				true, runs), NULL);
 	/* a peer (decode instance) reads A's post-wake KV (A's blocks 8..,
 	 * seeds ka) by the key it holds; then by the key from before the
 	 * wake, where the keys changed */
 	rc = rc ? rc : peek_row(p, 8, ka,
 				row(p, g, "B reads A's post-wake KV by A's key",
-				    true));
+				    true, runs));
 	rc = rc ? rc : stale_probe(p);
 	/* after each wake, the keys that are not A's, on the wire */
 	if (p->nic == DEMO_NIC_RXEDB && p->mode == DEMO_KVDMABUF) {

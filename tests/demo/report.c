@@ -19,8 +19,10 @@ struct demo_row *demo_row(struct demo_results *r, const char *group,
 		if (!strcmp(r->rows[i].group, group) &&
 		    !strcmp(r->rows[i].phase, phase))
 			return &r->rows[i];
-	if (r->nr_rows == DEMO_MAX_ROWS)
+	if (r->nr_rows == DEMO_MAX_ROWS) {
+		r->dropped_rows++;
 		return NULL;
+	}
 	r->rows[r->nr_rows].group = group;
 	r->rows[r->nr_rows].phase = phase;
 	return &r->rows[r->nr_rows++];
@@ -33,8 +35,10 @@ struct demo_memrow *demo_memrow(struct demo_results *r, const char *label)
 	for (i = 0; i < r->nr_mem; i++)
 		if (!strcmp(r->mem[i].label, label))
 			return &r->mem[i];
-	if (r->nr_mem == DEMO_MAX_MEMROWS)
+	if (r->nr_mem == DEMO_MAX_MEMROWS) {
+		r->dropped_mem++;
 		return NULL;
+	}
 	r->mem[r->nr_mem].label = label;
 	return &r->mem[r->nr_mem++];
 }
@@ -148,6 +152,13 @@ static void print_rows(struct demo_results *r, struct verdict *v,
 
 			if (!w->used[p])
 				continue;
+			/* every block the phase ran was counted */
+			if (r->pass_done[p] &&
+			    x->total != w->expect_runs * DEMO_PROMPTS)
+				fail(v, "%s: %s / %s: %u blocks counted, the "
+				     "phase runs %u x %u", pass_name(r, p),
+				     w->group, w->phase, x->total,
+				     w->expect_runs, DEMO_PROMPTS);
 			if (p % 2 == 0 && (x->ok != x->total || x->errors))
 				fail(v, "%s: %s / %s: %u/%u correct, %u "
 				     "transfer errors", pass_name(r, p),
@@ -397,9 +408,11 @@ static void print_stress(struct demo_results *r, struct verdict *v,
 	       mib(s->res_last_kb), mib(s->held_first_kb),
 	       mib(s->held_last_kb));
 	if (s->failed || s->wrong || s->begun != s->completed)
-		fail(v, "%s: stress: %llu of %llu transfers lost or wrong",
-		     name, (unsigned long long)(s->begun - s->completed),
-		     (unsigned long long)s->begun);
+		fail(v, "%s: stress: of %llu transfers, %llu lost, %llu "
+		     "failed, %llu wrong", name, (unsigned long long)s->begun,
+		     (unsigned long long)(s->begun - s->completed),
+		     (unsigned long long)s->failed,
+		     (unsigned long long)s->wrong);
 	if (!s->begun)
 		fail(v, "%s: stress: no transfer ran", name);
 	if (s->qp_errors)
@@ -480,6 +493,11 @@ bool demo_report(struct demo_results *r, bool stress)
 	for (p = 0; p < DEMO_NR_PASSES; p++)
 		if (!r->pass_done[p])
 			fail(&v, "%s", r->pass_err[p]);
+	if (r->dropped_rows || r->dropped_mem)
+		fail(&v, "%u phase(s) and %u memory point(s) left out of a "
+		     "full table (at most %d and %d): raise DEMO_MAX_ROWS "
+		     "or DEMO_MAX_MEMROWS", r->dropped_rows, r->dropped_mem,
+		     DEMO_MAX_ROWS, DEMO_MAX_MEMROWS);
 	print_rows(r, &v, tot);
 	print_mem(r, &v, asleep_base);
 	print_keys(r, &v);
