@@ -128,7 +128,9 @@ def vllm_plugin_hooks_run_in_vllms_order():
     accessible before kvdmabuf wakes it, the KV-only release puts the KV
     cache alone to sleep, and each step leaves the tags asleep that vLLM's
     own allocator leaves unmapped; the same with a vLLM from before the
-    KV-only release (an allocator without discard)."""
+    KV-only release (an allocator without discard). The KV cache's
+    allocations are regions by the plugin alone before the KV connector
+    is handed them, and after a re-initialisation only the new ones are."""
     d, e = venv()
     p = run("%s/v/bin/pip install --no-index --no-build-isolation %s/src/"
             "examples/vllm_plugin" % (d, d), env=e)
@@ -167,6 +169,15 @@ def vllm_plugin_hooks_run_in_vllms_order():
                 s["step"], s["after"]))
         check(out["wrapped"] == (old != "hooks"), "allocator wrapped: %s"
               % out["wrapped"])
+        # the KV cache: regions made by the plugin before the connector
+        # saw it, again after a re-initialisation, the old ones gone
+        check(out["connector_saw"] == [True, True] and
+              out["reinit_saw"] == [True] * 3, "connector saw %s, then %s"
+              % (out["connector_saw"], out["reinit_saw"]))
+        check(out["kv_regions"] == out["kv_after"] and
+              out["nr_regions"] == 2 + 3, "KV regions %s for KV %s, %d "
+              "regions" % (out["kv_regions"], out["kv_after"],
+                           out["nr_regions"]))
         # tag hooks: one sleep per tag; after_map after every wake-up for
         # every mapped tag, a wake of an awake tag doing nothing
         check(out["sleeps"] == sleeps and out["wakes"] == wakes,

@@ -7,7 +7,15 @@ than ImportError (a CUDA driver too old, say), it logs why it disabled
 itself and returns, so the engine still starts; with the stand-in vLLM
 (tests/python/vllm_standin), which has vLLM's tag hooks, it subscribes to
 them for weights and kv_cache, once however often it is called, and wraps
-nothing. Each case runs in a fresh interpreter. Host-only."""
+nothing. The KV cache becomes kvdmabuf regions by the plugin alone: each
+allocation of the allocator's kv_cache pool is a region (its address,
+length and tag) by the time the KV connector is handed the KV cache, or at
+the end of the pool without a connector; the weights' allocations are not;
+a re-initialisation of the KV cache outside sleep removes the old regions
+(the C allocator frees, then the same addresses may come back) and
+registers the new ones. Each case runs in a fresh interpreter, host memory
+standing for CUDA memory (KVDMABUF_VLLM_MEM=host). Host-only."""
+import json
 import os
 import subprocess
 import sys
@@ -33,10 +41,11 @@ print("wrapped", getattr(CuMemAllocator, "_kvdmabuf_wrapped", False))
 """ % os.path.join(HERE, "..")
 
 
-def run(vllm_dir, code):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+def run(vllm_dir, code, **extra):
+    env = dict(os.environ, **extra)
+    env["PYTHONPATH"] = os.pathsep.join(
         [vllm_dir, PLUGIN, os.path.join(TOP, "lib", "python"),
-         os.path.join(TOP, "lib", "python", "examples")]))
+         os.path.join(TOP, "lib", "python", "examples")])
     return subprocess.run([sys.executable, "-c", code], env=env,
                           capture_output=True, text=True,
                           timeout=ktap.scaled(60))
@@ -72,8 +81,66 @@ def standin_vllm_tag_hooks_are_subscribed_once():
           p.stdout + p.stderr)
 
 
+KV = """
+import json, sys
+sys.path.insert(0, %r)
+import ktap
+ktap.use_build_tree()
+import kvdmabuf_vllm
+kvdmabuf_vllm.register()
+from vllm.device_allocator import get_mem_allocator_instance
+from vllm.v1.worker.gpu_worker import Worker
+
+def regions():
+    return sorted((r.info().addr, r.info().length, r.info().tag)
+                  for a, r in kvdmabuf_vllm.kv_regions().items())
+
+w = Worker()
+w.load_model([4096, 4096])
+w.initialize_from_config([4 * 4096, 8 * 4096])
+out = {"saw": w.connector.saw, "kv": sorted((a, n, "kv_cache")
+                                            for a, n in w.kv_caches),
+       "regions": regions()}
+w.initialize_from_config([2 * 4096, 2 * 4096, 2 * 4096])
+out.update(saw2=w.connector.saw, kv2=sorted((a, n, "kv_cache")
+                                            for a, n in w.kv_caches),
+           regions2=regions(),
+           nr=kvdmabuf_vllm.current().ctx.query().nr_regions)
+a = get_mem_allocator_instance()
+with a.use_memory_pool(tag="kv_cache"):
+    p = a.malloc(4096)
+    out["inside"] = p in kvdmabuf_vllm.kv_regions()
+out["after_pool"] = p in kvdmabuf_vllm.kv_regions()
+print(json.dumps(out))
+""" % os.path.join(HERE, "..")
+
+
+def kv_cache_is_regions_before_the_connector_sees_it():
+    with tempfile.TemporaryDirectory() as d:
+        conf = os.path.join(d, "kvdmabuf.yaml")
+        with open(conf, "w") as f:
+            f.write("protocol: tcp\n")
+        p = run(os.path.join(HERE, "vllm_standin"), KV,
+                KVDMABUF_CONFIG=conf, KVDMABUF_VLLM_MEM="host")
+    check(p.returncode == 0, p.stderr)
+    out = json.loads(p.stdout.splitlines()[-1])
+    # every KV allocation a region, and no weights, when the connector
+    # is handed the KV cache
+    check(out["saw"] == [True, True], "connector saw %s" % out["saw"])
+    check(out["regions"] == out["kv"], "%s, KV %s" % (out["regions"],
+                                                      out["kv"]))
+    # re-initialised: the old ones gone, the new ones there
+    check(out["saw2"] == [True] * 3, "connector saw %s" % out["saw2"])
+    check(out["regions2"] == out["kv2"], "%s, KV %s" % (out["regions2"],
+                                                        out["kv2"]))
+    check(out["nr"] == 3, "%d regions in the context" % out["nr"])
+    # without a connector: at the end of the pool, not before
+    check(not out["inside"] and out["after_pool"], str(out))
+
+
 if __name__ == "__main__":
     sys.exit(ktap.main([
         broken_vllm_does_not_stop_the_engine,
         standin_vllm_tag_hooks_are_subscribed_once,
+        kv_cache_is_regions_before_the_connector_sees_it,
     ]))

@@ -1,13 +1,16 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
 """A vLLM process on the stand-in, for tests/python/lib_install.py: load the
-general plugins as every vLLM process does, allocate weights and KV cache,
-register both with kvdmabuf through the plugin's hooks (what a KV connector
-does), then sleep and wake in vLLM's order: sleep(1), wake_up(["weights"]),
-wake_up(["kv_cache"]), the KV-only release and its wake, sleep(2),
-wake_up(). Prints one JSON object: the plugins loaded, and for each step
-the allocator's driver steps with which tags kvdmabuf had asleep at that
-moment, and the asleep tags after the step.
+general plugins as every vLLM process does, allocate weights and KV cache
+(the plugin makes the KV cache's allocations regions itself; the weights
+are registered through the plugin's hooks), then sleep and wake in vLLM's
+order: sleep(1), wake_up(["weights"]), wake_up(["kv_cache"]), the KV-only
+release and its wake, sleep(2), wake_up(); then initialise the KV cache
+again. Prints one JSON object: the plugins loaded, for each step the
+allocator's driver steps with which tags kvdmabuf had asleep at that
+moment and the asleep tags after the step, whether the KV connector was
+handed each KV allocation as a region, and the KV regions before and after
+the re-initialisation.
 
 Usage: serve.py CONFIG [hooks|old]
 CONFIG: a kvdmabuf YAML (protocol tcp needs no NIC). Without a mode: a
@@ -19,6 +22,7 @@ steps are the same without it. The JSON also says whether the allocator
 was wrapped."""
 import json
 import mmap
+import os
 import sys
 
 from vllm.plugins import load_general_plugins, loaded
@@ -36,19 +40,21 @@ def main(config, mode=""):
         import vllm.device_allocator as da
         del da.register_tag_hooks, da.run_before_unmap_hooks, \
             da.run_after_map_hooks
+    os.environ["KVDMABUF_CONFIG"] = config
+    os.environ["KVDMABUF_VLLM_MEM"] = "host"    # HostVMM stands for CUDA
     load_general_plugins()
     import kvdmabuf_vllm
     worker = Worker()
     worker.load_model([SIZE, SIZE])
     worker.initialize_from_config([SIZE, 2 * SIZE])
-    hooks = kvdmabuf_vllm.hooks(config)
-    regions = [hooks.register(addr, n, tag, mem="host")
-               for tag, allocs in (("weights", worker.weights),
-                                   ("kv_cache", worker.kv_caches))
-               for addr, n in allocs]
+    # the KV cache: regions made by the plugin; the weights: by hand
+    hooks = kvdmabuf_vllm.hooks()
+    regions = [hooks.register(addr, n, "weights", mem="host")
+               for addr, n in worker.weights]
 
     def asleep():
-        return sorted({r.info().tag for r in regions if r.info().asleep})
+        every = regions + list(kvdmabuf_vllm.kv_regions().values())
+        return sorted({r.info().tag for r in every if r.info().asleep})
 
     steps, current = [], None
     cumem.observers.append(
@@ -68,8 +74,19 @@ def main(config, mode=""):
         steps.append(current)
         call()
         current["after"] = asleep()
+    # the connector had the KV cache as regions; a re-initialisation
+    # outside sleep removes the old ones and registers the new ones
+    saw = worker.connector.saw
+    old_kv = sorted(a for a, _ in worker.kv_caches)
+    worker.initialize_from_config([SIZE, SIZE, SIZE])
     st = hooks.ctx.query()
-    print(json.dumps({"plugins": loaded, "steps": steps,
+    print(json.dumps({"connector_saw": saw, "reinit_saw":
+                      worker.connector.saw,
+                      "kv_before": old_kv,
+                      "kv_after": sorted(a for a, _ in worker.kv_caches),
+                      "kv_regions": sorted(kvdmabuf_vllm.kv_regions()),
+                      "nr_regions": st.nr_regions,
+                      "plugins": loaded, "steps": steps,
                       "sleeps": st.sleeps, "wakes": st.wakes,
                       "wrapped": getattr(cumem.CuMemAllocator,
                                          "_kvdmabuf_wrapped", False)}))

@@ -53,20 +53,42 @@ sleep would unmap registered memory behind the library's back. Wrapping the
 allocator needs no flag and works with the default backend and with vLLM
 versions that have no registry.
 
-The KV connector (whatever registers the KV cache with the NIC) uses the
-process's hooks: ``kvdmabuf_vllm.hooks(pds=[pd_pointer], on_new_keys=
-republish).register(ptr, nbytes, "kv_cache")``. Nothing registered: the
-wrapped methods do what vLLM's own do.
+**The KV cache becomes kvdmabuf regions by itself.** The plugin follows
+the sleep-mode allocator's records (``CuMemAllocator._python_malloc_callback``
+and ``_python_free_callback``, which vLLM's C allocator calls for each
+allocation of its pool): each allocation made under the tag ``kv_cache``
+is registered as a region of that tag (a CUDA region, with a proxy where
+the module is loaded) once it is mapped, and before any KV connector sees
+the KV cache: the plugin wraps the connectors that
+``KVConnectorFactory.create_connector`` makes so that their
+``register_kv_caches`` (and ``register_cross_layers_kv_cache``) first
+register what the allocator has made since. A transfer engine that then
+registers the KV cache with the NIC under ``libkvdmabuf-preload.so``
+registers it on the region's proxy (FOLLOW). The C allocator calls the
+malloc callback before it maps the memory, so the registration waits for
+the connector (or, without one, for the end of the ``kv_cache`` pool). A
+KV allocation that vLLM frees outside sleep (a re-initialisation of the KV
+cache) has its region removed first. :func:`kv_regions` lists them.
+``KVDMABUF_CONFIG`` names the configuration (else the built-in defaults);
+``KVDMABUF_VLLM_MEM=host`` stands host memory for CUDA memory (tests).
+
+A connector with its own NIC registrations may still use the process's
+hooks for memory of its own: ``kvdmabuf_vllm.hooks().register(ptr, nbytes,
+tag)``. Nothing registered: the wrapped methods do what vLLM's own do.
 
 Install beside the ``kvdmabuf`` package (see pyproject.toml); vLLM loads it
 by itself.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-from typing import Callable, Optional, Sequence, Union
+import os
+import types
+from typing import Callable, Dict, Optional, Sequence, Union
 
+from kvdmabuf import Region
 from kvdmabuf.hooks import SleepHooks
 
 log = logging.getLogger(__name__)
@@ -141,6 +163,129 @@ def _wrap(allocator_class) -> bool:
     return True
 
 
+#: the allocator's tag of the KV cache, whose allocations become regions
+KV_TAG = "kv_cache"
+_TRACKED = "_kvdmabuf_tracked"
+_pending: Dict[int, int] = {}       # KV allocations to register: addr -> size
+_kv_regions: Dict[int, Region] = {}  # registered ones: addr -> region
+
+
+def kv_regions() -> Dict[int, Region]:
+    """The KV allocations the plugin made regions of: address -> region."""
+    return dict(_kv_regions)
+
+
+def register_kv_allocations() -> int:
+    """Register the KV allocations made since the last call (mapped by
+    now), each as a region of the tag ``kv_cache``; returns how many. A
+    failure is logged, never raised (the engine goes on: a transfer
+    engine's registration of that memory then cannot follow, and under
+    the preload every sleep of it is refused, naming it)."""
+    done = 0
+    while _pending:
+        addr, size = _pending.popitem()
+        try:
+            _kv_regions[addr] = hooks().register(
+                addr, size, KV_TAG, mem=os.environ.get("KVDMABUF_VLLM_MEM",
+                                                       "cuda"))
+            done += 1
+        except Exception as e:          # noqa: BLE001 (see above)
+            log.error("kvdmabuf_vllm: KV allocation %#x+%d is no kvdmabuf "
+                      "region: %s: %s", addr, size, type(e).__name__, e)
+    return done
+
+
+def _forget(addr: int) -> None:
+    """vLLM frees the KV allocation at @addr (outside sleep): its region
+    goes first, while the memory is still there."""
+    _pending.pop(addr, None)
+    r = _kv_regions.pop(addr, None)
+    if r is None:
+        return
+    try:
+        r.remove()
+    except Exception as e:              # noqa: BLE001 (a free cannot fail)
+        log.error("kvdmabuf_vllm: the region of freed KV allocation %#x "
+                  "stays: %s: %s", addr, type(e).__name__, e)
+
+
+def _track(allocator_class) -> bool:
+    """Follow the allocator's records of its allocations (see above);
+    False when done before."""
+    if getattr(allocator_class, _TRACKED, False):
+        return False
+    malloc_cb = allocator_class._python_malloc_callback
+    free_cb = allocator_class._python_free_callback
+    use_memory_pool = allocator_class.use_memory_pool
+
+    @functools.wraps(malloc_cb)
+    def kvd_malloc_callback(self, allocation_handle):
+        done = malloc_cb(self, allocation_handle)
+        if self.current_tag == KV_TAG:      # handle: device, size, addr, .
+            _pending[allocation_handle[2]] = allocation_handle[1]
+        return done
+
+    @functools.wraps(free_cb)
+    def kvd_free_callback(self, ptr):
+        _forget(ptr)
+        return free_cb(self, ptr)
+
+    @functools.wraps(use_memory_pool)
+    @contextlib.contextmanager
+    def kvd_use_memory_pool(self, tag=None):
+        with use_memory_pool(self, tag):
+            yield
+        if tag == KV_TAG:       # no connector took the KV cache: now
+            register_kv_allocations()
+
+    allocator_class._python_malloc_callback = kvd_malloc_callback
+    allocator_class._python_free_callback = kvd_free_callback
+    allocator_class.use_memory_pool = kvd_use_memory_pool
+    # an allocator made before the plugin: its bound callbacks, and what
+    # it allocated under the KV tag so far
+    inst = getattr(allocator_class, "instance", None)
+    if inst is not None:
+        inst.python_malloc_callback = types.MethodType(kvd_malloc_callback,
+                                                       inst)
+        inst.python_free_callback = types.MethodType(kvd_free_callback, inst)
+        for addr, data in inst.pointer_to_data.items():
+            if data.tag == KV_TAG and not getattr(data, "is_asleep", False):
+                _pending[addr] = data.handle[1]
+    setattr(allocator_class, _TRACKED, True)
+    return True
+
+
+def _registering_first(connector):
+    """@connector's KV registrations, after the plugin's own."""
+    for name in ("register_kv_caches", "register_cross_layers_kv_cache"):
+        fn = getattr(connector, name, None)
+        if fn is None:
+            continue
+
+        def first(*args, _fn=fn, **kw):
+            register_kv_allocations()
+            return _fn(*args, **kw)
+        setattr(connector, name, functools.wraps(fn)(first))
+    return connector
+
+
+def _wrap_factory(factory) -> bool:
+    """Every connector the factory makes registers the plugin's regions
+    first; False when done before or the factory has no such method."""
+    if getattr(factory, _TRACKED, False):
+        return False
+    names = [n for n in ("create_connector", "create_connector_v1")
+             if n in vars(factory)]
+    for name in names:
+        make = getattr(factory, name)   # bound to the class
+
+        def created(cls, *args, _make=make, **kw):
+            return _registering_first(_make(*args, **kw))
+        setattr(factory, name, classmethod(functools.wraps(make)(created)))
+    setattr(factory, _TRACKED, True)
+    return bool(names)
+
+
 def register() -> None:
     """The ``vllm.general_plugins`` entry point. vLLM calls it unguarded in
     every process: whatever goes wrong here is logged and the plugin stays
@@ -151,6 +296,11 @@ def register() -> None:
     except Exception as e:              # noqa: BLE001 (see above)
         log.error("kvdmabuf_vllm: disabled, the sleep-mode allocator is "
                   "not wrapped: %s: %s", type(e).__name__, e)
+    try:
+        _register_kv_cache()
+    except Exception as e:              # noqa: BLE001 (see above)
+        log.error("kvdmabuf_vllm: the KV cache is not registered by the "
+                  "plugin: %s: %s", type(e).__name__, e)
 
 
 #: vLLM's sleep-mode tags (vllm/device_allocator/__init__.py,
@@ -196,3 +346,24 @@ def _register() -> None:
         log.info("kvdmabuf_vllm: CuMemAllocator sleep/wake_up%s wrapped "
                  "with kvdmabuf hooks",
                  "/discard" if hasattr(CuMemAllocator, "discard") else "")
+
+
+def _register_kv_cache() -> None:
+    """The KV cache's allocations become regions (see above)."""
+    try:
+        from vllm.device_allocator.cumem import CuMemAllocator
+    except ImportError as e:
+        log.warning("kvdmabuf_vllm: no CuMemAllocator here (%s): the KV "
+                    "cache is not registered by the plugin", e)
+        return
+    if _track(CuMemAllocator):
+        log.info("kvdmabuf_vllm: KV allocations (tag %s) become kvdmabuf "
+                 "regions", KV_TAG)
+    try:
+        from vllm.distributed.kv_transfer.kv_connector.factory import \
+            KVConnectorFactory
+    except ImportError as e:
+        log.info("kvdmabuf_vllm: no KV connectors here (%s): KV "
+                 "allocations are registered at the end of their pool", e)
+        return
+    _wrap_factory(KVConnectorFactory)

@@ -10,7 +10,16 @@ driver step is reported to the functions in ``observers`` as
 hooks (vllm/device_allocator/__init__.py), sleep and discard run
 ``run_before_unmap_hooks`` before they unmap and wake_up runs
 ``run_after_map_hooks`` once it mapped and made accessible what it wakes,
-as newer vLLM's cumem.py does."""
+as newer vLLM's cumem.py does.
+
+Allocations go through the allocator's callbacks as in vLLM's
+csrc/cumem_allocator.cpp (my_malloc, my_free) and cumem.py
+(_python_malloc_callback, _python_free_callback; read at vLLM 0.11-0.12):
+the range is reserved, the malloc callback records the handle (device,
+aligned size, address, memory handle) under the current tag while the
+range is still unmapped, then the memory is mapped; a free calls the free
+callback first (it drops the record and returns the handle), then unmaps
+and frees the range."""
 import contextlib
 
 import vllm.device_allocator as _hooks
@@ -25,8 +34,10 @@ def _step(name, tag):
 
 
 class _Allocation:
-    def __init__(self, tag, length):
-        self.tag, self.mem, self.backup = tag, HostVMM(length), None
+    """Stands for vllm.device_allocator.AllocationData."""
+
+    def __init__(self, handle, tag, mem):
+        self.handle, self.tag, self.mem, self.backup = handle, tag, mem, None
         self.is_asleep = False
 
 
@@ -50,6 +61,18 @@ class CuMemAllocator:
     def __init__(self):
         self.pointer_to_data = {}
         self.current_tag = CuMemAllocator.default_tag
+        self._reserved = {}             # address -> HostVMM
+        # vLLM keeps the bound callbacks it hands to the C side
+        self.python_malloc_callback = self._python_malloc_callback
+        self.python_free_callback = self._python_free_callback
+
+    def _python_malloc_callback(self, allocation_handle):
+        addr = allocation_handle[2]
+        self.pointer_to_data[addr] = _Allocation(
+            allocation_handle, self.current_tag, self._reserved[addr])
+
+    def _python_free_callback(self, ptr):
+        return self.pointer_to_data.pop(ptr).handle
 
     @contextlib.contextmanager
     def use_memory_pool(self, tag=None):
@@ -60,10 +83,19 @@ class CuMemAllocator:
             self.current_tag = old
 
     def malloc(self, length):
-        """What PyTorch's pluggable allocator does in use_memory_pool()."""
-        a = _Allocation(self.current_tag, length)
-        self.pointer_to_data[a.mem.addr] = a
-        return a.mem.addr
+        """my_malloc, in use_memory_pool(): reserve, the malloc callback,
+        then map (create_and_map)."""
+        mem = HostVMM(length)
+        mem.release()                   # reserved, not mapped yet
+        self._reserved[mem.addr] = mem
+        self.python_malloc_callback((0, length, mem.addr, 0))
+        mem.remap()
+        return mem.addr
+
+    def free(self, ptr):
+        """my_free: the free callback, then unmap and free the range."""
+        handle = self.python_free_callback(ptr)
+        self._reserved.pop(handle[2]).close()
 
     def _unmap(self, a):
         if a.is_asleep:

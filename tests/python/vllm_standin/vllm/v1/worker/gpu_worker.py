@@ -4,15 +4,22 @@ allocated under the tag "weights" (load_model), the KV cache under
 "kv_cache" (initialize_from_config); sleep(level) / wake_up(tags) go to
 the sleep-mode backend's suspend / resume, and the KV-only release
 (EngineCore.release_kv_cache_memory(), through the executor) to its
-discard(("kv_cache",))."""
+discard(("kv_cache",)). The worker's KV connector (made at start,
+vllm/distributed/kv_transfer: ensure_kv_transfer_initialized) is handed the
+KV cache right after its allocation, still inside the "kv_cache" pool
+(gpu_model_runner.py, initialize_kv_cache); initialize_from_config again
+frees the old KV cache outside any sleep first (a re-initialisation)."""
 from vllm.device_allocator import get_mem_allocator_instance
 from vllm.device_allocator.sleep_mode_backend import CuMemBackend
+from vllm.distributed.kv_transfer.kv_connector.factory import \
+    KVConnectorFactory
 
 
 class Worker:
     def __init__(self):
         self.backend = CuMemBackend()
         self.weights, self.kv_caches = [], []
+        self.connector = KVConnectorFactory.create_connector()
 
     def _alloc(self, tag, sizes):
         allocator = get_mem_allocator_instance()
@@ -23,7 +30,13 @@ class Worker:
         self.weights = self._alloc("weights", sizes)
 
     def initialize_from_config(self, sizes):
-        self.kv_caches = self._alloc("kv_cache", sizes)
+        allocator = get_mem_allocator_instance()
+        for addr, _ in self.kv_caches:
+            allocator.free(addr)
+        with allocator.use_memory_pool(tag="kv_cache"):
+            self.kv_caches = [(allocator.malloc(n), n) for n in sizes]
+            self.connector.register_kv_caches(
+                {"layer.%d" % i: kv for i, kv in enumerate(self.kv_caches)})
 
     def sleep(self, level=1):
         self.backend.suspend(level)
