@@ -159,11 +159,12 @@ int kvdmabuf_preload_reg_error(char *buf, size_t len);
 
 /*
  * Sleep and wake driven by the CUDA driver (lib/preload/preload_cuda.c).
- * The preload also interposes cuMemUnmap, cuMemMap, cuMemSetAccess and
- * cuGetProcAddress (both the CUDA 11.3 symbol and cuGetProcAddress_v2, which
- * hand back the preload's own cuMemUnmap/cuMemMap/cuMemSetAccess and
- * cuGetProcAddress*, everything else as the driver answers), and, on
- * x86-64, dlsym and dlvsym (the same five names looked up on a handle of
+ * The preload also interposes cuMemUnmap, cuMemMap, cuMemSetAccess,
+ * cuMemAddressFree and cuGetProcAddress (both the CUDA 11.3 symbol and
+ * cuGetProcAddress_v2, which hand back the preload's own cuMemUnmap/
+ * cuMemMap/cuMemSetAccess/cuMemAddressFree and cuGetProcAddress*,
+ * everything else as the driver answers), and, on
+ * x86-64, dlsym and dlvsym (the same six names looked up on a handle of
  * libcuda, as the CUDA runtime does, and the verbs registration calls
  * above looked up on a handle of libibverbs, as NCCL's ibvwrap and
  * engines that load it RTLD_LOCAL do; everything else goes on to glibc's;

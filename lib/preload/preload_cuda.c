@@ -7,11 +7,12 @@
  * Entry points (libcuda exports them unversioned; the version script gives
  * them the preload's default version, which unversioned references and
  * dlsym() bind to):
- *   cuMemUnmap, cuMemMap, cuMemSetAccess (CUDA 10.2, one ABI each);
+ *   cuMemUnmap, cuMemMap, cuMemSetAccess, cuMemAddressFree (CUDA 10.2,
+ *     one ABI each);
  *   cuGetProcAddress (the CUDA 11.3 symbol: symbol, pfn, cudaVersion,
  *     flags) and cuGetProcAddress_v2 (12.0: the same and symbolStatus; what
  *     cuda.h's cuGetProcAddress macro names): forwarded, then where the
- *     driver returned an entry point for one of the five names, the
+ *     driver returned an entry point for one of the six names, the
  *     preload's own is handed back instead (for "cuGetProcAddress", the
  *     wrapper of the ABI the driver chose: the pointer it returned, else
  *     _v2 from cudaVersion 12000 on). Flags pass through untouched.
@@ -55,11 +56,11 @@
 /* cudaVersion from which cuGetProcAddress("cuGetProcAddress") is _v2 */
 #define KC_GET_PROC_V2_SINCE 12000
 
-/* The driver's functions: the five interposed ones, then those a wake
+/* The driver's functions: the six interposed ones, then those a wake
  * calls. */
 enum kc_sym {
-	S_MEM_UNMAP, S_MEM_MAP, S_MEM_SET_ACCESS, S_GET_PROC, S_GET_PROC_V2,
-	S_NR_ENTRIES,
+	S_MEM_UNMAP, S_MEM_MAP, S_MEM_SET_ACCESS, S_ADDRESS_FREE, S_GET_PROC,
+	S_GET_PROC_V2, S_NR_ENTRIES,
 	S_POINTER_ATTR = S_NR_ENTRIES, S_DEVICE_GET, S_PRIMARY_RETAIN,
 	S_PRIMARY_RELEASE, S_CTX_PUSH, S_CTX_POP, S_EXPORT, S_NR
 };
@@ -68,6 +69,7 @@ static const char *const kc_symbol[S_NR] = {
 	[S_MEM_UNMAP] = "cuMemUnmap",
 	[S_MEM_MAP] = "cuMemMap",
 	[S_MEM_SET_ACCESS] = "cuMemSetAccess",
+	[S_ADDRESS_FREE] = "cuMemAddressFree",
 	[S_GET_PROC] = "cuGetProcAddress",
 	[S_GET_PROC_V2] = "cuGetProcAddress_v2",
 	[S_POINTER_ATTR] = "cuPointerGetAttribute",
@@ -120,6 +122,7 @@ static void fail(const char *fmt, ...)
 KP_HIDDEN kvd_cuMemUnmap_fn kc_mem_unmap;
 KP_HIDDEN kvd_cuMemMap_fn kc_mem_map;
 KP_HIDDEN kvd_cuMemSetAccess_fn kc_mem_set_access;
+KP_HIDDEN kvd_cuMemAddressFree_fn kc_address_free;
 KP_HIDDEN kvd_cuGetProcAddress_v1_fn kc_get_proc;
 KP_HIDDEN kvd_cuGetProcAddress_fn kc_get_proc_v2;
 
@@ -127,6 +130,7 @@ static void *const kc_own[S_NR_ENTRIES] = {
 	[S_MEM_UNMAP] = (void *)kc_mem_unmap,
 	[S_MEM_MAP] = (void *)kc_mem_map,
 	[S_MEM_SET_ACCESS] = (void *)kc_mem_set_access,
+	[S_ADDRESS_FREE] = (void *)kc_address_free,
 	[S_GET_PROC] = (void *)kc_get_proc,
 	[S_GET_PROC_V2] = (void *)kc_get_proc_v2,
 };
@@ -608,6 +612,42 @@ kvd_CUresult kc_mem_set_access(kvd_CUdeviceptr ptr, size_t size,
 	return r;
 }
 
+/*
+ * The engine gives a range of virtual addresses back (the driver allows it
+ * only once nothing is mapped there). A region in it that this interposer
+ * put to sleep is asleep for good: new memory that a later reservation
+ * maps at the same addresses is someone else's, never the region's new
+ * backing (its proxy stays revoked, and peers' keys reach nothing). The
+ * region's owner undeclares it; `kvdmabuf status` shows it asleep.
+ */
+kvd_CUresult kc_address_free(kvd_CUdeviceptr ptr, size_t size)
+{
+	kvd_cuMemAddressFree_fn *f = real(S_ADDRESS_FREE);
+	uintptr_t a = (uintptr_t)ptr;
+	struct kc_sleeper *s;
+	kvd_CUresult r;
+	unsigned int i;
+
+	atomic_fetch_add(&kc.calls[S_ADDRESS_FREE], 1);
+	if (!f)
+		return KVD_CUDA_ERROR_NOT_SUPPORTED;
+	if (kc_depth || !atomic_load(&kc.nr_asleep))
+		return f(ptr, size);
+	pthread_mutex_lock(&kc.transition);
+	kc_depth++;
+	r = f(ptr, size);
+	kc_depth--;
+	for (i = 0; r == KVD_CUDA_SUCCESS && i < kc.nr_sleepers; ) {
+		s = &kc.sleepers[i];
+		if (a >= s->addr + s->len || s->addr >= a + size)
+			i++;
+		else
+			sleeper_drop(s);        /* the last moves to i */
+	}
+	pthread_mutex_unlock(&kc.transition);
+	return r;
+}
+
 /* The entry points the driver handed back, swapped for ours. */
 static void hand_back(const char *symbol, void **pfn, int version)
 {
@@ -668,6 +708,8 @@ EXPORT kvd_cuMemUnmap_fn cuMemUnmap __attribute__((alias("kc_mem_unmap")));
 EXPORT kvd_cuMemMap_fn cuMemMap __attribute__((alias("kc_mem_map")));
 EXPORT kvd_cuMemSetAccess_fn cuMemSetAccess
 	__attribute__((alias("kc_mem_set_access")));
+EXPORT kvd_cuMemAddressFree_fn cuMemAddressFree
+	__attribute__((alias("kc_address_free")));
 EXPORT kvd_cuGetProcAddress_v1_fn cuGetProcAddress
 	__attribute__((alias("kc_get_proc")));
 EXPORT kvd_cuGetProcAddress_fn cuGetProcAddress_v2
@@ -681,7 +723,7 @@ EXPORT kvd_cuGetProcAddress_fn cuGetProcAddress_v2
  * that function. So dlsym and dlvsym are interposed too (@@GLIBC_2.34 and
  * the @GLIBC_2.2.5 older programs bind to; libcuda's symbols have no
  * versions, so dlvsym(handle, name, any version) finds them too): a
- * lookup of one of the five names on a real handle gets the preload's
+ * lookup of one of the six names on a real handle gets the preload's
  * entry point (the driver's is kept to forward to); every other call is a
  * tail jump into glibc's function, so that what depends on the caller
  * (RTLD_NEXT, RTLD_DEFAULT from a library loaded RTLD_LOCAL, dlmopen

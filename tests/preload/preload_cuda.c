@@ -55,6 +55,7 @@ static struct {
 	kvd_cuMemUnmap_fn *unmap;
 	kvd_cuMemMap_fn *map;
 	kvd_cuMemSetAccess_fn *access;
+	kvd_cuMemAddressFree_fn *address_free;
 	kvd_cuGetProcAddress_fn *gpa2;
 	kvd_cuGetProcAddress_v1_fn *gpa1;
 	struct ibv_mr *(*reg_mr)(struct ibv_pd *, void *, size_t, int);
@@ -153,6 +154,7 @@ static int load(char *why, size_t len)
 	G(unmap, "cuMemUnmap");
 	G(map, "cuMemMap");
 	G(access, "cuMemSetAccess");
+	G(address_free, "cuMemAddressFree");
 	G(gpa2, "cuGetProcAddress_v2");
 	G(gpa1, "cuGetProcAddress");
 	*(void **)&t.reg_mr = dlvsym(RTLD_DEFAULT, "ibv_reg_mr", "IBVERBS_1.1");
@@ -185,7 +187,8 @@ static int load(char *why, size_t len)
 	G(check, "kvdmabuf_preload_check");
 #undef G
 #undef D
-	if (!t.unmap || !t.map || !t.access || !t.gpa2 || !t.gpa1 ||
+	if (!t.unmap || !t.map || !t.access || !t.address_free || !t.gpa2 ||
+	    !t.gpa1 ||
 	    !t.reg_mr || !t.dereg_mr || !t.d_unmap || !t.d_map ||
 	    !t.d_access || !t.d_create || !t.d_release || !t.d_reserve ||
 	    !t.d_gpa2 || !t.note || !t.log || !t.access_of ||
@@ -378,6 +381,9 @@ TEST_F(kv, cuGetProcAddress_hands_back_the_interposer)
 		  12000, KVD_CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
 		  NULL));
 	EXPECT_EQ((void *)t.access, (void *)access);
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.gpa2("cuMemAddressFree", &f, 12000, 0,
+					   NULL));
+	EXPECT_EQ((void *)t.address_free, f);
 	/* cuGetProcAddress itself: the ABI the driver chose, ours */
 	ASSERT_EQ(KVD_CUDA_SUCCESS, t.gpa2("cuGetProcAddress", &f, 12000, 0,
 					   NULL));
@@ -863,6 +869,30 @@ TEST_F(kv, region_undeclared_while_asleep_is_forgotten)
 	ASSERT_EQ(0, remap(self->base, 1, t.map, t.access));
 	LOG_IS("map access map access");
 	EXPECT_EQ(0, so.replaced);
+}
+
+/* Issue 32 item 4: the engine gives a sleeping region's addresses back
+ * and an unrelated allocation gets the same addresses: its memory must
+ * never become the region's backing (peers' unchanged keys would reach
+ * it). */
+TEST_F(kv, addresses_given_back_while_asleep_never_wake_the_region)
+{
+	kvd_CUdeviceptr b = (kvd_CUdeviceptr)(uintptr_t)self->base, p;
+
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.unmap(b, NCHUNK * CHUNK));
+	LOG_IS("revoke unmap");
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.address_free(b, NCHUNK * CHUNK));
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.d_reserve(&p, NCHUNK * CHUNK, 0, b, 0));
+	ASSERT_EQ(b, p);        /* the same addresses, someone else's */
+	ASSERT_EQ(0, remap(self->base, 0, t.map, t.access));
+	ASSERT_EQ(0, remap(self->base, 1, t.map, t.access));
+	LOG_IS("map access map access");        /* no export, no replace */
+	EXPECT_EQ(0, so.replaced);
+	EXPECT_EQ(1u, asleep());
+	EXPECT_EQ(1, t.calls("cuMemAddressFree"));
+	/* a free the driver refuses (nothing reserved there) passes
+	 * through and changes nothing */
+	EXPECT_NE(KVD_CUDA_SUCCESS, t.address_free(b + CHUNK, CHUNK));
 }
 
 TEST_F(kv, driver_pointer_bypasses_the_interposer)
