@@ -5,6 +5,7 @@
 #   make check                everything: host unit tests + VM suite on every kernel lane
 #   make check-unit           host-only tests, no VM
 #   make mutants              breakages the tests must catch (tests/mutants)
+#   make mutants-random       mechanical breakages of lib/ nobody chose
 #   make update-counts        tests/vm/expected-counts from build/logs
 #   make check-vm KERNEL=6.1  VM suite on one lane (6.1 = Debian 12, 6.12 = Debian 13,
 #                             7.3 = Debian 13 + trixie-backports kernel, debug)
@@ -110,7 +111,7 @@ BENCH := $(if $(BENCH_SRCS),tests/bench/kvdmabuf-bench)
 CYCLES ?= 3
 
 .PHONY: all lib cli tests asan modules rxe dkms-src clean check check-unit check-vm demo demo-2node demo-mooncake bench deps fuzz \
-	install modules_install mutants update-counts
+	install modules_install mutants mutants-random update-counts
 
 all: lib cli tests modules rxe
 
@@ -328,6 +329,14 @@ update-counts:
 # 2 cores). MUTANTS_ARGS: --only NAME, --baseline, --keep.
 mutants:
 	$(Q)tests/mutants/run.py $(MUTANTS_ARGS)
+
+# Breakages nobody chose for their test: COUNT mechanical mutations of
+# lib/ and lib/preload/ from SEED, each against its part's host programs
+# (build/mutants/random-table.md). Not part of make check.
+SEED ?= 1
+COUNT ?= 40
+mutants-random:
+	$(Q)tests/mutants/random_pass.py --seed $(SEED) --count $(COUNT)
 
 # The demonstration runs in a VM of lane DEMO_KERNEL: 6.12, whose
 # soft-RoCE has dma-buf MRs (tests/rxe), unless KERNEL is given (6.1: the
