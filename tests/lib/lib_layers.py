@@ -5,7 +5,14 @@ says: each lib/*.c file is on one floor of the table, calls (and data
 references) between files, read from the built objects with nm, go to a
 file on the same floor or below, and no files reach each other round a
 circle. A call that climbs, a circle, or a file the table does not place
-fails, naming the symbols."""
+fails, naming the symbols.
+
+    lib_layers.py --walk FUNCTION...   (needs cflow; not a test)
+prints the walk of a reader through lib/ from FUNCTION (cflow's call tree,
+each function read once, calls into lib/*.c only): the stays (runs of
+reading in one file, coming back from a call included), the calls that
+climb to a higher floor, and the stays in a file already left; then the
+same without floors 0 and 1 (messages, counts, busy checks)."""
 import glob
 import os
 import re
@@ -107,7 +114,54 @@ def no_circle():
                     a, " -> ".join(f + ".c" for f in back)))
 
 
+def walk(entry):
+    fl = floors()
+    srcs = sorted(glob.glob(os.path.join(LIB, "*.c")))
+    out = subprocess.run(["cflow", "--main=" + entry, "-I", LIB, "-I",
+                          os.path.join(TOP, "uapi")] + srcs,
+                         capture_output=True, text=True, check=True).stdout
+    seq, climbs, seen, stack, skip = [], [], set(), [], None
+    for line in out.splitlines():
+        depth = len(line) - len(line.lstrip())
+        m = re.match(r"\s*(\w+)\(\) <.* at (\S+\.c):\d+>", line)
+        if skip is not None and depth > skip:
+            continue
+        skip = None
+        while stack and stack[-1][0] >= depth:
+            stack.pop()
+            if stack:
+                seq.append(stack[-1][1])
+        if not m or os.path.dirname(os.path.abspath(m.group(2))) != LIB:
+            skip = depth            # outside lib/: not followed
+            continue
+        f = os.path.basename(m.group(2))[:-2]
+        if stack and fl[f] > fl[stack[-1][1]]:
+            climbs.append("%s.c -> %s.c: %s" % (stack[-1][1], f, m.group(1)))
+        stack.append((depth, f))
+        seq.append(f)
+        if m.group(1) in seen:
+            skip = depth            # read before
+        seen.add(m.group(1))
+    while stack:
+        stack.pop()
+        if stack:
+            seq.append(stack[-1][1])
+    for label, s in (("", seq),
+                     (" without floors 0-1", [f for f in seq if fl[f] > 1])):
+        stays = [f for i, f in enumerate(s) if not i or s[i - 1] != f]
+        print("%s%s: %d stays in %d files, %d climbs, %d returns to a file "
+              "already left" % (entry, label, len(stays), len(set(stays)),
+                                len(climbs), len(stays) - len(set(stays))))
+        print("  " + " > ".join(stays))
+    for c in climbs:
+        print("  climbs: " + c)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--walk"]:
+        for e in sys.argv[2:]:
+            walk(e)
+        sys.exit(0)
     sys.exit(ktap.main([
         every_file_has_a_floor,
         no_file_calls_up,
