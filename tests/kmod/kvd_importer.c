@@ -332,7 +332,9 @@ out:
 static long kvd_imp_counters(struct kvd_imp_file *f, void __user *uarg)
 {
 	struct kvd_imp_counters arg;
+	struct scatterlist *sg;
 	struct kvd_imp *imp;
+	unsigned int i;
 
 	if (copy_from_user(&arg, uarg, sizeof(arg)))
 		return -EFAULT;
@@ -341,6 +343,10 @@ static long kvd_imp_counters(struct kvd_imp_file *f, void __user *uarg)
 		return -ENOENT;
 	dma_resv_lock(imp->dmabuf->resv, NULL);
 	arg.mapped = !!imp->sgt;
+	arg.table_len = 0;
+	if (imp->sgt)
+		for_each_sgtable_dma_sg(imp->sgt, sg, i)
+			arg.table_len += sg_dma_len(sg);
 	arg.maps = imp->maps;
 	arg.invalidations = imp->invalidations;
 	arg.failed = imp->failed;

@@ -93,6 +93,8 @@ struct kvd_imp_access {
  * @invalidations: out: move notifications received
  * @failed: out: accesses whose map failed
  * @accesses: out: successful accesses
+ * @table_len: out: the DMA length of the current mapping's table (0 while
+ *	unmapped): the proxy's length, never more of a larger backing
  */
 struct kvd_imp_counters {
 	__u32 handle;
@@ -101,6 +103,7 @@ struct kvd_imp_counters {
 	__u64 invalidations;
 	__u64 failed;
 	__u64 accesses;
+	__u64 table_len;
 };
 
 /**

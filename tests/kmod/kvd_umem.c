@@ -377,6 +377,8 @@ static long kvd_umem_counters(struct kvd_umem_file *f, void __user *uarg)
 {
 	struct kvd_imp_counters arg;
 	struct kvd_umem_imp *imp;
+	struct scatterlist *sg;
+	unsigned int i;
 
 	if (copy_from_user(&arg, uarg, sizeof(arg)))
 		return -EFAULT;
@@ -385,6 +387,15 @@ static long kvd_umem_counters(struct kvd_umem_file *f, void __user *uarg)
 		return -ENOENT;
 	dma_resv_lock(kvd_umem_resv(imp), NULL);
 	arg.mapped = !!imp->umd->sgt;
+	/* the exporter's table as it came: ib_umem_dmabuf trimmed its first
+	 * and last entries in place to the MR's range */
+	arg.table_len = 0;
+	if (imp->umd->sgt) {
+		for_each_sgtable_dma_sg(imp->umd->sgt, sg, i)
+			arg.table_len += sg_dma_len(sg);
+		arg.table_len += imp->umd->first_sg_offset +
+				 imp->umd->last_sg_trim;
+	}
 	arg.maps = imp->maps;
 	arg.invalidations = imp->invalidations;
 	arg.failed = imp->failed;

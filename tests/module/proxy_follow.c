@@ -195,6 +195,7 @@ TEST_F(follow, replace_swaps_under_a_mapped_importer)
 
 TEST_F(follow, offset_into_a_larger_backing)
 {
+	struct kvd_imp_counters c;
 	uint32_t *w;
 	int big;
 
@@ -210,6 +211,34 @@ TEST_F(follow, offset_into_a_larger_backing)
 	EXPECT_EQ(SEED_A * 2654435761u + SIZE / 4, w[0]);
 	EXPECT_EQ(SEED_A * 2654435761u + SIZE / 4 + 1, w[1]);
 	EXPECT_EQ(SEED_A * 2654435761u + SIZE / 2 - 1, w[SIZE / 4 - 1]);
+	ASSERT_EQ(0, imp_counters(self->imp, self->h, &c));
+	EXPECT_EQ(SIZE, c.table_len);
+}
+
+/* At offset 0 of a larger backing the importer's table is the proxy's
+ * length too: the backing's own table (all of it) is lent only when the
+ * two are the same size. */
+TEST_F(follow, start_of_a_larger_backing_maps_the_proxy_length)
+{
+	struct kvd_imp_counters c;
+	int big;
+
+	big = vgem_pattern_buf(self->drm, 2 * SIZE, SEED_A);
+	ASSERT_GE(big, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, self->proxy, big, 0));
+	close(big);
+	self->h = imp_import(self->imp, self->proxy, 0);
+	ASSERT_GE(self->h, 0);
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_A));
+	ASSERT_EQ(0, imp_counters(self->imp, self->h, &c));
+	EXPECT_EQ(1, c.mapped);
+	EXPECT_EQ(SIZE, c.table_len);
+	/* a backing of the proxy's size: its table, whole */
+	ASSERT_EQ(0, kvd_replace(self->dev, self->proxy, self->b, 0));
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	ASSERT_EQ(0, imp_counters(self->imp, self->h, &c));
+	EXPECT_EQ(SIZE, c.table_len);
 }
 
 TEST_F(follow, importer_attached_before_backing)
