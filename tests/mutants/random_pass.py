@@ -194,8 +194,9 @@ def main():
     print("# %d breakages (seed %d) in %s" % (len(chosen), a.seed, a.out))
     if a.list_only:
         return 0
+    # --baseline: every named program passes on the unmutated copy first
     return subprocess.call([sys.executable, os.path.join(HERE, "run.py"),
-                            "--list", a.out, "--table",
+                            "--list", a.out, "--baseline", "--table",
                             os.path.join(os.path.dirname(a.out),
                                          "random-table.md")])
 

@@ -156,9 +156,12 @@ def lane_dirs(tree):
 def run_unit(tree, words, log):
     prog, args = words[1], words[2:]
     target = "tests/" + prog
-    extra = []
+    # what the host programs load besides themselves: the fake drivers
+    # (lib_cuda's old one too) and the CLI (lib_cuda runs `kvdmabuf check`)
+    extra = ["lib/cli/kvdmabuf"]
     if os.path.exists(os.path.join(tree, "tests/fake_cuda")):
-        extra.append("tests/fake_cuda/libcuda.so.1")
+        extra += ["tests/fake_cuda/libcuda.so.1",
+                  "tests/fake_cuda/old/libcuda.so.1"]
     b = subprocess.run(["make", "-C", tree, "-j" + JOBS, "lib", target] + extra,
                        stdout=log, stderr=subprocess.STDOUT)
     if b.returncode:
