@@ -504,6 +504,7 @@ static size_t last_size;
 static unsigned long long last_flags;
 static int last_ctx_dev = -1;
 static unsigned long exports;
+static _Atomic unsigned long export_calls;	/* refused ones too */
 
 EXPORT void fakecu_last_export(unsigned long long *ptr, size_t *size,
 			       unsigned long *count)
@@ -511,6 +512,12 @@ EXPORT void fakecu_last_export(unsigned long long *ptr, size_t *size,
 	*ptr = last_ptr;
 	*size = last_size;
 	*count = exports;
+}
+
+/* Calls of cuMemGetHandleForAddressRange, whatever they returned. */
+EXPORT unsigned long fakecu_export_calls(void)
+{
+	return export_calls;
 }
 
 /* Flags of the last export, and the device of the context current then. */
@@ -621,6 +628,7 @@ EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr,
 	CUresult rc;
 	dptr_t p;
 
+	export_calls++;
 	if (!depth)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (!handle || type != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD ||

@@ -93,6 +93,24 @@ TEST(open_module_require_absent)
 	kvdmabuf_close(ctx);
 }
 
+/* kvdmabuf_query() says which protocol the configuration chose. */
+TEST(query_says_the_protocol)
+{
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_state st;
+	char err[512];
+
+	fake_reset(1);
+	ASSERT_EQ(0, open_yaml("protocol: rdma\n", &ctx, err, sizeof(err)));
+	ASSERT_EQ(0, kvdmabuf_query(ctx, &st));
+	EXPECT_EQ(1, st.protocol_rdma);
+	kvdmabuf_close(ctx);
+	ASSERT_EQ(0, open_yaml("protocol: tcp\n", &ctx, err, sizeof(err)));
+	ASSERT_EQ(0, kvdmabuf_query(ctx, &st));
+	EXPECT_EQ(0, st.protocol_rdma);
+	kvdmabuf_close(ctx);
+}
+
 TEST(open_rdma_without_verbs_device)
 {
 	struct kvdmabuf_options o = { 0 };

@@ -43,6 +43,7 @@ static struct {
 	int (*unmap)(void *);
 	void (*last)(unsigned long long *, size_t *, unsigned long *);
 	unsigned long long (*last_flags)(void);
+	unsigned long (*export_calls)(void);
 	int (*last_ctx_dev)(void);
 	int (*primary_refs)(int);
 	int (*current_dev)(void);
@@ -67,6 +68,7 @@ static int fc_load(const char *lib)
 	SYM(unmap, "fakecu_unmap");
 	SYM(last, "fakecu_last_export");
 	SYM(last_flags, "fakecu_last_export_flags");
+	SYM(export_calls, "fakecu_export_calls");
 	SYM(last_ctx_dev, "fakecu_last_export_ctx_dev");
 	SYM(primary_refs, "fakecu_primary_refs");
 	SYM(current_dev, "fakecu_current_dev");
@@ -595,6 +597,7 @@ TEST_F(map, export_flags)
 		struct kvdmabuf_region_info in;
 		int mapping = variant->flags ? KVDMABUF_MAPPING_PCIE :
 				      KVDMABUF_MAPPING_DEFAULT;
+		unsigned long calls;
 		char label[48];
 
 		EXPECT_EQ(variant->flags, fc.last_flags());
@@ -607,9 +610,12 @@ TEST_F(map, export_flags)
 			 (unsigned long long)in.proxy_id,
 			 variant->flags ? "pcie" : "default");
 		EXPECT_EQ(0, strcmp(label, fw.px[in.proxy_id - 1].label));
-		/* and the same at a wake */
+		/* and the same at a wake, in one call: a driver that refused
+		 * the PCIe mapping once is not asked for it again */
 		ASSERT_EQ(0, kvdmabuf_sleep(ctx, NULL));
+		calls = fc.export_calls();
 		ASSERT_EQ(0, kvdmabuf_wake(ctx, NULL));
+		EXPECT_EQ(calls + 1, fc.export_calls());
 		EXPECT_EQ(variant->flags, fc.last_flags());
 		ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
 		EXPECT_EQ(mapping, in.mapping);

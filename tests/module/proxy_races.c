@@ -4,7 +4,12 @@
  * replaces the backing of a proxy, one queries it, two importer threads
  * read and one writes through their own imports of the proxy. Every read
  * either fails with -ENODEV or returns bytes of exactly one backing (never a
- * wrong or mixed byte); writes land only in the region they target.
+ * wrong or mixed byte), and that backing was the proxy's at some moment of
+ * the read: the controller logs what each of its operations made current,
+ * and a read that began after op a had returned and ended before op b + 2
+ * began may show only what ops a..b + 1 made current (a backing an
+ * importer kept after a REPLACE or REVOKE is caught); writes land only in
+ * the region they target.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -20,13 +25,24 @@
 #define SEED(i)		(0x100u + (i))
 #define SEED_W		0x99u
 #define SECONDS		3
+#define MAXOPS		(1 << 16)	/* the controller stops there */
+#define NONE		(-1)		/* revoked: no backing */
 
 struct race {
 	int dev, drm, proxy;
 	int backing[NBACK];
 	atomic_int stop;
 	atomic_long reads_ok, reads_revoked, writes_ok, bad_bytes, bad_errors;
-	atomic_long ops, queries;
+	atomic_long ops, queries, stale_reads;
+	/*
+	 * The controller's log: current[k] is the backing index (NONE:
+	 * revoked) after its k-th operation returned (current[0]: the first
+	 * attach); done is k once current[k] is set, next the target of the
+	 * operation in flight, set before it starts.
+	 */
+	int current[MAXOPS + 1];
+	atomic_long done;
+	atomic_int next;
 	char last_error[256];
 };
 
@@ -63,8 +79,14 @@ static void *reader(void *arg)
 	while (!atomic_load(&r->stop)) {
 		uint64_t off = (rand_r(&seed) % (WPAGE - CHUNK / KVD_PAGE + 1)) *
 			       KVD_PAGE;
+		long a, b, k;
+		int in_flight, ok;
 
+		a = atomic_load(&r->done);
 		ret = imp_read(imp, h, off, buf, CHUNK);
+		/* the target first: an op it is not for began after the read */
+		in_flight = atomic_load(&r->next);
+		b = atomic_load(&r->done);
 		if (ret == -ENODEV) {
 			atomic_fetch_add(&r->reads_revoked, 1);
 			continue;
@@ -73,12 +95,18 @@ static void *reader(void *arg)
 			note_error(r, "read", ret);
 			continue;
 		}
-		match = 0;
+		match = -1;
 		for (i = 0; i < NBACK; i++)
 			if (check_at(buf, CHUNK, SEED(i), off) < 0)
-				match = 1;
-		if (!match)
+				match = i;
+		if (match < 0)
 			atomic_fetch_add(&r->bad_bytes, 1);
+		/* one of the backings current during the read */
+		ok = match >= 0 && match == in_flight;
+		for (k = a; match >= 0 && !ok && k <= b; k++)
+			ok = r->current[k] == match;
+		if (match >= 0 && !ok)
+			atomic_fetch_add(&r->stale_reads, 1);
 		atomic_fetch_add(&r->reads_ok, 1);
 	}
 	imp_release(imp, h);
@@ -115,27 +143,40 @@ static void *controller(void *arg)
 {
 	struct race *r = arg;
 	unsigned int seed = 42;
-	int ret, b;
+	long k = 0;
+	int ret, i, cur = r->current[0];
 
-	while (!atomic_load(&r->stop)) {
-		b = r->backing[rand_r(&seed) % NBACK];
+	while (!atomic_load(&r->stop) && k < MAXOPS) {
+		i = rand_r(&seed) % NBACK;
 		switch (rand_r(&seed) % 3) {
 		case 0:
+			atomic_store(&r->next, NONE);
 			ret = kvd_revoke(r->dev, r->proxy, 2000);
 			if (ret)
 				note_error(r, "revoke", ret);
+			else
+				cur = NONE;
 			break;
 		case 1:
-			ret = kvd_attach(r->dev, r->proxy, b, 0);
+			/* only a revoked proxy takes a plain attach */
+			atomic_store(&r->next, cur == NONE ? i : cur);
+			ret = kvd_attach(r->dev, r->proxy, r->backing[i], 0);
 			if (ret && ret != -EEXIST)
 				note_error(r, "attach", ret);
+			else if (!ret)
+				cur = i;
 			break;
 		default:
-			ret = kvd_replace(r->dev, r->proxy, b, 0);
+			atomic_store(&r->next, i);
+			ret = kvd_replace(r->dev, r->proxy, r->backing[i], 0);
 			if (ret)
 				note_error(r, "replace", ret);
+			else
+				cur = i;
 			break;
 		}
+		r->current[k + 1] = cur;
+		atomic_store(&r->done, ++k);
 		atomic_fetch_add(&r->ops, 1);
 	}
 	return NULL;
@@ -189,6 +230,8 @@ TEST_TIMEOUT(churn_while_importers_access, 120)
 	r.proxy = kvd_create(r.dev, SIZE, NULL);
 	ASSERT_GE(r.proxy, 0);
 	ASSERT_EQ(0, kvd_attach(r.dev, r.proxy, r.backing[0], 0));
+	r.current[0] = 0;
+	atomic_store(&r.next, 0);
 
 	ASSERT_EQ(0, pthread_create(&th[n++], NULL, reader, &r));
 	ASSERT_EQ(0, pthread_create(&th[n++], NULL, reader, &r));
@@ -200,13 +243,15 @@ TEST_TIMEOUT(churn_while_importers_access, 120)
 	for (i = 0; i < n; i++)
 		pthread_join(th[i], NULL);
 
-	TH_LOG("reads ok %ld revoked %ld, writes %ld, control ops %ld, queries %ld",
-	       atomic_load(&r.reads_ok), atomic_load(&r.reads_revoked),
-	       atomic_load(&r.writes_ok), atomic_load(&r.ops),
-	       atomic_load(&r.queries));
+	TH_LOG("reads ok %ld (of a backing not current then: %ld) revoked %ld, "
+	       "writes %ld, control ops %ld, queries %ld",
+	       atomic_load(&r.reads_ok), atomic_load(&r.stale_reads),
+	       atomic_load(&r.reads_revoked), atomic_load(&r.writes_ok),
+	       atomic_load(&r.ops), atomic_load(&r.queries));
 	if (atomic_load(&r.bad_errors))
 		TH_LOG("last unexpected error: %s", r.last_error);
 	EXPECT_EQ(0, atomic_load(&r.bad_bytes));
+	EXPECT_EQ(0, atomic_load(&r.stale_reads));
 	EXPECT_EQ(0, atomic_load(&r.bad_errors));
 	EXPECT_GT(atomic_load(&r.reads_ok), 0);
 	EXPECT_GT(atomic_load(&r.ops), 10);

@@ -871,6 +871,22 @@ TEST_F(kv, region_undeclared_while_asleep_is_forgotten)
 	EXPECT_EQ(0, so.replaced);
 }
 
+/* The engine maps a region's chunks again in any order: the wake comes
+ * once the last of them is accessible, not before. */
+TEST_F(kv, wake_covers_chunks_mapped_in_any_order)
+{
+	ASSERT_EQ(KVD_CUDA_SUCCESS,
+		  t.unmap((kvd_CUdeviceptr)(uintptr_t)self->base, 2 * CHUNK));
+	LOG_IS("revoke unmap");
+	ASSERT_EQ(0, remap(self->base, 1, t.map, t.access));
+	LOG_IS("map access");
+	EXPECT_EQ(1u, asleep());
+	ASSERT_EQ(0, remap(self->base, 0, t.map, t.access));
+	LOG_IS("map access export replace");
+	EXPECT_EQ(1, so.replaced);
+	EXPECT_EQ(0u, asleep());
+}
+
 /* Issue 32 item 4: the engine gives a sleeping region's addresses back
  * and an unrelated allocation gets the same addresses: its memory must
  * never become the region's backing (peers' unchanged keys would reach
