@@ -323,6 +323,18 @@ def _subscribe(register_tag_hooks) -> bool:
     return True
 
 
+def _allocator_class(what: str):
+    """vLLM's CuMemAllocator, or None where it does not import (logged,
+    with @what the plugin then does not do)."""
+    try:
+        from vllm.device_allocator.cumem import CuMemAllocator
+    except ImportError as e:
+        log.warning("kvdmabuf_vllm: no vLLM sleep-mode allocator here (%s); "
+                    "%s", e, what)
+        return None
+    return CuMemAllocator
+
+
 def _register() -> None:
     try:
         from vllm import device_allocator
@@ -336,11 +348,8 @@ def _register() -> None:
             log.info("kvdmabuf_vllm: kvdmabuf hooks subscribed to vLLM's "
                      "tag hooks for %s", ", ".join(TAGS))
         return
-    try:
-        from vllm.device_allocator.cumem import CuMemAllocator
-    except ImportError as e:
-        log.warning("kvdmabuf_vllm: no vLLM sleep-mode allocator here (%s); "
-                    "nothing wrapped", e)
+    CuMemAllocator = _allocator_class("nothing wrapped")
+    if CuMemAllocator is None:
         return
     if _wrap(CuMemAllocator):
         log.info("kvdmabuf_vllm: CuMemAllocator sleep/wake_up%s wrapped "
@@ -350,11 +359,9 @@ def _register() -> None:
 
 def _register_kv_cache() -> None:
     """The KV cache's allocations become regions (see above)."""
-    try:
-        from vllm.device_allocator.cumem import CuMemAllocator
-    except ImportError as e:
-        log.warning("kvdmabuf_vllm: no CuMemAllocator here (%s): the KV "
-                    "cache is not registered by the plugin", e)
+    CuMemAllocator = _allocator_class("the KV cache is not registered by "
+                                      "the plugin")
+    if CuMemAllocator is None:
         return
     if _track(CuMemAllocator):
         log.info("kvdmabuf_vllm: KV allocations (tag %s) become kvdmabuf "
