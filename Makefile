@@ -11,6 +11,7 @@
 #                             7.3 = Debian 13 + trixie-backports kernel, debug)
 #   make demo / make bench    the demonstration and the benchmarks
 #   make modules KDIR=...     only the kernel modules, against a kernel build tree
+#   make install / uninstall  library, command, Python package, man pages, udev rule
 #
 # V=1 shows the commands.
 
@@ -111,7 +112,7 @@ BENCH := $(if $(BENCH_SRCS),tests/bench/kvdmabuf-bench)
 CYCLES ?= 3
 
 .PHONY: all lib cli tests asan modules rxe dkms-src clean check check-unit check-vm demo demo-2node demo-mooncake bench deps fuzz \
-	install modules_install mutants mutants-random update-counts
+	install uninstall modules_install mutants mutants-random update-counts
 
 all: lib cli tests modules rxe
 
@@ -401,7 +402,8 @@ bench: $(BENCH)
 
 # Installation: the library, its headers (<kvdmabuf.h>, <linux/kvdmabuf.h>)
 # and pkg-config file, the kvdmabuf command, the Python package, the man
-# pages, the udev rule, and the self-test programs (with the test modules
+# pages, the udev rule, the tmpfiles.d entry for the preload's state
+# folder, and the self-test programs (with the test modules
 # built for KDIR) under LIBEXECDIR/kvdmabuf/selftests for `kvdmabuf
 # selftest`. modules_install puts the helper module under /lib/modules.
 PREFIX ?= /usr/local
@@ -411,6 +413,7 @@ LIBEXECDIR ?= $(PREFIX)/libexec
 INCLUDEDIR ?= $(PREFIX)/include
 MANDIR ?= $(PREFIX)/share/man
 UDEVRULESDIR ?= /lib/udev/rules.d
+TMPFILESDIR ?= /usr/lib/tmpfiles.d
 # Where Debian's python3 looks: /usr/lib/python3/dist-packages for
 # PREFIX=/usr, PREFIX/lib/python3.N/dist-packages otherwise.
 PYTHON3 ?= /usr/bin/python3
@@ -428,7 +431,7 @@ install: lib cli tests
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/linux \
 		$(DESTDIR)$(BINDIR) $(DESTDIR)$(SELFTESTDIR)/hw \
 		$(DESTDIR)$(PYTHONDIR)/kvdmabuf $(DESTDIR)$(UDEVRULESDIR) \
-		$(addprefix $(DESTDIR)$(MANDIR)/man,1 3 7)
+		$(DESTDIR)$(TMPFILESDIR) $(addprefix $(DESTDIR)$(MANDIR)/man,1 3 7)
 	install -m 0755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/
 	ln -sf $(notdir $(LIB_SO)) $(DESTDIR)$(LIBDIR)/$(LIB_SONAME)
 	ln -sf $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/libkvdmabuf.so
@@ -458,12 +461,38 @@ install: lib cli tests
 	done
 	install -m 0644 lib/man/*.7 $(DESTDIR)$(MANDIR)/man7/
 	install -m 0644 module/70-kvdmabuf.rules $(DESTDIR)$(UDEVRULESDIR)/
+	install -m 0644 module/kvdmabuf-tmpfiles.conf \
+		$(DESTDIR)$(TMPFILESDIR)/kvdmabuf.conf
 	for t in $(SELFTESTS); do \
 		install -D -m 0755 tests/$$t $(DESTDIR)$(SELFTESTDIR)/$$t || exit 1; \
 	done
 	printf '%s\n' $(SELFTESTS) >$(DESTDIR)$(SELFTESTDIR)/selftest.list
 	$(if $(wildcard tests/kmod/*.ko),install -m 0644 $(wildcard tests/kmod/*.ko) \
 		$(DESTDIR)$(SELFTESTDIR)/)
+
+# What install put there, removed, with the same variables (the module:
+# rm /lib/modules/*/extra/kvdmabuf.ko and depmod, or dkms remove).
+uninstall:
+	rm -f $(DESTDIR)$(LIBDIR)/$(notdir $(LIB_SO)) \
+		$(DESTDIR)$(LIBDIR)/$(LIB_SONAME) $(DESTDIR)$(LIBDIR)/libkvdmabuf.so \
+		$(DESTDIR)$(LIBDIR)/$(notdir $(LIB_A)) \
+		$(DESTDIR)$(LIBDIR)/$(notdir $(PRELOAD_SO)) \
+		$(DESTDIR)$(LIBDIR)/pkgconfig/kvdmabuf.pc \
+		$(DESTDIR)$(INCLUDEDIR)/kvdmabuf.h \
+		$(DESTDIR)$(INCLUDEDIR)/kvdmabuf_preload.h \
+		$(DESTDIR)$(INCLUDEDIR)/linux/kvdmabuf.h \
+		$(DESTDIR)$(BINDIR)/kvdmabuf \
+		$(DESTDIR)$(UDEVRULESDIR)/70-kvdmabuf.rules \
+		$(DESTDIR)$(TMPFILESDIR)/kvdmabuf.conf \
+		$(addprefix $(DESTDIR)$(MANDIR)/man1/,$(notdir $(wildcard lib/man/*.1))) \
+		$(addprefix $(DESTDIR)$(MANDIR)/man3/,$(notdir $(wildcard lib/man/*.3))) \
+		$(addprefix $(DESTDIR)$(MANDIR)/man7/,$(notdir $(wildcard lib/man/*.7)))
+	for p in lib/man/*.3; do \
+		for n in $$(sed -n 's/^\.Nm \(kvdmabuf_[a-z_]*\).*/\1/p' $$p); do \
+			rm -f $(DESTDIR)$(MANDIR)/man3/$$n.3; \
+		done; \
+	done
+	rm -rf $(DESTDIR)$(PYTHONDIR)/kvdmabuf $(DESTDIR)$(LIBEXECDIR)/kvdmabuf
 
 # DKMS: the helper module's sources and dkms.conf under /usr/src, then
 # `dkms install kvdmabuf/$(VERSION)` builds it for every kernel.

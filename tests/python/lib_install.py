@@ -8,7 +8,9 @@ virtual environment works offline (Debian's setuptools) and loads the
 library it carries;
 the command runs and finds its installed self-tests; the man pages are
 clean under mandoc -T lint (warnings and errors) and every cross reference
-names an installed page; the udev rule is there."""
+names an installed page; the udev rule and the tmpfiles.d entry of the
+preload's state folder are there; `make uninstall` with the same
+variables leaves no file behind."""
 import glob
 import json
 import os
@@ -280,6 +282,34 @@ def udev_rule_installed():
     check(os.path.exists(staged() + "/usr/lib/udev/rules.d/70-kvdmabuf.rules"))
 
 
+def tmpfiles_entry_makes_the_state_folder():
+    with open(staged() + "/usr/lib/tmpfiles.d/kvdmabuf.conf") as f:
+        lines = [ln.split() for ln in f if ln.strip() and ln[0] != "#"]
+    check(["d", "/run/kvdmabuf/preload", "1777", "root", "root", "-"] in lines,
+          str(lines))
+    # the folder the preload writes to by default (lib/kvdmabuf_preload.h)
+    with open(os.path.join(TOP, "lib", "kvdmabuf_preload.h")) as f:
+        check('#define KVDMABUF_PRELOAD_RUN_DIR "/run/kvdmabuf/preload"'
+              in f.read())
+
+
+def uninstall_leaves_nothing():
+    d = tempfile.mkdtemp(prefix="kvd-uninstall.")
+    try:
+        args = "DESTDIR=%s PREFIX=/usr UDEVRULESDIR=/usr/lib/udev/rules.d" % d
+        check(run("make -s -C %s install %s" % (TOP, args)).returncode == 0,
+              "make install failed")
+        n = sum(len(f) for _, _, f in os.walk(d))
+        check(n > 50, "only %d files installed" % n)
+        check(run("make -s -C %s uninstall %s" % (TOP, args)).returncode == 0,
+              "make uninstall failed")
+        left = [os.path.join(r, f)[len(d):] for r, _, fs in os.walk(d)
+                for f in fs]
+        check(not left, "left behind: %s" % " ".join(sorted(left)[:10]))
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 if __name__ == "__main__":
     rc = ktap.main([
         c_program_builds_with_pkg_config,
@@ -293,6 +323,8 @@ if __name__ == "__main__":
         every_function_has_its_man_page,
         man_pages_lint_clean_and_cross_referenced,
         udev_rule_installed,
+        tmpfiles_entry_makes_the_state_folder,
+        uninstall_leaves_nothing,
     ])
     for tmp in (STAGE, VENV):
         if tmp:
