@@ -461,7 +461,7 @@ install: lib cli tests
 	done
 	install -m 0644 lib/man/*.7 $(DESTDIR)$(MANDIR)/man7/
 	install -m 0644 module/70-kvdmabuf.rules $(DESTDIR)$(UDEVRULESDIR)/
-	install -m 0644 module/kvdmabuf-tmpfiles.conf \
+	install -m 0644 lib/preload/kvdmabuf-tmpfiles.conf \
 		$(DESTDIR)$(TMPFILESDIR)/kvdmabuf.conf
 	for t in $(SELFTESTS); do \
 		install -D -m 0755 tests/$$t $(DESTDIR)$(SELFTESTDIR)/$$t || exit 1; \
