@@ -34,6 +34,9 @@
 
 #include "internal.h"
 
+/* The largest configuration read, file or text. */
+#define CONFIG_MAX (1u << 20)
+
 struct parse {
 	yaml_parser_t parser;
 	const char *name;
@@ -508,7 +511,7 @@ static int config_load_file(const char *path, struct kvd_config *cfg,
 			char *t;
 
 			cap = cap ? cap * 2 : 8192;
-			if (cap > (1u << 20)) {
+			if (cap > CONFIG_MAX) {
 				free(text);
 				fclose(f);
 				snprintf(err, errlen, "%s: larger than 1 MiB",
@@ -540,6 +543,21 @@ static int config_load_file(const char *path, struct kvd_config *cfg,
 	rc = kvd_config_parse(text, len, path, cfg, err, errlen);
 	free(text);
 	return rc;
+}
+
+int kvd_config_load_yaml(const char *text, struct kvd_config *cfg,
+			 char *err, size_t errlen)
+{
+	size_t len = strnlen(text, CONFIG_MAX + 1);
+	int rc;
+
+	if (len > CONFIG_MAX) {
+		snprintf(err, errlen, "options.config_yaml: larger than 1 MiB");
+		return -EINVAL;
+	}
+	rc = kvd_config_parse(text, len, "options.config_yaml", cfg, err,
+			      errlen);
+	return rc ? rc : config_env(cfg, err, errlen);
 }
 
 int kvd_config_load(const char *path, struct kvd_config *cfg, char *err,

@@ -116,8 +116,15 @@ int kvd_open_ops(const struct kvdmabuf_options *opts,
 	pthread_mutex_init(&ctx->lock, &ma);
 	pthread_mutexattr_destroy(&ma);
 
-	rc = kvd_config_load(opts->config_path, &ctx->cfg, kvd_msg(ctx),
-			     KVD_ERRMAX);
+	if (opts->config_yaml && opts->config_path)
+		rc = kvd_err(ctx, -EINVAL, "kvdmabuf_open: config_path or "
+			     "config_yaml, not both");
+	else if (opts->config_yaml)
+		rc = kvd_config_load_yaml(opts->config_yaml, &ctx->cfg,
+					  kvd_msg(ctx), KVD_ERRMAX);
+	else
+		rc = kvd_config_load(opts->config_path, &ctx->cfg,
+				     kvd_msg(ctx), KVD_ERRMAX);
 	if (rc)
 		goto fail;
 	if (kvd_gate_check(&ctx->cfg, reason, sizeof(reason)) != 1) {

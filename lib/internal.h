@@ -56,6 +56,9 @@ struct kvd_config {
  */
 int kvd_config_load(const char *path, struct kvd_config *cfg,
 		    char *err, size_t errlen);
+/* The same from YAML text (kvdmabuf_options.config_yaml). */
+int kvd_config_load_yaml(const char *text, struct kvd_config *cfg,
+			 char *err, size_t errlen);
 /* Parse YAML text (for tests); @name is used in messages. */
 int kvd_config_parse(const char *text, size_t len, const char *name,
 		     struct kvd_config *cfg, char *err, size_t errlen);

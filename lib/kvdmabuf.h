@@ -194,8 +194,12 @@ struct kvdmabuf_options {
 	unsigned int drain_timeout_ms;
 	/** ibv_access_flags of every MR; 0: local write, remote read/write. */
 	unsigned int access;
+	/** The configuration as YAML text instead of a file (config_path
+	 *  must then be NULL; at most 1 MiB); KVDMABUF_<KEY> variables still
+	 *  apply over it. NULL: config_path's rules. */
+	const char *config_yaml;
 	/** Must be zero. */
-	uint64_t reserved[8];
+	uint64_t reserved[7];
 };
 
 /**

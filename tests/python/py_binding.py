@@ -144,6 +144,25 @@ def gate_and_open_errors_carry_the_message():
     check("unknown key 'bogus'" in e.strerror, e.strerror)
 
 
+def configuration_as_a_dict():
+    """Context(config={...}) instead of a file: the same keys, checked the
+    same way, the message naming where they came from."""
+    ctx = kvdmabuf.Context(config={"protocol": "tcp", "drain_timeout_s": 2})
+    check(not ctx.query().protocol_rdma)
+    ctx.close()
+    try:
+        kvdmabuf.Context(config={"drain_timeout_s": "soon"})
+        check(False, "a bad value was taken")
+    except kvdmabuf.Error as e:
+        check(e.errno == errno.EINVAL and "options.config_yaml" in str(e)
+              and "drain_timeout_s" in str(e), str(e))
+    try:
+        kvdmabuf.Context("/etc/kvdmabuf.yaml", config={"protocol": "tcp"})
+        check(False, "a file and a dict were both taken")
+    except kvdmabuf.Error as e:
+        check(e.errno == errno.EINVAL and "not both" in str(e), str(e))
+
+
 def regions_sleep_and_wake():
     m, addr = buf(4 * PAGE)
     with kvdmabuf.Context(config("protocol: tcp\n")) as ctx:
@@ -303,6 +322,7 @@ if __name__ == "__main__":
     raise SystemExit(ktap.main([
         version_matches_the_library,
         struct_layouts_match_the_header,
+        configuration_as_a_dict,
         constants_match_the_header,
         gate_and_open_errors_carry_the_message,
         regions_sleep_and_wake,

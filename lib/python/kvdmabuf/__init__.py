@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno as _errno
+import json
 import os
 import re
 import sys
@@ -100,7 +101,8 @@ class _Options(ctypes.Structure):
         ("cuda_library", ctypes.c_char_p),
         ("drain_timeout_ms", ctypes.c_uint),
         ("access", ctypes.c_uint),
-        ("reserved", ctypes.c_uint64 * 8),
+        ("config_yaml", ctypes.c_char_p),
+        ("reserved", ctypes.c_uint64 * 7),
     ]
 
 
@@ -510,6 +512,9 @@ class Context:
 
     :param config_path: YAML config (None: ``$KVDMABUF_CONFIG``, else the
         built-in defaults, protocol rdma)
+    :param config: the configuration as a dict instead of a file (the
+        file's keys: ``{"protocol": "rdma", "nics": ["mlx5_0"]}``);
+        ``KVDMABUF_<KEY>`` variables still apply over it
     :param pds: the engine's protection domains: ``struct ibv_pd *``
         addresses as ints, or pyverbs ``PD`` objects where pyverbs exposes
         the pointer (see :func:`pd_pointer`); empty:
@@ -528,7 +533,8 @@ class Context:
                  sleep_begin: Optional[SleepBeginFn] = None,
                  drain: Optional[DrainFn] = None,
                  drain_timeout_ms: int = 0, access: int = 0,
-                 cuda_library: Optional[str] = None):
+                 cuda_library: Optional[str] = None,
+                 config: Optional[dict] = None):
         self._h = ctypes.c_void_p()
         self._regions: dict[int, Region] = {}
         self._cb_error: Optional[BaseException] = None
@@ -538,6 +544,10 @@ class Context:
         self._pds = (ctypes.c_void_p * max(len(ptrs), 1))(*ptrs)
         o = _Options()
         o.config_path = _b(config_path)
+        # a JSON object is YAML: the library reads it as it reads a file
+        self._config_yaml = _b(json.dumps(config)) if config is not None \
+            else None
+        o.config_yaml = self._config_yaml
         o.pds = ctypes.cast(self._pds, ctypes.POINTER(ctypes.c_void_p))
         o.nr_pds = len(ptrs)
         o.module = module

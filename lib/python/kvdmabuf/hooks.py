@@ -47,6 +47,8 @@ class SleepHooks:
         ``struct ibv_pd *`` as ints (see :func:`kvdmabuf.pd_pointer`)
     :param on_new_keys: receives the regions whose keys changed
     :param on_sleep_begin: receives the regions that stop now (tell peers)
+    :param config: the configuration as a dict instead of a file
+        (see :class:`kvdmabuf.Context`)
     :param drain: asked while a sleep drains; True once the transfer
         engine's own queues are empty and its peers quiet (the in-flight
         counts of :meth:`kvdmabuf.Region.io` are waited for in any case)
@@ -57,12 +59,13 @@ class SleepHooks:
                  on_new_keys: Optional[NewKeysFn] = None,
                  on_sleep_begin: Optional[Callable[[Sequence[Region]], None]] = None,
                  drain: Optional[Callable[[], bool]] = None,
-                 drain_timeout_ms: int = 0):
+                 drain_timeout_ms: int = 0,
+                 config: Optional[dict] = None):
         self._on_new_keys = on_new_keys
         self.config_path = config_path
         self.ctx = Context(config_path, pds=pds, key_change=self._keys,
                            sleep_begin=on_sleep_begin, drain=drain,
-                           drain_timeout_ms=drain_timeout_ms)
+                           drain_timeout_ms=drain_timeout_ms, config=config)
 
     @staticmethod
     def supports_sleep_mode(config_path: Optional[str] = None) -> SleepSupport:
