@@ -330,16 +330,19 @@ TEST_F(rb, late_pin_fails_sleep_whole)
 	CHECK_AWAKE(self, variant);
 }
 
-/* Key-change callbacks: how many, and whether I/O was still stopped. */
-static int cb_calls, cb_io_open;
+/* Key-change callbacks: how many, whether I/O was still stopped, and (with
+ * the context as @arg) how many of their own calls were refused. */
+static int cb_calls, cb_io_open, cb_refused;
 
 static void count_keys(struct kvdmabuf_region *const *rs, unsigned int n,
 		       void *arg)
 {
 	unsigned int i;
 
-	(void)arg;
 	cb_calls++;
+	/* a callback's own call fails (and sets a message of its own) */
+	if (arg && kvdmabuf_sleep(arg, NULL) == -EDEADLK)
+		cb_refused++;
 	for (i = 0; i < n; i++)
 		if (!kvdmabuf_io_begin(rs[i])) {
 			cb_io_open++;
@@ -401,13 +404,14 @@ TEST_F(rb, failed_sleep_publishes_new_keys_before_io_resumes)
 	static const enum fake_op ops[] = { OP_DEREG, OP_REVOKE };
 	unsigned int k;
 	unsigned long n;
-	int rc, calls = 0;
+	int rc, calls = 0, refused = 0;
 
 	self->ctx->key_change = count_keys;
-	cb_io_open = 0;
+	self->ctx->key_change_arg = self->ctx;
+	cb_io_open = cb_refused = 0;
 	for (k = 0; k < 2; k++) {
 		for (n = 1;; n++) {
-			cb_calls = 0;
+			cb_calls = cb_refused = 0;
 			inj_arm(ops[k], n, -EIO);
 			rc = kvdmabuf_sleep(self->ctx, NULL);
 			inj_disarm();
@@ -418,11 +422,16 @@ TEST_F(rb, failed_sleep_publishes_new_keys_before_io_resumes)
 			}
 			ASSERT_EQ(-EIO, rc);
 			CHECK_AWAKE(self, variant);
+			/* the sleep's message, not the callback's */
+			EXPECT_NULL(strstr(kvdmabuf_last_error(self->ctx),
+					   "from a callback"));
 			calls += cb_calls;
+			refused += cb_refused;
 		}
 	}
 	/* region 2 (host, released at sleep) is REREGISTER in every variant */
 	EXPECT_GE(calls, 1);
+	EXPECT_EQ(calls, refused);
 	EXPECT_EQ(0, cb_io_open);
 }
 
