@@ -138,9 +138,28 @@ def kv_cache_is_regions_before_the_connector_sees_it():
     check(not out["inside"] and out["after_pool"], str(out))
 
 
+def kv_cache_without_a_context_starts_the_engine():
+    """A configuration that cannot be opened: the engine starts, its KV
+    cache is not registered by the plugin, and the log says so once."""
+    code = KV[:KV.index("w = Worker()")] + (
+        "w = Worker()\n"
+        "w.initialize_from_config([4 * 4096, 8 * 4096])\n"
+        "print(json.dumps({'saw': w.connector.saw,\n"
+        "                  'regions': len(kvdmabuf_vllm.kv_regions())}))\n")
+    p = run(os.path.join(HERE, "vllm_standin"), code,
+            KVDMABUF_CONFIG="/nonexistent/kvdmabuf.yaml",
+            KVDMABUF_VLLM_MEM="host")
+    check(p.returncode == 0, p.stderr)
+    out = json.loads(p.stdout.splitlines()[-1])
+    check(out == {"saw": [False, False], "regions": 0}, str(out))
+    check(p.stderr.count("are no kvdmabuf regions, no context") == 1 and
+          "/nonexistent/kvdmabuf.yaml" in p.stderr, p.stderr)
+
+
 if __name__ == "__main__":
     sys.exit(ktap.main([
         broken_vllm_does_not_stop_the_engine,
         standin_vllm_tag_hooks_are_subscribed_once,
         kv_cache_is_regions_before_the_connector_sees_it,
+        kv_cache_without_a_context_starts_the_engine,
     ]))

@@ -182,12 +182,21 @@ def register_kv_allocations() -> int:
     engine's registration of that memory then cannot follow, and under
     the preload every sleep of it is refused, naming it)."""
     done = 0
+    if not _pending:
+        return 0
+    try:
+        h = hooks()
+    except Exception as e:              # noqa: BLE001 (see above)
+        log.error("kvdmabuf_vllm: %d KV allocation(s) are no kvdmabuf "
+                  "regions, no context: %s: %s", len(_pending),
+                  type(e).__name__, e)
+        _pending.clear()
+        return 0
+    mem = os.environ.get("KVDMABUF_VLLM_MEM", "cuda")
     while _pending:
         addr, size = _pending.popitem()
         try:
-            _kv_regions[addr] = hooks().register(
-                addr, size, KV_TAG, mem=os.environ.get("KVDMABUF_VLLM_MEM",
-                                                       "cuda"))
+            _kv_regions[addr] = h.register(addr, size, KV_TAG, mem=mem)
             done += 1
         except Exception as e:          # noqa: BLE001 (see above)
             log.error("kvdmabuf_vllm: KV allocation %#x+%d is no kvdmabuf "
