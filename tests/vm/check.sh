@@ -263,10 +263,12 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 			rc=${PIPESTATUS[0]}
 			# A guest that died before its first line of ours (TCG
 			# has crashed early boot, in text patching) ran none of
-			# our code: boot once more. Anything later counts.
+			# our code: boot once more. Anything later counts. Of
+			# two nodes, each must have started: the other one
+			# only waited for its peer.
 			[ "$rc" != 0 ] && [ "$boot" = 1 ] &&
-				! grep -q '^# kvdmabuf VM lane:' "$plog" || break
-			echo "# the guest died before the suite started; booting again"
+				! suite_started "$plog" || break
+			echo "# a guest died before the suite started; booting again"
 			cat "$plog" >"$log.boot1"
 		done
 		cat "$plog" >"$log"
@@ -275,10 +277,24 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 			judge_counts "$lane" "$log" || rc=1
 		fi
 	fi
-	rm -f "$plog"
+	rm -f "$plog" "$plog".node[12]
 	# Still under the lock: no other run of this tree rewrites $log.
 	account "$name" $rc "$log" $((SECONDS - t0))
 	exec 8>&-
+}
+
+# Whether every guest of the run whose console is in LOG printed the
+# suite's first line (tests/vm/guest-run.sh); two nodes each have their own
+# console, LOG.node1 and LOG.node2 (tests/vm/two-node.sh).
+suite_started() { # log
+	local f
+	if [ "$nodes" = 2 ]; then
+		for f in "$1.node1" "$1.node2"; do
+			grep -q '^# kvdmabuf VM lane:' "$f" 2>/dev/null || return 1
+		done
+		return 0
+	fi
+	grep -q '^# kvdmabuf VM lane:' "$1"
 }
 
 # make demo NODES=2 once, one cycle, on a lane whose tree is built already
