@@ -230,6 +230,13 @@ static void sleeper_drop(struct kc_sleeper *s)
 	atomic_store(&kc.nr_asleep, kc.nr_sleepers);
 }
 
+/* Whether [a, a + size) meets @s's range. */
+static bool sleeper_overlaps(const struct kc_sleeper *s, uintptr_t a,
+			     size_t size)
+{
+	return a < s->addr + s->len && s->addr < a + size;
+}
+
 /* [a, b) of @s becomes covered (@add) or not; -ENOMEM. */
 static int cover(struct kc_sleeper *s, uintptr_t a, uintptr_t b, bool add)
 {
@@ -588,7 +595,7 @@ kvd_CUresult kc_mem_set_access(kvd_CUdeviceptr ptr, size_t size,
 	kc_depth--;
 	for (i = 0; r == KVD_CUDA_SUCCESS && i < kc.nr_sleepers; ) {
 		s = &kc.sleepers[i];
-		if (a >= s->addr + s->len || s->addr >= a + size) {
+		if (!sleeper_overlaps(s, a, size)) {
 			i++;
 			continue;
 		}
@@ -639,7 +646,7 @@ kvd_CUresult kc_address_free(kvd_CUdeviceptr ptr, size_t size)
 	kc_depth--;
 	for (i = 0; r == KVD_CUDA_SUCCESS && i < kc.nr_sleepers; ) {
 		s = &kc.sleepers[i];
-		if (a >= s->addr + s->len || s->addr >= a + size)
+		if (!sleeper_overlaps(s, a, size))
 			i++;
 		else
 			sleeper_drop(s);        /* the last moves to i */
