@@ -149,6 +149,13 @@ static bool verdict_of(struct demo_results *r, bool stress, char *line,
 	return ok;
 }
 
+/* The verdict on *@r is FAIL and its line names @msg. */
+#define FAILS_WITH(r, stress, msg)					\
+	do {								\
+		ASSERT_FALSE(verdict_of(r, stress, line, sizeof(line)));\
+		ASSERT_TRUE(strstr(line, msg) != NULL);			\
+	} while (0)
+
 static bool verdict(struct demo_results *r, char *line, size_t len)
 {
 	return verdict_of(r, false, line, len);
@@ -173,10 +180,9 @@ TEST(baseline_transfer_errors_fail)
 	for (p = 1; p < DEMO_NR_PASSES; p += 2) {
 		good_run(&r);
 		r.xfer_errors[p] = 8;	/* the same wrong blocks, loudly */
-		ASSERT_FALSE(verdict(&r, line, sizeof(line)));
-		ASSERT_TRUE(strstr(line, p == 1 ?
-				   "rxe baseline: 8 transfer errors" :
-				   "umem baseline: 8 transfer errors") != NULL);
+		FAILS_WITH(&r, false, p == 1 ?
+				      "rxe baseline: 8 transfer errors" :
+				      "umem baseline: 8 transfer errors");
 	}
 }
 
@@ -187,9 +193,8 @@ TEST(baseline_without_wrong_blocks_fails)
 
 	good_run(&r);
 	r.rows[0].c[1].ok = DEMO_PROMPTS;	/* A's blocks right */
-	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "rxe baseline did not reproduce wrong "
-			   "blocks delivered silently on A") != NULL);
+	FAILS_WITH(&r, false, "rxe baseline did not reproduce wrong "
+			      "blocks delivered silently on A");
 }
 
 TEST(kvdmabuf_wrong_block_or_transfer_error_fails)
@@ -199,13 +204,11 @@ TEST(kvdmabuf_wrong_block_or_transfer_error_fails)
 
 	good_run(&r);
 	r.rows[1].c[2].ok = DEMO_PROMPTS - 1;
-	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "umem kvdmabuf: sleep/wake cycles / B gets "
-			   "KV that A put after its wake: 7/8 correct") != NULL);
+	FAILS_WITH(&r, false, "umem kvdmabuf: sleep/wake cycles / B gets "
+			      "KV that A put after its wake: 7/8 correct");
 	good_run(&r);
 	r.xfer_errors[0] = 1;
-	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "rxe kvdmabuf: 1 transfer errors") != NULL);
+	FAILS_WITH(&r, false, "rxe kvdmabuf: 1 transfer errors");
 }
 
 TEST(rxedb_column_passes_and_is_named)
@@ -228,18 +231,15 @@ TEST(rxedb_blocks_and_silent_baseline_judged)
 
 	good_rxedb_run(&r);
 	r.rows[1].c[2].ok = DEMO_PROMPTS - 1;
-	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "rxedb kvdmabuf: sleep/wake cycles / B gets "
-			   "KV that A put after its wake: 7/8 correct") != NULL);
+	FAILS_WITH(&r, false, "rxedb kvdmabuf: sleep/wake cycles / B gets "
+			      "KV that A put after its wake: 7/8 correct");
 	good_rxedb_run(&r);
 	r.xfer_errors[3] = 8;
-	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "rxedb baseline: 8 transfer errors") != NULL);
+	FAILS_WITH(&r, false, "rxedb baseline: 8 transfer errors");
 	good_rxedb_run(&r);
 	r.rows[0].c[3].ok = DEMO_PROMPTS;
-	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "rxedb baseline did not reproduce wrong "
-			   "blocks delivered silently on A") != NULL);
+	FAILS_WITH(&r, false, "rxedb baseline did not reproduce wrong "
+			      "blocks delivered silently on A");
 }
 
 TEST(rxedb_follow_mode_and_same_key)
@@ -249,13 +249,11 @@ TEST(rxedb_follow_mode_and_same_key)
 
 	good_rxedb_run(&r);
 	strcpy(r.mode[DEMO_NIC_UMEM], "reregister");
-	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "rxedb kvdmabuf: mode 'reregister', "
-			   "expected follow") != NULL);
+	FAILS_WITH(&r, false, "rxedb kvdmabuf: mode 'reregister', "
+			      "expected follow");
 	good_rxedb_run(&r);
 	r.keys[2].rkey_last = 0x1300;
-	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "rxedb kvdmabuf: A's key changed") != NULL);
+	FAILS_WITH(&r, false, "rxedb kvdmabuf: A's key changed");
 }
 
 TEST(rxedb_key_not_refused_fails)
@@ -265,19 +263,16 @@ TEST(rxedb_key_not_refused_fails)
 
 	good_rxedb_run(&r);
 	r.keys[2].probe_refused = 5;	/* one went through */
-	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "rxedb kvdmabuf: keys not A's: 5/6 refused "
-			   "by the remote access check over 3 cycles, 0 "
-			   "blocks delivered") != NULL);
+	FAILS_WITH(&r, false, "rxedb kvdmabuf: keys not A's: 5/6 refused "
+			      "by the remote access check over 3 cycles, 0 "
+			      "blocks delivered");
 	good_rxedb_run(&r);
 	r.keys[2].probe_delivered = 1;	/* refused, yet a block came */
-	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "6/6 refused by the remote access check "
-			   "over 3 cycles, 1 blocks delivered") != NULL);
+	FAILS_WITH(&r, false, "6/6 refused by the remote access check "
+			      "over 3 cycles, 1 blocks delivered");
 	good_rxedb_run(&r);
 	r.keys[2].probe_tried = r.keys[2].probe_refused = 4; /* cycle left */
-	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "keys not A's: 4/4 refused") != NULL);
+	FAILS_WITH(&r, false, "keys not A's: 4/4 refused");
 	good_run(&r);		/* kvd_umem: no keys on a wire to probe */
 	ASSERT_TRUE(verdict(&r, line, sizeof(line)));
 }
@@ -289,16 +284,13 @@ TEST(every_block_of_a_phase_counted)
 
 	good_run(&r);
 	r.rows[0].expect_runs = 2;	/* a second cycle's blocks missing */
-	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "rxe kvdmabuf: sleep/wake cycles / A gets KV "
-			   "that B put while A slept: 8 blocks counted, the "
-			   "phase runs 2 x 8") != NULL);
+	FAILS_WITH(&r, false, "rxe kvdmabuf: sleep/wake cycles / A gets KV "
+			      "that B put while A slept: 8 blocks counted, the "
+			      "phase runs 2 x 8");
 	good_run(&r);
 	r.rows[1].c[3].total = 0;	/* a baseline's phase not counted */
-	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "umem baseline: sleep/wake cycles / B gets "
-			   "KV that A put after its wake: 0 blocks counted") !=
-		    NULL);
+	FAILS_WITH(&r, false, "umem baseline: sleep/wake cycles / B gets "
+			      "KV that A put after its wake: 0 blocks counted");
 }
 
 TEST(a_full_table_fails)
@@ -316,9 +308,8 @@ TEST(a_full_table_fails)
 		ASSERT_EQ(DEMO_MAX_ROWS, i);	/* only the one past the cap */
 	}
 	ASSERT_EQ(1, r.dropped_rows);
-	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "1 phase(s) and 0 memory point(s) left out "
-			   "of a full table") != NULL);
+	FAILS_WITH(&r, false, "1 phase(s) and 0 memory point(s) left out "
+			      "of a full table");
 }
 
 TEST(memory_held_while_asleep_judged)
@@ -330,28 +321,23 @@ TEST(memory_held_while_asleep_judged)
 	ASSERT_TRUE(verdict(&r, line, sizeof(line)));
 	/* kvdmabuf on rxe keeps A's pages pinned while asleep */
 	r.mem[0].m[0][DEMO_M_ASLEEP].pin_kb = 81920;
-	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "rxe kvdmabuf: sleep/wake cycle 1: asleep "
-			   "81920 KiB pinned, 0 KiB resident (expected 0, 0)")
-		    != NULL);
+	FAILS_WITH(&r, false, "rxe kvdmabuf: sleep/wake cycle 1: asleep "
+			      "81920 KiB pinned, 0 KiB resident (expected 0, 0)");
 	/* kvdmabuf on the move-capable NIC: free memory not back */
 	good_mem_run(&r);
 	r.mem[0].m[2][DEMO_M_ASLEEP].held_kb = 81920;
-	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "umem kvdmabuf: sleep/wake cycle 1: free "
-			   "memory still 81920 KiB lower while asleep") != NULL);
+	FAILS_WITH(&r, false, "umem kvdmabuf: sleep/wake cycle 1: free "
+			      "memory still 81920 KiB lower while asleep");
 	/* a baseline that held nothing did not show the bug */
 	good_mem_run(&r);
 	r.mem[0].m[1][DEMO_M_ASLEEP].pin_kb = 0;
-	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "rxe baseline: sleep/wake cycle 1: nothing "
-			   "held while asleep") != NULL);
+	FAILS_WITH(&r, false, "rxe baseline: sleep/wake cycle 1: nothing "
+			      "held while asleep");
 	/* after the wake, not what it was before the sleep */
 	good_mem_run(&r);
 	r.mem[0].m[0][DEMO_M_WOKE].pin_kb = 2 * 81920;
-	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "rxe kvdmabuf: sleep/wake cycle 1: after "
-			   "wake 163840/81920 KiB pinned/resident") != NULL);
+	FAILS_WITH(&r, false, "rxe kvdmabuf: sleep/wake cycle 1: after "
+			      "wake 163840/81920 KiB pinned/resident");
 }
 
 TEST(stress_losses_and_drift_fail)
@@ -362,23 +348,18 @@ TEST(stress_losses_and_drift_fail)
 	good_stress_run(&r);
 	ASSERT_TRUE(verdict_of(&r, true, line, sizeof(line)));
 	r.stress[DEMO_NIC_RXE].completed = 399;
-	ASSERT_FALSE(verdict_of(&r, true, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "rxe kvdmabuf: stress: of 400 transfers, 1 "
-			   "lost, 0 failed, 0 wrong") != NULL);
+	FAILS_WITH(&r, true, "rxe kvdmabuf: stress: of 400 transfers, 1 "
+			     "lost, 0 failed, 0 wrong");
 	good_stress_run(&r);
 	r.stress[DEMO_NIC_UMEM].wrong = 1;
-	ASSERT_FALSE(verdict_of(&r, true, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "umem kvdmabuf: stress: of 400 transfers, 0 "
-			   "lost, 0 failed, 1 wrong") != NULL);
+	FAILS_WITH(&r, true, "umem kvdmabuf: stress: of 400 transfers, 0 "
+			     "lost, 0 failed, 1 wrong");
 	good_stress_run(&r);
 	r.stress[DEMO_NIC_RXE].pin_last_kb += 4;	/* one page more */
-	ASSERT_FALSE(verdict_of(&r, true, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "rxe kvdmabuf: stress: memory drifted") !=
-		    NULL);
+	FAILS_WITH(&r, true, "rxe kvdmabuf: stress: memory drifted");
 	good_stress_run(&r);
 	r.stress[DEMO_NIC_UMEM].ran = false;
-	ASSERT_FALSE(verdict_of(&r, true, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "umem kvdmabuf: stress did not run") != NULL);
+	FAILS_WITH(&r, true, "umem kvdmabuf: stress did not run");
 }
 
 TEST(follow_path_failures_fail)
@@ -388,28 +369,22 @@ TEST(follow_path_failures_fail)
 
 	good_run(&r);
 	r.follow.correct = 1;
-	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "follow path: 1/2 reads correct") != NULL);
+	FAILS_WITH(&r, false, "follow path: 1/2 reads correct");
 	good_run(&r);
 	r.follow.backings_asleep = 1;
-	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "follow path: module still holds 1 "
-			   "backing(s) while asleep") != NULL);
+	FAILS_WITH(&r, false, "follow path: module still holds 1 "
+			      "backing(s) while asleep");
 	good_run(&r);
 	r.follow.min_drop_kb = 512;	/* half the buffer freed */
-	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "follow path: Shmem fell by only 512 KiB") !=
-		    NULL);
+	FAILS_WITH(&r, false, "follow path: Shmem fell by only 512 KiB");
 	good_run(&r);
 	r.follow.refused_asleep = 0;
-	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "follow path: 0/1 accesses refused while "
-			   "asleep") != NULL);
+	FAILS_WITH(&r, false, "follow path: 0/1 accesses refused while "
+			      "asleep");
 	good_run(&r);
 	r.follow.ran = false;
 	strcpy(r.follow.skip, "no vgem");
-	ASSERT_FALSE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "follow path not run: no vgem") != NULL);
+	FAILS_WITH(&r, false, "follow path not run: no vgem");
 }
 
 TEST_HARNESS_MAIN
