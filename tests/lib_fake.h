@@ -656,7 +656,20 @@ static inline int remap_fresh(void *addr, size_t len)
 	return p == addr ? 0 : -1;
 }
 
-/* Open a context on the fakes (through the injector). */
+/*
+ * Open a context on the fakes (through the injector) with *@o as it is:
+ * its configuration given as a file, as text (config_yaml) or not at all.
+ */
+static inline int fake_open_options(struct kvdmabuf_options *o,
+				    struct kvdmabuf_ctx **ctx, char *err,
+				    size_t len)
+{
+	if (!fw.inner)
+		fw.inner = &fake_ops;
+	return kvd_open_ops(o, &inj_ops, NULL, ctx, err, len);
+}
+
+/* The same with the configuration @yaml written to a file. */
 static inline int fake_open(const char *yaml, struct kvdmabuf_options *o,
 			    struct kvdmabuf_ctx **ctx, char *err, size_t len)
 {
@@ -671,9 +684,7 @@ static inline int fake_open(const char *yaml, struct kvdmabuf_options *o,
 		o = &def;
 	}
 	o->config_path = path;
-	if (!fw.inner)
-		fw.inner = &fake_ops;
-	rc = kvd_open_ops(o, &inj_ops, NULL, ctx, err, len);
+	rc = fake_open_options(o, ctx, err, len);
 	unlink(path);
 	return rc;
 }

@@ -387,8 +387,10 @@ static long kvd_umem_counters(struct kvd_umem_file *f, void __user *uarg)
 		return -ENOENT;
 	dma_resv_lock(kvd_umem_resv(imp), NULL);
 	arg.mapped = !!imp->umd->sgt;
-	/* the exporter's table as it came: ib_umem_dmabuf trimmed its first
-	 * and last entries in place to the MR's range */
+	/*
+	 * the exporter's table as it came: ib_umem_dmabuf trimmed its first
+	 * and last entries in place to the MR's range
+	 */
 	arg.table_len = 0;
 	if (imp->umd->sgt) {
 		for_each_sgtable_dma_sg(imp->umd->sgt, sg, i)

@@ -93,8 +93,10 @@ TEST(open_module_require_absent)
 	kvdmabuf_close(ctx);
 }
 
-/* The configuration as text (options.config_yaml) instead of a file: the
- * same keys, the environment over it, never both text and a file. */
+/*
+ * The configuration as text (options.config_yaml) instead of a file: the
+ * same keys, the environment over it, never both text and a file.
+ */
 TEST(config_as_yaml_text)
 {
 	struct kvdmabuf_options o = { 0 };
@@ -103,37 +105,36 @@ TEST(config_as_yaml_text)
 	char err[512];
 
 	fake_reset(1);
-	fw.inner = &fake_ops;
 	unsetenv("KVDMABUF_PROTOCOL");
 	o.config_yaml = "protocol: tcp\ndrain_timeout_s: 3\n";
-	ASSERT_EQ(0, kvd_open_ops(&o, &inj_ops, NULL, &ctx, err, sizeof(err)));
+	ASSERT_EQ(0, fake_open_options(&o, &ctx, err, sizeof(err)));
 	ASSERT_EQ(0, kvdmabuf_query(ctx, &st));
 	EXPECT_EQ(0, st.protocol_rdma);
 	kvdmabuf_close(ctx);
 	/* a JSON object is YAML too (what the Python binding sends) */
 	o.config_yaml = "{\"protocol\": \"rdma\", \"module\": \"off\"}";
-	ASSERT_EQ(0, kvd_open_ops(&o, &inj_ops, NULL, &ctx, err, sizeof(err)));
+	ASSERT_EQ(0, fake_open_options(&o, &ctx, err, sizeof(err)));
 	ASSERT_EQ(0, kvdmabuf_query(ctx, &st));
 	EXPECT_EQ(1, st.protocol_rdma);
 	EXPECT_EQ(0, st.module);
 	kvdmabuf_close(ctx);
 	/* the environment still wins */
 	setenv("KVDMABUF_PROTOCOL", "tcp", 1);
-	ASSERT_EQ(0, kvd_open_ops(&o, &inj_ops, NULL, &ctx, err, sizeof(err)));
+	ASSERT_EQ(0, fake_open_options(&o, &ctx, err, sizeof(err)));
 	unsetenv("KVDMABUF_PROTOCOL");
 	ASSERT_EQ(0, kvdmabuf_query(ctx, &st));
 	EXPECT_EQ(0, st.protocol_rdma);
 	kvdmabuf_close(ctx);
 	/* errors name the text; a file and text together are refused */
 	o.config_yaml = "drain_timeout_s: soon\n";
-	EXPECT_EQ(-EINVAL, kvd_open_ops(&o, &inj_ops, NULL, &ctx, err,
-					sizeof(err)));
+	EXPECT_EQ(-EINVAL, fake_open_options(&o, &ctx, err,
+					     sizeof(err)));
 	TH_LOG("%s", err);
 	EXPECT_NOT_NULL(strstr(err, "options.config_yaml"));
 	o.config_yaml = "protocol: tcp\n";
 	o.config_path = "/etc/kvdmabuf.yaml";
-	EXPECT_EQ(-EINVAL, kvd_open_ops(&o, &inj_ops, NULL, &ctx, err,
-					sizeof(err)));
+	EXPECT_EQ(-EINVAL, fake_open_options(&o, &ctx, err,
+					     sizeof(err)));
 	EXPECT_NOT_NULL(strstr(err, "config_path or config_yaml, not both"));
 }
 
