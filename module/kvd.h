@@ -110,6 +110,8 @@ struct kvd_attach {
 	unsigned int pins;		/* resv */
 	unsigned int maps;		/* resv */
 	struct list_head lent;		/* slots whose bsgt it maps; resv */
+	bool dma;			/* maps DMA tables (peer2peer); else
+					 * CPU access only (vmap), no slot */
 	bool notified;			/* has an invalidation callback */
 	bool revocable;			/* its pins give way to a revoke */
 	bool revoked;			/* a revoke took its pinned map for good;
@@ -145,6 +147,15 @@ struct kvd_proxy {
 	unsigned int live_maps;		/* resv */
 	unsigned int stale_maps;	/* maps of stale backings; resv to write */
 	u32 revoke_reason;		/* KVDMABUF_REVOKE_*; lock + resv */
+	/*
+	 * The CPU mapping the dma-buf core hands every vmap of the proxy:
+	 * @vmap_b's (a live map of it), not necessarily the current
+	 * backing's; resv.
+	 */
+	struct kvd_backing *vmap_b;
+	struct iosys_map vmap_bmap;	/* @vmap_b's own mapping */
+	/* dmabuf->resv, in a lockdep class of its own (kvd_ops.c) */
+	struct dma_resv resv;
 	struct work_struct inval_work;	/* the backing's exporter invalidated it */
 	wait_queue_head_t wq;		/* stale_maps reached zero */
 	struct work_struct reap_work;
@@ -197,6 +208,7 @@ void kvd_debugfs_exit(void);
 
 /* kvd_ops.c */
 extern const struct dma_buf_ops kvd_dmabuf_ops;
+void kvd_proxy_resv_init(struct kvd_proxy *proxy);
 void kvd_attach_put(struct kvd_attach *ka);
 unsigned int kvd_attach_pins(struct kvd_attach *ka);
 unsigned int kvd_attach_blocking(struct kvd_attach *ka);
@@ -234,8 +246,12 @@ void kvd_gate_open(struct kvd_backing *b);
 void kvd_reap(struct kvd_proxy *proxy, struct list_head *dead);
 bool kvd_stale_room(struct kvd_proxy *proxy, struct list_head *dead);
 int kvd_drain(struct kvd_proxy *proxy, u32 timeout_ms);
-struct kvd_backing *kvd_unback(struct kvd_proxy *proxy, u32 reason);
-void kvd_backing_stale(struct kvd_proxy *proxy, struct kvd_backing *b);
+struct kvd_backing *kvd_unback(struct kvd_proxy *proxy, u32 reason,
+			       bool told);
+void kvd_backing_stale(struct kvd_proxy *proxy, struct kvd_backing *b,
+		       bool told);
+void kvd_notify(struct kvd_proxy *proxy);
+int kvd_vmap_release(struct kvd_proxy *proxy, bool *told);
 void kvd_reap_work(struct work_struct *work);
 bool kvd_revoke_invalidated(struct kvd_proxy *proxy, struct list_head *dead);
 void kvd_inval_work(struct work_struct *work);

@@ -341,12 +341,13 @@ struct kvd_backing *kvd_backing_alloc(struct dma_buf *dmabuf,
 
 /*
  * Does importer attachment @ka still need a slot in @b (proxy->lock held)?
- * Not if it has one, nor if a revoke took its pinned map for good (it
- * never maps again: a slot would pin the backing for nothing).
+ * Not if it has one, nor if it never maps DMA tables (CPU access only),
+ * nor if a revoke took its pinned map for good (it never maps again: a
+ * slot would pin the backing for nothing).
  */
 static bool kvd_slot_wanted(struct kvd_backing *b, struct kvd_attach *ka)
 {
-	return !ka->revoked && !kvd_slot_find(b, ka);
+	return ka->dma && !ka->revoked && !kvd_slot_find(b, ka);
 }
 
 /**

@@ -105,6 +105,9 @@ static long kvd_ioctl_version(void __user *uarg)
 #ifdef KVD_HAVE_ATTACH_REVOCABLE
 	arg.features |= KVDMABUF_FEATURE_REVOCABLE_PINS;
 #endif
+#ifdef KVD_HAVE_VMAP_UNLOCKED
+	arg.features |= KVDMABUF_FEATURE_VMAP;
+#endif
 	return kvd_copy_out(uarg, &arg, sizeof(arg), usize);
 }
 
@@ -185,6 +188,8 @@ static long kvd_ioctl_create(struct kvd_ctx *ctx, void __user *uarg)
 	proxy->owner_pid = get_pid(task_tgid(current));
 	proxy->owner_uid = uid;
 
+	kvd_proxy_resv_init(proxy);
+	exp_info.resv = &proxy->resv;
 	exp_info.ops = &kvd_dmabuf_ops;
 	exp_info.size = arg.length;
 	exp_info.flags = O_RDWR;
@@ -223,6 +228,7 @@ static long kvd_ioctl_create(struct kvd_ctx *ctx, void __user *uarg)
 	return 0;
 
 err_free:
+	dma_resv_fini(&proxy->resv);
 	put_pid(proxy->owner_pid);
 	mutex_destroy(&proxy->lock);
 	kfree(proxy);
@@ -262,6 +268,7 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 	struct dma_buf *backing;
 	struct kvd_attach *ka;
 	LIST_HEAD(dead);
+	bool told = false;
 	u64 end;
 	u32 usize;
 	int ret;
@@ -344,6 +351,9 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 	dma_resv_lock(proxy->dmabuf->resv, NULL);
 	/* Revocable pins too: a pinned importer cannot follow. */
 	arg.pins = kvd_all_pins(proxy);
+	/* Nor a CPU mapping kept through the notification: it counts as one. */
+	if (!arg.pins && kvd_vmap_release(proxy, &told))
+		arg.pins = 1;
 	if (arg.pins) {
 		dma_resv_unlock(proxy->dmabuf->resv);
 		kvd_backing_bury(b, &dead);
@@ -361,7 +371,7 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 	proxy->revoke_reason = KVDMABUF_REVOKE_NONE;
 	proxy->generation++;
 	if (old)
-		kvd_backing_stale(proxy, old);
+		kvd_backing_stale(proxy, old, told);
 	arg.generation = proxy->generation;
 	dma_resv_unlock(proxy->dmabuf->resv);
 
@@ -406,6 +416,7 @@ static long kvd_ioctl_revoke(struct kvd_ctx *ctx, void __user *uarg)
 	struct kvdmabuf_revoke arg;
 	struct kvd_proxy *proxy;
 	LIST_HEAD(dead);
+	bool told = false;
 	u32 usize;
 	int ret;
 
@@ -440,15 +451,19 @@ static long kvd_ioctl_revoke(struct kvd_ctx *ctx, void __user *uarg)
 	 * invalidation below as a permanent revoke: they unmap and unpin in
 	 * their callback and never map again.
 	 */
-	if (proxy->state == KVDMABUF_STATE_BACKED)
+	if (proxy->state == KVDMABUF_STATE_BACKED) {
 		arg.pins = kvd_blocking_pins(proxy);
+		/* a CPU mapping kept through the notification counts as one */
+		if (!arg.pins && kvd_vmap_release(proxy, &told))
+			arg.pins = 1;
+	}
 	if (arg.pins) {
 		dma_resv_unlock(proxy->dmabuf->resv);
 		ret = -EBUSY;
 		goto out_unlock;
 	}
 	if (proxy->state == KVDMABUF_STATE_BACKED)
-		old = kvd_unback(proxy, KVDMABUF_REVOKE_USER);
+		old = kvd_unback(proxy, KVDMABUF_REVOKE_USER, told);
 	arg.generation = proxy->generation;
 	dma_resv_unlock(proxy->dmabuf->resv);
 

@@ -13,9 +13,11 @@
  *
  * Locking:
  *   kvd_proxies_lock -> proxy->lock -> (backing resv, taken and released
- *   inside the dma-buf helpers) -> proxy resv (dmabuf->resv).
- * Two reservation locks are never nested and proxy->lock is never taken
- * under the proxy's resv. proxy->lock serialises the ioctls and the
+ *   inside the dma-buf helpers) -> proxy resv (dmabuf->resv)
+ *   -> backing resv (only inside vmap and vunmap of the proxy).
+ * A backing's resv is never held while a proxy's is taken (the proxy's
+ * resv has a lockdep class of its own for that one nesting), and
+ * proxy->lock is never taken under the proxy's resv. proxy->lock serialises the ioctls and the
  * attach/detach callbacks; the proxy's resv protects what the map path
  * reads (state, current backing, per attachment slot) and the counters
  * the map/pin path writes. Waits for importers (revoke, replace) are made

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * The proxy's dma_buf_ops: what importers call. Each importer attachment
- * has a slot in the current backing; map hands it a table of DMA
- * addresses of that slot's mapping, lent or copied.
+ * that maps DMA tables has a slot in the current backing; map hands it a
+ * table of DMA addresses of that slot's mapping, lent or copied. vmap
+ * hands out the current backing's CPU mapping.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -108,20 +109,16 @@ static int kvd_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
 	LIST_HEAD(dead);
 	int ret;
 
-	/*
-	 * Importer tables are DMA addresses of memory that may be a device's
-	 * (CUDA, VRAM): only peer-to-peer capable (hence dynamic) importers
-	 * can take them.
-	 */
-	if (!attach->peer2peer) {
-		pr_debug("proxy %llu: refusing importer %s without peer2peer\n",
-			 proxy->id, dev_name(attach->dev));
-		return -EOPNOTSUPP;
-	}
-
 	ka = kzalloc(sizeof(*ka), GFP_KERNEL_ACCOUNT);
 	if (!ka)
 		return -ENOMEM;
+	/*
+	 * Importer tables are DMA addresses of memory that may be a device's
+	 * (CUDA, VRAM): only peer-to-peer capable (hence dynamic) importers
+	 * can take them. Others may still attach for CPU access (vmap, a
+	 * software NIC): no slot is made for them, their map fails.
+	 */
+	ka->dma = attach->peer2peer;
 	kref_init(&ka->ref);
 	INIT_LIST_HEAD(&ka->lent);
 	/*
@@ -145,7 +142,7 @@ static int kvd_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
 	 * for the new one. Not yet on dmabuf->attachments: nothing maps it.
 	 */
 	mutex_lock(&proxy->lock);
-	while ((b = proxy->backing)) {
+	while (ka->dma && (b = proxy->backing)) {
 		kref_get(&b->ref);
 		mutex_unlock(&proxy->lock);
 		slot = kvd_slot_create(proxy, b, ka);
@@ -340,6 +337,8 @@ static struct sg_table *kvd_map_dma_buf(struct dma_buf_attachment *attach,
 	struct sg_table *sgt;
 
 	dma_resv_assert_held(attach->dmabuf->resv);
+	if (!ka->dma)
+		return ERR_PTR(-EOPNOTSUPP);	/* no peer2peer: see kvd_attach() */
 	/* Never told of a move: only a pin keeps its mapping valid. */
 	if (!ka->notified && !kvd_attach_pins(ka))
 		return ERR_PTR(-EOPNOTSUPP);
@@ -380,29 +379,91 @@ static struct kvd_backing *kvd_map_return(struct kvd_attach *ka,
 	return b;
 }
 
-static void kvd_unmap_dma_buf(struct dma_buf_attachment *attach,
-			      struct sg_table *sgt,
-			      enum dma_data_direction dir)
+/* A map of @b (an importer's table or the CPU mapping) went; resv held. */
+static void kvd_map_put(struct kvd_proxy *proxy, struct kvd_backing *b)
 {
-	struct kvd_proxy *proxy = attach->dmabuf->priv;
-	struct kvd_attach *ka = attach->priv;
-	struct kvd_backing *b;
-	bool stale;
-
-	dma_resv_assert_held(attach->dmabuf->resv);
-	b = kvd_map_return(ka, sgt);
-	ka->maps--;
 	proxy->live_maps--;
-	stale = b != proxy->backing;
 	/* A stale backing may be freed as soon as this reaches zero. */
 	WRITE_ONCE(b->live_maps, b->live_maps - 1);
-	if (stale) {
+	if (b != proxy->backing) {
 		WRITE_ONCE(proxy->stale_maps, proxy->stale_maps - 1);
 		if (!proxy->stale_maps)
 			wake_up(&proxy->wq);
 		queue_work(kvd_wq, &proxy->reap_work);
 	}
 }
+
+static void kvd_unmap_dma_buf(struct dma_buf_attachment *attach,
+			      struct sg_table *sgt,
+			      enum dma_data_direction dir)
+{
+	struct kvd_proxy *proxy = attach->dmabuf->priv;
+	struct kvd_attach *ka = attach->priv;
+
+	dma_resv_assert_held(attach->dmabuf->resv);
+	ka->maps--;
+	kvd_map_put(proxy, kvd_map_return(ka, sgt));
+}
+
+/*
+ * The proxy's resv nests the backing's (vmap takes it inside): a lockdep
+ * class of its own says they are different locks. The module never takes
+ * a backing's resv and then a proxy's.
+ */
+static struct lock_class_key kvd_proxy_resv_key;
+
+void kvd_proxy_resv_init(struct kvd_proxy *proxy)
+{
+	dma_resv_init(&proxy->resv);
+	lockdep_set_class(&proxy->resv.lock.base, &kvd_proxy_resv_key);
+}
+
+#ifdef KVD_HAVE_VMAP_UNLOCKED
+/*
+ * CPU access (a software NIC): the current backing's own kernel mapping at
+ * the proxy's offset, under the proxy's resv (Linux 6.2+), so the backing
+ * cannot change meanwhile. The core hands that one mapping to every vmap
+ * until the last vunmap: before a change importers give it up from their
+ * invalidation callback, and a mapping kept through it refuses REVOKE and
+ * REPLACE like a pin (kvd_vmap_release()). It counts as a live map of
+ * its backing.
+ */
+static int kvd_vmap(struct dma_buf *dmabuf, struct iosys_map *map)
+{
+	struct kvd_proxy *proxy = dmabuf->priv;
+	struct kvd_backing *b = proxy->backing;
+	int ret;
+
+	dma_resv_assert_held(dmabuf->resv);
+	if (proxy->state != KVDMABUF_STATE_BACKED)
+		return -ENODEV;
+	if (WARN_ON_ONCE(proxy->vmap_b))
+		return -EBUSY;
+	ret = dma_buf_vmap_unlocked(b->dmabuf, &proxy->vmap_bmap);
+	if (ret)
+		return ret;
+	*map = proxy->vmap_bmap;
+	iosys_map_incr(map, b->offset);
+	proxy->vmap_b = b;
+	b->live_maps++;
+	proxy->live_maps++;
+	return 0;
+}
+
+static void kvd_vunmap(struct dma_buf *dmabuf, struct iosys_map *map)
+{
+	struct kvd_proxy *proxy = dmabuf->priv;
+	struct kvd_backing *b = proxy->vmap_b;
+
+	dma_resv_assert_held(dmabuf->resv);
+	if (WARN_ON_ONCE(!b))
+		return;
+	dma_buf_vunmap_unlocked(b->dmabuf, &proxy->vmap_bmap);
+	iosys_map_clear(&proxy->vmap_bmap);
+	proxy->vmap_b = NULL;
+	kvd_map_put(proxy, b);
+}
+#endif
 
 static void kvd_release(struct dma_buf *dmabuf)
 {
@@ -443,6 +504,7 @@ static void kvd_release(struct dma_buf *dmabuf)
 	kvd_ctx_put(ctx);
 	put_pid(proxy->owner_pid);
 	mutex_destroy(&proxy->lock);
+	dma_resv_fini(&proxy->resv);
 	kfree(proxy);
 	atomic_dec(&kvd_nr_proxies);
 }
@@ -454,5 +516,9 @@ const struct dma_buf_ops kvd_dmabuf_ops = {
 	.unpin = kvd_unpin,
 	.map_dma_buf = kvd_map_dma_buf,
 	.unmap_dma_buf = kvd_unmap_dma_buf,
+#ifdef KVD_HAVE_VMAP_UNLOCKED
+	.vmap = kvd_vmap,
+	.vunmap = kvd_vunmap,
+#endif
 	.release = kvd_release,
 };

@@ -104,28 +104,26 @@ static void kvd_fences_cb(struct dma_fence *fence, struct dma_fence_cb *cb)
  * kvd_backing_stale() - tell the importers that @b is no longer theirs
  * @proxy: the proxy (its lock and its resv held)
  * @b: its backing until now, no longer proxy->backing
+ * @told: the importers were notified under this hold of the resv already
+ *	(kvd_vmap_release()): they cannot have mapped anything since
  *
  * What the importers may still be doing to @b once told is what their
  * fences on the proxy's resv say then; work they fence later is on the
  * backing that follows. Snapshots those and queues the reap when they
  * signal. Revocable importers holding a pin are revoked for good.
  */
-void kvd_backing_stale(struct kvd_proxy *proxy, struct kvd_backing *b)
+void kvd_backing_stale(struct kvd_proxy *proxy, struct kvd_backing *b,
+		       bool told)
 {
 	struct dma_fence *f = NULL;
-	struct kvd_attach *ka;
 	int ret;
 
 	lockdep_assert_held(&proxy->lock);
 	dma_resv_assert_held(proxy->dmabuf->resv);
-	/* Revocable importers holding a pin take this as a permanent revoke. */
-	list_for_each_entry(ka, &proxy->attachments, node)
-		if (ka->revocable && kvd_attach_pins(ka))
-			ka->revoked = true;
 	/* Before the notification: importers unmap from inside it. */
 	WRITE_ONCE(proxy->stale_maps, proxy->stale_maps + b->live_maps);
-	proxy->notifications++;
-	kvd_dma_buf_notify(proxy->dmabuf);
+	if (!told)
+		kvd_notify(proxy);
 	list_add_tail(&b->node, &proxy->stale);
 	ret = dma_resv_get_singleton(proxy->dmabuf->resv,
 				     DMA_RESV_USAGE_BOOKKEEP, &f);
@@ -139,6 +137,49 @@ void kvd_backing_stale(struct kvd_proxy *proxy, struct kvd_backing *b)
 		dma_fence_put(f);		/* signaled meanwhile */
 		b->fences = NULL;
 	}
+}
+
+/**
+ * kvd_notify() - tell the importers their mappings are invalid
+ * @proxy: the proxy (its lock and its resv held)
+ *
+ * Revocable importers holding a pin take it as a permanent revoke.
+ */
+void kvd_notify(struct kvd_proxy *proxy)
+{
+	struct kvd_attach *ka;
+
+	lockdep_assert_held(&proxy->lock);
+	dma_resv_assert_held(proxy->dmabuf->resv);
+	list_for_each_entry(ka, &proxy->attachments, node)
+		if (ka->revocable && kvd_attach_pins(ka))
+			ka->revoked = true;
+	proxy->notifications++;
+	kvd_dma_buf_notify(proxy->dmabuf);
+}
+
+/**
+ * kvd_vmap_release() - have the CPU mapping given up before a change
+ * @proxy: the proxy (its lock and its resv held)
+ * @told: set when the importers were notified here
+ *
+ * The dma-buf core hands its cached CPU mapping to every vmap of the proxy
+ * until the last vunmap, so that mapping must go before the backing
+ * changes. Importers give it up from their invalidation callback, sent
+ * here (once for the change: the caller's own notification is skipped).
+ *
+ * Return: 0, or -EBUSY if an importer kept it through the notification
+ * (then, as for a pin, nothing may change).
+ */
+int kvd_vmap_release(struct kvd_proxy *proxy, bool *told)
+{
+	dma_resv_assert_held(proxy->dmabuf->resv);
+	*told = false;
+	if (!proxy->vmap_b)
+		return 0;
+	kvd_notify(proxy);
+	*told = true;
+	return proxy->vmap_b ? -EBUSY : 0;
 }
 
 /* Have the fences of @b's importers signaled? */
@@ -330,13 +371,15 @@ void kvd_reap_work(struct work_struct *work)
  * kvd_unback() - take the current backing away from the importers
  * @proxy: a backed proxy (its lock and its resv held)
  * @reason: KVDMABUF_REVOKE_USER or KVDMABUF_REVOKE_EXPORTER
+ * @told: as for kvd_backing_stale()
  *
  * The common part of REVOKE and of an invalidation by the backing's
  * exporter: the proxy becomes REVOKED, one generation on.
  *
  * Return: the old backing, now on the stale list.
  */
-struct kvd_backing *kvd_unback(struct kvd_proxy *proxy, u32 reason)
+struct kvd_backing *kvd_unback(struct kvd_proxy *proxy, u32 reason,
+			       bool told)
 {
 	struct kvd_backing *old = proxy->backing;
 	struct kvd_attach *ka;
@@ -349,7 +392,7 @@ struct kvd_backing *kvd_unback(struct kvd_proxy *proxy, u32 reason)
 	proxy->state = KVDMABUF_STATE_REVOKED;
 	proxy->revoke_reason = reason;
 	proxy->generation++;
-	kvd_backing_stale(proxy, old);
+	kvd_backing_stale(proxy, old, told);
 	return old;
 }
 
@@ -373,7 +416,11 @@ bool kvd_revoke_invalidated(struct kvd_proxy *proxy, struct list_head *dead)
 	if (!b || !READ_ONCE(b->invalidated))
 		return false;
 	dma_resv_lock(proxy->dmabuf->resv, NULL);
-	kvd_unback(proxy, KVDMABUF_REVOKE_EXPORTER);
+	/*
+	 * Not refused: a CPU mapping an importer keeps goes stale with the
+	 * backing (the exporters that revoke, CUDA's, have no vmap).
+	 */
+	kvd_unback(proxy, KVDMABUF_REVOKE_EXPORTER, false);
 	dma_resv_unlock(proxy->dmabuf->resv);
 	pr_debug("proxy %llu: backing invalidated by its exporter, revoked, generation %llu\n",
 		 proxy->id, proxy->generation);

@@ -70,8 +70,9 @@
  * importers that pin and can be revoked) in QUERY and LIST; mapping
  * refused to an importer without an invalidation callback that holds no
  * pin; max_proxies_total. Major 3 starts again at 0.
+ * Within major 3: 1: CPU access (KVDMABUF_FEATURE_VMAP).
  */
-#define KVDMABUF_API_VERSION_MINOR	0
+#define KVDMABUF_API_VERSION_MINOR	1
 /**
  * KVDMABUF_API_VERSION - major << 16 | minor, as VERSION reports it
  */
@@ -110,6 +111,21 @@
  * 6.12 has ib_core's revocable dma-buf umems without that core API).
  */
 #define KVDMABUF_FEATURE_REVOCABLE_PINS	(1ULL << 4)
+/**
+ * KVDMABUF_FEATURE_VMAP - CPU access to a proxy (API 3.1; Linux 6.2+, where
+ * dma_buf_vmap() runs under the buffer's reservation lock): dma_buf_vmap()
+ * of a backed proxy gives its backing's kernel mapping at the proxy's
+ * offset (-ENODEV unbacked or revoked; the backing exporter's error, such
+ * as -EINVAL for one without vmap). The dma-buf core warns about a failed
+ * vmap, so an importer asks first with dma_buf_pin() under the same hold
+ * of the reservation lock (-ENODEV while not backed) and unpins once
+ * mapped. Importers without peer2peer may
+ * attach for this (software NICs): their map fails with -EOPNOTSUPP. The
+ * mapping must be given up from the importer's invalidation callback: one
+ * kept through it makes REVOKE and ATTACH fail with -EBUSY, counted as one
+ * pin, since the dma-buf core would go on handing it out.
+ */
+#define KVDMABUF_FEATURE_VMAP		(1ULL << 5)
 
 /* Proxy states (struct kvdmabuf_query.state, struct kvdmabuf_event.state). */
 /**
@@ -234,9 +250,10 @@ struct kvdmabuf_create {
  *	KVDMABUF_MAX_TIMEOUT_MS
  * @pad: must be 0
  * @generation: out: the proxy's generation after the call
- * @pins: out, on -EBUSY too: the importers' pins that refused the call;
- *	0 with -EBUSY means the backing's exporter refused (its pin or map:
- *	memory it cannot place), not an importer
+ * @pins: out, on -EBUSY too: the importers' pins that refused the call
+ *	(a CPU mapping kept through the notification counts as one,
+ *	KVDMABUF_FEATURE_VMAP); 0 with -EBUSY means the backing's exporter
+ *	refused (its pin or map: memory it cannot place), not an importer
  * @reserved: must be 0
  *
  * The module attaches to the backing once per importer attachment of the
@@ -298,6 +315,7 @@ struct kvdmabuf_attach {
  *	KVDMABUF_MAX_TIMEOUT_MS
  * @generation: out: the proxy's generation after the call
  * @pins: out, on -EBUSY too: the blocking pins that refused the revoke
+ *	(a CPU mapping kept through the notification counts as one)
  * @reserved: must be 0
  *
  * Marks the proxy revoked and sends a move notification to the importers

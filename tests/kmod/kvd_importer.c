@@ -12,6 +12,8 @@
  * ib_umem_dmabuf_get_pinned(), since an importer with one declares itself
  * revocable). No-notify (7.1+ only): no invalidation callback, dynamic
  * unless pinned; the proxy refuses to map it while it holds no pin.
+ * CPU (6.2+): no peer2peer and no DMA device, accesses through
+ * dma_buf_vmap() (a software NIC such as rxe); lazy as above.
  * Accesses copy through the DMA addresses of the current mapping,
  * taken as CPU physical addresses (true in a VM without IOMMU).
  *
@@ -26,6 +28,7 @@
 #include <linux/dma-mapping.h>
 #include <linux/dma-resv.h>
 #include <linux/highmem.h>
+#include <linux/iosys-map.h>
 #include <linux/miscdevice.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
@@ -45,6 +48,8 @@ struct kvd_imp {
 	struct dma_buf *dmabuf;
 	struct dma_buf_attachment *attach;
 	struct sg_table *sgt;		/* current mapping; resv */
+	struct iosys_map vmap;		/* CPU: current mapping; resv */
+	bool cpu;
 	bool pinned;
 	bool lazy;
 	bool stale;			/* lazy: notified, not yet unmapped; resv */
@@ -61,6 +66,20 @@ struct kvd_imp_file {
 };
 
 static struct platform_device *kvd_imp_pdev;
+static struct miscdevice kvd_imp_misc;
+
+/* resv held: gives the current mapping (DMA table or CPU) up. */
+static void kvd_imp_unmap(struct kvd_imp *imp)
+{
+	if (imp->sgt)
+		dma_buf_unmap_attachment(imp->attach, imp->sgt,
+					 DMA_BIDIRECTIONAL);
+	imp->sgt = NULL;
+	if (!iosys_map_is_null(&imp->vmap))
+		dma_buf_vunmap(imp->dmabuf, &imp->vmap);
+	iosys_map_clear(&imp->vmap);
+	imp->stale = false;
+}
 
 static void kvd_imp_move_notify(struct dma_buf_attachment *attach)
 {
@@ -73,17 +92,20 @@ static void kvd_imp_move_notify(struct dma_buf_attachment *attach)
 		return;
 	}
 	if (imp->lazy) {
-		imp->stale = !!imp->sgt;
+		imp->stale = imp->sgt || !iosys_map_is_null(&imp->vmap);
 		return;
 	}
-	if (imp->sgt) {
-		dma_buf_unmap_attachment(attach, imp->sgt, DMA_BIDIRECTIONAL);
-		imp->sgt = NULL;
-	}
+	kvd_imp_unmap(imp);
 }
 
 static const struct dma_buf_attach_ops kvd_imp_attach_ops = {
 	.allow_peer2peer = true,
+	.KVD_IMPORTER_NOTIFY_OP = kvd_imp_move_notify,
+};
+
+/* CPU access only: the exporter's tables are never asked for. */
+static const struct dma_buf_attach_ops kvd_imp_attach_cpu_ops = {
+	.allow_peer2peer = false,
 	.KVD_IMPORTER_NOTIFY_OP = kvd_imp_move_notify,
 };
 
@@ -98,15 +120,28 @@ static const struct dma_buf_attach_ops kvd_imp_attach_no_notify_ops = {
 static int kvd_imp_map(struct kvd_imp *imp)
 {
 	struct sg_table *sgt;
+	int ret;
 
-	if (imp->stale) {
-		dma_buf_unmap_attachment(imp->attach, imp->sgt,
-					 DMA_BIDIRECTIONAL);
-		imp->sgt = NULL;
-		imp->stale = false;
-	}
-	if (imp->sgt)
+	if (imp->stale)
+		kvd_imp_unmap(imp);
+	if (imp->sgt || !iosys_map_is_null(&imp->vmap))
 		return 0;
+	if (imp->cpu) {
+		/*
+		 * The core takes a failed vmap for an exporter's bug (it
+		 * warns): a pin asks first whether the buffer can be mapped
+		 * now (a revoked proxy says -ENODEV), and goes once mapped.
+		 */
+		ret = dma_buf_pin(imp->attach);
+		if (ret)
+			return ret;
+		ret = dma_buf_vmap(imp->dmabuf, &imp->vmap);
+		dma_buf_unpin(imp->attach);
+		if (ret)
+			return ret;
+		imp->maps++;
+		return 0;
+	}
 	sgt = dma_buf_map_attachment(imp->attach, DMA_BIDIRECTIONAL);
 	if (IS_ERR_OR_NULL(sgt))
 		return sgt ? PTR_ERR(sgt) : -ENOMEM;
@@ -118,10 +153,7 @@ static int kvd_imp_map(struct kvd_imp *imp)
 static void kvd_imp_destroy(struct kvd_imp *imp)
 {
 	dma_resv_lock(imp->dmabuf->resv, NULL);
-	if (imp->sgt)
-		dma_buf_unmap_attachment(imp->attach, imp->sgt,
-					 DMA_BIDIRECTIONAL);
-	imp->sgt = NULL;
+	kvd_imp_unmap(imp);
 	if (imp->pinned)
 		dma_buf_unpin(imp->attach);
 	dma_resv_unlock(imp->dmabuf->resv);
@@ -140,9 +172,16 @@ static long kvd_imp_import(struct kvd_imp_file *f, void __user *uarg)
 	if (copy_from_user(&arg, uarg, sizeof(arg)))
 		return -EFAULT;
 	if (arg.flags & ~(KVD_IMP_IMPORT_PINNED | KVD_IMP_IMPORT_LAZY |
-			  KVD_IMP_IMPORT_NO_NOTIFY) ||
+			  KVD_IMP_IMPORT_NO_NOTIFY | KVD_IMP_IMPORT_CPU) ||
 	    arg.pad)
 		return -EINVAL;
+	if ((arg.flags & KVD_IMP_IMPORT_CPU) &&
+	    (arg.flags & (KVD_IMP_IMPORT_PINNED | KVD_IMP_IMPORT_NO_NOTIFY)))
+		return -EINVAL;
+#ifndef KVD_HAVE_VMAP_UNLOCKED
+	if (arg.flags & KVD_IMP_IMPORT_CPU)
+		return -EOPNOTSUPP;	/* dma_buf_vmap() not under the resv */
+#endif
 	if ((arg.flags & KVD_IMP_IMPORT_LAZY) &&
 	    (arg.flags & (KVD_IMP_IMPORT_PINNED | KVD_IMP_IMPORT_NO_NOTIFY)))
 		return -EINVAL;
@@ -162,6 +201,7 @@ static long kvd_imp_import(struct kvd_imp_file *f, void __user *uarg)
 		return -ENOMEM;
 	imp->pinned = arg.flags & KVD_IMP_IMPORT_PINNED;
 	imp->lazy = arg.flags & KVD_IMP_IMPORT_LAZY;
+	imp->cpu = arg.flags & KVD_IMP_IMPORT_CPU;
 	imp->dmabuf = dma_buf_get(arg.fd);
 	if (IS_ERR(imp->dmabuf)) {
 		ret = PTR_ERR(imp->dmabuf);
@@ -173,7 +213,12 @@ static long kvd_imp_import(struct kvd_imp_file *f, void __user *uarg)
 	if (imp->pinned || (arg.flags & KVD_IMP_IMPORT_NO_NOTIFY))
 		ops = &kvd_imp_attach_no_notify_ops;
 #endif
-	imp->attach = dma_buf_dynamic_attach(imp->dmabuf, &kvd_imp_pdev->dev,
+	if (imp->cpu)
+		ops = &kvd_imp_attach_cpu_ops;
+	/* CPU access: a device without DMA, as a software NIC has. */
+	imp->attach = dma_buf_dynamic_attach(imp->dmabuf,
+					     imp->cpu ? kvd_imp_misc.this_device :
+							&kvd_imp_pdev->dev,
 					     ops, imp);
 	if (IS_ERR(imp->attach)) {
 		ret = PTR_ERR(imp->attach);
@@ -225,6 +270,14 @@ static int kvd_imp_copy(struct kvd_imp *imp, void *buf, u64 offset, u64 len,
 	struct scatterlist *sg;
 	u64 pos = 0, end = offset + len;
 	unsigned int i;
+
+	if (imp->cpu) {
+		if (write)
+			iosys_map_memcpy_to(&imp->vmap, offset, buf, len);
+		else
+			iosys_map_memcpy_from(buf, &imp->vmap, offset, len);
+		return 0;
+	}
 
 	for_each_sgtable_dma_sg(imp->sgt, sg, i) {
 		u64 seg_end = pos + sg_dma_len(sg);
@@ -312,6 +365,8 @@ static long kvd_imp_access(struct kvd_imp_file *f, void __user *uarg)
 	ret = kvd_imp_map(imp);
 	if (ret) {
 		imp->failed++;
+	} else if (arg.flags & KVD_IMP_ACCESS_SECOND_MAP && imp->cpu) {
+		ret = -EINVAL;
 	} else if (arg.flags & KVD_IMP_ACCESS_SECOND_MAP) {
 		ret = kvd_imp_copy_second(imp, buf, arg.offset, arg.length,
 					  write);
@@ -342,7 +397,7 @@ static long kvd_imp_counters(struct kvd_imp_file *f, void __user *uarg)
 	if (!imp)
 		return -ENOENT;
 	dma_resv_lock(imp->dmabuf->resv, NULL);
-	arg.mapped = !!imp->sgt;
+	arg.mapped = imp->sgt || !iosys_map_is_null(&imp->vmap);
 	arg.table_len = 0;
 	if (imp->sgt)
 		for_each_sgtable_dma_sg(imp->sgt, sg, i)

@@ -31,17 +31,28 @@
  * itself revocable; before 7.1 it has a callback that only counts).
  */
 #define KVD_IMP_IMPORT_NO_NOTIFY	(1U << 2)
+/*
+ * CPU access, the way a software NIC reads and writes (-EOPNOTSUPP before
+ * Linux 6.2): attaches without peer2peer, with a device that has no DMA,
+ * and copies through dma_buf_vmap() under the dma-buf's reservation lock,
+ * mapped at the first access after a move notification. The notification
+ * gives the mapping up at once; with KVD_IMP_IMPORT_LAZY it only marks it
+ * stale and the next access gives it up (an importer that keeps its CPU
+ * mapping through the notification). Not with PINNED nor NO_NOTIFY.
+ */
+#define KVD_IMP_IMPORT_CPU		(1U << 3)
 
 /**
  * struct kvd_imp_import - KVD_IMP_IOCTL_IMPORT argument
  * @fd: in: dma-buf fd
  * @flags: in: KVD_IMP_IMPORT_PINNED, KVD_IMP_IMPORT_LAZY or 0 (dynamic),
- *	optionally KVD_IMP_IMPORT_NO_NOTIFY (not with LAZY)
+ *	optionally KVD_IMP_IMPORT_NO_NOTIFY (not with LAZY); or
+ *	KVD_IMP_IMPORT_CPU, optionally with LAZY
  * @handle: out: import handle for the other ioctls
  * @pad: must be 0
  *
  * Errors: -EINVAL (flags, LAZY with another flag, pad, not a dma-buf),
- * -EOPNOTSUPP (NO_NOTIFY before Linux 7.1), -EBADF, -ENOSPC (too many
+ * -EOPNOTSUPP (NO_NOTIFY before Linux 7.1, CPU before 6.2), -EBADF, -ENOSPC (too many
  * imports on this fd), errors of dma_buf_dynamic_attach(), dma_buf_pin()
  * and, pinned, of the map.
  */
@@ -88,7 +99,7 @@ struct kvd_imp_access {
 /**
  * struct kvd_imp_counters - KVD_IMP_IOCTL_COUNTERS argument
  * @handle: in: import handle
- * @mapped: out: 1 while the import holds a mapping
+ * @mapped: out: 1 while the import holds a mapping (CPU: a vmap)
  * @maps: out: successful maps
  * @invalidations: out: move notifications received
  * @failed: out: accesses whose map failed
