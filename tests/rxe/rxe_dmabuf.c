@@ -351,10 +351,10 @@ static uint64_t dmabuf_u64(int fd, uint64_t off)
 }
 
 /*
- * RDMA ATOMIC WRITE needs only remote write access, and rxe writes it
- * through the MR's page list, not its copy path: through a dma-buf MR on
- * a proxy it lands in the current backing after a swap, never in the old
- * one, and fails while the proxy is revoked, both backings untouched.
+ * RDMA ATOMIC WRITE needs only remote write access and does not go
+ * through rxe's copy path: through a dma-buf MR on a proxy it lands in the
+ * current backing after a swap, never in the old one, and fails while the
+ * proxy is revoked, both backings untouched.
  */
 TEST_F(rxe, atomic_write_follows_the_swap_and_fails_while_revoked)
 {
@@ -416,28 +416,116 @@ TEST_F(rxe, unbacked_proxy_refused)
 }
 
 /*
- * A table without struct pages is refused with EOPNOTSUPP: a proxy over a
- * window of its backing hands out a copy holding DMA addresses only.
+ * A proxy over the second half of a larger backing: the MR reads and
+ * writes those bytes through the exporter's mapping at the proxy's offset
+ * (the page-list series refused this window, whose table the proxy hands
+ * out as a copy without struct pages), and nothing of the first half.
  */
-TEST_F(rxe, pageless_table_refused)
+TEST_F(rxe, proxy_window_of_a_larger_backing)
 {
+	char *whole = malloc(2 * LEN);
 	struct ibv_mr *mr;
 	int a, proxy;
 
+	ASSERT_NOT_NULL(whole);
 	KVD_OPEN_DEV(self->dev);
 	a = vgem_pattern_buf(self->drm, 2 * LEN, 51);
 	ASSERT_GE(a, 0);
-	proxy = kvd_create(self->dev, LEN, NULL);
-	ASSERT_GE(proxy, 0);
-	ASSERT_EQ(0, kvd_attach(self->dev, proxy, a, LEN));
-	errno = 0;
-	mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, proxy, ACC);
-	EXPECT_NULL(mr);
-	EXPECT_EQ(EOPNOTSUPP, errno);
-	if (mr)
-		ibv_dereg_mr(mr);
+	ASSERT_EQ(0, proxy_mr(_metadata, self, a, LEN, &proxy, &mr));
+	ASSERT_EQ(0, OP(IBV_WR_RDMA_READ, 0, LEN, IOVA, mr->rkey, NULL));
+	EXPECT_EQ(1, dmabuf_equals(a, LEN, self->abuf, LEN));
+	EXPECT_EQ(0, dmabuf_equals(a, 0, self->abuf, LEN));
+	pattern_fill(self->abuf, 4096, 53);
+	ASSERT_EQ(0, OP(IBV_WR_RDMA_WRITE, 0, 4096, IOVA + 4096, mr->rkey,
+			NULL));
+	EXPECT_EQ(1, dmabuf_equals(a, LEN + 4096, self->abuf, 4096));
+	pattern_fill(whole, 2 * LEN, 51);
+	EXPECT_EQ(1, dmabuf_equals(a, 0, whole, LEN));
+	EXPECT_EQ(0, ibv_dereg_mr(mr));
 	close(proxy);
 	close(a);
+	free(whole);
+}
+
+/* One signalled compare-and-swap of 8 bytes at @remote, waited for. */
+static int cas(struct vp_end *a, struct ibv_mr *lmr, void *local,
+	       uint64_t remote, uint32_t rkey, uint64_t compare, uint64_t swap,
+	       enum ibv_wc_status *status)
+{
+	struct ibv_sge sge = {
+		.addr = (uintptr_t)local, .length = 8, .lkey = lmr->lkey,
+	};
+	struct ibv_send_wr wr = {
+		.wr_id = 3, .sg_list = &sge, .num_sge = 1,
+		.opcode = IBV_WR_ATOMIC_CMP_AND_SWP,
+		.send_flags = IBV_SEND_SIGNALED,
+	}, *bad;
+
+	wr.wr.atomic.remote_addr = remote;
+	wr.wr.atomic.compare_add = compare;
+	wr.wr.atomic.swap = swap;
+	wr.wr.atomic.rkey = rkey;
+	if (ibv_post_send(a->qp, &wr, &bad))
+		return -errno;
+	return vp_wait(a, status);
+}
+
+/*
+ * Compare-and-swap on a dma-buf MR of a proxy: it works on the backing of
+ * the moment (the old one untouched after a swap) and fails while the
+ * proxy is revoked, touching neither (caught: an atomic through pages or
+ * a mapping the swap took away).
+ */
+TEST_F(rxe, compare_and_swap_follows_the_swap_and_fails_while_revoked)
+{
+	const uint64_t v1 = 0x0123456789abcdefull, v2 = 0xfedcba9876543210ull;
+	enum ibv_wc_status st = IBV_WC_SUCCESS;
+	uint64_t *got = self->abuf, a8, a16, b16, a24, b24;
+	struct ibv_mr *mr;
+	int a, b, proxy;
+
+	KVD_OPEN_DEV(self->dev);
+	a = vgem_pattern_buf(self->drm, LEN, 71);
+	b = vgem_pattern_buf(self->drm, LEN, 72);
+	ASSERT_GE(a, 0);
+	ASSERT_GE(b, 0);
+	proxy = kvd_create(self->dev, LEN, NULL);
+	ASSERT_GE(proxy, 0);
+	ASSERT_EQ(0, kvd_attach(self->dev, proxy, a, 0));
+	mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, proxy,
+			       ACC | IBV_ACCESS_REMOTE_ATOMIC);
+	if (!mr)
+		TH_LOG("ibv_reg_dmabuf_mr: %s", strerror(errno));
+	ASSERT_NOT_NULL(mr);
+
+	a8 = dmabuf_u64(a, 8);
+	ASSERT_EQ(0, cas(&self->a, self->amr, got, IOVA + 8, mr->rkey, a8, v1,
+			 &st));
+	EXPECT_EQ(a8, *got);
+	EXPECT_EQ(v1, dmabuf_u64(a, 8));
+
+	a16 = dmabuf_u64(a, 16);
+	b16 = dmabuf_u64(b, 16);
+	ASSERT_EQ(0, kvd_replace(self->dev, proxy, b, 0));
+	ASSERT_EQ(0, cas(&self->a, self->amr, got, IOVA + 16, mr->rkey, b16,
+			 v2, &st));
+	EXPECT_EQ(b16, *got);
+	EXPECT_EQ(v2, dmabuf_u64(b, 16));
+	EXPECT_EQ(a16, dmabuf_u64(a, 16));
+
+	a24 = dmabuf_u64(a, 24);
+	b24 = dmabuf_u64(b, 24);
+	ASSERT_EQ(0, kvd_revoke(self->dev, proxy, 2000));
+	EXPECT_EQ(-EIO, cas(&self->a, self->amr, got, IOVA + 24, mr->rkey,
+			    b24, v1, &st));
+	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, st);
+	EXPECT_EQ(a24, dmabuf_u64(a, 24));
+	EXPECT_EQ(b24, dmabuf_u64(b, 24));
+
+	EXPECT_EQ(0, ibv_dereg_mr(mr));
+	close(proxy);
+	close(a);
+	close(b);
 }
 
 /*
