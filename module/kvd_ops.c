@@ -234,6 +234,12 @@ static int kvd_pin(struct dma_buf_attachment *attach)
 	dma_resv_assert_held(attach->dmabuf->resv);
 	if (proxy->state != KVDMABUF_STATE_BACKED)
 		return -ENODEV;
+	/*
+	 * CPU access only: importers ask with a pin before they vmap (the
+	 * core warns on a failed vmap); a backing without vmap cannot serve.
+	 */
+	if (!ka->dma && !proxy->backing->dmabuf->ops->vmap)
+		return -EOPNOTSUPP;
 	ka->pins++;
 	return 0;
 }
