@@ -109,14 +109,23 @@ static int kvd_attach(struct dma_buf *dmabuf, struct dma_buf_attachment *attach)
 	LIST_HEAD(dead);
 	int ret;
 
+	/*
+	 * A static importer is never told of a change, and may neither
+	 * take the proxy's tables (below) nor keep its CPU mapping.
+	 */
+	if (!attach->importer_ops) {
+		pr_debug("proxy %llu: refusing static importer %s\n",
+			 proxy->id, dev_name(attach->dev));
+		return -EOPNOTSUPP;
+	}
 	ka = kzalloc(sizeof(*ka), GFP_KERNEL_ACCOUNT);
 	if (!ka)
 		return -ENOMEM;
 	/*
 	 * Importer tables are DMA addresses of memory that may be a device's
-	 * (CUDA, VRAM): only peer-to-peer capable (hence dynamic) importers
-	 * can take them. Others may still attach for CPU access (vmap, a
-	 * software NIC): no slot is made for them, their map fails.
+	 * (CUDA, VRAM): only peer-to-peer capable importers can take them.
+	 * Others may still attach for CPU access (vmap, a software NIC): no
+	 * slot is made for them, their map fails.
 	 */
 	ka->dma = attach->peer2peer;
 	kref_init(&ka->ref);

@@ -118,9 +118,10 @@
  * offset (-ENODEV unbacked or revoked; the backing exporter's error, such
  * as -EINVAL for one without vmap). The dma-buf core warns about a failed
  * vmap, so an importer asks first with dma_buf_pin() under the same hold
- * of the reservation lock (-ENODEV while not backed) and unpins once
- * mapped. Importers without peer2peer may
- * attach for this (software NICs): their map fails with -EOPNOTSUPP. The
+ * of the reservation lock (-ENODEV while not backed, -EOPNOTSUPP for a
+ * backing without vmap) and unpins once mapped. Dynamic importers without
+ * peer2peer may attach for this (software NICs): their map fails with
+ * -EOPNOTSUPP (static importers are refused at attach, as before). The
  * mapping must be given up from the importer's invalidation callback: one
  * kept through it makes REVOKE and ATTACH fail with -EBUSY, counted as one
  * pin, since the dma-buf core would go on handing it out.

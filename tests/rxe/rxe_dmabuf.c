@@ -9,12 +9,14 @@
  * pages. A proxy's backing is swapped and the same rkey reads the new
  * bytes; a revoked proxy gives a completion error, never old bytes; the
  * pinned mode (rdma_rxe's dmabuf_pinned parameter) makes a swap fail
- * cleanly with EBUSY. RDMA ATOMIC WRITE, which rxe does through the MR's
- * page list, follows the swap and fails while revoked as well. Under traffic (a thread reading and writing through
+ * cleanly with EBUSY. ATOMIC WRITE and compare-and-swap follow the swap
+ * and fail while revoked as well. Under traffic (a thread reading and writing through
  * the rkey without pause), no byte moves to or from a backing once the
  * swap or revoke that let it go has returned: the test poisons it then.
  */
+#include <linux/udmabuf.h>
 #include <pthread.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/utsname.h>
 
@@ -88,6 +90,28 @@ static int proxy_mr(struct __test_metadata *_metadata,
 		return ret;
 	}
 	return 0;
+}
+
+/*
+ * vgem buffers *@a and *@b of LEN (patterns @sa and @sb) and a proxy of
+ * LEN backed by *@a: 0, or -errno with what was made closed.
+ */
+static int two_backings(FIXTURE_DATA(rxe) *self, uint32_t sa, uint32_t sb,
+			int *a, int *b, int *proxy)
+{
+	int ret;
+
+	*a = vgem_pattern_buf(self->drm, LEN, sa);
+	*b = vgem_pattern_buf(self->drm, LEN, sb);
+	*proxy = kvd_create(self->dev, LEN, NULL);
+	ret = *a < 0 ? *a : *b < 0 ? *b : *proxy < 0 ? *proxy :
+	      kvd_attach(self->dev, *proxy, *a, 0);
+	if (ret) {
+		kvd_close(proxy);
+		kvd_close(a);
+		kvd_close(b);
+	}
+	return ret;
 }
 
 /* A's RDMA op of @len bytes between abuf + @aoff and B's @iova (@rkey). */
@@ -447,6 +471,77 @@ TEST_F(rxe, proxy_window_of_a_larger_backing)
 	free(whole);
 }
 
+/* At least @n huge pages in the pool (best effort: the test skips without). */
+static void huge_pages_at_least(long n)
+{
+	long have = 0;
+	FILE *f = fopen("/proc/sys/vm/nr_hugepages", "r+e");
+
+	if (!f)
+		return;
+	if (fscanf(f, "%ld", &have) == 1 && have < n) {
+		rewind(f);
+		fprintf(f, "%ld\n", n);
+	}
+	fclose(f);
+}
+
+/*
+ * A udmabuf over hugetlb memory, from an offset inside the huge page: its
+ * table has entries whose offset in their (huge) page is a page or more,
+ * which the page-list series misread (issue 33, B2). Through the
+ * exporter's mapping the MR reads and writes exactly those bytes.
+ */
+TEST_F(rxe, hugetlb_udmabuf_read_and_written_exactly)
+{
+	const size_t huge = 2u << 20, off = 3 * 4096;
+	struct udmabuf_create c = {
+		.flags = UDMABUF_FLAGS_CLOEXEC, .offset = off, .size = LEN,
+	};
+	struct ibv_mr *mr;
+	int udev, memfd, ub;
+	char *p;
+
+	udev = open("/dev/udmabuf", O_RDWR | O_CLOEXEC);
+	if (udev < 0)
+		SKIP(return, "/dev/udmabuf: %s", strerror(errno));
+	huge_pages_at_least(2);
+	memfd = memfd_create("kvd-huge", MFD_CLOEXEC | MFD_ALLOW_SEALING |
+				MFD_HUGETLB);
+	if (memfd < 0) {
+		close(udev);
+		SKIP(return, "no hugetlb memfd: %s", strerror(errno));
+	}
+	ASSERT_EQ(0, ftruncate(memfd, huge));
+	p = mmap(NULL, huge, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	ASSERT_NE(MAP_FAILED, p);
+	pattern_fill(p, huge, 81);
+	ASSERT_EQ(0, fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK));
+	c.memfd = (uint32_t)memfd;
+	ub = ioctl(udev, UDMABUF_CREATE, &c);
+	if (ub < 0)
+		TH_LOG("UDMABUF_CREATE: %s", strerror(errno));
+	ASSERT_GE(ub, 0);
+	mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, ub, ACC);
+	if (!mr)
+		TH_LOG("ibv_reg_dmabuf_mr: %s", strerror(errno));
+	ASSERT_NOT_NULL(mr);
+
+	memset(self->abuf, 0, LEN);
+	ASSERT_EQ(0, OP(IBV_WR_RDMA_READ, 0, LEN, IOVA, mr->rkey, NULL));
+	EXPECT_EQ(0, memcmp(self->abuf, p + off, LEN));
+	pattern_fill(self->abuf, 4096, 82);
+	ASSERT_EQ(0, OP(IBV_WR_RDMA_WRITE, 0, 4096, IOVA + 8192, mr->rkey,
+			NULL));
+	EXPECT_EQ(0, memcmp(p + off + 8192, self->abuf, 4096));
+
+	EXPECT_EQ(0, ibv_dereg_mr(mr));
+	close(ub);
+	munmap(p, huge);
+	close(memfd);
+	close(udev);
+}
+
 /* One signalled compare-and-swap of 8 bytes at @remote, waited for. */
 static int cas(struct vp_end *a, struct ibv_mr *lmr, void *local,
 	       uint64_t remote, uint32_t rkey, uint64_t compare, uint64_t swap,
@@ -485,13 +580,7 @@ TEST_F(rxe, compare_and_swap_follows_the_swap_and_fails_while_revoked)
 	int a, b, proxy;
 
 	KVD_OPEN_DEV(self->dev);
-	a = vgem_pattern_buf(self->drm, LEN, 71);
-	b = vgem_pattern_buf(self->drm, LEN, 72);
-	ASSERT_GE(a, 0);
-	ASSERT_GE(b, 0);
-	proxy = kvd_create(self->dev, LEN, NULL);
-	ASSERT_GE(proxy, 0);
-	ASSERT_EQ(0, kvd_attach(self->dev, proxy, a, 0));
+	ASSERT_EQ(0, two_backings(self, 71, 72, &a, &b, &proxy));
 	mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, proxy,
 			       ACC | IBV_ACCESS_REMOTE_ATOMIC);
 	if (!mr)
@@ -539,13 +628,7 @@ TEST_F(rxe, pinned_blocks_swap)
 	int a, b, proxy;
 
 	KVD_OPEN_DEV(self->dev);
-	a = vgem_pattern_buf(self->drm, LEN, 61);
-	b = vgem_pattern_buf(self->drm, LEN, 62);
-	ASSERT_GE(a, 0);
-	ASSERT_GE(b, 0);
-	proxy = kvd_create(self->dev, LEN, NULL);
-	ASSERT_GE(proxy, 0);
-	ASSERT_EQ(0, kvd_attach(self->dev, proxy, a, 0));
+	ASSERT_EQ(0, two_backings(self, 61, 62, &a, &b, &proxy));
 	ASSERT_EQ(0, rxe_set_pinned(1));
 	mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, proxy, ACC);
 	ASSERT_EQ(0, rxe_set_pinned(0));
