@@ -16,6 +16,7 @@
  */
 #include <linux/udmabuf.h>
 #include <pthread.h>
+#include <rdma/ib_user_verbs.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/utsname.h>
@@ -615,6 +616,61 @@ TEST_F(rxe, compare_and_swap_follows_the_swap_and_fails_while_revoked)
 	close(proxy);
 	close(a);
 	close(b);
+}
+
+/*
+ * A rereg of @mr's access to @access through uverbs' own command (the
+ * library refuses ibv_rereg_mr() of a dma-buf MR before the kernel sees
+ * it): 0 or -errno.
+ */
+static int raw_rereg_access(struct ibv_mr *mr, int access)
+{
+	struct ib_uverbs_rereg_mr_resp resp;
+	struct {
+		struct ib_uverbs_cmd_hdr hdr;
+		struct ib_uverbs_rereg_mr cmd;
+	} req = {
+		.hdr = {
+			.command = IB_USER_VERBS_CMD_REREG_MR,
+			.in_words = sizeof(req) / 4,
+			.out_words = sizeof(resp) / 4,
+		},
+		.cmd = {
+			.response = (uintptr_t)&resp, .mr_handle = mr->handle,
+			.flags = IBV_REREG_MR_CHANGE_ACCESS,
+			.access_flags = (uint32_t)access,
+		},
+	};
+
+	return write(mr->context->cmd_fd, &req, sizeof(req)) == sizeof(req) ?
+	       0 : -errno;
+}
+
+/*
+ * The access of a dma-buf MR is checked for its kind at registration (no
+ * flush: it reaches memory by pages, which a dma-buf hides), so rereg may
+ * not change it (caught: the refusal dropped, after which a FLUSH would
+ * walk a page list the MR does not have). The MR still works after.
+ */
+TEST_F(rxe, rereg_of_a_dmabuf_mrs_access_refused)
+{
+	const int flush_global = 1 << 8;	/* IB_ACCESS_FLUSH_GLOBAL */
+	struct ibv_mr *mr;
+	int fd = vgem_pattern_buf(self->drm, LEN, 91);
+
+	ASSERT_GE(fd, 0);
+	errno = 0;
+	EXPECT_NULL(ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, fd,
+				      ACC | flush_global));
+	EXPECT_EQ(EOPNOTSUPP, errno);
+	mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, fd, ACC);
+	ASSERT_NOT_NULL(mr);
+	EXPECT_EQ(-EOPNOTSUPP, raw_rereg_access(mr, ACC | flush_global));
+	EXPECT_EQ(-EOPNOTSUPP, raw_rereg_access(mr, ACC));
+	ASSERT_EQ(0, OP(IBV_WR_RDMA_READ, 0, LEN, IOVA, mr->rkey, NULL));
+	EXPECT_EQ(-1, pattern_check(self->abuf, LEN, 91));
+	EXPECT_EQ(0, ibv_dereg_mr(mr));
+	close(fd);
 }
 
 /*
