@@ -110,8 +110,8 @@ struct kvd_attach {
 	unsigned int pins;		/* resv */
 	unsigned int maps;		/* resv */
 	struct list_head lent;		/* slots whose bsgt it maps; resv */
-	bool dma;			/* maps DMA tables (peer2peer); else
-					 * CPU access only (vmap), no slot */
+	/* peer2peer: maps DMA tables; else CPU access (vmap), no slot */
+	bool dma;
 	bool notified;			/* has an invalidation callback */
 	bool revocable;			/* its pins give way to a revoke */
 	bool revoked;			/* a revoke took its pinned map for good;
