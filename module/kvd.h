@@ -251,7 +251,8 @@ struct kvd_backing *kvd_unback(struct kvd_proxy *proxy, u32 reason,
 void kvd_backing_stale(struct kvd_proxy *proxy, struct kvd_backing *b,
 		       bool told);
 void kvd_notify(struct kvd_proxy *proxy);
-int kvd_vmap_release(struct kvd_proxy *proxy, bool *told);
+unsigned int kvd_refusing_pins(struct kvd_proxy *proxy, unsigned int pins,
+			       bool *told);
 void kvd_reap_work(struct work_struct *work);
 bool kvd_revoke_invalidated(struct kvd_proxy *proxy, struct list_head *dead);
 void kvd_inval_work(struct work_struct *work);

@@ -350,10 +350,7 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 
 	dma_resv_lock(proxy->dmabuf->resv, NULL);
 	/* Revocable pins too: a pinned importer cannot follow. */
-	arg.pins = kvd_all_pins(proxy);
-	/* Nor a CPU mapping kept through the notification: it counts as one. */
-	if (!arg.pins && kvd_vmap_release(proxy, &told))
-		arg.pins = 1;
+	arg.pins = kvd_refusing_pins(proxy, kvd_all_pins(proxy), &told);
 	if (arg.pins) {
 		dma_resv_unlock(proxy->dmabuf->resv);
 		kvd_backing_bury(b, &dead);
@@ -451,12 +448,9 @@ static long kvd_ioctl_revoke(struct kvd_ctx *ctx, void __user *uarg)
 	 * invalidation below as a permanent revoke: they unmap and unpin in
 	 * their callback and never map again.
 	 */
-	if (proxy->state == KVDMABUF_STATE_BACKED) {
-		arg.pins = kvd_blocking_pins(proxy);
-		/* a CPU mapping kept through the notification counts as one */
-		if (!arg.pins && kvd_vmap_release(proxy, &told))
-			arg.pins = 1;
-	}
+	if (proxy->state == KVDMABUF_STATE_BACKED)
+		arg.pins = kvd_refusing_pins(proxy, kvd_blocking_pins(proxy),
+					     &told);
 	if (arg.pins) {
 		dma_resv_unlock(proxy->dmabuf->resv);
 		ret = -EBUSY;

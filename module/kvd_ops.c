@@ -440,7 +440,7 @@ void kvd_proxy_resv_init(struct kvd_proxy *proxy)
  * cannot change meanwhile. The core hands that one mapping to every vmap
  * until the last vunmap: before a change importers give it up from their
  * invalidation callback, and a mapping kept through it refuses REVOKE and
- * REPLACE like a pin (kvd_vmap_release()). It counts as a live map of
+ * REPLACE like a pin (kvd_refusing_pins()). It counts as a live map of
  * its backing.
  */
 static int kvd_vmap(struct dma_buf *dmabuf, struct iosys_map *map)

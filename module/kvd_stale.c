@@ -105,7 +105,7 @@ static void kvd_fences_cb(struct dma_fence *fence, struct dma_fence_cb *cb)
  * @proxy: the proxy (its lock and its resv held)
  * @b: its backing until now, no longer proxy->backing
  * @told: the importers were notified under this hold of the resv already
- *	(kvd_vmap_release()): they cannot have mapped anything since
+ *	(kvd_refusing_pins()): they cannot have mapped anything since
  *
  * What the importers may still be doing to @b once told is what their
  * fences on the proxy's resv say then; work they fence later is on the
@@ -159,27 +159,30 @@ void kvd_notify(struct kvd_proxy *proxy)
 }
 
 /**
- * kvd_vmap_release() - have the CPU mapping given up before a change
+ * kvd_refusing_pins() - what refuses a change of the backing
  * @proxy: the proxy (its lock and its resv held)
+ * @pins: the importers' pins that refuse it (all, or only blocking ones)
  * @told: set when the importers were notified here
  *
- * The dma-buf core hands its cached CPU mapping to every vmap of the proxy
- * until the last vunmap, so that mapping must go before the backing
- * changes. Importers give it up from their invalidation callback, sent
- * here (once for the change: the caller's own notification is skipped).
+ * Without such pins, a CPU mapping counts as one: the dma-buf core hands
+ * its cached CPU mapping to every vmap of the proxy until the last vunmap,
+ * so that mapping must go before the backing changes. Importers give it
+ * up from their invalidation callback, sent here (once for the change:
+ * the caller's own notification is skipped).
  *
- * Return: 0, or -EBUSY if an importer kept it through the notification
- * (then, as for a pin, nothing may change).
+ * Return: @pins, 1 if an importer kept its CPU mapping through the
+ * notification, or 0: the change may go on.
  */
-int kvd_vmap_release(struct kvd_proxy *proxy, bool *told)
+unsigned int kvd_refusing_pins(struct kvd_proxy *proxy, unsigned int pins,
+			       bool *told)
 {
 	dma_resv_assert_held(proxy->dmabuf->resv);
 	*told = false;
-	if (!proxy->vmap_b)
-		return 0;
+	if (pins || !proxy->vmap_b)
+		return pins;
 	kvd_notify(proxy);
 	*told = true;
-	return proxy->vmap_b ? -EBUSY : 0;
+	return proxy->vmap_b ? 1 : 0;
 }
 
 /* Have the fences of @b's importers signaled? */
