@@ -294,6 +294,38 @@ static inline void kvd_close(int *fd)
 		kvd_close(&(self)->dev);				\
 	} while (0)
 
+/*
+ * The importing tests' fixture (proxy_follow, proxy_vmap): the common one,
+ * the test importer in imp, its import of the proxy in h (-1 until
+ * imported, released by the teardown) and two buffers of @size, buf and
+ * expect.
+ */
+#define KVD_IMPORT_FIELDS						\
+	int dev, imp, drm;						\
+	int proxy, a, b, h;						\
+	char *buf, *expect
+
+#define KVD_IMPORT_SETUP(self, size, sa, sb)				\
+	do {								\
+		(self)->imp = (self)->h = -1;				\
+		(self)->buf = malloc(size);				\
+		(self)->expect = malloc(size);				\
+		ASSERT_NOT_NULL((self)->buf);				\
+		ASSERT_NOT_NULL((self)->expect);			\
+		KVD_PROXY_SETUP(self, size, sa, sb);			\
+		KVD_OPEN_IMP((self)->imp);				\
+	} while (0)
+
+#define KVD_IMPORT_TEARDOWN(self)					\
+	do {								\
+		if ((self)->h >= 0)					\
+			imp_release((self)->imp, (self)->h);		\
+		kvd_close(&(self)->imp);				\
+		KVD_PROXY_TEARDOWN(self);				\
+		free((self)->buf);					\
+		free((self)->expect);					\
+	} while (0)
+
 /* ---- /dev/kvd_exporter: a dynamic exporter that moves and revokes ---- */
 
 static inline int exp_open(void)

@@ -18,30 +18,17 @@
 #define SEED_W		0x77
 
 FIXTURE(follow) {
-	int dev, imp, drm;
-	int proxy, a, b, h;
-	char *buf, *expect;
+	KVD_IMPORT_FIELDS;
 };
 
 FIXTURE_SETUP(follow)
 {
-	self->imp = self->h = -1;
-	self->buf = malloc(SIZE);
-	self->expect = malloc(SIZE);
-	ASSERT_NOT_NULL(self->buf);
-	ASSERT_NOT_NULL(self->expect);
-	KVD_PROXY_SETUP(self, SIZE, SEED_A, SEED_B);
-	KVD_OPEN_IMP(self->imp);
+	KVD_IMPORT_SETUP(self, SIZE, SEED_A, SEED_B);
 }
 
 FIXTURE_TEARDOWN(follow)
 {
-	if (self->h >= 0)
-		imp_release(self->imp, self->h);
-	kvd_close(&self->imp);
-	KVD_PROXY_TEARDOWN(self);
-	free(self->buf);
-	free(self->expect);
+	KVD_IMPORT_TEARDOWN(self);
 }
 
 TEST_F(follow, revoke_then_attach_new_backing)

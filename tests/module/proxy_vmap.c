@@ -16,35 +16,22 @@
 #define SEED_W		0x77
 
 FIXTURE(vmap) {
-	int dev, imp, drm;
-	int proxy, a, b, h;
-	char *buf, *expect;
+	KVD_IMPORT_FIELDS;
 };
 
 FIXTURE_SETUP(vmap)
 {
 	struct kvdmabuf_version v = { .size = sizeof(v) };
 
-	self->imp = self->h = -1;
-	self->buf = malloc(SIZE);
-	self->expect = malloc(SIZE);
-	ASSERT_NOT_NULL(self->buf);
-	ASSERT_NOT_NULL(self->expect);
-	KVD_PROXY_SETUP(self, SIZE, SEED_A, SEED_B);
+	KVD_IMPORT_SETUP(self, SIZE, SEED_A, SEED_B);
 	ASSERT_EQ(0, kvd_ioctl(self->dev, KVDMABUF_IOCTL_VERSION, &v));
 	if (!(v.features & KVDMABUF_FEATURE_VMAP))
 		SKIP(return, "no CPU access to proxies: dma_buf_vmap() is not called under the buffer's resv before Linux 6.2");
-	KVD_OPEN_IMP(self->imp);
 }
 
 FIXTURE_TEARDOWN(vmap)
 {
-	if (self->h >= 0)
-		imp_release(self->imp, self->h);
-	kvd_close(&self->imp);
-	KVD_PROXY_TEARDOWN(self);
-	free(self->buf);
-	free(self->expect);
+	KVD_IMPORT_TEARDOWN(self);
 }
 
 /* ATTACH or REPLACE (@flags), also returning the pins behind an -EBUSY. */
