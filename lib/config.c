@@ -9,6 +9,8 @@
  *   cuda_library: /path/libcuda.so.1
  *   cuda_dmabuf_mapping: auto # auto | pcie | default (CUDA dma-buf flags)
  *   transport: ucx            # the engine's transfer library (gate.c)
+ *   host_on_demand: auto      # auto | off: ODP for host memory released
+ *                             # at sleep where every NIC has it
  *   kv_regions: [0x7e0000000000+0x40000000:kv_cache]
  *                             # KV memory by address, ADDR+LEN[:TAG] (a list
  *                             # or one): for libkvdmabuf-preload.so
@@ -48,7 +50,7 @@ struct parse {
 
 enum { SEEN_PROTOCOL = 1, SEEN_NICS = 2, SEEN_DRAIN = 4, SEEN_MODULE = 8,
        SEEN_CUDA = 16, SEEN_CUDA_MAPPING = 32, SEEN_TRANSPORT = 64,
-       SEEN_KV_REGIONS = 128 };
+       SEEN_KV_REGIONS = 128, SEEN_HOST_ODP = 256 };
 
 static int perr(struct parse *p, const yaml_mark_t *m, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -238,10 +240,13 @@ static int parse_value(struct parse *p, const char *key, yaml_mark_t *kmark,
 		bit = SEEN_TRANSPORT;
 	else if (!strcmp(key, "kv_regions"))
 		bit = SEEN_KV_REGIONS;
+	else if (!strcmp(key, "host_on_demand"))
+		bit = SEEN_HOST_ODP;
 	else
 		return perr(p, kmark, "unknown key '%s' (known: protocol, nics, "
 			    "drain_timeout_s, module, cuda_library, "
-			    "cuda_dmabuf_mapping, transport, kv_regions)", key);
+			    "cuda_dmabuf_mapping, transport, kv_regions, "
+			    "host_on_demand)", key);
 	if (p->seen & bit)
 		return perr(p, kmark, "duplicate key '%s'", key);
 	p->seen |= bit;
@@ -307,6 +312,16 @@ static int parse_value(struct parse *p, const char *key, yaml_mark_t *kmark,
 				   sizeof(c->transport));
 	case SEEN_KV_REGIONS:
 		return each_item(p, ev, c, kv_region_add);
+	case SEEN_HOST_ODP:
+		rc = scalar_copy(p, ev, key, buf, sizeof(buf));
+		if (rc)
+			return rc;
+		if (strcmp(buf, "auto") && strcmp(buf, "off"))
+			return perr(p, &ev->start_mark,
+				    "'host_on_demand' must be auto or off, "
+				    "not '%s'", buf);
+		c->host_odp_off = !strcmp(buf, "off");
+		return 0;
 	default:
 		return scalar_copy(p, ev, key, c->cuda_library,
 				   sizeof(c->cuda_library));
@@ -437,7 +452,7 @@ int kvd_config_parse(const char *text, size_t len, const char *name,
 /* The keys the environment may set, KVDMABUF_<KEY>. */
 static const char *const env_keys[] = {
 	"protocol", "nics", "drain_timeout_s", "module", "cuda_library",
-	"cuda_dmabuf_mapping", "transport",
+	"cuda_dmabuf_mapping", "transport", "host_on_demand",
 };
 
 /* The environment's keys over @cfg; @cfg->path says which came from it. */

@@ -269,7 +269,9 @@ int kvdmabuf_query(struct kvdmabuf_ctx *ctx, struct kvdmabuf_state *st)
 
 		st->nr_asleep += r->asleep;
 		st->nr_broken += r->broken != 0;
-		st->nr_follow += r->mode == KVDMABUF_MODE_FOLLOW;
+		/* keys never change: a proxy, or on-demand paging */
+		st->nr_follow += r->mode == KVDMABUF_MODE_FOLLOW ||
+				 r->mode == KVDMABUF_MODE_ODP;
 		st->nr_reregister += r->mode == KVDMABUF_MODE_REREGISTER;
 		st->nr_host += r->mode == KVDMABUF_MODE_HOST;
 		st->nr_noreg += r->mode == KVDMABUF_MODE_NOREG;

@@ -40,6 +40,9 @@ struct kvd_config {
 	/* The engine's transfer library ("" if not set): "ucx" (and "nixl",
 	 * which runs over UCX) makes the gate read UCX_TLS. */
 	char transport[KVD_NAMEMAX];
+	/* host_on_demand: off: host memory released at sleep is registered
+	 * again at every wake (REREGISTER) even where NICs page on demand */
+	bool host_odp_off;
 	char path[256];                  /* file it came from */
 	/* kv_regions: KV memory by address for libkvdmabuf-preload.so
 	 * (engines without hooks); the library itself does not use them. */
@@ -107,6 +110,9 @@ struct kvd_nic {
 	struct ibv_pd *owned_pd;
 	struct ibv_context *owned_ctx;
 	uint64_t max_mr_size;   /* the device's limit on one MR; 0: unknown */
+	/* on-demand paging of RC RDMA READ and WRITE on explicit MRs: an
+	 * MR by address follows what the engine maps there */
+	bool odp;
 };
 
 /* What the module reports about a proxy (subset of its query). */
@@ -136,6 +142,8 @@ struct kvd_proxy_info {
  * tests, fakes and fault injectors. Each returns 0 or -errno and, on
  * failure, may set the context message with kvd_err().
  */
+#define KVD_REG_ON_DEMAND	(1u << 0)
+
 struct kvd_ops {
 	/* Fill ctx->nics (protocol rdma only). */
 	int (*nics_open)(struct kvdmabuf_ctx *ctx,
@@ -152,8 +160,11 @@ struct kvd_ops {
 	int (*reg_dmabuf)(struct kvdmabuf_ctx *ctx, unsigned int nic, int fd,
 			  uint64_t offset, size_t len, uint64_t iova,
 			  struct kvd_mr *mr);
+	/* @flags: KVD_REG_ON_DEMAND (an ODP MR: nothing pinned, it
+	 * follows the process's page tables) or 0 */
 	int (*reg_addr)(struct kvdmabuf_ctx *ctx, unsigned int nic,
-			void *addr, size_t len, struct kvd_mr *mr);
+			void *addr, size_t len, unsigned int flags,
+			struct kvd_mr *mr);
 	int (*dereg)(struct kvdmabuf_ctx *ctx, unsigned int nic,
 		     struct kvd_mr *mr);
 	/* Open the module's device: -ENOENT/-ENODEV when absent. */
@@ -184,7 +195,8 @@ int kvd_verbs_reg_dmabuf(struct kvdmabuf_ctx *ctx, unsigned int nic, int fd,
 			 uint64_t offset, size_t len, uint64_t iova,
 			 struct kvd_mr *mr);
 int kvd_verbs_reg_addr(struct kvdmabuf_ctx *ctx, unsigned int nic,
-		       void *addr, size_t len, struct kvd_mr *mr);
+		       void *addr, size_t len, unsigned int flags,
+		       struct kvd_mr *mr);
 int kvd_verbs_dereg(struct kvdmabuf_ctx *ctx, unsigned int nic,
 		    struct kvd_mr *mr);
 int kvd_export_dmabuf(struct kvdmabuf_ctx *ctx, struct kvdmabuf_region *r,

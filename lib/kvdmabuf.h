@@ -47,7 +47,7 @@ extern "C" {
 
 /* Version of this header; kvdmabuf_version() gives the library's. */
 #define KVDMABUF_VERSION_MAJOR 0
-#define KVDMABUF_VERSION_MINOR 2
+#define KVDMABUF_VERSION_MINOR 3
 #define KVDMABUF_VERSION_PATCH 0
 #define KVDMABUF_VERSION_CODE(major, minor, patch) \
 	(((major) << 16) | ((minor) << 8) | (patch))
@@ -119,6 +119,11 @@ enum kvdmabuf_mode {
 	KVDMABUF_MODE_HOST = 3,
 	/** Protocol tcp: address recorded, nothing registered or pinned. */
 	KVDMABUF_MODE_NOREG = 4,
+	/** Host memory the engine releases at sleep, on NICs with on-demand
+	 *  paging (IBV_ACCESS_ON_DEMAND): the MR follows what the engine
+	 *  maps at its addresses; no proxy, no re-registration, keys never
+	 *  change, nothing pinned. Since 0.3.0. */
+	KVDMABUF_MODE_ODP = 5,
 };
 
 /**
@@ -293,7 +298,9 @@ struct kvdmabuf_region_desc {
  * Chooses the mode: host memory the engine keeps -> HOST (registered
  * for protocol rdma, untouched by sleep); any other region with protocol
  * tcp -> NOREG; host memory with KVDMABUF_REGION_RELEASED_AT_SLEEP ->
- * REREGISTER (ibv_reg_mr); device memory ->
+ * ODP (ibv_reg_mr with IBV_ACCESS_ON_DEMAND) when every NIC of the region
+ * has on-demand paging for RC RDMA READ and WRITE and takes such an MR,
+ * else REREGISTER (ibv_reg_mr); device memory ->
  * exported as a dma-buf, placed behind a proxy when the module is in use
  * and registered with ibv_reg_dmabuf_mr(); FOLLOW only when the module
  * reports that no importer of the proxy pins it, else REREGISTER.
@@ -430,7 +437,7 @@ struct kvdmabuf_state {
 	unsigned int nr_asleep;
 	unsigned int nr_broken;
 	/* regions per mode (enum kvdmabuf_mode) */
-	unsigned int nr_follow;
+	unsigned int nr_follow;   /**< FOLLOW and ODP: keys never change */
 	unsigned int nr_reregister;
 	unsigned int nr_host;
 	unsigned int nr_noreg;
@@ -481,7 +488,8 @@ int kvdmabuf_nic_add(struct kvdmabuf_ctx *ctx, struct ibv_pd *pd,
  */
 int kvdmabuf_nic_remove(struct kvdmabuf_ctx *ctx, unsigned int nic);
 
-/** kvdmabuf_mode_name() - "follow", "reregister", "host", "noreg", "?". */
+/** kvdmabuf_mode_name() - "follow", "reregister", "host", "noreg", "odp",
+ *  "?". */
 const char *kvdmabuf_mode_name(int mode);
 
 /**

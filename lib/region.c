@@ -35,8 +35,16 @@ int kvd_region_reg_one(struct kvdmabuf_region *r, unsigned int i)
 			       "bytes): add it as several regions of at most "
 			       "that length", r->len, ctx->nics[i].name,
 			       (unsigned long long)max);
+	if (fd < 0 && r->mode == KVDMABUF_MODE_ODP && !ctx->nics[i].odp)
+		return kvd_err(ctx, -EOPNOTSUPP, "the region follows the "
+			       "engine's mappings by on-demand paging (mode "
+			       "odp) and NIC %s has none: add this NIC before "
+			       "the region, or register the region on the "
+			       "other NICs only (nics)", ctx->nics[i].name);
 	if (fd < 0)
-		return ops->reg_addr(ctx, i, r->addr, r->len, mr);
+		return ops->reg_addr(ctx, i, r->addr, r->len,
+				     r->mode == KVDMABUF_MODE_ODP ?
+				     KVD_REG_ON_DEMAND : 0, mr);
 	rc = ops->reg_dmabuf(ctx, i, fd, off, r->len,
 			     (uint64_t)(uintptr_t)r->addr, mr);
 	if (rc != -EOPNOTSUPP)
@@ -45,7 +53,7 @@ int kvd_region_reg_one(struct kvdmabuf_region *r, unsigned int i)
 		return kvd_err_prefix(ctx, rc, "NIC %s has no dma-buf memory "
 				      "regions and this device memory is not "
 				      "CPU-visible", ctx->nics[i].name);
-	return ops->reg_addr(ctx, i, r->addr, r->len, mr);
+	return ops->reg_addr(ctx, i, r->addr, r->len, 0, mr);
 }
 
 /* An MR with no handle was never made or is gone already. */
@@ -281,6 +289,40 @@ static int desc_check(struct kvdmabuf_ctx *ctx,
 	return 0;
 }
 
+/*
+ * Host memory the engine releases at sleep and maps again at wake. Where
+ * every NIC of the region pages on demand, an ODP MR follows what the
+ * engine maps at its addresses: mode ODP (no re-registration, keys
+ * unchanged, nothing pinned). Measured, not assumed: a NIC that refuses
+ * the on-demand registration makes it REREGISTER; so does the
+ * configuration's host_on_demand: off.
+ */
+static int host_released_setup(struct kvdmabuf_region *r)
+{
+	struct kvdmabuf_ctx *ctx = r->ctx;
+	unsigned int i, n = 0;
+	int rc;
+
+	r->mode = KVDMABUF_MODE_REREGISTER;
+	if (ctx->cfg.host_odp_off)
+		return kvd_region_reg_all(r);
+	for (i = 0; i < ctx->nr_nics; i++) {
+		if (!kvd_on_nic(r, i))
+			continue;
+		if (!ctx->nics[i].odp)
+			return kvd_region_reg_all(r);
+		n++;
+	}
+	if (!n)
+		return kvd_region_reg_all(r);
+	r->mode = KVDMABUF_MODE_ODP;
+	rc = kvd_region_reg_all(r);
+	if ((rc != -EOPNOTSUPP && rc != -EINVAL) || r->broken)
+		return rc;
+	r->mode = KVDMABUF_MODE_REREGISTER;
+	return kvd_region_reg_all(r);
+}
+
 static int region_setup(struct kvdmabuf_region *r)
 {
 	struct kvdmabuf_ctx *ctx = r->ctx;
@@ -302,11 +344,8 @@ static int region_setup(struct kvdmabuf_region *r)
 		r->key_gen = 1;
 		return 0;
 	}
-	if (r->mem == KVDMABUF_MEM_HOST) {
-		r->mode = (r->flags & KVDMABUF_REGION_RELEASED_AT_SLEEP) ?
-			  KVDMABUF_MODE_REREGISTER : KVDMABUF_MODE_HOST;
-		return kvd_region_reg_all(r);
-	}
+	if (r->mem == KVDMABUF_MEM_HOST)
+		return host_released_setup(r);
 	rc = ops->export_dmabuf(ctx, r, &r->backing_fd, &r->backing_off);
 	if (rc) {
 		r->backing_fd = -1;
@@ -386,6 +425,8 @@ const char *kvdmabuf_mode_name(int mode)
 		return "host";
 	case KVDMABUF_MODE_NOREG:
 		return "noreg";
+	case KVDMABUF_MODE_ODP:
+		return "odp";
 	default:
 		return "?";
 	}

@@ -312,7 +312,7 @@ static int wake_on(struct kvdmabuf_region *r, int fd, uint64_t off)
 	}
 	r->backing_fd = fd;
 	r->backing_off = off;
-	if (r->mode == KVDMABUF_MODE_FOLLOW)
+	if (r->mode == KVDMABUF_MODE_FOLLOW || r->mode == KVDMABUF_MODE_ODP)
 		return 0;       /* the NIC follows: keys unchanged */
 	rc = kvd_region_reg_all(r);
 	if (!rc)

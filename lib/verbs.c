@@ -10,6 +10,20 @@
 
 #include "internal.h"
 
+/* ODP for what a peer does to a KV region: RC RDMA READ and WRITE. */
+static bool nic_odp(struct ibv_context *vctx)
+{
+	const uint32_t rc_needs = IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_WRITE;
+	struct ibv_device_attr_ex ax;
+
+	memset(&ax, 0, sizeof(ax));
+	if (ibv_query_device_ex(vctx, NULL, &ax))
+		return false;
+	return (ax.odp_caps.general_caps & IBV_ODP_SUPPORT) &&
+	       (ax.odp_caps.per_transport_caps.rc_odp_caps & rc_needs) ==
+	       rc_needs;
+}
+
 static int nic_add(struct kvdmabuf_ctx *ctx, struct ibv_pd *pd,
 		   struct ibv_context *owned_ctx)
 {
@@ -26,6 +40,7 @@ static int nic_add(struct kvdmabuf_ctx *ctx, struct ibv_pd *pd,
 	/* one MR per region and NIC: the region must fit in one */
 	if (!ibv_query_device(pd->context, &attr))
 		n->max_mr_size = attr.max_mr_size;
+	n->odp = nic_odp(pd->context);
 	if (owned_ctx) {
 		n->owned_pd = pd;
 		n->owned_ctx = owned_ctx;
@@ -171,19 +186,25 @@ int kvd_verbs_reg_dmabuf(struct kvdmabuf_ctx *ctx, unsigned int nic, int fd,
 }
 
 int kvd_verbs_reg_addr(struct kvdmabuf_ctx *ctx, unsigned int nic,
-		       void *addr, size_t len, struct kvd_mr *mr)
+		       void *addr, size_t len, unsigned int flags,
+		       struct kvd_mr *mr)
 {
+	int access = (int)ctx->access;
 	struct ibv_mr *m;
 	int rc;
 
+	if (flags & KVD_REG_ON_DEMAND)
+		access |= IBV_ACCESS_ON_DEMAND;
 	errno = 0;
 	kvd_preload_own(1);
-	m = ibv_reg_mr(ctx->nics[nic].pd, addr, len, (int)ctx->access);
+	m = ibv_reg_mr(ctx->nics[nic].pd, addr, len, access);
 	kvd_preload_own(0);
 	if (!m) {
 		rc = errno ? -errno : -EIO;
-		return kvd_err(ctx, rc, "ibv_reg_mr(%s, %p, %zu) failed: %s",
-			       ctx->nics[nic].name, addr, len, strerror(-rc));
+		return kvd_err(ctx, rc, "ibv_reg_mr(%s, %p, %zu%s) failed: %s",
+			       ctx->nics[nic].name, addr, len,
+			       flags & KVD_REG_ON_DEMAND ? ", on demand" : "",
+			       strerror(-rc));
 	}
 	mr->handle = m;
 	mr->lkey = m->lkey;

@@ -51,6 +51,7 @@ struct fake_mr {
 	int ref_fd;          /* dup of the dma-buf it maps, -1 for by-address */
 	int proxy;           /* index of the proxy registered on, or -1 */
 	int pins;
+	int on_demand;       /* KVD_REG_ON_DEMAND: follows the page tables */
 	uint32_t key;
 };
 
@@ -80,6 +81,9 @@ struct fake_world {
 	int nic_dmabuf[KVDMABUF_MAX_NICS];   /* has dma-buf MRs */
 	int nic_pins[KVDMABUF_MAX_NICS];     /* importer pins; 2: revocable */
 	uint64_t nic_max_mr[KVDMABUF_MAX_NICS]; /* max_mr_size; 0: unknown */
+	/* on-demand paging: 1 advertised and taken, 2 advertised but an
+	 * on-demand registration refused (-EOPNOTSUPP) */
+	int nic_odp[KVDMABUF_MAX_NICS];
 	int module;                          /* fake module present */
 	int real_export;                     /* CUDA/DRM through the library */
 	struct fake_mr mr[FAKE_MAX_MR];
@@ -137,6 +141,7 @@ static int fake_nics_open(struct kvdmabuf_ctx *ctx,
 		snprintf(ctx->nics[i].name, sizeof(ctx->nics[i].name),
 			 "fake%u", i);
 		ctx->nics[i].max_mr_size = fw.nic_max_mr[i];
+		ctx->nics[i].odp = fw.nic_odp[i] != 0;
 	}
 	ctx->nr_nics = fw.nr_nics;
 	return 0;
@@ -157,6 +162,7 @@ static int fake_nic_add(struct kvdmabuf_ctx *ctx, struct ibv_pd *pd)
 	snprintf(ctx->nics[n].name, sizeof(ctx->nics[n].name), "fake%u", n);
 	ctx->nics[n].pd = pd;
 	ctx->nics[n].max_mr_size = fw.nic_max_mr[n];
+	ctx->nics[n].odp = fw.nic_odp[n] != 0;
 	ctx->nr_nics++;
 	return 0;
 }
@@ -257,16 +263,22 @@ static int fake_reg_dmabuf(struct kvdmabuf_ctx *ctx, unsigned int nic, int fd,
 }
 
 static int fake_reg_addr(struct kvdmabuf_ctx *ctx, unsigned int nic,
-			 void *addr, size_t len, struct kvd_mr *out)
+			 void *addr, size_t len, unsigned int flags,
+			 struct kvd_mr *out)
 {
-	struct fake_mr *m = fake_mr_new();
+	struct fake_mr *m;
 
+	if ((flags & KVD_REG_ON_DEMAND) && fw.nic_odp[nic] != 1)
+		return kvd_err(ctx, -EOPNOTSUPP, "fake: no on-demand MRs");
+	m = fake_mr_new();
 	if (!m)
 		return kvd_err(ctx, -ENOMEM, "fake: too many MRs");
 	m->nic = nic;
 	m->iova = (uint64_t)(uintptr_t)addr;
 	m->len = len;
-	m->pins = 1;      /* ibv_reg_mr pins the pages */
+	/* ibv_reg_mr pins the pages; an on-demand MR pins nothing */
+	m->on_demand = !!(flags & KVD_REG_ON_DEMAND);
+	m->pins = !m->on_demand;
 	m->key = fw.next_key++;
 	out->handle = m;
 	out->lkey = m->key;
@@ -465,9 +477,10 @@ static int inj_reg_dmabuf(struct kvdmabuf_ctx *c, unsigned int nic, int fd,
 }
 
 static int inj_reg_addr(struct kvdmabuf_ctx *c, unsigned int nic, void *a,
-			size_t len, struct kvd_mr *mr)
+			size_t len, unsigned int flags, struct kvd_mr *mr)
 {
-	return inj(c, OP_REG) ?: fw.inner->reg_addr(c, nic, a, len, mr);
+	return inj(c, OP_REG) ?:
+	       fw.inner->reg_addr(c, nic, a, len, flags, mr);
 }
 
 static int inj_dereg(struct kvdmabuf_ctx *c, unsigned int nic,

@@ -61,11 +61,13 @@ static inline int imp_nic_reg_dmabuf(struct kvdmabuf_ctx *ctx,
 }
 
 static inline int imp_nic_reg_addr(struct kvdmabuf_ctx *ctx, unsigned int nic,
-				   void *a, size_t len, struct kvd_mr *mr)
+				   void *a, size_t len, unsigned int flags,
+				   struct kvd_mr *mr)
 {
 	(void)nic;
 	(void)a;
 	(void)len;
+	(void)flags;
 	(void)mr;
 	return kvd_err(ctx, -EOPNOTSUPP, "kvd_importer: dma-bufs only");
 }

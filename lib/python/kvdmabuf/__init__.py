@@ -36,15 +36,15 @@ __all__ = [
     "DrainTimeout", "Busy", "Broken", "gate", "version", "pd_pointer",
     "rdma_core_release",
     "MEM_HOST", "MEM_CUDA", "MEM_DRM", "MODE_FOLLOW", "MODE_REREGISTER",
-    "MODE_HOST", "MODE_NOREG", "MODULE_AUTO", "MODULE_REQUIRE", "MODULE_OFF",
+    "MODE_HOST", "MODE_NOREG", "MODE_ODP", "MODULE_AUTO", "MODULE_REQUIRE", "MODULE_OFF",
 ]
 
 #: The C library version this binding speaks (major, minor).
-BINDING_VERSION = (0, 2)
+BINDING_VERSION = (0, 3)
 SONAME = "libkvdmabuf.so.0"
 
 MEM_HOST, MEM_CUDA, MEM_DRM = 1, 2, 3
-MODE_FOLLOW, MODE_REREGISTER, MODE_HOST, MODE_NOREG = 1, 2, 3, 4
+MODE_FOLLOW, MODE_REREGISTER, MODE_HOST, MODE_NOREG, MODE_ODP = 1, 2, 3, 4, 5
 MODULE_DEFAULT, MODULE_AUTO, MODULE_REQUIRE, MODULE_OFF = 0, 1, 2, 3
 REGION_RELEASED_AT_SLEEP = 1 << 0
 _MEM_NAMES = {"host": MEM_HOST, "cuda": MEM_CUDA, "drm": MEM_DRM}
