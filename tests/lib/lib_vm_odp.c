@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: MIT
+/*
+ * lib_vm_odp - host memory the engine releases at sleep, on a NIC with
+ * on-demand paging (soft-RoCE has it from Linux 6.14: the 7.3 lane; any
+ * two verbs devices named by KVDMABUF_IBDEV_A/B elsewhere). The library
+ * registers it once with IBV_ACCESS_ON_DEMAND (mode ODP) under
+ * host_on_demand: auto: no proxy, nothing pinned, and sleep and wake
+ * register nothing; after the engine maps new memory at the same
+ * addresses, a peer reads the new bytes and writes into the new pages
+ * through the rkey it had. Where the NIC has no on-demand paging (6.1,
+ * 6.12, the debug kernel), the same region is REREGISTER: measured, the
+ * test checks which from the device's own capabilities.
+ * rxe's on-demand paging is in-tree code that tests/rxe's series does
+ * not touch (it adds dma-buf MRs only).
+ */
+#include "harness.h"
+#include "lib_fake.h"
+#include "verbs_pair.h"
+#include "procfs.h"
+#include "vgem.h"
+
+#define LEN (1u << 20)
+#define BLK 4096u
+
+FIXTURE(odp) {
+	struct vp_end a, b;         /* a: our side (rxe0), b: the peer */
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *kv;
+	char *kvmem, *peerbuf;
+	struct ibv_mr *peer_mr;
+	bool nic_odp;
+	long pin_before;            /* VmPin before the region was added */
+	char cfg[64];
+};
+
+/* The device pages on demand for RC RDMA READ and WRITE. */
+static bool dev_odp(struct ibv_context *c)
+{
+	const uint32_t need = IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_WRITE;
+	struct ibv_device_attr_ex ax;
+
+	memset(&ax, 0, sizeof(ax));
+	return !ibv_query_device_ex(c, NULL, &ax) &&
+	       (ax.odp_caps.general_caps & IBV_ODP_SUPPORT) &&
+	       (ax.odp_caps.per_transport_caps.rc_odp_caps & need) == need;
+}
+
+FIXTURE_SETUP(odp)
+{
+	struct kvdmabuf_options o = { 0 };
+	struct kvdmabuf_region_desc d = { 0 };
+	struct ibv_pd *pds[1];
+	char yaml[256], err[512];
+	int rc;
+
+	if (vp_open(&self->a, vp_dev_name(0)) || vp_open(&self->b,
+							 vp_dev_name(1)))
+		SKIP(return, "verbs devices %s and %s not both present",
+		     vp_dev_name(0), vp_dev_name(1));
+	ASSERT_EQ(0, vp_connect(&self->a, &self->b));
+	self->nic_odp = dev_odp(self->a.pd->context);
+	self->peerbuf = region_mem(LEN);
+	ASSERT_NE(NULL, self->peerbuf);
+	self->peer_mr = ibv_reg_mr(self->b.pd, self->peerbuf, LEN,
+				   IBV_ACCESS_LOCAL_WRITE);
+	ASSERT_NE(NULL, self->peer_mr);
+
+	/* the lanes pin host_on_demand: off in the environment, which wins */
+	unsetenv("KVDMABUF_HOST_ON_DEMAND");
+	snprintf(yaml, sizeof(yaml), "protocol: rdma\nnics: [%s]\n"
+		 "drain_timeout_s: 5\nhost_on_demand: auto\n", vp_dev_name(0));
+	o.config_path = write_config(yaml);
+	ASSERT_NE(NULL, o.config_path);
+	snprintf(self->cfg, sizeof(self->cfg), "%s", o.config_path);
+	pds[0] = self->a.pd;        /* the transfer engine's own PD */
+	o.pds = pds;
+	o.nr_pds = 1;
+	rc = kvdmabuf_open(&o, &self->ctx, err, sizeof(err));
+	if (rc)
+		TH_LOG("%s", err);
+	ASSERT_EQ(0, rc);
+
+	self->kvmem = region_mem(LEN);
+	ASSERT_NE(NULL, self->kvmem);
+	pattern_fill(self->kvmem, LEN, 1);
+	d.addr = self->kvmem;
+	d.len = LEN;
+	d.mem = KVDMABUF_MEM_HOST;
+	d.flags = KVDMABUF_REGION_RELEASED_AT_SLEEP;
+	d.tag = "kv_cache";
+	self->pin_before = vmpin_kb();
+	rc = kvdmabuf_region_add(self->ctx, &d, &self->kv);
+	if (rc)
+		TH_LOG("%s", kvdmabuf_last_error(self->ctx));
+	ASSERT_EQ(0, rc);
+}
+
+FIXTURE_TEARDOWN(odp)
+{
+	if (self->ctx)
+		kvdmabuf_close(self->ctx);
+	if (self->peer_mr)
+		ibv_dereg_mr(self->peer_mr);
+	vp_close(&self->b);
+	vp_close(&self->a);
+	if (self->cfg[0])
+		unlink(self->cfg);
+}
+
+/* The peer reads (or writes) one block of our region at @off via @rkey. */
+static int peer_rdma(struct _test_data_odp *self, enum ibv_wr_opcode op,
+		     size_t off, uint32_t rkey)
+{
+	enum ibv_wc_status st = IBV_WC_SUCCESS;
+	int rc;
+
+	rc = vp_rdma(&self->b, op, self->peerbuf, BLK, self->peer_mr->lkey,
+		     (uint64_t)(uintptr_t)(self->kvmem + off), rkey, &st);
+	return rc ? rc : st == IBV_WC_SUCCESS ? 0 : -EIO;
+}
+
+/*
+ * Two cycles: the engine's memory replaced at every wake, the keys of
+ * the first registration read and write the new pages, nothing pinned at
+ * any point (caught: an ODP region deregistered at sleep or registered
+ * again at wake, a key change, a pinned registration).
+ */
+TEST_F_TIMEOUT(odp, keys_unchanged_new_pages_read_nothing_pinned, 120)
+{
+	struct kvdmabuf_region_info in;
+	uint32_t rkey, rkey1;
+	uint64_t gen;
+	long pin0 = self->pin_before;
+	int cycle, rc;
+
+	ASSERT_EQ(0, kvdmabuf_region_info(self->kv, &in));
+	TH_LOG("%s: on-demand paging %s, region mode %s", vp_dev_name(0),
+	       self->nic_odp ? "yes" : "no", kvdmabuf_mode_name(in.mode));
+	if (!self->nic_odp) {
+		/* measured: no on-demand paging, no ODP claim */
+		EXPECT_EQ(KVDMABUF_MODE_REREGISTER, in.mode);
+		SKIP(return, "%s has no on-demand paging for RC READ and WRITE (soft-RoCE: Linux 6.14+)",
+		     vp_dev_name(0));
+	}
+	ASSERT_EQ(KVDMABUF_MODE_ODP, in.mode);
+	EXPECT_EQ(0, in.proxied);
+	ASSERT_EQ(0, kvdmabuf_region_keys(self->kv, 0, NULL, &rkey1, &gen));
+	EXPECT_EQ(1u, gen);
+	/* an on-demand MR pins nothing (a plain one: the region's 1 MiB) */
+	EXPECT_EQ(pin0, vmpin_kb());
+
+	ASSERT_EQ(0, kvdmabuf_io_begin(self->kv));
+	ASSERT_EQ(0, peer_rdma(self, IBV_WR_RDMA_READ, 0, rkey1));
+	kvdmabuf_io_end(self->kv);
+	EXPECT_EQ(-1, pattern_check(self->peerbuf, BLK, 1));
+
+	for (cycle = 1; cycle <= 2; cycle++) {
+		rc = kvdmabuf_sleep(self->ctx, "kv_cache");
+		if (rc)
+			TH_LOG("%s", kvdmabuf_last_error(self->ctx));
+		ASSERT_EQ(0, rc);
+		EXPECT_EQ(-ESHUTDOWN, kvdmabuf_io_begin(self->kv));
+		/* the engine frees the memory, nothing of ours holds it */
+		ASSERT_EQ(0, munmap(self->kvmem, LEN));
+		EXPECT_EQ(pin0, vmpin_kb());
+		/* and maps new memory there */
+		ASSERT_EQ(0, remap_fresh(self->kvmem, LEN));
+		pattern_fill(self->kvmem, LEN, 10 + (uint32_t)cycle);
+		rc = kvdmabuf_wake(self->ctx, "kv_cache");
+		if (rc)
+			TH_LOG("%s", kvdmabuf_last_error(self->ctx));
+		ASSERT_EQ(0, rc);
+		ASSERT_EQ(0, kvdmabuf_region_keys(self->kv, 0, NULL, &rkey,
+						  &gen));
+		EXPECT_EQ(rkey1, rkey);
+		EXPECT_EQ(1u, gen);
+
+		/* the old key reads the new bytes, and writes the new pages */
+		memset(self->peerbuf, 0, BLK);
+		ASSERT_EQ(0, kvdmabuf_io_begin(self->kv));
+		ASSERT_EQ(0, peer_rdma(self, IBV_WR_RDMA_READ,
+				       (size_t)cycle * BLK, rkey));
+		EXPECT_EQ(0, memcmp(self->peerbuf,
+				    self->kvmem + (size_t)cycle * BLK, BLK));
+		pattern_fill(self->peerbuf, BLK, 100 + (uint32_t)cycle);
+		ASSERT_EQ(0, peer_rdma(self, IBV_WR_RDMA_WRITE, 0, rkey));
+		kvdmabuf_io_end(self->kv);
+		EXPECT_EQ(-1, pattern_check(self->kvmem, BLK,
+					    100 + (uint32_t)cycle));
+		EXPECT_EQ(pin0, vmpin_kb());
+	}
+}
+
+TEST_HARNESS_MAIN
