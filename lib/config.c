@@ -9,8 +9,8 @@
  *   cuda_library: /path/libcuda.so.1
  *   cuda_dmabuf_mapping: auto # auto | pcie | default (CUDA dma-buf flags)
  *   transport: ucx            # the engine's transfer library (gate.c)
- *   host_on_demand: auto      # auto | off: ODP for host memory released
- *                             # at sleep where every NIC has it
+ *   host_on_demand: auto      # auto | on | off: ODP for host memory
+ *                             # released at sleep where every NIC has it
  *   kv_regions: [0x7e0000000000+0x40000000:kv_cache]
  *                             # KV memory by address, ADDR+LEN[:TAG] (a list
  *                             # or one): for libkvdmabuf-preload.so
@@ -316,11 +316,16 @@ static int parse_value(struct parse *p, const char *key, yaml_mark_t *kmark,
 		rc = scalar_copy(p, ev, key, buf, sizeof(buf));
 		if (rc)
 			return rc;
-		if (strcmp(buf, "auto") && strcmp(buf, "off"))
+		if (!strcmp(buf, "auto"))
+			c->host_odp = KVD_HOST_ODP_AUTO;
+		else if (!strcmp(buf, "on"))
+			c->host_odp = KVD_HOST_ODP_ON;
+		else if (!strcmp(buf, "off"))
+			c->host_odp = KVD_HOST_ODP_OFF;
+		else
 			return perr(p, &ev->start_mark,
-				    "'host_on_demand' must be auto or off, "
+				    "'host_on_demand' must be auto, on or off, "
 				    "not '%s'", buf);
-		c->host_odp_off = !strcmp(buf, "off");
 		return 0;
 	default:
 		return scalar_copy(p, ev, key, c->cuda_library,

@@ -28,6 +28,15 @@ enum kvd_cuda_mapping {
 	KVD_CUDA_MAPPING_DEFAULT = 2,    /* flags 0 */
 };
 
+/*
+ * host_on_demand: which NICs' on-demand paging host memory released at
+ * sleep may use (mode ODP). AUTO leaves out soft-RoCE, whose in-tree ODP
+ * copies ignore the page offset (Linux 6.14 to at least 7.3: wrong bytes,
+ * successful completions; tests/rxe/patches/7.3/0002); ON takes every NIC
+ * that advertises it; OFF none (REREGISTER).
+ */
+enum kvd_host_odp { KVD_HOST_ODP_AUTO = 0, KVD_HOST_ODP_ON, KVD_HOST_ODP_OFF };
+
 struct kvd_config {
 	char protocol[KVD_NAMEMAX];
 	int proto;                       /* enum kvd_protocol */
@@ -40,9 +49,7 @@ struct kvd_config {
 	/* The engine's transfer library ("" if not set): "ucx" (and "nixl",
 	 * which runs over UCX) makes the gate read UCX_TLS. */
 	char transport[KVD_NAMEMAX];
-	/* host_on_demand: off: host memory released at sleep is registered
-	 * again at every wake (REREGISTER) even where NICs page on demand */
-	bool host_odp_off;
+	int host_odp;                    /* enum kvd_host_odp */
 	char path[256];                  /* file it came from */
 	/* kv_regions: KV memory by address for libkvdmabuf-preload.so
 	 * (engines without hooks); the library itself does not use them. */

@@ -295,7 +295,7 @@ static int desc_check(struct kvdmabuf_ctx *ctx,
  * engine maps at its addresses: mode ODP (no re-registration, keys
  * unchanged, nothing pinned). Measured, not assumed: a NIC that refuses
  * the on-demand registration makes it REREGISTER; so does the
- * configuration's host_on_demand: off.
+ * configuration's host_on_demand: off (and auto on soft-RoCE, verbs.c).
  */
 static int host_released_setup(struct kvdmabuf_region *r)
 {
@@ -304,7 +304,7 @@ static int host_released_setup(struct kvdmabuf_region *r)
 	int rc;
 
 	r->mode = KVDMABUF_MODE_REREGISTER;
-	if (ctx->cfg.host_odp_off)
+	if (ctx->cfg.host_odp == KVD_HOST_ODP_OFF)
 		return kvd_region_reg_all(r);
 	for (i = 0; i < ctx->nr_nics; i++) {
 		if (!kvd_on_nic(r, i))

@@ -10,14 +10,23 @@
 
 #include "internal.h"
 
-/* ODP for what a peer does to a KV region: RC RDMA READ and WRITE. */
-static bool nic_odp(struct ibv_context *vctx)
+/* soft-RoCE (rxe_param.h's RXE_VENDOR_ID) */
+#define KVD_RXE_VENDOR_ID	0xffffffu
+
+/*
+ * ODP for what a peer does to a KV region: RC RDMA READ and WRITE; under
+ * host_on_demand: auto not soft-RoCE's (see enum kvd_host_odp).
+ */
+static bool nic_odp(struct kvdmabuf_ctx *ctx, struct ibv_context *vctx)
 {
 	const uint32_t rc_needs = IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_WRITE;
 	struct ibv_device_attr_ex ax;
 
 	memset(&ax, 0, sizeof(ax));
 	if (ibv_query_device_ex(vctx, NULL, &ax))
+		return false;
+	if (ctx->cfg.host_odp == KVD_HOST_ODP_AUTO &&
+	    ax.orig_attr.vendor_id == KVD_RXE_VENDOR_ID)
 		return false;
 	return (ax.odp_caps.general_caps & IBV_ODP_SUPPORT) &&
 	       (ax.odp_caps.per_transport_caps.rc_odp_caps & rc_needs) ==
@@ -40,7 +49,7 @@ static int nic_add(struct kvdmabuf_ctx *ctx, struct ibv_pd *pd,
 	/* one MR per region and NIC: the region must fit in one */
 	if (!ibv_query_device(pd->context, &attr))
 		n->max_mr_size = attr.max_mr_size;
-	n->odp = nic_odp(pd->context);
+	n->odp = nic_odp(ctx, pd->context);
 	if (owned_ctx) {
 		n->owned_pd = pd;
 		n->owned_ctx = owned_ctx;

@@ -1209,7 +1209,7 @@ TEST(host_on_demand_off_reregisters)
 	}
 	EXPECT_EQ(-EINVAL, fake_open("protocol: rdma\nhost_on_demand: yes\n",
 				     NULL, &ctx, err, sizeof(err)));
-	EXPECT_NOT_NULL(strstr(err, "'host_on_demand' must be auto or off"));
+	EXPECT_NOT_NULL(strstr(err, "'host_on_demand' must be auto, on or off"));
 	munmap(m, LEN);
 }
 

@@ -220,11 +220,6 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		return
 		;;
 	esac
-	# Host memory released at sleep stays REREGISTER on every lane, also
-	# where soft-RoCE pages on demand (7.3): the programs that check the
-	# re-registration path see it there too. tests/lib/lib_vm_odp sets
-	# host_on_demand: auto itself.
-	guest_env+=(KVDMABUF_HOST_ON_DEMAND=off)
 	# Soft-RoCE with dma-buf MRs (tests/rxe): where the lane built the
 	# patched rdma_rxe, rdma-core's rxe provider for the root's libibverbs.
 	[ $rc = 0 ] && [ -f "$build/tests/rxe/build/rdma_rxe.ko" ] && {
