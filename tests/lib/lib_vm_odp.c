@@ -17,8 +17,7 @@
  * host_on_demand: auto, so this test asks for on.
  */
 #include "harness.h"
-#include "lib_fake.h"
-#include "verbs_pair.h"
+#include "lib_vm.h"
 #include "procfs.h"
 #include "vgem.h"
 
@@ -26,14 +25,11 @@
 #define BLK 4096u
 
 FIXTURE(odp) {
-	struct vp_end a, b;         /* a: our side (rxe0), b: the peer */
-	struct kvdmabuf_ctx *ctx;
+	struct lib_vm v;
 	struct kvdmabuf_region *kv;
-	char *kvmem, *peerbuf;
-	struct ibv_mr *peer_mr;
+	char *kvmem;
 	bool nic_odp;
 	long pin_before;            /* VmPin before the region was added */
-	char cfg[64];
 };
 
 /* The device pages on demand for RC RDMA READ and WRITE. */
@@ -50,39 +46,13 @@ static bool dev_odp(struct ibv_context *c)
 
 FIXTURE_SETUP(odp)
 {
-	struct kvdmabuf_options o = { 0 };
 	struct kvdmabuf_region_desc d = { 0 };
-	struct ibv_pd *pds[1];
-	char yaml[256], err[512];
 	int rc;
-
-	if (vp_open(&self->a, vp_dev_name(0)) || vp_open(&self->b,
-							 vp_dev_name(1)))
-		SKIP(return, "verbs devices %s and %s not both present",
-		     vp_dev_name(0), vp_dev_name(1));
-	ASSERT_EQ(0, vp_connect(&self->a, &self->b));
-	self->nic_odp = dev_odp(self->a.pd->context);
-	self->peerbuf = region_mem(LEN);
-	ASSERT_NE(NULL, self->peerbuf);
-	self->peer_mr = ibv_reg_mr(self->b.pd, self->peerbuf, LEN,
-				   IBV_ACCESS_LOCAL_WRITE);
-	ASSERT_NE(NULL, self->peer_mr);
 
 	/* the environment would win over the file */
 	unsetenv("KVDMABUF_HOST_ON_DEMAND");
-	snprintf(yaml, sizeof(yaml), "protocol: rdma\nnics: [%s]\n"
-		 "drain_timeout_s: 5\nhost_on_demand: on\n", vp_dev_name(0));
-	o.config_path = write_config(yaml);
-	ASSERT_NE(NULL, o.config_path);
-	snprintf(self->cfg, sizeof(self->cfg), "%s", o.config_path);
-	pds[0] = self->a.pd;        /* the transfer engine's own PD */
-	o.pds = pds;
-	o.nr_pds = 1;
-	rc = kvdmabuf_open(&o, &self->ctx, err, sizeof(err));
-	if (rc)
-		TH_LOG("%s", err);
-	ASSERT_EQ(0, rc);
-
+	LIB_VM_OPEN(&self->v, LEN, "drain_timeout_s: 5\nhost_on_demand: on\n");
+	self->nic_odp = dev_odp(self->v.a.ctx);
 	self->kvmem = region_mem(LEN);
 	ASSERT_NE(NULL, self->kvmem);
 	pattern_fill(self->kvmem, LEN, 1);
@@ -92,22 +62,15 @@ FIXTURE_SETUP(odp)
 	d.flags = KVDMABUF_REGION_RELEASED_AT_SLEEP;
 	d.tag = "kv_cache";
 	self->pin_before = vmpin_kb();
-	rc = kvdmabuf_region_add(self->ctx, &d, &self->kv);
+	rc = kvdmabuf_region_add(self->v.ctx, &d, &self->kv);
 	if (rc)
-		TH_LOG("%s", kvdmabuf_last_error(self->ctx));
+		TH_LOG("%s", kvdmabuf_last_error(self->v.ctx));
 	ASSERT_EQ(0, rc);
 }
 
 FIXTURE_TEARDOWN(odp)
 {
-	if (self->ctx)
-		kvdmabuf_close(self->ctx);
-	if (self->peer_mr)
-		ibv_dereg_mr(self->peer_mr);
-	vp_close(&self->b);
-	vp_close(&self->a);
-	if (self->cfg[0])
-		unlink(self->cfg);
+	lib_vm_close(&self->v);
 }
 
 /* The peer reads (or writes) one block of our region at @off via @rkey. */
@@ -117,7 +80,8 @@ static int peer_rdma(struct _test_data_odp *self, enum ibv_wr_opcode op,
 	enum ibv_wc_status st = IBV_WC_SUCCESS;
 	int rc;
 
-	rc = vp_rdma(&self->b, op, self->peerbuf, BLK, self->peer_mr->lkey,
+	rc = vp_rdma(&self->v.b, op, self->v.peerbuf, BLK,
+		     self->v.peer_mr->lkey,
 		     (uint64_t)(uintptr_t)(self->kvmem + off), rkey, &st);
 	return rc ? rc : st == IBV_WC_SUCCESS ? 0 : -EIO;
 }
@@ -155,12 +119,12 @@ TEST_F_TIMEOUT(odp, keys_unchanged_new_pages_read_nothing_pinned, 120)
 	ASSERT_EQ(0, kvdmabuf_io_begin(self->kv));
 	ASSERT_EQ(0, peer_rdma(self, IBV_WR_RDMA_READ, 0, rkey1));
 	kvdmabuf_io_end(self->kv);
-	EXPECT_EQ(-1, pattern_check(self->peerbuf, BLK, 1));
+	EXPECT_EQ(-1, pattern_check(self->v.peerbuf, BLK, 1));
 
 	for (cycle = 1; cycle <= 2; cycle++) {
-		rc = kvdmabuf_sleep(self->ctx, "kv_cache");
+		rc = kvdmabuf_sleep(self->v.ctx, "kv_cache");
 		if (rc)
-			TH_LOG("%s", kvdmabuf_last_error(self->ctx));
+			TH_LOG("%s", kvdmabuf_last_error(self->v.ctx));
 		ASSERT_EQ(0, rc);
 		EXPECT_EQ(-ESHUTDOWN, kvdmabuf_io_begin(self->kv));
 		/* the engine frees the memory, nothing of ours holds it */
@@ -169,9 +133,9 @@ TEST_F_TIMEOUT(odp, keys_unchanged_new_pages_read_nothing_pinned, 120)
 		/* and maps new memory there */
 		ASSERT_EQ(0, remap_fresh(self->kvmem, LEN));
 		pattern_fill(self->kvmem, LEN, 10 + (uint32_t)cycle);
-		rc = kvdmabuf_wake(self->ctx, "kv_cache");
+		rc = kvdmabuf_wake(self->v.ctx, "kv_cache");
 		if (rc)
-			TH_LOG("%s", kvdmabuf_last_error(self->ctx));
+			TH_LOG("%s", kvdmabuf_last_error(self->v.ctx));
 		ASSERT_EQ(0, rc);
 		ASSERT_EQ(0, kvdmabuf_region_keys(self->kv, 0, NULL, &rkey,
 						  &gen));
@@ -179,13 +143,13 @@ TEST_F_TIMEOUT(odp, keys_unchanged_new_pages_read_nothing_pinned, 120)
 		EXPECT_EQ(1u, gen);
 
 		/* the old key reads the new bytes, and writes the new pages */
-		memset(self->peerbuf, 0, BLK);
+		memset(self->v.peerbuf, 0, BLK);
 		ASSERT_EQ(0, kvdmabuf_io_begin(self->kv));
 		ASSERT_EQ(0, peer_rdma(self, IBV_WR_RDMA_READ,
 				       (size_t)cycle * BLK, rkey));
-		EXPECT_EQ(0, memcmp(self->peerbuf,
+		EXPECT_EQ(0, memcmp(self->v.peerbuf,
 				    self->kvmem + (size_t)cycle * BLK, BLK));
-		pattern_fill(self->peerbuf, BLK, 100 + (uint32_t)cycle);
+		pattern_fill(self->v.peerbuf, BLK, 100 + (uint32_t)cycle);
 		ASSERT_EQ(0, peer_rdma(self, IBV_WR_RDMA_WRITE, 0, rkey));
 		kvdmabuf_io_end(self->kv);
 		EXPECT_EQ(-1, pattern_check(self->kvmem, BLK,
@@ -207,12 +171,12 @@ TEST_F_TIMEOUT(odp, auto_leaves_soft_roce_out, 60)
 	struct kvdmabuf_region *r;
 	struct kvdmabuf_ctx *ctx;
 	struct ibv_device_attr attr;
-	struct ibv_pd *pds[1] = { self->a.pd };
+	struct ibv_pd *pds[1] = { self->v.a.pd };
 	char yaml[256], err[512], *m = region_mem(LEN);
 	bool rxe;
 
 	ASSERT_NOT_NULL(m);
-	ASSERT_EQ(0, ibv_query_device(self->a.pd->context, &attr));
+	ASSERT_EQ(0, ibv_query_device(self->v.a.ctx, &attr));
 	rxe = attr.vendor_id == 0xffffff;
 	snprintf(yaml, sizeof(yaml), "protocol: rdma\nnics: [%s]\n",
 		 vp_dev_name(0));

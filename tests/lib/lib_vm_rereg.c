@@ -10,8 +10,7 @@
  * without dma-buf MRs is refused with -EOPNOTSUPP, measured on the device.
  */
 #include "harness.h"
-#include "lib_fake.h"
-#include "verbs_pair.h"
+#include "lib_vm.h"
 #include "procfs.h"
 #include "vgem.h"
 
@@ -19,46 +18,17 @@
 #define BLK 4096u
 
 FIXTURE(vr) {
-	struct vp_end a, b;         /* a: our side (rxe0), b: the peer */
-	struct kvdmabuf_ctx *ctx;
+	struct lib_vm v;
 	struct kvdmabuf_region *kv, *host;
-	char *kvmem, *hostmem, *peerbuf;
-	struct ibv_mr *peer_mr;
-	char cfg[64];
+	char *kvmem, *hostmem;
 };
 
 FIXTURE_SETUP(vr)
 {
-	struct kvdmabuf_options o = { 0 };
 	struct kvdmabuf_region_desc d = { 0 };
-	struct ibv_pd *pds[1];
-	char yaml[256], err[512];
 	int rc;
 
-	if (vp_open(&self->a, vp_dev_name(0)) || vp_open(&self->b,
-							 vp_dev_name(1)))
-		SKIP(return, "verbs devices %s and %s not both present",
-		     vp_dev_name(0), vp_dev_name(1));
-	ASSERT_EQ(0, vp_connect(&self->a, &self->b));
-	self->peerbuf = region_mem(LEN);
-	ASSERT_NE(NULL, self->peerbuf);
-	self->peer_mr = ibv_reg_mr(self->b.pd, self->peerbuf, LEN,
-				   IBV_ACCESS_LOCAL_WRITE);
-	ASSERT_NE(NULL, self->peer_mr);
-
-	snprintf(yaml, sizeof(yaml), "protocol: rdma\nnics: [%s]\n"
-		 "drain_timeout_s: 5\n", vp_dev_name(0));
-	o.config_path = write_config(yaml);
-	ASSERT_NE(NULL, o.config_path);
-	snprintf(self->cfg, sizeof(self->cfg), "%s", o.config_path);
-	pds[0] = self->a.pd;        /* the transfer engine's own PD */
-	o.pds = pds;
-	o.nr_pds = 1;
-	rc = kvdmabuf_open(&o, &self->ctx, err, sizeof(err));
-	if (rc)
-		TH_LOG("%s", err);
-	ASSERT_EQ(0, rc);
-
+	LIB_VM_OPEN(&self->v, LEN, "drain_timeout_s: 5\n");
 	self->kvmem = region_mem(LEN);
 	self->hostmem = region_mem(LEN);
 	ASSERT_NE(NULL, self->kvmem);
@@ -70,26 +40,19 @@ FIXTURE_SETUP(vr)
 	d.mem = KVDMABUF_MEM_HOST;
 	d.flags = KVDMABUF_REGION_RELEASED_AT_SLEEP;
 	d.tag = "kv_cache";
-	rc = kvdmabuf_region_add(self->ctx, &d, &self->kv);
+	rc = kvdmabuf_region_add(self->v.ctx, &d, &self->kv);
 	if (rc)
-		TH_LOG("%s", kvdmabuf_last_error(self->ctx));
+		TH_LOG("%s", kvdmabuf_last_error(self->v.ctx));
 	ASSERT_EQ(0, rc);
 	d.addr = self->hostmem;
 	d.flags = 0;
 	d.tag = "host";
-	ASSERT_EQ(0, kvdmabuf_region_add(self->ctx, &d, &self->host));
+	ASSERT_EQ(0, kvdmabuf_region_add(self->v.ctx, &d, &self->host));
 }
 
 FIXTURE_TEARDOWN(vr)
 {
-	if (self->ctx)
-		kvdmabuf_close(self->ctx);
-	if (self->peer_mr)
-		ibv_dereg_mr(self->peer_mr);
-	vp_close(&self->b);
-	vp_close(&self->a);
-	if (self->cfg[0])
-		unlink(self->cfg);
+	lib_vm_close(&self->v);
 }
 
 /* The peer writes @seed's pattern into our region at @off via @rkey. */
@@ -99,9 +62,9 @@ static int peer_write(struct _test_data_vr *self, size_t off, uint32_t seed,
 	enum ibv_wc_status st = IBV_WC_SUCCESS;
 	int rc;
 
-	pattern_fill(self->peerbuf, BLK, seed);
-	rc = vp_rdma(&self->b, IBV_WR_RDMA_WRITE, self->peerbuf, BLK,
-		     self->peer_mr->lkey,
+	pattern_fill(self->v.peerbuf, BLK, seed);
+	rc = vp_rdma(&self->v.b, IBV_WR_RDMA_WRITE, self->v.peerbuf, BLK,
+		     self->v.peer_mr->lkey,
 		     (uint64_t)(uintptr_t)(self->kvmem + off), rkey, &st);
 	return rc;
 }
@@ -129,9 +92,9 @@ TEST_F_TIMEOUT(vr, sleep_releases_pins_wake_lands_in_new_pages, 120)
 
 	for (cycle = 1; cycle <= 2; cycle++) {
 		pin_awake = vmpin_kb();
-		rc = kvdmabuf_sleep(self->ctx, "kv_cache");
+		rc = kvdmabuf_sleep(self->v.ctx, "kv_cache");
 		if (rc)
-			TH_LOG("%s", kvdmabuf_last_error(self->ctx));
+			TH_LOG("%s", kvdmabuf_last_error(self->v.ctx));
 		ASSERT_EQ(0, rc);
 		pin_asleep = vmpin_kb();
 		TH_LOG("cycle %d: VmPin awake %ld kB, asleep %ld kB", cycle,
@@ -146,9 +109,9 @@ TEST_F_TIMEOUT(vr, sleep_releases_pins_wake_lands_in_new_pages, 120)
 		ASSERT_EQ(0, remap_fresh(self->kvmem, LEN));
 		memset(self->kvmem, 0, LEN);
 
-		rc = kvdmabuf_wake(self->ctx, "kv_cache");
+		rc = kvdmabuf_wake(self->v.ctx, "kv_cache");
 		if (rc)
-			TH_LOG("%s", kvdmabuf_last_error(self->ctx));
+			TH_LOG("%s", kvdmabuf_last_error(self->v.ctx));
 		ASSERT_EQ(0, rc);
 		pin_woken = vmpin_kb();
 		EXPECT_EQ(pin_awake, pin_woken);
@@ -191,12 +154,12 @@ TEST_F(vr, device_memory_on_nic_without_dmabuf_mrs_is_refused)
 	d.mem = KVDMABUF_MEM_DRM;
 	d.drm_fd = fd;
 	d.drm_handle = h;
-	rc = kvdmabuf_region_add(self->ctx, &d, &r);
-	TH_LOG("%s", kvdmabuf_last_error(self->ctx));
+	rc = kvdmabuf_region_add(self->v.ctx, &d, &r);
+	TH_LOG("%s", kvdmabuf_last_error(self->v.ctx));
 	if (rc == 0)
 		SKIP(return, "%s has dma-buf MRs", vp_dev_name(0));
 	EXPECT_EQ(-EOPNOTSUPP, rc);
-	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx),
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(self->v.ctx),
 			       "no dma-buf memory regions"));
 	vgem_close_handle(fd, h);
 	close(fd);
