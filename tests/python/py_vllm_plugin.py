@@ -156,10 +156,47 @@ def kv_cache_without_a_context_starts_the_engine():
           "/nonexistent/kvdmabuf.yaml" in p.stderr, p.stderr)
 
 
+def connector_hooks_run_after_kvdmabufs():
+    """The order between a KV connector's own release/restore (wired
+    through vLLM's tag hooks for kv_cache, after the plugin's: vLLM loads
+    plugins before it builds a connector) and kvdmabuf's: at the
+    connector's release the KV regions are asleep already (drained, the
+    memory about to go), at its restore they are awake on the new memory,
+    so a connector that registers again registers what is mapped (caught:
+    the plugin subscribing late, after the connector)."""
+    code = KV[:KV.index("w = Worker()")] + (
+        "from vllm import device_allocator as da\n"
+        "calls = []\n"
+        "def asleep():\n"
+        "    return sorted(r.info().asleep\n"
+        "                  for r in kvdmabuf_vllm.kv_regions().values())\n"
+        "da.register_tag_hooks('kv_cache',\n"
+        "    lambda: calls.append(['release', asleep()]),\n"
+        "    lambda: calls.append(['restore', asleep()]))\n"
+        "w = Worker()\n"
+        "w.load_model([4096])\n"
+        "w.initialize_from_config([4096, 4096])\n"
+        "for level in (1, 2):\n"
+        "    w.sleep(level=level)\n"
+        "    w.wake_up()\n"
+        "print(json.dumps(calls))\n")
+    with tempfile.TemporaryDirectory() as d:
+        conf = os.path.join(d, "kvdmabuf.yaml")
+        with open(conf, "w") as f:
+            f.write("protocol: tcp\n")
+        p = run(os.path.join(HERE, "vllm_standin"), code,
+                KVDMABUF_CONFIG=conf, KVDMABUF_VLLM_MEM="host")
+    check(p.returncode == 0, p.stderr)
+    calls = json.loads(p.stdout.splitlines()[-1])
+    check(calls == [["release", [1, 1]], ["restore", [0, 0]]] * 2,
+          str(calls))
+
+
 if __name__ == "__main__":
     sys.exit(ktap.main([
         broken_vllm_does_not_stop_the_engine,
         standin_vllm_tag_hooks_are_subscribed_once,
         kv_cache_is_regions_before_the_connector_sees_it,
         kv_cache_without_a_context_starts_the_engine,
+        connector_hooks_run_after_kvdmabufs,
     ]))
