@@ -16,7 +16,11 @@
  *    backing attachments are back where they were (caught: an error path
  *    that does not unwind, a reference or an fd left behind).
  * The lane's kernel log check and KASAN see the rest (a warning, a use
- * after free on an error path). The exporter is vgem and the importer
+ * after free on an error path). Fault points the kernel reaches on its
+ * own behalf (KASAN's stack depot, the first time it sees a stack) shift
+ * the count from run to run, so one sweep may reach a point twice and
+ * miss its neighbour; the two importers' sweeps and every lane run cover
+ * what one misses. The exporter is vgem and the importer
  * kvd_importer, in the same thread, so their allocations fail too.
  * Debian's kernels have no CONFIG_FAULT_INJECTION: the debug lane runs it.
  */
