@@ -938,16 +938,24 @@ struct swapper {
 	int dev, proxy, buf[2], stop, swaps, err;
 };
 
+/*
+ * Swaps back to back, 200 us apart; on a slow kernel (the debug lane's
+ * KASAN and lockdep under TCG, KVDMABUF_TIMEOUT_SCALE 4) scale^2 times
+ * that: there a swap takes the buffer's lock for milliseconds, and with
+ * 200 us between them rxe's responder once waited for it longer than a
+ * READ's 10 s (21054 swaps in 120 s against 1812 to 2029 in 28 s).
+ */
 static void *swapper_fn(void *arg)
 {
 	struct swapper *w = arg;
+	int scale = kvd_scaled_ms(1);
 
 	while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
 		w->err = kvd_replace(w->dev, w->proxy, w->buf[w->swaps % 2], 0);
 		if (w->err)
 			break;
 		w->swaps++;
-		usleep(200);
+		usleep(200 * scale * scale);
 	}
 	return NULL;
 }
