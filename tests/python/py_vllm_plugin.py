@@ -51,6 +51,17 @@ def run(vllm_dir, code, **extra):
                           timeout=ktap.scaled(60))
 
 
+def run_standin_tcp(code):
+    """@code under the stand-in vLLM, host memory standing for CUDA's, a
+    configuration of protocol tcp."""
+    with tempfile.TemporaryDirectory() as d:
+        conf = os.path.join(d, "kvdmabuf.yaml")
+        with open(conf, "w") as f:
+            f.write("protocol: tcp\n")
+        return run(os.path.join(HERE, "vllm_standin"), code,
+                   KVDMABUF_CONFIG=conf, KVDMABUF_VLLM_MEM="host")
+
+
 def broken_vllm_does_not_stop_the_engine():
     with tempfile.TemporaryDirectory() as d:
         pkg = os.path.join(d, "vllm", "device_allocator")
@@ -116,12 +127,7 @@ print(json.dumps(out))
 
 
 def kv_cache_is_regions_before_the_connector_sees_it():
-    with tempfile.TemporaryDirectory() as d:
-        conf = os.path.join(d, "kvdmabuf.yaml")
-        with open(conf, "w") as f:
-            f.write("protocol: tcp\n")
-        p = run(os.path.join(HERE, "vllm_standin"), KV,
-                KVDMABUF_CONFIG=conf, KVDMABUF_VLLM_MEM="host")
+    p = run_standin_tcp(KV)
     check(p.returncode == 0, p.stderr)
     out = json.loads(p.stdout.splitlines()[-1])
     # every KV allocation a region, and no weights, when the connector
@@ -180,12 +186,7 @@ def connector_hooks_run_after_kvdmabufs():
         "    w.sleep(level=level)\n"
         "    w.wake_up()\n"
         "print(json.dumps(calls))\n")
-    with tempfile.TemporaryDirectory() as d:
-        conf = os.path.join(d, "kvdmabuf.yaml")
-        with open(conf, "w") as f:
-            f.write("protocol: tcp\n")
-        p = run(os.path.join(HERE, "vllm_standin"), code,
-                KVDMABUF_CONFIG=conf, KVDMABUF_VLLM_MEM="host")
+    p = run_standin_tcp(code)
     check(p.returncode == 0, p.stderr)
     calls = json.loads(p.stdout.splitlines()[-1])
     check(calls == [["release", [1, 1]], ["restore", [0, 0]]] * 2,
