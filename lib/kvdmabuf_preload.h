@@ -44,14 +44,15 @@ extern "C" {
 /**
  * State file: each process under the preload keeps a text file named by
  * its pid in a folder, rewritten (tmp file + rename) at every change of
- * its regions or of its recorded registrations, removed at exit; it is
+ * its regions or of its registrations in them (never for one outside
+ * every region: a pass-through call writes nothing), removed at exit; it is
  * what `kvdmabuf status` lists. The folder: $KVDMABUF_PRELOAD_DIR ("off":
  * no file), else KVDMABUF_PRELOAD_RUN_DIR when it exists or can be made
  * (mode 1777, as /tmp: each user writes its own pids there; needs root
  * the first time), else $XDG_RUNTIME_DIR/kvdmabuf-preload. Lines:
- *   kvdmabuf-preload 1
+ *   kvdmabuf-preload 2
  *   pid PID STARTTIME            (field 22 of /proc/PID/stat)
- *   regions N asleep N mrs N in N proxy N cannot N env_error E
+ *   regions N asleep N in N proxy N cannot N env_error E
  *   region ADDR+LEN TAG proxy|no-proxy awake|asleep      (one per region)
  *   lkey 0xK ADDR+LEN NIC on-proxy|cannot-follow [WHY]   (MRs in regions)
  * A file whose pid is gone or has another start time is a dead process's.

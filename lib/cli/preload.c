@@ -11,6 +11,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,14 @@ static FILE *state_open(const char *path, const char *name)
 	return f;
 }
 
+/* The first line of a state file: 1 (with a count of every MR, older
+ * preloads) or 2 (the MRs in KV regions only). */
+static bool state_header(const char *line)
+{
+	return !strcmp(line, "kvdmabuf-preload 1\n") ||
+	       !strcmp(line, "kvdmabuf-preload 2\n");
+}
+
 /*
  * A state file whose process is gone (killed, or _exit: no destructor ran)
  * or whose pid is now another process's: removed when it is a regular
@@ -103,7 +112,7 @@ static void prune(const char *path, const char *name)
 		return;
 	}
 	if (fgets(line, sizeof(line), f) &&
-	    !strcmp(line, "kvdmabuf-preload 1\n") &&
+	    state_header(line) &&
 	    fgets(line, sizeof(line), f) &&
 	    sscanf(line, "pid %d %llu", &pid, &start) == 2 &&
 	    pid == atoi(name) && start != start_of(pid))
@@ -123,7 +132,7 @@ static int one(const char *path, const char *name, bool json, bool first)
 	if (!f)
 		return -1;
 	if (!fgets(line, sizeof(line), f) ||
-	    strcmp(line, "kvdmabuf-preload 1\n") ||
+	    !state_header(line) ||
 	    !fgets(line, sizeof(line), f) ||
 	    sscanf(line, "pid %d %llu", &pid, &start) != 2 ||
 	    pid != atoi(name) ||
@@ -136,15 +145,19 @@ static int one(const char *path, const char *name, bool json, bool first)
 		unsigned int c[6] = { 0 };
 		int env_error = 0;
 
-		sscanf(line, "regions %u asleep %u mrs %u in %u proxy %u "
-		       "cannot %u env_error %d", &c[0], &c[1], &c[2], &c[3],
-		       &c[4], &c[5], &env_error);
+		/* version 1's "mrs N" (every MR) skipped */
+		if (sscanf(line, "regions %u asleep %u in %u proxy %u "
+			   "cannot %u env_error %d", &c[0], &c[1], &c[2],
+			   &c[3], &c[4], &env_error) != 6)
+			sscanf(line, "regions %u asleep %u mrs %u in %u "
+			       "proxy %u cannot %u env_error %d", &c[0], &c[1],
+			       &c[5], &c[2], &c[3], &c[4], &env_error);
 		printf("%s\n  {\"pid\": %d, \"nr_regions\": %u, "
-		       "\"nr_asleep\": %u, \"nr_mrs\": %u, "
-		       "\"nr_in_regions\": %u, \"nr_on_proxy\": %u, "
-		       "\"nr_cannot_follow\": %u, \"env_error\": %d, "
-		       "\"regions\": [", first ? "" : ",", pid, c[0], c[1],
-		       c[2], c[3], c[4], c[5], env_error);
+		       "\"nr_asleep\": %u, \"nr_in_regions\": %u, "
+		       "\"nr_on_proxy\": %u, \"nr_cannot_follow\": %u, "
+		       "\"env_error\": %d, \"regions\": [",
+		       first ? "" : ",", pid, c[0], c[1], c[2], c[3], c[4],
+		       env_error);
 	} else {
 		printf("preload pid %d: %s\n", pid, line);
 	}

@@ -46,12 +46,11 @@
 
 #include "internal.h"            /* lib/config.c's parser, built in */
 #include "kvdmabuf_preload.h"
+#include "mr_table.h"
 #include "preload_internal.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define KP_TAGMAX 64
-#define KP_NAMEMAX 64
-#define KP_WHYMAX 320
 
 enum kp_entry {
 	E_REG_MR_1_0, E_REG_MR_1_1, E_REG_MR_IOVA, E_REG_MR_IOVA2,
@@ -83,33 +82,13 @@ struct kp_region {
 	unsigned int held;              /* ops running (kp_region_hold) */
 };
 
-enum kp_mode {
-	KP_OUTSIDE = 0,                 /* in no region when made */
-	KP_ON_PROXY = 1,                /* made on a region's proxy */
-	KP_CANNOT_FOLLOW = 2,           /* by address, or the engine's dma-buf */
-};
-
-struct kp_mr {
-	struct ibv_mr *mr;
-	uintptr_t addr;                 /* the range the engine registered */
-	size_t len;
-	char nic[KP_NAMEMAX];
-	int mode;                       /* enum kp_mode */
-	char why[KP_WHYMAX];            /* KP_CANNOT_FOLLOW: the cause */
-	/* Its own name: a provider may hand the struct of an MR being
-	 * deregistered to a registration of another thread meanwhile. */
-	uint64_t id;
-	bool dying;                     /* its dereg is in the provider */
-};
-
 /* The interposer's whole state (see the head comment). */
 static struct {
 	pthread_mutex_t lock;
 	pthread_once_t env_once;
 	struct kp_region *regions;
 	unsigned int nr_regions, cap_regions;
-	struct kp_mr *mrs;
-	unsigned int nr_mrs, cap_mrs;
+	struct kp_mr_table mrs;
 	int env_error;
 	char env_msg[256];
 	int cuda_mapping;               /* cuda_dmabuf_mapping of the config */
@@ -316,7 +295,7 @@ void kp_fork_parent(void)
 
 void kp_fork_child(void)
 {
-	kp.nr_mrs = 0;
+	kp_mr_clear(&kp.mrs);
 	kp.nr_pending = 0;
 	kp.published = 0;
 	pthread_mutex_unlock(&kp.lock);
@@ -386,45 +365,6 @@ static void nic_name(struct ibv_pd *pd, char *buf, size_t len)
 		snprintf(buf, len, "?");
 }
 
-static int mr_add(const struct kp_mr *m)
-{
-	if (kp.nr_mrs == kp.cap_mrs) {
-		unsigned int cap = kp.cap_mrs ? kp.cap_mrs * 2 : 64;
-		struct kp_mr *p = realloc(kp.mrs, cap * sizeof(*p));
-
-		if (!p)
-			return -ENOMEM;
-		kp.mrs = p;
-		kp.cap_mrs = cap;
-	}
-	kp.mrs[kp.nr_mrs] = *m;
-	kp.mrs[kp.nr_mrs].id = ++kp.last_mr_id;
-	kp.mrs[kp.nr_mrs].dying = false;
-	kp.nr_mrs++;
-	return 0;
-}
-
-/* The live record of @mr (not one whose dereg is under way). */
-static struct kp_mr *mr_find(const struct ibv_mr *mr)
-{
-	unsigned int i;
-
-	for (i = 0; i < kp.nr_mrs; i++)
-		if (kp.mrs[i].mr == mr && !kp.mrs[i].dying)
-			return &kp.mrs[i];
-	return NULL;
-}
-
-static struct kp_mr *mr_by_id(uint64_t id)
-{
-	unsigned int i;
-
-	for (i = 0; i < kp.nr_mrs; i++)
-		if (kp.mrs[i].id == id)
-			return &kp.mrs[i];
-	return NULL;
-}
-
 /* A registration of [a, a+len) goes into the provider: its id, 0 if no memory. */
 static uint64_t pending_add(uintptr_t a, size_t len)
 {
@@ -452,11 +392,6 @@ static void pending_done(uint64_t id)
 			kp.pending[i] = kp.pending[--kp.nr_pending];
 			return;
 		}
-}
-
-static void mr_forget(struct kp_mr *m)
-{
-	*m = kp.mrs[--kp.nr_mrs];
 }
 
 /* ---- the state file, for `kvdmabuf status` (kp.lock held) ---- */
@@ -537,6 +472,7 @@ static void publish_locked(void)
 {
 	char path[320], tmp[330], line[KP_WHYMAX + 128];
 	unsigned int i, asleep = 0, in = 0, proxy = 0, cannot = 0;
+	const struct kp_mr *m;
 	pid_t pid = getpid();
 	FILE *f;
 	int fd;
@@ -564,16 +500,16 @@ static void publish_locked(void)
 	}
 	for (i = 0; i < kp.nr_regions; i++)
 		asleep += kp.regions[i].asleep;
-	for (i = 0; i < kp.nr_mrs; i++) {
-		in += kp.mrs[i].mode != KP_OUTSIDE;
-		proxy += kp.mrs[i].mode == KP_ON_PROXY;
-		cannot += kp.mrs[i].mode == KP_CANNOT_FOLLOW;
+	kp_mr_for_each(&kp.mrs, m) {
+		in += m->mode != KP_OUTSIDE;
+		proxy += m->mode == KP_ON_PROXY;
+		cannot += m->mode == KP_CANNOT_FOLLOW;
 	}
-	fprintf(f, "kvdmabuf-preload 1\npid %d %llu\n", (int)pid,
+	fprintf(f, "kvdmabuf-preload 2\npid %d %llu\n", (int)pid,
 		start_time());
-	fprintf(f, "regions %u asleep %u mrs %u in %u proxy %u cannot %u "
-		"env_error %d\n", kp.nr_regions, asleep, kp.nr_mrs, in, proxy,
-		cannot, kp.env_error);
+	fprintf(f, "regions %u asleep %u in %u proxy %u cannot %u "
+		"env_error %d\n", kp.nr_regions, asleep, in, proxy, cannot,
+		kp.env_error);
 	for (i = 0; i < kp.nr_regions; i++) {
 		const struct kp_region *r = &kp.regions[i];
 
@@ -581,9 +517,9 @@ static void publish_locked(void)
 			r->len, r->tag, r->proxy_fd >= 0 ? "proxy" : "no-proxy",
 			r->asleep ? "asleep" : "awake");
 	}
-	for (i = 0; i < kp.nr_mrs; i++)
-		if (kp.mrs[i].mode != KP_OUTSIDE) {
-			mr_line(&kp.mrs[i], line, sizeof(line));
+	kp_mr_for_each(&kp.mrs, m)
+		if (m->mode != KP_OUTSIDE) {
+			mr_line(m, line, sizeof(line));
 			fputs(line, f);
 		}
 	if (fclose(f) || rename(tmp, path)) {
@@ -795,8 +731,9 @@ static struct ibv_mr *reg_core(struct kp_call *c)
 		snprintf(rec.why, sizeof(rec.why), "made while KV region '%s' "
 			 "was being declared", r->tag);
 	}
-	err = mr_add(&rec);
-	if (!err)
+	err = kp_mr_add(&kp.mrs, &rec);
+	/* MRs outside every region are not in the file: no rewrite */
+	if (!err && rec.mode != KP_OUTSIDE)
 		publish_locked();
 	pthread_mutex_unlock(&kp.lock);
 	if (err && in) {
@@ -905,7 +842,7 @@ int kp_dereg_mr_1_1(struct ibv_mr *mr)
 {
 	dereg_fn f = (dereg_fn)next_fn(E_DEREG_1_1);
 	struct kp_mr *m;
-	uint64_t id = 0;
+	bool in;
 	int rc;
 
 	atomic_fetch_add(&kp.calls[E_DEREG_1_1], 1);
@@ -914,29 +851,28 @@ int kp_dereg_mr_1_1(struct ibv_mr *mr)
 	if (kp_depth)
 		return f(mr);
 	/*
-	 * The record stays (a sleep check still sees the MR) but is marked
-	 * and known by its id: once the provider freed the struct, another
-	 * thread's registration may get it and record it under the same
-	 * pointer, and that record must survive this dereg.
+	 * The record stays (a sleep check still sees the MR) but leaves the
+	 * lookup, and only this call forgets it: once the provider freed the
+	 * struct, another thread's registration may get it and record it
+	 * under the same pointer, and that record must survive this dereg.
 	 */
 	pthread_mutex_lock(&kp.lock);
-	m = mr_find(mr);
-	if (m) {
-		m->dying = true;
-		id = m->id;
-	}
+	m = kp_mr_find(&kp.mrs, mr);
+	if (m)
+		kp_mr_dying(&kp.mrs, m);
 	pthread_mutex_unlock(&kp.lock);
 	kp_depth++;
 	rc = f(mr);
 	kp_depth--;
-	if (id) {
+	if (m) {
 		pthread_mutex_lock(&kp.lock);
-		m = mr_by_id(id);
-		if (m && !rc) {
-			mr_forget(m);
-			publish_locked();
-		} else if (m) {
-			m->dying = false;       /* still registered: as before */
+		in = m->mode != KP_OUTSIDE;
+		if (rc) {
+			kp_mr_revive(&kp.mrs, m); /* still registered */
+		} else {
+			kp_mr_forget(&kp.mrs, m);
+			if (in)
+				publish_locked();
 		}
 		pthread_mutex_unlock(&kp.lock);
 	}
@@ -1019,7 +955,7 @@ int kp_rereg_mr_1_1(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
 		return f(mr, flags, pd, addr, len, access);
 	pthread_once(&kp.env_once, env_load);
 	pthread_mutex_lock(&kp.lock);
-	m = mr_find(mr);
+	m = kp_mr_find(&kp.mrs, mr);
 	a = m ? m->addr : (uintptr_t)mr->addr;
 	l = m ? m->len : mr->length;
 	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
@@ -1041,10 +977,13 @@ int kp_rereg_mr_1_1(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&kp.lock);
-	m = mr_find(mr);
+	m = kp_mr_find(&kp.mrs, mr);
 	if (m) {
+		bool was_in = m->mode != KP_OUTSIDE;
+
 		rereg_record(m, flags, pd, a, l);
-		publish_locked();
+		if (was_in || m->mode != KP_OUTSIDE)
+			publish_locked();
 	}
 	pthread_mutex_unlock(&kp.lock);
 	return 0;
@@ -1109,7 +1048,7 @@ EXPORT int kvdmabuf_preload_declare(void *addr, size_t len, const char *tag,
 {
 	uintptr_t a = (uintptr_t)addr;
 	struct kp_region *r;
-	unsigned int i;
+	struct kp_mr *m;
 	int rc = 0;
 
 	if (!addr || !len || a + len < a || (tag && strlen(tag) >= KP_TAGMAX))
@@ -1153,9 +1092,7 @@ EXPORT int kvdmabuf_preload_declare(void *addr, size_t len, const char *tag,
 	r->proxy_fd = proxy_fd;
 	r->proxy_off = proxy_offset;
 	/* registrations made before: as they were, by address */
-	for (i = 0; i < kp.nr_mrs; i++) {
-		struct kp_mr *m = &kp.mrs[i];
-
+	kp_mr_for_each(&kp.mrs, m) {
 		if (m->mode != KP_OUTSIDE || !overlaps(m->addr, m->len, a, len))
 			continue;
 		m->mode = KP_CANNOT_FOLLOW;
@@ -1182,11 +1119,11 @@ static struct kp_region *region_at(uintptr_t addr)
 /* kp.lock held: does an engine MR live on @r's proxy? */
 static bool mr_on_proxy(const struct kp_region *r)
 {
-	unsigned int i;
+	const struct kp_mr *m;
 
-	for (i = 0; i < kp.nr_mrs; i++)
-		if (kp.mrs[i].mode == KP_ON_PROXY &&
-		    overlaps(kp.mrs[i].addr, kp.mrs[i].len, r->addr, r->len))
+	kp_mr_for_each(&kp.mrs, m)
+		if (m->mode == KP_ON_PROXY &&
+		    overlaps(m->addr, m->len, r->addr, r->len))
 			return true;
 	return false;
 }
@@ -1221,6 +1158,7 @@ EXPORT int kvdmabuf_preload_undeclare(void *addr)
 /* kp.lock held: the first registration over [a, a+len) that cannot follow. */
 static int check_locked(uintptr_t a, size_t len, char *reason, size_t rlen)
 {
+	const struct kp_mr *m;
 	unsigned int i;
 
 	if (kp.env_error) {
@@ -1237,9 +1175,7 @@ static int check_locked(uintptr_t a, size_t len, char *reason, size_t rlen)
 		    "nothing was released, try again", p->addr, p->len);
 		return -EBUSY;
 	}
-	for (i = 0; i < kp.nr_mrs; i++) {
-		const struct kp_mr *m = &kp.mrs[i];
-
+	kp_mr_for_each(&kp.mrs, m) {
 		if (m->mode == KP_ON_PROXY || !overlaps(m->addr, m->len, a, len))
 			continue;
 		msg(reason, rlen, "engine MR 0x%x (%#" PRIxPTR "+%#zx) on NIC "
@@ -1321,6 +1257,7 @@ EXPORT void kvdmabuf_preload_own(int on)
 
 EXPORT int kvdmabuf_preload_query(struct kvdmabuf_preload_state *st)
 {
+	const struct kp_mr *m;
 	unsigned int i;
 
 	if (!st)
@@ -1331,11 +1268,11 @@ EXPORT int kvdmabuf_preload_query(struct kvdmabuf_preload_state *st)
 	st->nr_regions = kp.nr_regions;
 	for (i = 0; i < kp.nr_regions; i++)
 		st->nr_asleep += kp.regions[i].asleep;
-	st->nr_mrs = kp.nr_mrs;
-	for (i = 0; i < kp.nr_mrs; i++) {
-		st->nr_in_regions += kp.mrs[i].mode != KP_OUTSIDE;
-		st->nr_on_proxy += kp.mrs[i].mode == KP_ON_PROXY;
-		st->nr_cannot_follow += kp.mrs[i].mode == KP_CANNOT_FOLLOW;
+	st->nr_mrs = kp.mrs.nr;
+	kp_mr_for_each(&kp.mrs, m) {
+		st->nr_in_regions += m->mode != KP_OUTSIDE;
+		st->nr_on_proxy += m->mode == KP_ON_PROXY;
+		st->nr_cannot_follow += m->mode == KP_CANNOT_FOLLOW;
 	}
 	st->env_error = kp.env_error;
 	st->flags = kp_dlsym_interposed() ? 0 : KVDMABUF_PRELOAD_NO_DLSYM;
@@ -1368,15 +1305,13 @@ EXPORT int kvdmabuf_preload_reg_error(char *buf, size_t len)
 EXPORT int kvdmabuf_preload_report(char *buf, size_t len)
 {
 	size_t used = 0;
-	unsigned int i;
+	const struct kp_mr *m;
 	int n;
 
 	if (buf && len)
 		buf[0] = '\0';
 	pthread_mutex_lock(&kp.lock);
-	for (i = 0; i < kp.nr_mrs; i++) {
-		const struct kp_mr *m = &kp.mrs[i];
-
+	kp_mr_for_each(&kp.mrs, m) {
 		if (m->mode == KP_OUTSIDE)
 			continue;
 		n = mr_line(m, buf && used < len ? buf + used : NULL,

@@ -165,6 +165,22 @@ int main(int argc, char **argv)
 		if (read(0, &ch, 1) < 0)
 			return 2;
 	}
+	if (strstr(c, "churn")) {       /* pass-through calls, then held */
+		char ch;
+		int i;
+
+		for (i = 0; i < 1000; i++) {
+			struct ibv_mr *m = ibv_reg_mr(&pd, buf, 4096,
+						      IBV_ACCESS_LOCAL_WRITE);
+
+			if (!m || ibv_dereg_mr(m))
+				return 2;
+		}
+		printf("churned\n");
+		fflush(stdout);
+		if (read(0, &ch, 1) < 0)
+			return 2;
+	}
 	if (strstr(c, "later"))  /* declared after the registration */
 		declare(buf, len, "kv_cache", -1, 0);
 	if (strstr(c, "later"))
