@@ -26,16 +26,17 @@ BENCH = os.path.join(HERE, "kvdmabuf-bench")
 STATUSES = {"PASS", "FAIL", "UNMEASURED"}
 
 
-def run(args, timeout=ktap.scaled(300)):
-    check(os.access(BENCH, os.X_OK), "%s not built" % BENCH)
+def run(args, timeout=ktap.scaled(300), prog=BENCH):
+    check(os.access(prog, os.X_OK), "%s not built" % prog)
     t0 = time.monotonic()
-    p = subprocess.run([BENCH] + args, stdout=subprocess.PIPE,
+    p = subprocess.run([prog] + args, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, universal_newlines=True,
                        timeout=timeout)
     for line in p.stdout.splitlines():
         print("# | " + line)
-    print("# kvdmabuf-bench %s: %.1f s, exit status %d"
-          % (" ".join(args), time.monotonic() - t0, p.returncode))
+    print("# %s %s: %.1f s, exit status %d"
+          % (os.path.basename(prog), " ".join(args),
+             time.monotonic() - t0, p.returncode))
     return p.returncode, p.stdout
 
 

@@ -273,7 +273,10 @@ def pass_through_calls_leave_the_state_file_alone():
     (an engine's bounce buffers) do not rewrite the state file: it lists
     regions and the MRs in them only, and a rewrite per call cost 50 us to
     1 ms (issue 32 item 10). A rewrite replaces the file (rename): another
-    inode, or the same number reused (ext4) with a new change time."""
+    inode, or the same number reused (ext4) with a new change time. Then
+    300 registrations in the region, live together (the records' hash
+    table grows past its first 64 buckets), are counted, and each is found
+    again when it is deregistered."""
     env = dict(os.environ, LD_PRELOAD=PRELOAD, LD_LIBRARY_PATH=FAKE)
     p = subprocess.Popen([PROG, "reg_mr-kv-hold-churn"], env=env,
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -296,6 +299,17 @@ def pass_through_calls_leave_the_state_file_alone():
               "rewritten by pass-through calls (inode, ctime %s -> %s)"
               % (before, (after.st_ino, after.st_ctime_ns)))
         check("in 1 proxy 0 cannot 1" in text, text)
+        # then 300 more in the region, all live (the table grows), and
+        # each one found again at its deregistration
+        for word, want in (("many", "in 301 proxy 0 cannot 301"),
+                           ("none", "in 1 proxy 0 cannot 1")):
+            p.stdin.write("x")
+            p.stdin.flush()
+            while p.stdout.readline().strip() not in (word, ""):
+                pass
+            with open(path) as f:
+                text = f.read()
+            check(want in text, "%s: %s" % (word, text))
     finally:
         p.communicate("x", timeout=30)
     check(p.returncode == 0, "symver: %d" % p.returncode)

@@ -166,6 +166,7 @@ int main(int argc, char **argv)
 			return 2;
 	}
 	if (strstr(c, "churn")) {       /* pass-through calls, then held */
+		static struct ibv_mr *many[300];
 		char ch;
 		int i;
 
@@ -177,6 +178,24 @@ int main(int argc, char **argv)
 				return 2;
 		}
 		printf("churned\n");
+		fflush(stdout);
+		if (read(0, &ch, 1) < 0)
+			return 2;
+		/* 300 live in the region: the records' table grows */
+		for (i = 0; i < 300; i++) {
+			many[i] = ibv_reg_mr(&pd, buf + 4096, 4096,
+					     IBV_ACCESS_LOCAL_WRITE);
+			if (!many[i])
+				return 2;
+		}
+		printf("many\n");
+		fflush(stdout);
+		if (read(0, &ch, 1) < 0)
+			return 2;
+		for (i = 0; i < 300; i++)
+			if (ibv_dereg_mr(many[i]))
+				return 2;
+		printf("none\n");
 		fflush(stdout);
 		if (read(0, &ch, 1) < 0)
 			return 2;
