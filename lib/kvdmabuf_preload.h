@@ -135,7 +135,8 @@ int kvdmabuf_preload_query(struct kvdmabuf_preload_state *state);
 /**
  * kvdmabuf_preload_calls() - how many times the entry point @symbol
  * ("ibv_reg_mr@IBVERBS_1.1", ..., "cuMemUnmap", "cuMemMap",
- * "cuMemSetAccess", "cuGetProcAddress", "cuGetProcAddress_v2") was
+ * "cuMemSetAccess", "cuMemAddressFree", "cuMemGetHandleForAddressRange",
+ * "cuGetProcAddress", "cuGetProcAddress_v2") was
  * entered, from anywhere (nested calls of libibverbs included).
  * -ENOENT: not an interposed entry point.
  */
@@ -161,11 +162,13 @@ int kvdmabuf_preload_reg_error(char *buf, size_t len);
 /*
  * Sleep and wake driven by the CUDA driver (lib/preload/preload_cuda.c).
  * The preload also interposes cuMemUnmap, cuMemMap, cuMemSetAccess,
- * cuMemAddressFree and cuGetProcAddress (both the CUDA 11.3 symbol and
- * cuGetProcAddress_v2, which hand back the preload's own cuMemUnmap/
- * cuMemMap/cuMemSetAccess/cuMemAddressFree and cuGetProcAddress*,
- * everything else as the driver answers), and, on
- * x86-64, dlsym and dlvsym (the same six names looked up on a handle of
+ * cuMemAddressFree, cuMemGetHandleForAddressRange (forwarded; each dma-buf
+ * it makes is noted with the memory it holds, so that the engine's own
+ * ibv_reg_dmabuf_mr of it is checked against the regions by that memory,
+ * whatever its iova) and cuGetProcAddress (both the CUDA 11.3 symbol and
+ * cuGetProcAddress_v2, which hand back the preload's own entry point for
+ * each of those names, everything else as the driver answers), and, on
+ * x86-64, dlsym and dlvsym (the same seven names looked up on a handle of
  * libcuda, as the CUDA runtime does, and the verbs registration calls
  * above looked up on a handle of libibverbs, as NCCL's ibvwrap and
  * engines that load it RTLD_LOCAL do; everything else goes on to glibc's;

@@ -46,6 +46,7 @@
 
 #include "internal.h"            /* lib/config.c's parser, built in */
 #include "kvdmabuf_preload.h"
+#include "dmabuf_origin.h"
 #include "mr_table.h"
 #include "preload_internal.h"
 
@@ -89,6 +90,7 @@ static struct {
 	struct kp_region *regions;
 	unsigned int nr_regions, cap_regions;
 	struct kp_mr_table mrs;
+	struct kp_origin_table origins; /* the engine's dma-bufs of GPU memory */
 	int env_error;
 	char env_msg[256];
 	int cuda_mapping;               /* cuda_dmabuf_mapping of the config */
@@ -646,23 +648,55 @@ static int reg_failed(const struct kp_call *c, uintptr_t a, const char *tag,
 	return proxy_err == EOPNOTSUPP ? asked_err : proxy_err;
 }
 
+void kp_dmabuf_exported(int fd, uintptr_t va, size_t len)
+{
+	struct stat st;
+
+	if (fstat(fd, &st))
+		return;
+	pthread_mutex_lock(&kp.lock);
+	kp_origin_note(&kp.origins, st.st_dev, st.st_ino, va, len);
+	pthread_mutex_unlock(&kp.lock);
+}
+
+/*
+ * The memory an engine's dma-buf MR covers: from the export it came from
+ * where the engine exported it here (its iova is whatever the engine
+ * chose: 0 for a zero-based MR), else its iova (taken to be the VA, as
+ * Mooncake and NCCL register). kp.lock held; @st from fstat of its fd.
+ */
+static uintptr_t dmabuf_mr_start(const struct kp_call *c,
+				 const struct stat *st)
+{
+	const struct kp_origin *o = st ? kp_origin_of(&kp.origins, st->st_dev,
+						      st->st_ino) : NULL;
+
+	if (o && c->offset <= o->len && c->len <= o->len - c->offset)
+		return o->va + (uintptr_t)c->offset;
+	return (uintptr_t)c->iova;
+}
+
 static struct ibv_mr *reg_core(struct kp_call *c)
 {
-	uintptr_t a = c->e == E_REG_DMABUF ? (uintptr_t)c->iova :
-		      (uintptr_t)c->addr;
-	struct kp_mr rec = { .addr = a, .len = c->len, .mode = KP_OUTSIDE };
+	struct kp_mr rec = { .len = c->len, .mode = KP_OUTSIDE };
 	struct kp_region *r;
 	struct ibv_mr *mr = NULL;
 	int proxy_fd = -1, err = 0;
 	uint64_t poff = 0, pend;
 	char tag[KP_TAGMAX] = "";
-	bool in = false;
+	bool in = false, known;
+	struct stat st;
+	uintptr_t a;
 
 	if (kp_depth || !c->pd)
 		return forward(c);
 	pthread_once(&kp.env_once, env_load);
 	nic_name(c->pd, rec.nic, sizeof(rec.nic));
+	known = c->e == E_REG_DMABUF && !fstat(c->fd, &st);
 	pthread_mutex_lock(&kp.lock);
+	a = c->e == E_REG_DMABUF ? dmabuf_mr_start(c, known ? &st : NULL) :
+	    (uintptr_t)c->addr;
+	rec.addr = a;
 	r = region_containing(a, c->len);
 	if (r) {
 		in = true;

@@ -9,10 +9,12 @@
  * dlsym() bind to):
  *   cuMemUnmap, cuMemMap, cuMemSetAccess, cuMemAddressFree (CUDA 10.2,
  *     one ABI each);
+ *   cuMemGetHandleForAddressRange (11.7): forwarded; a dma-buf it makes
+ *     is noted with the memory it holds (the engine's own dma-buf MRs);
  *   cuGetProcAddress (the CUDA 11.3 symbol: symbol, pfn, cudaVersion,
  *     flags) and cuGetProcAddress_v2 (12.0: the same and symbolStatus; what
  *     cuda.h's cuGetProcAddress macro names): forwarded, then where the
- *     driver returned an entry point for one of the six names, the
+ *     driver returned an entry point for one of the seven names, the
  *     preload's own is handed back instead (for "cuGetProcAddress", the
  *     wrapper of the ABI the driver chose: the pointer it returned, else
  *     _v2 from cudaVersion 12000 on). Flags pass through untouched.
@@ -56,13 +58,13 @@
 /* cudaVersion from which cuGetProcAddress("cuGetProcAddress") is _v2 */
 #define KC_GET_PROC_V2_SINCE 12000
 
-/* The driver's functions: the six interposed ones, then those a wake
+/* The driver's functions: the seven interposed ones, then those a wake
  * calls. */
 enum kc_sym {
 	S_MEM_UNMAP, S_MEM_MAP, S_MEM_SET_ACCESS, S_ADDRESS_FREE, S_GET_PROC,
-	S_GET_PROC_V2, S_NR_ENTRIES,
+	S_GET_PROC_V2, S_EXPORT, S_NR_ENTRIES,
 	S_POINTER_ATTR = S_NR_ENTRIES, S_DEVICE_GET, S_PRIMARY_RETAIN,
-	S_PRIMARY_RELEASE, S_CTX_PUSH, S_CTX_POP, S_EXPORT, S_NR
+	S_PRIMARY_RELEASE, S_CTX_PUSH, S_CTX_POP, S_NR
 };
 
 static const char *const kc_symbol[S_NR] = {
@@ -125,6 +127,7 @@ KP_HIDDEN kvd_cuMemSetAccess_fn kc_mem_set_access;
 KP_HIDDEN kvd_cuMemAddressFree_fn kc_address_free;
 KP_HIDDEN kvd_cuGetProcAddress_v1_fn kc_get_proc;
 KP_HIDDEN kvd_cuGetProcAddress_fn kc_get_proc_v2;
+KP_HIDDEN kvd_cuMemGetHandleForAddressRange_fn kc_get_handle;
 
 static void *const kc_own[S_NR_ENTRIES] = {
 	[S_MEM_UNMAP] = (void *)kc_mem_unmap,
@@ -133,6 +136,7 @@ static void *const kc_own[S_NR_ENTRIES] = {
 	[S_ADDRESS_FREE] = (void *)kc_address_free,
 	[S_GET_PROC] = (void *)kc_get_proc,
 	[S_GET_PROC_V2] = (void *)kc_get_proc_v2,
+	[S_EXPORT] = (void *)kc_get_handle,
 };
 
 static bool is_own(void *f)
@@ -655,6 +659,29 @@ kvd_CUresult kc_address_free(kvd_CUdeviceptr ptr, size_t size)
 	return r;
 }
 
+/*
+ * The engine's own export of device memory: forwarded as is, and what the
+ * dma-buf holds noted, so that the engine's ibv_reg_dmabuf_mr of it is
+ * checked against the KV regions by that memory, not by the iova it asks
+ * for (preload.c, kp_dmabuf_exported()).
+ */
+kvd_CUresult kc_get_handle(void *handle, kvd_CUdeviceptr dptr, size_t size,
+			   kvd_CUmemRangeHandleType type,
+			   unsigned long long flags)
+{
+	kvd_cuMemGetHandleForAddressRange_fn *f = real(S_EXPORT);
+	kvd_CUresult r;
+
+	atomic_fetch_add(&kc.calls[S_EXPORT], 1);
+	if (!f)
+		return KVD_CUDA_ERROR_NOT_SUPPORTED;
+	r = f(handle, dptr, size, type, flags);
+	if (r == KVD_CUDA_SUCCESS && handle &&
+	    type == KVD_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD)
+		kp_dmabuf_exported(*(int *)handle, (uintptr_t)dptr, size);
+	return r;
+}
+
 /* The entry points the driver handed back, swapped for ours. */
 static void hand_back(const char *symbol, void **pfn, int version)
 {
@@ -721,6 +748,8 @@ EXPORT kvd_cuGetProcAddress_v1_fn cuGetProcAddress
 	__attribute__((alias("kc_get_proc")));
 EXPORT kvd_cuGetProcAddress_fn cuGetProcAddress_v2
 	__attribute__((alias("kc_get_proc_v2")));
+EXPORT kvd_cuMemGetHandleForAddressRange_fn cuMemGetHandleForAddressRange
+	__attribute__((alias("kc_get_handle")));
 
 /*
  * ---- dlsym() and dlvsym() on a handle of libcuda (x86-64) ----
@@ -730,7 +759,7 @@ EXPORT kvd_cuGetProcAddress_fn cuGetProcAddress_v2
  * that function. So dlsym and dlvsym are interposed too (@@GLIBC_2.34 and
  * the @GLIBC_2.2.5 older programs bind to; libcuda's symbols have no
  * versions, so dlvsym(handle, name, any version) finds them too): a
- * lookup of one of the six names on a real handle gets the preload's
+ * lookup of one of the seven names on a real handle gets the preload's
  * entry point (the driver's is kept to forward to); every other call is a
  * tail jump into glibc's function, so that what depends on the caller
  * (RTLD_NEXT, RTLD_DEFAULT from a library loaded RTLD_LOCAL, dlmopen

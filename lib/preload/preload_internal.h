@@ -77,6 +77,10 @@ KP_HIDDEN long long kp_cuda_calls(const char *symbol);
 KP_HIDDEN void *kp_verbs_dlsym(const char *name, const char *version,
 			       void *real);
 
+/* The engine exported [@va, @va + @len) as the dma-buf @fd (preload_cuda.c):
+ * its ibv_reg_dmabuf_mr of @fd covers that memory, whatever its iova. */
+KP_HIDDEN void kp_dmabuf_exported(int fd, uintptr_t va, size_t len);
+
 /* fork(): kp.lock held across it; the child forgets its parent's MRs. */
 KP_HIDDEN void kp_fork_prepare(void);
 KP_HIDDEN void kp_fork_parent(void);

@@ -60,6 +60,14 @@ static struct {
 	kvd_cuGetProcAddress_v1_fn *gpa1;
 	struct ibv_mr *(*reg_mr)(struct ibv_pd *, void *, size_t, int);
 	int (*dereg_mr)(struct ibv_mr *);
+	struct ibv_mr *(*reg_dmabuf)(struct ibv_pd *, uint64_t, size_t,
+				     uint64_t, int, int);
+	kvd_cuMemGetHandleForAddressRange_fn *export;
+	int *last_dmabuf_fd;
+	uint64_t *last_dmabuf_off;
+	kvd_cuDevicePrimaryCtxRetain_fn *d_retain;
+	kvd_cuCtxPushCurrent_fn *d_push;
+	kvd_cuCtxPopCurrent_fn *d_pop;
 	kvd_cuMemUnmap_fn *d_unmap;
 	kvd_cuMemMap_fn *d_map;
 	kvd_cuMemSetAccess_fn *d_access;
@@ -160,6 +168,15 @@ static int load(char *why, size_t len)
 	*(void **)&t.reg_mr = dlvsym(RTLD_DEFAULT, "ibv_reg_mr", "IBVERBS_1.1");
 	*(void **)&t.dereg_mr = dlvsym(RTLD_DEFAULT, "ibv_dereg_mr",
 				       "IBVERBS_1.1");
+	*(void **)&t.reg_dmabuf = dlvsym(RTLD_DEFAULT, "ibv_reg_dmabuf_mr",
+					 "IBVERBS_1.12");
+	G(export, "cuMemGetHandleForAddressRange");
+	*(void **)&t.last_dmabuf_fd = dlsym(t.verbs, "fake_last_dmabuf_fd");
+	*(void **)&t.last_dmabuf_off = dlsym(t.verbs,
+					     "fake_last_dmabuf_offset");
+	D(d_retain, "cuDevicePrimaryCtxRetain");
+	D(d_push, "cuCtxPushCurrent_v2");
+	D(d_pop, "cuCtxPopCurrent_v2");
 	D(d_unmap, "cuMemUnmap");
 	D(d_map, "cuMemMap");
 	D(d_access, "cuMemSetAccess");
@@ -189,7 +206,9 @@ static int load(char *why, size_t len)
 #undef D
 	if (!t.unmap || !t.map || !t.access || !t.address_free || !t.gpa2 ||
 	    !t.gpa1 ||
-	    !t.reg_mr || !t.dereg_mr || !t.d_unmap || !t.d_map ||
+	    !t.reg_mr || !t.dereg_mr || !t.reg_dmabuf || !t.export ||
+	    !t.last_dmabuf_fd || !t.last_dmabuf_off || !t.d_retain ||
+	    !t.d_push || !t.d_pop || !t.d_unmap || !t.d_map ||
 	    !t.d_access || !t.d_create || !t.d_release || !t.d_reserve ||
 	    !t.d_gpa2 || !t.note || !t.log || !t.access_of ||
 	    !t.last_export || !t.last_export_flags || !t.dmabuf_errno || !t.addr_errno ||
@@ -631,6 +650,62 @@ TEST_F(kv, region_with_an_engine_mr_on_its_proxy_is_not_undeclared)
 	EXPECT_EQ(0, t.declare(self->base, 2 * CHUNK, "kv", other, 0));
 	EXPECT_EQ(0, t.undeclare(self->base));
 	close(other);
+}
+
+/*
+ * The engine exports the region's second chunk itself (the interposed
+ * cuMemGetHandleForAddressRange) and registers that dma-buf zero-based
+ * (iova 0, as an engine that addresses each buffer from 0 does): the MR is
+ * of KV memory whatever its iova, so it is made on the region's proxy at
+ * the chunk's offset there (and follows), never as asked on the engine's
+ * dma-buf, which the sleep would leave pinning the old pages. The same
+ * dma-buf registered at its VA is the same MR. A dma-buf the engine did
+ * not export here is taken at its iova, as before.
+ */
+TEST_F(kv, engine_dmabuf_mr_of_kv_memory_is_seen_whatever_its_iova)
+{
+	struct ibv_device dev = { .name = "fakenic0" };
+	struct ibv_context ctx = { .device = &dev };
+	struct ibv_pd pd = { .context = &ctx };
+	kvd_CUdeviceptr chunk1 = (kvd_CUdeviceptr)(uintptr_t)
+				 (self->base + CHUNK);
+	uint64_t iovas[2] = { 0, (uintptr_t)self->base + CHUNK };
+	struct kvdmabuf_preload_state st;
+	kvd_CUcontext pctx, popped;
+	kvd_CUdevice dev0 = 0;
+	struct ibv_mr *mr;
+	int fd = -1, other, i;
+
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.d_retain(&pctx, dev0));
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.d_push(pctx));
+	ASSERT_EQ(KVD_CUDA_SUCCESS,
+		  t.export(&fd, chunk1, CHUNK,
+			   KVD_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
+	t.d_pop(&popped);
+	ASSERT_LE(0, fd);
+	for (i = 0; i < 2; i++) {
+		mr = t.reg_dmabuf(&pd, 0, CHUNK, iovas[i], fd,
+				  IBV_ACCESS_LOCAL_WRITE);
+		ASSERT_NOT_NULL(mr);
+		EXPECT_EQ(self->proxy, *t.last_dmabuf_fd);
+		EXPECT_EQ(CHUNK, *t.last_dmabuf_off);
+		ASSERT_EQ(0, t.query(&st));
+		EXPECT_EQ(1u, st.nr_on_proxy);
+		EXPECT_EQ(0u, st.nr_cannot_follow);
+		ASSERT_EQ(0, t.dereg_mr(mr));
+	}
+	/* not exported here: taken at its iova (0, in no region) */
+	other = memfd_create("not-an-export", MFD_CLOEXEC);
+	ASSERT_LE(0, other);
+	mr = t.reg_dmabuf(&pd, 0, CHUNK, 0, other, IBV_ACCESS_LOCAL_WRITE);
+	ASSERT_NOT_NULL(mr);
+	EXPECT_EQ(other, *t.last_dmabuf_fd);
+	ASSERT_EQ(0, t.query(&st));
+	EXPECT_EQ(0u, st.nr_on_proxy + st.nr_cannot_follow);
+	ASSERT_EQ(0, t.dereg_mr(mr));
+	close(other);
+	close(fd);
+	EXPECT_EQ(1, t.calls("cuMemGetHandleForAddressRange"));
 }
 
 /*
