@@ -405,6 +405,7 @@ BENCH_KERNEL ?= $(if $(filter command line,$(origin KERNEL)),$(KERNEL),6.12)
 bench: $(BENCH) $(PRELOAD_BENCH) $(PRELOAD_SO) $(PRELOAD_TESTS)
 	$(Q)$(BENCH) --host-only $(BENCH_ARGS)
 	$(Q)$(PRELOAD_BENCH)
+	$(Q)tests/vm/check.sh run $(BENCH_KERNEL) $(PRELOAD_BENCH)
 	$(Q)KVDMABUF_VM_MEM=$${KVDMABUF_VM_MEM:-$(BENCH_VM_MEM)} \
 		tests/vm/check.sh run $(BENCH_KERNEL) tests/bench/kvdmabuf-bench $(BENCH_ARGS)
 
