@@ -207,10 +207,33 @@ PRELOAD_CUDA_DEPS := tests/harness.h lib/kvdmabuf_preload.h lib/cuda_api.h \
 tests/preload/preload_cuda: tests/preload/preload_cuda.c $(PRELOAD_CUDA_DEPS)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -ldl -lpthread
-tests/asan/preload/preload_cuda: tests/preload/preload_cuda.c $(PRELOAD_CUDA_DEPS)
+tests/asan/preload/preload_cuda: tests/preload/preload_cuda.c $(PRELOAD_CUDA_DEPS) \
+		tests/asan/libkvdmabuf-preload.so
 	@$(if $(Q),echo "  CC      $@ (asan)")
 	$(Q)mkdir -p $(@D)
-	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(ASAN_FLAGS) -o $@ $< -ldl -lpthread
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(ASAN_FLAGS) \
+		-DKVD_PRELOAD_UNDER_TEST='"tests/asan/libkvdmabuf-preload.so"' \
+		-o $@ $< -ldl -lpthread
+tests/tsan/preload/preload_cuda: tests/preload/preload_cuda.c $(PRELOAD_CUDA_DEPS) \
+		tests/tsan/libkvdmabuf-preload.so
+	@$(if $(Q),echo "  CC      $@ (tsan)")
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(TSAN_FLAGS) \
+		-DKVD_PRELOAD_UNDER_TEST='"tests/tsan/libkvdmabuf-preload.so"' \
+		-o $@ $< -ldl -lpthread
+
+# The preload itself under AddressSanitizer + UBSan and under
+# ThreadSanitizer, for the twins of preload_cuda above (dlopen()ed in their
+# process: a sanitizer's runtime must be loaded first, so they are never
+# LD_PRELOADed into plain programs).
+tests/asan/libkvdmabuf-preload.so tests/tsan/libkvdmabuf-preload.so: \
+		$(PRELOAD_SRCS) $(wildcard lib/preload/*.h) lib/kvdmabuf_preload.h \
+		lib/cuda_api.h lib/cuda_export.h lib/internal.h lib/kvdmabuf.h $(PRELOAD_MAP)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(if $(findstring tsan,$@),$(TSAN_FLAGS),$(ASAN_FLAGS)) \
+		-shared -Wl,--version-script=$(PRELOAD_MAP) -o $@ $(PRELOAD_SRCS) \
+		-lyaml -lpthread -lm -ldl
 
 # tests/preload/preload_lib: the library (linked) under the preload and the fake
 # libcuda (dlopen()ed): built with what it loads.
@@ -254,11 +277,15 @@ $(UMEM_VARIANTS): tests/%_umem: tests/%.c
 # ends (tests/harness.h). The programs find what they run (the fake
 # libcuda, the VM judge, the command) from the top of the build tree
 # (kvd_build_path(), tests/harness.h), as the plain ones do.
-UNIT_C_TESTS := $(filter-out asan/% %.py %.sh,$(shell sed 's/\#.*//' tests/unit.list))
+UNIT_C_TESTS := $(filter-out asan/% tsan/% %.py %.sh,$(shell sed 's/\#.*//' tests/unit.list))
 ASAN_TESTS := $(addprefix tests/asan/,$(UNIT_C_TESTS) harness/harness_sample)
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all \
 	-fno-omit-frame-pointer
-asan: $(ASAN_TESTS) $(FAKE_CUDA)
+# ThreadSanitizer: the preload's locking, from engine threads at once
+# (tests/preload/preload_cuda's stress test, in its tsan twin).
+TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
+TSAN_TESTS := tests/tsan/preload/preload_cuda
+asan: $(ASAN_TESTS) $(TSAN_TESTS) $(FAKE_CUDA)
 
 tests/asan/%: tests/%.c $(LIB_SRCS) $(LIB_HDRS) $(wildcard tests/*.h)
 	@$(if $(Q),echo "  CC      $@ (asan)")
@@ -526,7 +553,7 @@ modules_install: modules
 clean:
 	$(Q)rm -f $(LIB_OBJS) $(LIB_A) lib/libkvdmabuf.so* $(PRELOAD_SO) $(PRELOAD_TESTS) $(CLI) $(TEST_BINS) $(HW_BINS) \
 		$(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(TWONODE) $(BENCH) $(CUDA_STAMP)
-	$(Q)rm -rf tests/asan tests/rxe/build
+	$(Q)rm -rf tests/asan tests/tsan tests/rxe/build
 	$(Q)test -z "$(KDIR)" -o ! -d "$(KDIR)" || \
 		$(MAKE) -C $(KDIR) M=$(CURDIR) clean >/dev/null
 	$(Q)rm -rf build

@@ -24,7 +24,8 @@ enum kp_mode {
 };
 
 struct kp_mr {
-	struct ibv_mr *mr;
+	struct ibv_mr *mr;              /* a key only: freed once dying */
+	uint32_t lkey;                  /* its lkey, for the lines we print */
 	uintptr_t addr;                 /* the range the engine registered */
 	size_t len;
 	char nic[KP_NAMEMAX];

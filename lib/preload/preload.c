@@ -405,7 +405,7 @@ static const char *const mode_name[] = { "outside", "on-proxy",
 static int mr_line(const struct kp_mr *m, char *buf, size_t len)
 {
 	return snprintf(buf, len, "lkey 0x%x %#" PRIxPTR "+%#zx %s %s%s%s\n",
-			m->mr->lkey, m->addr, m->len, m->nic, mode_name[m->mode],
+			m->lkey, m->addr, m->len, m->nic, mode_name[m->mode],
 			m->why[0] ? " " : "", m->why);
 }
 
@@ -757,6 +757,7 @@ static struct ibv_mr *reg_core(struct kp_call *c)
 			rec.mode = KP_CANNOT_FOLLOW;
 	}
 	rec.mr = mr;
+	rec.lkey = mr->lkey;
 	pthread_mutex_lock(&kp.lock);
 	pending_done(pend);
 	/* A region declared meanwhile: this registration cannot follow. */
@@ -1016,6 +1017,7 @@ int kp_rereg_mr_1_1(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
 		bool was_in = m->mode != KP_OUTSIDE;
 
 		rereg_record(m, flags, pd, a, l);
+		m->lkey = mr->lkey;     /* a new translation may change it */
 		if (was_in || m->mode != KP_OUTSIDE)
 			publish_locked();
 	}
@@ -1214,7 +1216,7 @@ static int check_locked(uintptr_t a, size_t len, char *reason, size_t rlen)
 			continue;
 		msg(reason, rlen, "engine MR 0x%x (%#" PRIxPTR "+%#zx) on NIC "
 		    "%s pins: cannot sleep transparently (%s); nothing was "
-		    "released", m->mr->lkey, m->addr, m->len, m->nic,
+		    "released", m->lkey, m->addr, m->len, m->nic,
 		    m->why[0] ? m->why : "registered by address over this "
 		    "memory, in no declared KV region");
 		return -EBUSY;

@@ -51,6 +51,10 @@ void (*fake_after_dereg)(void);
 void (*fake_in_reg)(void);
 static struct fake_mr *pool;
 
+/* Engines register from several threads at once (preload_cuda's stress
+ * test, under ThreadSanitizer too): the counters and keys are atomic. */
+#define COUNT(f) __atomic_fetch_add(&fake_calls[f], 1, __ATOMIC_RELAXED)
+
 /* the current forms, which the 1.0 ones call through the PLT */
 struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len,
 				uint64_t iova, unsigned int access);
@@ -71,7 +75,7 @@ static struct ibv_mr *mr_new(struct ibv_pd *pd, void *addr, size_t len)
 	m->pd = pd;
 	m->addr = addr;
 	m->length = len;
-	m->lkey = m->rkey = next_key++;
+	m->lkey = m->rkey = __atomic_fetch_add(&next_key, 1, __ATOMIC_RELAXED);
 	return (struct ibv_mr *)m;
 }
 
@@ -90,7 +94,7 @@ static struct ibv_mr *addr_mr(struct ibv_pd *pd, void *addr, size_t len)
 struct ibv_mr *fake_reg_1_0(struct ibv_pd *pd, void *addr, size_t len,
 			    int access)
 {
-	fake_calls[F_REG_1_0]++;
+	COUNT(F_REG_1_0);
 	return ibv_reg_mr_iova2(pd, addr, len, (uintptr_t)addr,
 				(unsigned int)access);
 }
@@ -99,7 +103,7 @@ struct ibv_mr *fake_reg_1_1(struct ibv_pd *pd, void *addr, size_t len,
 			    int access)
 {
 	(void)access;
-	fake_calls[F_REG_1_1]++;
+	COUNT(F_REG_1_1);
 	return addr_mr(pd, addr, len);
 }
 
@@ -108,7 +112,7 @@ struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t len,
 {
 	(void)iova;
 	(void)access;
-	fake_calls[F_IOVA]++;
+	COUNT(F_IOVA);
 	return addr_mr(pd, addr, len);
 }
 
@@ -117,7 +121,7 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len,
 {
 	(void)iova;
 	(void)access;
-	fake_calls[F_IOVA2]++;
+	COUNT(F_IOVA2);
 	return addr_mr(pd, addr, len);
 }
 
@@ -126,9 +130,9 @@ struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
 {
 	(void)iova;
 	(void)access;
-	fake_calls[F_DMABUF]++;
-	fake_last_dmabuf_offset = offset;
-	fake_last_dmabuf_fd = fd;
+	COUNT(F_DMABUF);
+	__atomic_store_n(&fake_last_dmabuf_offset, offset, __ATOMIC_RELAXED);
+	__atomic_store_n(&fake_last_dmabuf_fd, fd, __ATOMIC_RELAXED);
 	if (fake_dmabuf_errno) {
 		errno = fake_dmabuf_errno;
 		return NULL;
@@ -140,7 +144,7 @@ int fake_dereg_1_1(struct ibv_mr *mr);
 
 int fake_dereg_1_0(struct ibv_mr *mr)
 {
-	fake_calls[F_DEREG_1_0]++;
+	COUNT(F_DEREG_1_0);
 	return ibv_dereg_mr(mr);
 }
 
@@ -148,7 +152,7 @@ int fake_dereg_1_1(struct ibv_mr *mr)
 {
 	struct fake_mr *none = NULL;
 
-	fake_calls[F_DEREG_1_1]++;
+	COUNT(F_DEREG_1_1);
 	if (!fake_reuse || !__atomic_compare_exchange_n(&pool, &none,
 			(struct fake_mr *)mr, false, __ATOMIC_ACQ_REL,
 			__ATOMIC_ACQUIRE))
@@ -165,7 +169,7 @@ int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
 	struct fake_mr *m = (struct fake_mr *)mr;
 
 	(void)access;
-	fake_calls[F_REREG_1_1]++;
+	COUNT(F_REREG_1_1);
 	if (flags & 2)
 		m->pd = pd;
 	if (flags & 1) {
