@@ -132,7 +132,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 	[ "$nodes" = 2 ] && name=2node-$lane
 	local log=$logs/$name.log t0=$SECONDS rc=0
 	local kver kernel moddir root build guest_build blog=$logs/build-$lane.log
-	local modroot= dk machine=pc iommu=0
+	local modroot= dk machine=pc iommu=0 append=${KVDMABUF_VM_APPEND:-}
 	# Environment of the guest's tests (NAME=VALUE words for env).
 	local guest_env=(KVDMABUF_FUZZ_SECONDS=10)
 	"$here/deps.sh" "$lane" || { account "$name" 1 /dev/null 0; return; }
@@ -201,6 +201,8 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		# q35: its ACPI tables show both CPUs under TCG; and the
 		# IOMMU variant, under lockdep, KASAN and DMA API debugging.
 		machine=q35 iommu=1
+		# kmemleak: scanned at the end of the suite (guest-run.sh)
+		append="$append kmemleak=on"
 		# KASAN and lockdep under TCG: slower, and the fuzzer's full run;
 		# Mooncake's store scenarios left out but FOLLOW (see
 		# tests/vm/expected-skips).
@@ -257,7 +259,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 			# MP table: both CPUs online under TCG).
 			KVDMABUF_VM_LOCKED=1 KVDMABUF_VM_MODROOT=$modroot \
 			KVDMABUF_VM_MACHINE=$machine KVDMABUF_VM_IOMMU=$iommu \
-			"$launcher" "$kernel" "$moddir" "$root" "$plog" \
+			KVDMABUF_VM_APPEND=$append "$launcher" "$kernel" "$moddir" "$root" "$plog" \
 				"$lane_timeout" "${guest_env[@]}" /bin/bash \
 				"$guest_build/tests/vm/guest-run.sh" "$guest_build" \
 				"${modroot:--}" "${run[@]}" | tr -d '\r' |

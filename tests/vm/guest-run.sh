@@ -28,6 +28,15 @@ mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm
 # The tests read the module's state in debugfs: without it they would skip.
 mountpoint -q /sys/kernel/debug ||
 	mount -t debugfs debugfs /sys/kernel/debug || setup_fail "mount debugfs"
+# kmemleak (the debug lane boots with kmemleak=on): what boot leaked is
+# found and set aside now, so that a report after the suite is the suite's.
+kmemleak=/sys/kernel/debug/kmemleak
+if [ -w "$kmemleak" ]; then
+	echo scan >"$kmemleak" && echo clear >"$kmemleak" ||
+		setup_fail "kmemleak: scan and clear at start"
+else
+	kmemleak=
+fi
 cpus=$(getconf _NPROCESSORS_ONLN)
 echo "# kvdmabuf VM lane: kernel $(uname -r), $cpus CPUs, build $build"
 # Races and the fuzzer must run truly in parallel.
@@ -112,6 +121,33 @@ else
 	for list; do
 		"$(dirname "$0")/run-tests.sh" "$list" "$build/tests" || failed=1
 	done
+fi
+
+# Every object the suite left unreferenced, scanned while the modules are
+# still loaded (what they hold is referenced from them, and the frames of
+# their code still have names): a leak fails the lane where a report's
+# backtrace has a frame of the code the suite drives (the project's
+# modules, the patched rdma_rxe, ib_core's dma-buf umem, the dma-buf core,
+# DRM PRIME); others are printed only.
+if [ -n "$kmemleak" ]; then
+	# an object is reported once it is older than 5 s at a scan
+	sleep 6
+	echo scan >"$kmemleak"
+	report=$(cat "$kmemleak")
+	if [ -n "$report" ]; then
+		ours='kvd|rxe_|ib_umem_dmabuf|dma_buf|drm_prime|drm_gem_prime'
+		n=$(grep -c '^unreferenced object' <<<"$report")
+		if grep -Eq "^ +\[<[0-9a-f]+>\] ($ours)" <<<"$report" ||
+			grep -Eq "^ +($ours)[a-z_0-9]*\+0x" <<<"$report"; then
+			echo "KVD-VM-FATAL: kmemleak: $n unreferenced object(s) after the suite, in code it drives:"
+			failed=1
+		else
+			echo "# kmemleak: $n unreferenced object(s), none in code the suite drives:"
+		fi
+		head -80 <<<"$report" | sed 's/^/# kmemleak| /'
+	else
+		echo "# kmemleak: nothing unreferenced after the suite"
+	fi
 fi
 
 # Unloading must work once the tests are done: nothing may be left held.
