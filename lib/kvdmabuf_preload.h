@@ -134,7 +134,8 @@ int kvdmabuf_preload_query(struct kvdmabuf_preload_state *state);
 
 /**
  * kvdmabuf_preload_calls() - how many times the entry point @symbol
- * ("ibv_reg_mr@IBVERBS_1.1", ..., "cuMemUnmap", "cuMemMap",
+ * ("ibv_reg_mr@IBVERBS_1.1", ..., "ibv_reg_mr_ex@IBVERBS_1.15",
+ * "cuMemUnmap", "cuMemMap",
  * "cuMemSetAccess", "cuMemAddressFree", "cuMemGetHandleForAddressRange",
  * "cuGetProcAddress", "cuGetProcAddress_v2") was
  * entered, from anywhere (nested calls of libibverbs included).

@@ -19,7 +19,11 @@
  *     here) and ibv_dereg_mr@@IBVERBS_1.1,
  *   ibv_rereg_mr@@IBVERBS_1.1 (its only version): forwarded and the
  *     record updated, or refused where the result would be an MR by
- *     address in a region that has a proxy (see kp_rereg_mr_1_1()).
+ *     address in a region that has a proxy (see kp_rereg_mr_1_1()),
+ *   ibv_reg_mr_ex@@IBVERBS_1.15 (rdma-core 59; verbs_ex.h): by address or
+ *     by dma-buf as its comp_mask says, made on the proxy by itself again
+ *     (its DMA handle kept); with a provider's buffer or fields newer than
+ *     this preload, made as asked and marked cannot follow.
  * Each forwards with dlvsym() to the same symbol at the same version.
  *
  * Global state: an interposer has no context to hang it on; it is all in
@@ -49,13 +53,14 @@
 #include "dmabuf_origin.h"
 #include "mr_table.h"
 #include "preload_internal.h"
+#include "verbs_ex.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define KP_TAGMAX 64
 
 enum kp_entry {
 	E_REG_MR_1_0, E_REG_MR_1_1, E_REG_MR_IOVA, E_REG_MR_IOVA2,
-	E_REG_DMABUF, E_DEREG_1_0, E_DEREG_1_1, E_REREG_1_1, E_NR
+	E_REG_DMABUF, E_DEREG_1_0, E_DEREG_1_1, E_REREG_1_1, E_REG_MR_EX, E_NR
 };
 
 static const struct {
@@ -69,6 +74,7 @@ static const struct {
 	[E_DEREG_1_0] = { "ibv_dereg_mr", "IBVERBS_1.0" },
 	[E_DEREG_1_1] = { "ibv_dereg_mr", "IBVERBS_1.1" },
 	[E_REREG_1_1] = { "ibv_rereg_mr", "IBVERBS_1.1" },
+	[E_REG_MR_EX] = { "ibv_reg_mr_ex", "IBVERBS_1.15" },
 };
 
 struct kp_region {
@@ -567,7 +573,26 @@ struct kp_call {
 	uint64_t offset;        /* dma-buf form */
 	int fd;
 	unsigned int access;
+	struct kp_mr_init_attr *ex;     /* ibv_reg_mr_ex's, the engine's */
 };
+
+/* A registration of a dma-buf (its fd and offset), not of an address. */
+static bool by_fd(const struct kp_call *c)
+{
+	return c->e == E_REG_DMABUF ||
+	       (c->e == E_REG_MR_EX && (c->ex->comp_mask & KP_MR_MASK_FD));
+}
+
+/* ibv_reg_mr_ex attributes that cannot be carried over to the proxy: a
+ * provider's buffer, or fields newer than this preload. */
+static uint64_t ex_foreign(const struct kp_call *c)
+{
+	const uint64_t known = KP_MR_MASK_IOVA | KP_MR_MASK_ADDR |
+			       KP_MR_MASK_FD | KP_MR_MASK_FD_OFFSET |
+			       KP_MR_MASK_DMAH;
+
+	return c->e == E_REG_MR_EX ? c->ex->comp_mask & ~known : 0;
+}
 
 static struct ibv_mr *forward(const struct kp_call *c)
 {
@@ -596,6 +621,9 @@ static struct ibv_mr *forward(const struct kp_call *c)
 		mr = ((reg_dmabuf_fn)f)(c->pd, c->offset, c->len, c->iova,
 					c->fd, (int)c->access);
 		break;
+	case E_REG_MR_EX:
+		mr = ((reg_ex_fn)f)(c->pd, c->ex);
+		break;
 	default:
 		errno = EINVAL;
 		break;
@@ -608,7 +636,9 @@ static struct ibv_mr *forward(const struct kp_call *c)
 static struct ibv_mr *on_proxy(const struct kp_call *c, int proxy_fd,
 			       uint64_t off, int *err)
 {
-	void *f = next_fn(E_REG_DMABUF);
+	/* ibv_reg_mr_ex: by itself again, its DMA handle kept */
+	void *f = next_fn(c->e == E_REG_MR_EX ? E_REG_MR_EX : E_REG_DMABUF);
+	struct kp_mr_init_attr ex;
 	struct ibv_mr *mr;
 
 	if (!f) {
@@ -617,11 +647,24 @@ static struct ibv_mr *on_proxy(const struct kp_call *c, int proxy_fd,
 	}
 	kp_depth++;
 	errno = 0;
-	mr = ((reg_dmabuf_fn)f)(c->pd, off, c->len, c->iova, proxy_fd,
-				(int)c->access);
+	if (c->e == E_REG_MR_EX) {
+		ex = (struct kp_mr_init_attr){
+			.length = c->len, .access = (int)c->access,
+			.comp_mask = KP_MR_MASK_IOVA | KP_MR_MASK_FD |
+				     KP_MR_MASK_FD_OFFSET |
+				     (c->ex->comp_mask & KP_MR_MASK_DMAH),
+			.iova = c->iova, .fd = proxy_fd, .fd_offset = off,
+			.dmah = c->ex->comp_mask & KP_MR_MASK_DMAH ?
+				c->ex->dmah : NULL,
+		};
+		mr = ((reg_ex_fn)f)(c->pd, &ex);
+	} else {
+		mr = ((reg_dmabuf_fn)f)(c->pd, off, c->len, c->iova, proxy_fd,
+					(int)c->access);
+	}
 	*err = mr ? 0 : errno ? errno : EIO;
 	kp_depth--;
-	if (mr && c->e != E_REG_DMABUF)
+	if (mr && !by_fd(c))
 		mr->addr = c->addr;     /* as ibv_reg_mr reports it */
 	else if (mr)
 		mr->addr = (void *)(uintptr_t)c->offset;
@@ -692,13 +735,21 @@ static struct ibv_mr *reg_core(struct kp_call *c)
 		return forward(c);
 	pthread_once(&kp.env_once, env_load);
 	nic_name(c->pd, rec.nic, sizeof(rec.nic));
-	known = c->e == E_REG_DMABUF && !fstat(c->fd, &st);
+	known = by_fd(c) && !fstat(c->fd, &st);
 	pthread_mutex_lock(&kp.lock);
-	a = c->e == E_REG_DMABUF ? dmabuf_mr_start(c, known ? &st : NULL) :
+	a = by_fd(c) ? dmabuf_mr_start(c, known ? &st : NULL) :
 	    (uintptr_t)c->addr;
 	rec.addr = a;
 	r = region_containing(a, c->len);
-	if (r) {
+	if (r && ex_foreign(c)) {
+		in = true;
+		snprintf(tag, sizeof(tag), "%s", r->tag);
+		snprintf(rec.why, sizeof(rec.why), "ibv_reg_mr_ex with "
+			 "comp_mask %#" PRIx64 " (a provider's buffer, or "
+			 "fields this preload does not know: %#" PRIx64 ") "
+			 "cannot be made on KV region '%s''s proxy",
+			 c->ex->comp_mask, ex_foreign(c), r->tag);
+	} else if (r) {
 		in = true;
 		proxy_fd = r->proxy_fd;
 		poff = r->proxy_off + (a - r->addr);
@@ -727,7 +778,7 @@ static struct ibv_mr *reg_core(struct kp_call *c)
 			snprintf(rec.why, sizeof(rec.why), "NIC %s could not "
 				 "register region '%s''s proxy dma-buf (%s), so "
 				 "the %s was made as asked", rec.nic, tag,
-				 strerror(err), c->e == E_REG_DMABUF ?
+				 strerror(err), by_fd(c) ?
 				 "engine's own dma-buf MR" :
 				 "registration by address");
 		}
@@ -735,7 +786,7 @@ static struct ibv_mr *reg_core(struct kp_call *c)
 		snprintf(rec.why, sizeof(rec.why), "KV region '%s' has no "
 			 "proxy dma-buf (host memory, or declared without "
 			 "one): the %s holds the pages it was made on", tag,
-			 c->e == E_REG_DMABUF ? "engine's own dma-buf MR" :
+			 by_fd(c) ? "engine's own dma-buf MR" :
 			 "registration by address");
 	}
 	if (!mr) {
@@ -801,6 +852,7 @@ int kp_dereg_mr_1_0(struct ibv_mr *mr);
 int kp_dereg_mr_1_1(struct ibv_mr *mr);
 int kp_rereg_mr_1_1(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
 		    void *addr, size_t len, int access);
+struct ibv_mr *kp_reg_mr_ex(struct ibv_pd *pd, struct kp_mr_init_attr *in);
 
 struct ibv_mr *kp_reg_mr_1_1(struct ibv_pd *pd, void *addr,
 				    size_t len, int access)
@@ -844,6 +896,31 @@ struct ibv_mr *kp_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
 			     .access = (unsigned int)access };
 
 	atomic_fetch_add(&kp.calls[c.e], 1);
+	return reg_core(&c);
+}
+
+/*
+ * ibv_reg_mr_ex@@IBVERBS_1.15: by address or by dma-buf, as its comp_mask
+ * says; the engine's struct is read only where comp_mask sets a field.
+ */
+struct ibv_mr *kp_reg_mr_ex(struct ibv_pd *pd, struct kp_mr_init_attr *in)
+{
+	struct kp_call c = { .e = E_REG_MR_EX, .pd = pd, .ex = in, .fd = -1 };
+
+	atomic_fetch_add(&kp.calls[c.e], 1);
+	if (!in)
+		return forward(&c);     /* libibverbs answers */
+	c.len = in->length;
+	c.access = (unsigned int)in->access;
+	if (in->comp_mask & KP_MR_MASK_ADDR)
+		c.addr = in->addr;
+	c.iova = in->comp_mask & KP_MR_MASK_IOVA ? in->iova :
+		 (uintptr_t)c.addr;
+	if (in->comp_mask & KP_MR_MASK_FD) {
+		c.fd = in->fd;
+		if (in->comp_mask & KP_MR_MASK_FD_OFFSET)
+			c.offset = in->fd_offset;
+	}
 	return reg_core(&c);
 }
 
@@ -1034,6 +1111,7 @@ __asm__(".symver kp_reg_dmabuf_mr, ibv_reg_dmabuf_mr@@IBVERBS_1.12");
 __asm__(".symver kp_dereg_mr_1_0, ibv_dereg_mr@IBVERBS_1.0");
 __asm__(".symver kp_dereg_mr_1_1, ibv_dereg_mr@@IBVERBS_1.1");
 __asm__(".symver kp_rereg_mr_1_1, ibv_rereg_mr@@IBVERBS_1.1");
+__asm__(".symver kp_reg_mr_ex, ibv_reg_mr_ex@@IBVERBS_1.15");
 
 /* Our entry point of each, as dlsym/dlvsym on a handle hand it out. */
 static void *const own[E_NR] = {
@@ -1045,6 +1123,7 @@ static void *const own[E_NR] = {
 	[E_DEREG_1_0] = (void *)kp_dereg_mr_1_0,
 	[E_DEREG_1_1] = (void *)kp_dereg_mr_1_1,
 	[E_REREG_1_1] = (void *)kp_rereg_mr_1_1,
+	[E_REG_MR_EX] = (void *)kp_reg_mr_ex,
 };
 
 static bool is_own_entry(const void *f)

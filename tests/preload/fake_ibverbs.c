@@ -39,9 +39,9 @@ struct fake_mr {
 
 int fake_dmabuf_errno;
 int fake_addr_errno;
-long fake_calls[8];
+long fake_calls[9];
 enum { F_REG_1_0, F_REG_1_1, F_IOVA, F_IOVA2, F_DMABUF, F_DEREG_1_0,
-       F_DEREG_1_1, F_REREG_1_1 };
+       F_DEREG_1_1, F_REREG_1_1, F_REG_EX };
 static uint32_t next_key = 0x100;
 int fake_reuse;
 /* What the last ibv_reg_dmabuf_mr was asked: offset into the dma-buf, fd. */
@@ -59,6 +59,24 @@ static struct fake_mr *pool;
 struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len,
 				uint64_t iova, unsigned int access);
 int ibv_dereg_mr(struct ibv_mr *mr);
+
+/* ibv_reg_mr_ex's argument, as rdma-core 63's verbs.h has it (the call
+ * itself is in rdma-core 59 and later, IBVERBS_1.15). */
+struct fake_mr_init_attr {
+	size_t length;
+	int access;
+	uint64_t comp_mask;     /* IOVA 1, ADDR 2, FD 4, FD_OFFSET 8, DMAH 16,
+				 * BUF 32 */
+	uint64_t iova;
+	void *addr;
+	int fd;
+	uint64_t fd_offset;
+	void *dmah;
+	void *buf;
+};
+
+/* What the last ibv_reg_mr_ex was asked (the fields comp_mask sets). */
+struct fake_mr_init_attr fake_last_ex;
 
 static struct ibv_mr *mr_new(struct ibv_pd *pd, void *addr, size_t len)
 {
@@ -183,3 +201,32 @@ __asm__(".symver fake_reg_1_0, ibv_reg_mr@IBVERBS_1.0");
 __asm__(".symver fake_reg_1_1, ibv_reg_mr@@IBVERBS_1.1");
 __asm__(".symver fake_dereg_1_0, ibv_dereg_mr@IBVERBS_1.0");
 __asm__(".symver fake_dereg_1_1, ibv_dereg_mr@@IBVERBS_1.1");
+
+struct ibv_mr *ibv_reg_mr_ex(struct ibv_pd *pd, struct fake_mr_init_attr *in)
+{
+	struct fake_mr_init_attr got = { .length = in->length,
+					 .access = in->access,
+					 .comp_mask = in->comp_mask };
+
+	COUNT(F_REG_EX);
+	if (in->comp_mask & 1)
+		got.iova = in->iova;
+	if (in->comp_mask & 2)
+		got.addr = in->addr;
+	if (in->comp_mask & 4)
+		got.fd = in->fd;
+	if (in->comp_mask & 8)
+		got.fd_offset = in->fd_offset;
+	if (in->comp_mask & 16)
+		got.dmah = in->dmah;
+	fake_last_ex = got;
+	if (in->comp_mask & 4) {
+		if (fake_dmabuf_errno) {
+			errno = fake_dmabuf_errno;
+			return NULL;
+		}
+		return mr_new(pd, (void *)(uintptr_t)got.fd_offset,
+			      in->length);
+	}
+	return addr_mr(pd, in->addr, in->length);
+}

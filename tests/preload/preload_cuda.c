@@ -42,6 +42,7 @@
 #include "harness.h"
 #include "cuda_api.h"
 #include "kvdmabuf_preload.h"
+#include "preload/verbs_ex.h"       /* ibv_reg_mr_ex's argument */
 
 /* The preload dlopen()ed here: the sanitizer twins' own build of it. */
 #ifndef KVD_PRELOAD_UNDER_TEST
@@ -70,6 +71,8 @@ static struct {
 	kvd_cuMemGetHandleForAddressRange_fn *export;
 	int *last_dmabuf_fd;
 	uint64_t *last_dmabuf_off;
+	struct ibv_mr *(*reg_ex)(struct ibv_pd *, struct kp_mr_init_attr *);
+	struct kp_mr_init_attr *last_ex;
 	kvd_cuDevicePrimaryCtxRetain_fn *d_retain;
 	kvd_cuCtxPushCurrent_fn *d_push;
 	kvd_cuCtxPopCurrent_fn *d_pop;
@@ -180,6 +183,9 @@ static int load(char *why, size_t len)
 	*(void **)&t.last_dmabuf_fd = dlsym(t.verbs, "fake_last_dmabuf_fd");
 	*(void **)&t.last_dmabuf_off = dlsym(t.verbs,
 					     "fake_last_dmabuf_offset");
+	*(void **)&t.reg_ex = dlvsym(RTLD_DEFAULT, "ibv_reg_mr_ex",
+				     "IBVERBS_1.15");
+	*(void **)&t.last_ex = dlsym(t.verbs, "fake_last_ex");
 	D(d_retain, "cuDevicePrimaryCtxRetain");
 	D(d_push, "cuCtxPushCurrent_v2");
 	D(d_pop, "cuCtxPopCurrent_v2");
@@ -214,7 +220,8 @@ static int load(char *why, size_t len)
 	if (!t.unmap || !t.map || !t.access || !t.address_free || !t.gpa2 ||
 	    !t.gpa1 ||
 	    !t.reg_mr || !t.dereg_mr || !t.reg_dmabuf || !t.export ||
-	    !t.last_dmabuf_fd || !t.last_dmabuf_off || !t.d_retain ||
+	    !t.last_dmabuf_fd || !t.last_dmabuf_off || !t.reg_ex ||
+	    !t.last_ex || !t.d_retain ||
 	    !t.d_push || !t.d_pop || !t.d_unmap || !t.d_map ||
 	    !t.d_access || !t.d_create || !t.d_release || !t.d_reserve ||
 	    !t.d_gpa2 || !t.note || !t.log || !t.access_of ||
@@ -676,26 +683,33 @@ TEST_F(kv, region_with_an_engine_mr_on_its_proxy_is_not_undeclared)
  * dma-buf registered at its VA is the same MR. A dma-buf the engine did
  * not export here is taken at its iova, as before.
  */
+/* The engine's own export of [@addr, +@len) (the interposed call, in
+ * device 0's primary context): the dma-buf fd, or -1. */
+static int engine_export(char *addr, size_t len)
+{
+	kvd_CUcontext pctx, popped;
+	kvd_CUresult r;
+	int fd = -1;
+
+	if (t.d_retain(&pctx, 0) || t.d_push(pctx))
+		return -1;
+	r = t.export(&fd, (kvd_CUdeviceptr)(uintptr_t)addr, len,
+		     KVD_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+	t.d_pop(&popped);
+	return r == KVD_CUDA_SUCCESS ? fd : -1;
+}
+
 TEST_F(kv, engine_dmabuf_mr_of_kv_memory_is_seen_whatever_its_iova)
 {
 	struct ibv_device dev = { .name = "fakenic0" };
 	struct ibv_context ctx = { .device = &dev };
 	struct ibv_pd pd = { .context = &ctx };
-	kvd_CUdeviceptr chunk1 = (kvd_CUdeviceptr)(uintptr_t)
-				 (self->base + CHUNK);
 	uint64_t iovas[2] = { 0, (uintptr_t)self->base + CHUNK };
 	struct kvdmabuf_preload_state st;
-	kvd_CUcontext pctx, popped;
-	kvd_CUdevice dev0 = 0;
 	struct ibv_mr *mr;
-	int fd = -1, other, i;
+	int fd, other, i;
 
-	ASSERT_EQ(KVD_CUDA_SUCCESS, t.d_retain(&pctx, dev0));
-	ASSERT_EQ(KVD_CUDA_SUCCESS, t.d_push(pctx));
-	ASSERT_EQ(KVD_CUDA_SUCCESS,
-		  t.export(&fd, chunk1, CHUNK,
-			   KVD_CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0));
-	t.d_pop(&popped);
+	fd = engine_export(self->base + CHUNK, CHUNK);
 	ASSERT_LE(0, fd);
 	for (i = 0; i < 2; i++) {
 		mr = t.reg_dmabuf(&pd, 0, CHUNK, iovas[i], fd,
@@ -720,6 +734,85 @@ TEST_F(kv, engine_dmabuf_mr_of_kv_memory_is_seen_whatever_its_iova)
 	close(other);
 	close(fd);
 	EXPECT_EQ(1, t.calls("cuMemGetHandleForAddressRange"));
+}
+
+/*
+ * ibv_reg_mr_ex (rdma-core 59): in the region, by address or by the
+ * engine's own dma-buf at iova 0, it is made on the region's proxy by
+ * ibv_reg_mr_ex again, at the matching offset, the engine's iova and DMA
+ * handle kept; with a provider's buffer (IBV_REG_MR_MASK_BUF) it cannot
+ * be carried over: made as asked, and the sleep refused naming it;
+ * outside every region it passes as asked.
+ */
+TEST_F(kv, reg_mr_ex_in_the_region_is_made_on_its_proxy)
+{
+	struct ibv_device dev = { .name = "fakenic0" };
+	struct ibv_context ctx = { .device = &dev };
+	struct ibv_pd pd = { .context = &ctx };
+	char *at = self->base + CHUNK + PAGE;
+	struct kvdmabuf_preload_state st;
+	struct kp_mr_init_attr a;
+	struct ibv_mr *mr;
+	int fd;
+
+	/* by address, with a DMA handle */
+	a = (struct kp_mr_init_attr){ .length = PAGE,
+		.access = IBV_ACCESS_LOCAL_WRITE,
+		.comp_mask = KP_MR_MASK_ADDR | KP_MR_MASK_DMAH,
+		.addr = at, .dmah = (void *)0x1234 };
+	mr = t.reg_ex(&pd, &a);
+	ASSERT_NOT_NULL(mr);
+	EXPECT_EQ(KP_MR_MASK_IOVA | KP_MR_MASK_FD | KP_MR_MASK_FD_OFFSET |
+		  KP_MR_MASK_DMAH, t.last_ex->comp_mask);
+	EXPECT_EQ(self->proxy, t.last_ex->fd);
+	EXPECT_EQ(CHUNK + PAGE, t.last_ex->fd_offset);
+	EXPECT_EQ((uintptr_t)at, t.last_ex->iova);
+	EXPECT_EQ((void *)0x1234, t.last_ex->dmah);
+	EXPECT_EQ((void *)at, mr->addr);
+	ASSERT_EQ(0, t.query(&st));
+	EXPECT_EQ(1u, st.nr_on_proxy);
+	ASSERT_EQ(0, t.dereg_mr(mr));
+	/* the engine's own dma-buf of the second chunk, zero-based */
+	fd = engine_export(self->base + CHUNK, CHUNK);
+	ASSERT_LE(0, fd);
+	a = (struct kp_mr_init_attr){ .length = PAGE,
+		.access = IBV_ACCESS_LOCAL_WRITE,
+		.comp_mask = KP_MR_MASK_IOVA | KP_MR_MASK_FD |
+			     KP_MR_MASK_FD_OFFSET,
+		.iova = 0, .fd = fd, .fd_offset = PAGE };
+	mr = t.reg_ex(&pd, &a);
+	ASSERT_NOT_NULL(mr);
+	EXPECT_EQ(self->proxy, t.last_ex->fd);
+	EXPECT_EQ(CHUNK + PAGE, t.last_ex->fd_offset);
+	EXPECT_EQ(0u, t.last_ex->iova);
+	EXPECT_EQ(0u, t.last_ex->comp_mask & KP_MR_MASK_DMAH);
+	ASSERT_EQ(0, t.query(&st));
+	EXPECT_EQ(1u, st.nr_on_proxy);
+	ASSERT_EQ(0, t.dereg_mr(mr));
+	close(fd);
+	/* a provider's buffer: as asked, and the sleep is refused */
+	a = (struct kp_mr_init_attr){ .length = PAGE,
+		.access = IBV_ACCESS_LOCAL_WRITE,
+		.comp_mask = KP_MR_MASK_ADDR | KP_MR_MASK_BUF, .addr = at };
+	mr = t.reg_ex(&pd, &a);
+	ASSERT_NOT_NULL(mr);
+	EXPECT_EQ(KP_MR_MASK_ADDR | KP_MR_MASK_BUF, t.last_ex->comp_mask);
+	ASSERT_EQ(0, t.query(&st));
+	EXPECT_EQ(1u, st.nr_cannot_follow);
+	REFUSED(self, "ibv_reg_mr_ex with comp_mask 0x22");
+	ASSERT_EQ(0, t.dereg_mr(mr));
+	/* outside every region: as asked */
+	a = (struct kp_mr_init_attr){ .length = PAGE,
+		.access = IBV_ACCESS_LOCAL_WRITE,
+		.comp_mask = KP_MR_MASK_ADDR, .addr = self->base + 2 * CHUNK };
+	mr = t.reg_ex(&pd, &a);
+	ASSERT_NOT_NULL(mr);
+	EXPECT_EQ(KP_MR_MASK_ADDR, t.last_ex->comp_mask);
+	EXPECT_EQ((void *)(self->base + 2 * CHUNK), t.last_ex->addr);
+	ASSERT_EQ(0, t.query(&st));
+	EXPECT_EQ(0u, st.nr_in_regions);
+	ASSERT_EQ(0, t.dereg_mr(mr));
+	EXPECT_EQ(4, t.calls("ibv_reg_mr_ex@IBVERBS_1.15"));
 }
 
 /*
