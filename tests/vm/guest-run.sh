@@ -130,8 +130,10 @@ fi
 # modules, the patched rdma_rxe, ib_core's dma-buf umem, the dma-buf core,
 # DRM PRIME); others are printed only.
 if [ -n "$kmemleak" ]; then
-	# an object is reported once it is older than 5 s at a scan
+	# an object is reported once it is older than 5 s and unchanged
+	# (its checksum) since the scan before: two scans
 	sleep 6
+	echo scan >"$kmemleak"
 	echo scan >"$kmemleak"
 	report=$(cat "$kmemleak")
 	if [ -n "$report" ]; then
