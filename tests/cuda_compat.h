@@ -83,4 +83,18 @@ KVD_CUDA_PRELOAD_CALLS(KVD_CU_PROTO)
 #undef KVD_CU_PROTO
 #endif /* KVD_HAVE_CUDA_H */
 
+/* What an engine's KV allocation asks for: pinned memory of device 0 that
+ * GPUDirect RDMA can reach, mapped read-write. */
+static inline void kvd_kv_alloc_props(CUmemAllocationProp *prop,
+				      CUmemAccessDesc *rw)
+{
+	*prop = (CUmemAllocationProp){ 0 };
+	prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop->allocFlags.gpuDirectRDMACapable = 1;
+	*rw = (CUmemAccessDesc){ 0 };
+	rw->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	rw->flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+}
+
 #endif /* KVDMABUF_TESTS_CUDA_COMPAT_H */

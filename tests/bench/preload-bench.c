@@ -164,13 +164,7 @@ static int child_cuda(int batches, int per)
 	CUdeviceptr va;
 	int b, i;
 
-	memset(&prop, 0, sizeof(prop));
-	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	prop.allocFlags.gpuDirectRDMACapable = 1;
-	memset(&rw, 0, sizeof(rw));
-	rw.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	rw.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	kvd_kv_alloc_props(&prop, &rw);
 	if (cuInit(0) || cuMemAddressReserve(&va, size, 0, 0, 0) ||
 	    cuMemCreate(&h, size, &prop, 0) || cuMemMap(va, size, 0, h, 0) ||
 	    cuMemSetAccess(va, size, &rw, 1)) {

@@ -52,13 +52,7 @@ static int chunk(CUdeviceptr p, map_fn *map, access_fn *access)
 	CUmemAccessDesc rw;
 	CUmemGenericAllocationHandle h;
 
-	memset(&prop, 0, sizeof(prop));
-	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	prop.allocFlags.gpuDirectRDMACapable = 1;
-	memset(&rw, 0, sizeof(rw));
-	rw.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	rw.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	kvd_kv_alloc_props(&prop, &rw);
 	if (cuMemCreate(&h, CHUNK, &prop, 0) || map(p, CHUNK, 0, h, 0))
 		return -1;
 	cuMemRelease(h);
