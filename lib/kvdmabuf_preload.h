@@ -55,7 +55,9 @@ extern "C" {
  *   regions N asleep N in N proxy N cannot N env_error E
  *   region ADDR+LEN TAG proxy|no-proxy awake|asleep      (one per region)
  *   lkey 0xK ADDR+LEN NIC on-proxy|cannot-follow [WHY]   (MRs in regions)
- * A file whose pid is gone or has another start time is a dead process's.
+ * A file whose pid is gone or has another start time is a dead process's
+ * (killed, or ended by _exit without the destructor): the next process of
+ * that user that writes its own file removes such files once.
  */
 #define KVDMABUF_PRELOAD_DIR_ENV "KVDMABUF_PRELOAD_DIR"
 #define KVDMABUF_PRELOAD_RUN_DIR "/run/kvdmabuf/preload"

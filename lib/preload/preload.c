@@ -33,6 +33,7 @@
  * ibv_reg_mr_iova2 through its PLT) and libkvdmabuf's own registrations
  * (kvdmabuf_preload_own()) pass through unrecorded.
  */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -104,6 +105,7 @@ static struct {
 	_Atomic long long calls[E_NR];
 	/* the state file (kvdmabuf_preload.h, "State file") */
 	bool dir_known;
+	bool swept;                     /* dead writers' files removed */
 	char dir[256];                  /* "": none */
 	pid_t published;                /* the pid whose file we wrote, or 0 */
 	uint64_t last_mr_id;
@@ -306,6 +308,7 @@ void kp_fork_child(void)
 	kp_mr_clear(&kp.mrs);
 	kp.nr_pending = 0;
 	kp.published = 0;
+	kp.swept = false;
 	pthread_mutex_unlock(&kp.lock);
 }
 
@@ -446,15 +449,21 @@ static void dir_find(void)
 	}
 }
 
-/* This process's start time (field 22 of /proc/self/stat): with the pid,
- * it tells a live writer from a file a dead one left behind. */
-static unsigned long long start_time(void)
+/* The start time of process @pid (field 22 of /proc/PID/stat; 0: this
+ * one): with the pid, it tells a live writer from a file a dead one left
+ * behind. 0 where there is no such process. */
+static unsigned long long start_time_of(pid_t pid)
 {
 	unsigned long long t = 0;
 	char buf[1024], *p;
 	ssize_t n;
-	int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-	int field;
+	int fd, field;
+
+	if (pid)
+		snprintf(buf, sizeof(buf), "/proc/%d/stat", (int)pid);
+	else
+		snprintf(buf, sizeof(buf), "/proc/self/stat");
+	fd = open(buf, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
 		return 0;
@@ -469,6 +478,66 @@ static unsigned long long start_time(void)
 	if (p)
 		t = strtoull(p + 1, NULL, 10);
 	return t;
+}
+
+static unsigned long long start_time(void)
+{
+	return start_time_of(0);
+}
+
+/* Whether @name in the folder is a state file (PID) or a temporary one
+ * (.PID.XXXXXX) that a process of our user left and no longer writes:
+ * its pid gone, or (a state file) reused by a later process. */
+static bool left_behind(int dir, const char *name)
+{
+	char buf[128], *end;
+	unsigned long long t;
+	bool tmp = name[0] == '.';
+	struct stat st;
+	long pid;
+	ssize_t n;
+	int fd;
+
+	pid = strtol(name + tmp, &end, 10);
+	if (pid <= 0 || end == name + tmp || (tmp ? *end != '.' : *end) ||
+	    fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) ||
+	    !S_ISREG(st.st_mode) || st.st_uid != geteuid())
+		return false;
+	t = start_time_of((pid_t)pid);
+	if (!t || tmp)
+		return !t;
+	/* a live pid: the file's, or an earlier process's of that pid */
+	fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	end = strstr(buf, "\npid ");            /* "pid PID STARTTIME" */
+	if (!end || !(end = strchr(end + 5, ' ')))
+		return false;   /* not a state file: not ours to judge */
+	return strtoull(end, NULL, 10) != t;
+}
+
+/*
+ * Once per process, before its first file: the files of our user that
+ * processes which ended without their destructor (killed, _exit) left in
+ * the folder are removed; `kvdmabuf status` skips them anyway, but a
+ * shared folder would fill up.
+ */
+static void sweep_locked(void)
+{
+	DIR *d;
+	struct dirent *e;
+
+	kp.swept = true;
+	d = opendir(kp.dir);
+	if (!d)
+		return;
+	while ((e = readdir(d)))
+		if (left_behind(dirfd(d), e->d_name))
+			unlinkat(dirfd(d), e->d_name, 0);
+	closedir(d);
 }
 
 /*
@@ -489,6 +558,8 @@ static void publish_locked(void)
 		dir_find();
 	if (!kp.dir[0])
 		return;
+	if (!kp.swept)
+		sweep_locked();
 	snprintf(path, sizeof(path), "%s/%d", kp.dir, (int)pid);
 	/*
 	 * A new file of a fresh name (O_EXCL): the folder may be shared

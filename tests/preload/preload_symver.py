@@ -326,6 +326,56 @@ def state_file_of_an_earlier_image_is_removed_at_load():
           "left: %r %s" % (p.stdout, p.stderr))
 
 
+def proc_start_time(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
+def files_that_dead_processes_left_are_swept():
+    """A process that ends without its destructor (killed, _exit: every
+    test harness child) leaves its state file; the next process that
+    writes one removes, once, the files of its user whose pid is gone or
+    belongs to a later process (another start time), and temporary files
+    of gone pids. A live writer's file, another user's and anything that
+    is not a regular file stay (issue 32 item 11: 627 files piled up in
+    the host's folder from the tests)."""
+    d = tempfile.mkdtemp(prefix="kvd-preload-sweep-")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    me = os.getpid()
+
+    def put(name, pid, start, uid=None):
+        path = os.path.join(d, name)
+        with open(path, "w") as f:
+            f.write("kvdmabuf-preload 2\npid %d %d\nregions 0 asleep 0 "
+                    "in 0 proxy 0 cannot 0 env_error 0\n" % (pid, start))
+        if uid is not None:
+            os.chown(path, uid, -1)
+        return name
+
+    swept = [put(str(gone.pid), gone.pid, 1),
+             put(".%d.Ab12Cd" % gone.pid, gone.pid, 1),
+             put(str(me), me, proc_start_time(me) + 1)]   # pid reused
+    kept = [put("1", 1, proc_start_time(1))]               # alive: init
+    if os.geteuid() == 0:
+        kept.append(put("%d" % (gone.pid + 1000000), gone.pid + 1000000, 1,
+                        uid=65534))                        # not ours
+    os.mkfifo(os.path.join(d, "%d" % (gone.pid + 2000000)))
+    kept.append("%d" % (gone.pid + 2000000))
+    env = dict(os.environ, LD_PRELOAD=PRELOAD, LD_LIBRARY_PATH=FAKE,
+               KVDMABUF_PRELOAD_DIR=d)
+    p = subprocess.run([PROG, "reg_mr-kv"], env=env, capture_output=True,
+                       text=True, timeout=30)
+    left = sorted(os.listdir(d))
+    print("# left: %s" % left)
+    shutil.rmtree(d)
+    check(p.returncode == 0, "symver: %d %s" % (p.returncode, p.stderr))
+    for n in swept:
+        check(n not in left, "%s not removed: %s" % (n, left))
+    for n in kept:
+        check(n in left, "%s removed: %s" % (n, left))
+
+
 def dlopen_engine(case):
     env = dict(os.environ, LD_PRELOAD=PRELOAD, LD_LIBRARY_PATH=FAKE)
     p = subprocess.run([os.path.join(TOP, "tests", "preload",
@@ -492,6 +542,7 @@ if __name__ == "__main__":
         status_lists_a_live_engine_and_forgets_it_at_exit,
         pass_through_calls_leave_the_state_file_alone,
         state_file_of_an_earlier_image_is_removed_at_load,
+        files_that_dead_processes_left_are_swept,
         shared_state_folder_is_not_trusted,
         libibverbs_loaded_locally_and_looked_up_by_dlsym_is_interposed,
         libibverbs_looked_up_by_dlvsym_is_interposed,
