@@ -76,6 +76,7 @@ PRELOAD_MAP := lib/preload/libkvdmabuf-preload.map
 CUDART := $(if $(CUDA_H),$(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart.so \
 	$(CUDA_HOME)/targets/*/lib/libcudart.so)))
 PRELOAD_TESTS := tests/preload/symver tests/preload/fake/libibverbs.so.1 \
+	tests/preload/fake/libmlx5.so.1 \
 	tests/preload/dlopen_engine tests/preload/verbs_ext.so \
 	$(if $(wildcard tests/fake_cuda/*.c),tests/preload/two_interposers) \
 	tests/preload/other_interposer.so \
@@ -197,6 +198,13 @@ tests/preload/fake/libibverbs.so.1: tests/preload/fake_ibverbs.c tests/preload/f
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) -shared -Wl,-soname,libibverbs.so.1 \
 		-Wl,--version-script=tests/preload/fake_ibverbs.map -o $@ $<
+# A stand-in libmlx5 (mlx5dv_reg_dmabuf_mr), on the stand-in libibverbs.
+tests/preload/fake/libmlx5.so.1: tests/preload/fake_mlx5.c tests/preload/fake_mlx5.map \
+		tests/preload/fake/libibverbs.so.1
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CFLAGS) -shared -Wl,-soname,libmlx5.so.1 \
+		-Wl,--version-script=tests/preload/fake_mlx5.map -o $@ $< \
+		-Ltests/preload/fake -l:libibverbs.so.1
 
 # tests/preload/preload_cuda dlopen()s the preload, the fake libcuda and the fake
 # libibverbs, in that order: linked with neither libkvdmabuf nor libibverbs

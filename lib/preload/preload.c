@@ -23,7 +23,9 @@
  *   ibv_reg_mr_ex@@IBVERBS_1.15 (rdma-core 59; verbs_ex.h): by address or
  *     by dma-buf as its comp_mask says, made on the proxy by itself again
  *     (its DMA handle kept); with a provider's buffer or fields newer than
- *     this preload, made as asked and marked cannot follow.
+ *     this preload, made as asked and marked cannot follow;
+ *   mlx5dv_reg_dmabuf_mr@@MLX5_1.25 (libmlx5.so.1, rdma-core 53): like
+ *     ibv_reg_dmabuf_mr, its mlx5 access flags kept on the proxy.
  * Each forwards with dlvsym() to the same symbol at the same version.
  *
  * Global state: an interposer has no context to hang it on; it is all in
@@ -61,11 +63,14 @@
 
 enum kp_entry {
 	E_REG_MR_1_0, E_REG_MR_1_1, E_REG_MR_IOVA, E_REG_MR_IOVA2,
-	E_REG_DMABUF, E_DEREG_1_0, E_DEREG_1_1, E_REREG_1_1, E_REG_MR_EX, E_NR
+	E_REG_DMABUF, E_DEREG_1_0, E_DEREG_1_1, E_REREG_1_1, E_REG_MR_EX,
+	E_MLX5_DMABUF, E_NR
 };
 
+/* Each entry point, and the library that defines it where that is not
+ * libibverbs.so.1 (found by that name when loaded RTLD_LOCAL). */
 static const struct {
-	const char *name, *version;
+	const char *name, *version, *lib;
 } entries[E_NR] = {
 	[E_REG_MR_1_0] = { "ibv_reg_mr", "IBVERBS_1.0" },
 	[E_REG_MR_1_1] = { "ibv_reg_mr", "IBVERBS_1.1" },
@@ -76,6 +81,8 @@ static const struct {
 	[E_DEREG_1_1] = { "ibv_dereg_mr", "IBVERBS_1.1" },
 	[E_REREG_1_1] = { "ibv_rereg_mr", "IBVERBS_1.1" },
 	[E_REG_MR_EX] = { "ibv_reg_mr_ex", "IBVERBS_1.15" },
+	[E_MLX5_DMABUF] = { "mlx5dv_reg_dmabuf_mr", "MLX5_1.25",
+			    "libmlx5.so.1" },
 };
 
 struct kp_region {
@@ -159,7 +166,8 @@ static void *next_fn(enum kp_entry e)
 	f = dlvsym(RTLD_NEXT, entries[e].name, entries[e].version);
 	if (!f) {
 		/* A libibverbs loaded RTLD_LOCAL (a Python extension's). */
-		h = dlopen("libibverbs.so.1", RTLD_LAZY | RTLD_NOLOAD);
+		h = dlopen(entries[e].lib ? entries[e].lib : "libibverbs.so.1",
+			   RTLD_LAZY | RTLD_NOLOAD);
 		if (h) {
 			f = dlvsym(h, entries[e].name, entries[e].version);
 			dlclose(h);
@@ -630,6 +638,8 @@ typedef struct ibv_mr *(*reg_iova2_fn)(struct ibv_pd *, void *, size_t,
 				       uint64_t, unsigned int);
 typedef struct ibv_mr *(*reg_dmabuf_fn)(struct ibv_pd *, uint64_t, size_t,
 					uint64_t, int, int);
+typedef struct ibv_mr *(*mlx5_dmabuf_fn)(struct ibv_pd *, uint64_t, size_t,
+					 uint64_t, int, int, int);
 typedef int (*dereg_fn)(struct ibv_mr *);
 typedef int (*rereg_fn)(struct ibv_mr *, int, struct ibv_pd *, void *,
 			size_t, int);
@@ -645,12 +655,13 @@ struct kp_call {
 	int fd;
 	unsigned int access;
 	struct kp_mr_init_attr *ex;     /* ibv_reg_mr_ex's, the engine's */
+	int mlx5_access;                /* mlx5dv_reg_dmabuf_mr's */
 };
 
 /* A registration of a dma-buf (its fd and offset), not of an address. */
 static bool by_fd(const struct kp_call *c)
 {
-	return c->e == E_REG_DMABUF ||
+	return c->e == E_REG_DMABUF || c->e == E_MLX5_DMABUF ||
 	       (c->e == E_REG_MR_EX && (c->ex->comp_mask & KP_MR_MASK_FD));
 }
 
@@ -695,6 +706,10 @@ static struct ibv_mr *forward(const struct kp_call *c)
 	case E_REG_MR_EX:
 		mr = ((reg_ex_fn)f)(c->pd, c->ex);
 		break;
+	case E_MLX5_DMABUF:
+		mr = ((mlx5_dmabuf_fn)f)(c->pd, c->offset, c->len, c->iova,
+					 c->fd, (int)c->access, c->mlx5_access);
+		break;
 	default:
 		errno = EINVAL;
 		break;
@@ -707,8 +722,10 @@ static struct ibv_mr *forward(const struct kp_call *c)
 static struct ibv_mr *on_proxy(const struct kp_call *c, int proxy_fd,
 			       uint64_t off, int *err)
 {
-	/* ibv_reg_mr_ex: by itself again, its DMA handle kept */
-	void *f = next_fn(c->e == E_REG_MR_EX ? E_REG_MR_EX : E_REG_DMABUF);
+	/* ibv_reg_mr_ex: by itself again, its DMA handle kept;
+	 * mlx5dv_reg_dmabuf_mr: by itself again, its mlx5 access kept */
+	void *f = next_fn(c->e == E_REG_MR_EX || c->e == E_MLX5_DMABUF ?
+			  c->e : E_REG_DMABUF);
 	struct kp_mr_init_attr ex;
 	struct ibv_mr *mr;
 
@@ -729,6 +746,9 @@ static struct ibv_mr *on_proxy(const struct kp_call *c, int proxy_fd,
 				c->ex->dmah : NULL,
 		};
 		mr = ((reg_ex_fn)f)(c->pd, &ex);
+	} else if (c->e == E_MLX5_DMABUF) {
+		mr = ((mlx5_dmabuf_fn)f)(c->pd, off, c->len, c->iova, proxy_fd,
+					 (int)c->access, c->mlx5_access);
 	} else {
 		mr = ((reg_dmabuf_fn)f)(c->pd, off, c->len, c->iova, proxy_fd,
 					(int)c->access);
@@ -924,6 +944,9 @@ int kp_dereg_mr_1_1(struct ibv_mr *mr);
 int kp_rereg_mr_1_1(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
 		    void *addr, size_t len, int access);
 struct ibv_mr *kp_reg_mr_ex(struct ibv_pd *pd, struct kp_mr_init_attr *in);
+struct ibv_mr *kp_mlx5_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
+				     size_t len, uint64_t iova, int fd,
+				     int access, int mlx5_access);
 
 struct ibv_mr *kp_reg_mr_1_1(struct ibv_pd *pd, void *addr,
 				    size_t len, int access)
@@ -965,6 +988,25 @@ struct ibv_mr *kp_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
 	struct kp_call c = { .e = E_REG_DMABUF, .pd = pd, .offset = offset,
 			     .len = len, .iova = iova, .fd = fd,
 			     .access = (unsigned int)access };
+
+	atomic_fetch_add(&kp.calls[c.e], 1);
+	return reg_core(&c);
+}
+
+/*
+ * mlx5dv_reg_dmabuf_mr@@MLX5_1.25 (libmlx5, rdma-core 53): a dma-buf MR
+ * with mlx5 access flags (data direct), made by the provider without
+ * libibverbs' ibv_reg_dmabuf_mr. On a proxy it is made by itself again,
+ * the flags kept.
+ */
+struct ibv_mr *kp_mlx5_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
+				     size_t len, uint64_t iova, int fd,
+				     int access, int mlx5_access)
+{
+	struct kp_call c = { .e = E_MLX5_DMABUF, .pd = pd, .offset = offset,
+			     .len = len, .iova = iova, .fd = fd,
+			     .access = (unsigned int)access,
+			     .mlx5_access = mlx5_access };
 
 	atomic_fetch_add(&kp.calls[c.e], 1);
 	return reg_core(&c);
@@ -1183,6 +1225,7 @@ __asm__(".symver kp_dereg_mr_1_0, ibv_dereg_mr@IBVERBS_1.0");
 __asm__(".symver kp_dereg_mr_1_1, ibv_dereg_mr@@IBVERBS_1.1");
 __asm__(".symver kp_rereg_mr_1_1, ibv_rereg_mr@@IBVERBS_1.1");
 __asm__(".symver kp_reg_mr_ex, ibv_reg_mr_ex@@IBVERBS_1.15");
+__asm__(".symver kp_mlx5_reg_dmabuf_mr, mlx5dv_reg_dmabuf_mr@@MLX5_1.25");
 
 /* Our entry point of each, as dlsym/dlvsym on a handle hand it out. */
 static void *const own[E_NR] = {
@@ -1195,6 +1238,7 @@ static void *const own[E_NR] = {
 	[E_DEREG_1_1] = (void *)kp_dereg_mr_1_1,
 	[E_REREG_1_1] = (void *)kp_rereg_mr_1_1,
 	[E_REG_MR_EX] = (void *)kp_reg_mr_ex,
+	[E_MLX5_DMABUF] = (void *)kp_mlx5_reg_dmabuf_mr,
 };
 
 static bool is_own_entry(const void *f)
@@ -1341,8 +1385,23 @@ EXPORT int kvdmabuf_preload_undeclare(void *addr)
 	return rc;
 }
 
+/*
+ * What a sleep check reads before it takes kp.lock (bypass.c walks the
+ * loader's lists): a loaded object that registers past the preload.
+ */
+struct kp_precheck {
+	bool bypass;
+	char why[KP_WHYMAX + 200];
+};
+
+static void precheck(struct kp_precheck *pc)
+{
+	pc->bypass = kp_bypass_find(pc->why, sizeof(pc->why));
+}
+
 /* kp.lock held: the first registration over [a, a+len) that cannot follow. */
-static int check_locked(uintptr_t a, size_t len, char *reason, size_t rlen)
+static int check_locked(const struct kp_precheck *pc, uintptr_t a, size_t len,
+			char *reason, size_t rlen)
 {
 	const struct kp_mr *m;
 	unsigned int i;
@@ -1350,6 +1409,10 @@ static int check_locked(uintptr_t a, size_t len, char *reason, size_t rlen)
 	if (kp.env_error) {
 		msg(reason, rlen, "%s", kp.env_msg);
 		return -EINVAL;
+	}
+	if (pc->bypass) {
+		msg(reason, rlen, "%s; nothing was released", pc->why);
+		return -EBUSY;
 	}
 	for (i = 0; i < kp.nr_pending; i++) {
 		const struct kp_pending *p = &kp.pending[i];
@@ -1377,12 +1440,14 @@ static int check_locked(uintptr_t a, size_t len, char *reason, size_t rlen)
 EXPORT int kvdmabuf_preload_check(const void *addr, size_t len, char *reason,
 				  size_t reason_len)
 {
+	struct kp_precheck pc;
 	int rc;
 
 	pthread_once(&kp.env_once, env_load);
 	msg(reason, reason_len, "%s", "");
+	precheck(&pc);
 	pthread_mutex_lock(&kp.lock);
-	rc = check_locked((uintptr_t)addr, len, reason, reason_len);
+	rc = check_locked(&pc, (uintptr_t)addr, len, reason, reason_len);
 	pthread_mutex_unlock(&kp.lock);
 	return rc;
 }
@@ -1390,11 +1455,14 @@ EXPORT int kvdmabuf_preload_check(const void *addr, size_t len, char *reason,
 static int set_asleep(const char *tag, bool asleep, char *err, size_t len)
 {
 	char why[KP_WHYMAX + 200];
+	struct kp_precheck pc = { 0 };
 	unsigned int i;
 	int rc = 0;
 
 	pthread_once(&kp.env_once, env_load);
 	msg(err, len, "%s", "");
+	if (asleep)
+		precheck(&pc);
 	pthread_mutex_lock(&kp.lock);
 	/* every region checked before any changes: all or nothing */
 	for (i = 0; asleep && i < kp.nr_regions; i++) {
@@ -1402,7 +1470,7 @@ static int set_asleep(const char *tag, bool asleep, char *err, size_t len)
 
 		if (tag && strcmp(tag, r->tag))
 			continue;
-		rc = check_locked(r->addr, r->len, why, sizeof(why));
+		rc = check_locked(&pc, r->addr, r->len, why, sizeof(why));
 		if (rc) {
 			msg(err, len, "sleep of KV region '%s' %#" PRIxPTR
 			    "+%#zx refused: %s", r->tag, r->addr, r->len, why);
@@ -1542,17 +1610,20 @@ unsigned int kp_regions_overlapping(uintptr_t a, size_t len,
 int kp_region_set_asleep(uintptr_t addr, bool asleep, char *err,
 			 size_t err_len)
 {
+	struct kp_precheck pc = { 0 };
 	struct kp_region *r;
 	int rc = 0;
 
 	pthread_once(&kp.env_once, env_load);
 	msg(err, err_len, "%s", "");
+	if (asleep)
+		precheck(&pc);
 	pthread_mutex_lock(&kp.lock);
 	r = region_at(addr);
 	if (!r)
 		rc = -ENOENT;
 	else if (asleep)
-		rc = check_locked(r->addr, r->len, err, err_len);
+		rc = check_locked(&pc, r->addr, r->len, err, err_len);
 	if (!rc)
 		r->asleep = asleep;
 	pthread_mutex_unlock(&kp.lock);

@@ -910,7 +910,7 @@ void *kc_dlsym_filter(void *handle, const char *name, const char *version)
 	}
 	if (handle == RTLD_DEFAULT || handle == RTLD_NEXT || !name)
 		return NULL;
-	if (!strncmp(name, "ibv_", 4)) {
+	if (!strncmp(name, "ibv_", 4) || !strncmp(name, "mlx5dv_", 7)) {
 		f = handle_lookup(handle, name, version);
 		return f ? kp_verbs_dlsym(name, version, f) : NULL;
 	}

@@ -63,6 +63,9 @@ KP_HIDDEN int kp_cuda_mapping(void);
 
 /* Whether dlsym and dlvsym are interposed (x86-64 only). */
 KP_HIDDEN bool kp_dlsym_interposed(void);
+/* bypass.c: an object whose registrations reach libibverbs or libmlx5
+ * past the preload (RTLD_DEEPBIND), named in @why. */
+KP_HIDDEN bool kp_bypass_find(char *why, size_t len);
 
 /* kvdmabuf_preload_calls() for the CUDA entry points; -ENOENT: not one. */
 KP_HIDDEN long long kp_cuda_calls(const char *symbol);

@@ -10,11 +10,17 @@
  *         as NCCL's ibvwrap does;
  *   ext   dlopen(verbs_ext.so, RTLD_LOCAL), an object linked with
  *         -libverbs (a Python extension such as Mooncake's): its calls
- *         bind to the interposer, whose next one is in no global scope.
+ *         bind to the interposer, whose next one is in no global scope;
+ *   deep  the same object loaded RTLD_DEEPBIND: its calls bind to its own
+ *         libibverbs, past the interposer, which cannot see them; the
+ *         sleep check must refuse and name it;
+ *   mlx5  dlopen("libmlx5.so.1", RTLD_LOCAL) + dlsym of
+ *         mlx5dv_reg_dmabuf_mr (a stand-in: tests/preload/fake_mlx5.c), a
+ *         dma-buf MR the provider makes without ibv_reg_dmabuf_mr.
  * It declares a KV region with a proxy, registers in it through the
- * looked-up entry point and deregisters, printing the interposer's counts
- * and state after each: a registration that bypassed the interposer shows
- * "mrs 0" and no preload count.
+ * looked-up entry point, asks the sleep check, and deregisters, printing
+ * the interposer's counts and state after each: a registration that
+ * bypassed the interposer shows "mrs 0" and no preload count.
  */
 #include <dlfcn.h>
 #include <stdbool.h>
@@ -32,6 +38,8 @@ typedef struct ibv_mr *reg_fn(struct ibv_pd *, void *, size_t, int);
 typedef struct ibv_mr *reg_dmabuf_fn(struct ibv_pd *, uint64_t, size_t,
 				     uint64_t, int, int);
 typedef struct ibv_mr *ext_dmabuf_fn(struct ibv_pd *, void *, size_t);
+typedef struct ibv_mr *mlx5_dmabuf_fn(struct ibv_pd *, uint64_t, size_t,
+				      uint64_t, int, int, int);
 typedef int dereg_fn(struct ibv_mr *);
 
 static void state(const char *when)
@@ -45,10 +53,37 @@ static void state(const char *when)
 
 	query(&st);
 	printf("%s: mrs %u proxy %u calls reg_mr@1.1 %lld reg_dmabuf_mr@1.12 "
-	       "%lld dereg_mr@1.1 %lld\n", when, st.nr_mrs, st.nr_on_proxy,
+	       "%lld mlx5dv_reg_dmabuf_mr@MLX5_1.25 %lld dereg_mr@1.1 %lld\n",
+	       when, st.nr_mrs, st.nr_on_proxy,
 	       calls("ibv_reg_mr@IBVERBS_1.1"),
 	       calls("ibv_reg_dmabuf_mr@IBVERBS_1.12"),
+	       calls("mlx5dv_reg_dmabuf_mr@MLX5_1.25"),
 	       calls("ibv_dereg_mr@IBVERBS_1.1"));
+}
+
+/* The sleep check of the whole region, as a sleep would ask it. */
+static void check(void *buf, size_t len)
+{
+	int (*chk)(const void *, size_t, char *, size_t) =
+		(int (*)(const void *, size_t, char *, size_t))
+		dlsym(RTLD_DEFAULT, "kvdmabuf_preload_check");
+	char why[512];
+	int rc = chk(buf, len, why, sizeof(why));
+
+	printf("check: %d %s\n", rc, why);
+}
+
+/* What the stand-in provider was last asked (case mlx5). */
+static void mlx5_asked(void *hm)
+{
+	void *hv = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
+	long *calls = dlsym(hm, "fake_mlx5_calls");
+	int *access = dlsym(hm, "fake_mlx5_last_access");
+	int *fd = hv ? dlsym(hv, "fake_last_dmabuf_fd") : NULL;
+
+	if (calls && access && fd)
+		printf("mlx5: calls %ld access %#x fd %d\n", *calls, *access,
+		       *fd);
 }
 
 int main(int argc, char **argv)
@@ -58,8 +93,11 @@ int main(int argc, char **argv)
 	static void *pd[4];
 	int (*declare)(void *, size_t, const char *, int, uint64_t);
 	const char *c = argc > 1 ? argv[1] : "";
-	bool nccl = !strcmp(c, "nccl"), ext = !strcmp(c, "ext");
+	bool nccl = !strcmp(c, "nccl"), deep = !strcmp(c, "deep");
+	bool ext = !strcmp(c, "ext") || deep, mlx5 = !strcmp(c, "mlx5");
+	mlx5_dmabuf_fn *reg_mlx5 = NULL;
 	reg_dmabuf_fn *reg_dmabuf;
+	void *hm = NULL;
 	size_t len = 1 << 16;
 	struct ibv_mr *mr, *mr2;
 	dereg_fn *dereg;
@@ -67,7 +105,7 @@ int main(int argc, char **argv)
 	char *buf;
 	void *h;
 
-	if (!nccl && !ext && strcmp(c, "tent"))
+	if (!nccl && !ext && !mlx5 && strcmp(c, "tent"))
 		return 2;
 	*(void **)&declare = dlsym(RTLD_DEFAULT, "kvdmabuf_preload_declare");
 	if (ext) {
@@ -78,8 +116,19 @@ int main(int argc, char **argv)
 			return 2;
 		path[n] = '\0';
 		strcpy(strrchr(path, '/') + 1, "verbs_ext.so");
-		h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+		h = dlopen(path, RTLD_NOW | RTLD_LOCAL |
+			   (deep ? RTLD_DEEPBIND : 0));
 	} else {
+		if (mlx5) {
+			hm = dlopen("libmlx5.so.1", RTLD_NOW | RTLD_LOCAL);
+			*(void **)&reg_mlx5 = hm ? dlsym(hm,
+					"mlx5dv_reg_dmabuf_mr") : NULL;
+			if (!reg_mlx5) {
+				printf("no mlx5dv_reg_dmabuf_mr: %s\n",
+				       dlerror());
+				return 2;
+			}
+		}
 		h = dlopen("libibverbs.so.1",
 			   nccl ? RTLD_NOW : RTLD_NOW | RTLD_LOCAL);
 	}
@@ -114,11 +163,17 @@ int main(int argc, char **argv)
 	if (ext)
 		mr2 = ((ext_dmabuf_fn *)(void *)reg_dmabuf)(
 			(struct ibv_pd *)pd, buf + 8192, 4096);
+	else if (mlx5)
+		mr2 = reg_mlx5((struct ibv_pd *)pd, 0, 4096,
+			       (uintptr_t)buf + 8192, 7, 1, 0x5);
 	else
 		mr2 = reg_dmabuf((struct ibv_pd *)pd, 0, 4096,
 				 (uintptr_t)buf + 8192, 7, 1);
 	printf("mr: %s %s\n", mr ? "made" : "failed", mr2 ? "made" : "failed");
 	state("registered");
+	if (mlx5)
+		mlx5_asked(hm);
+	check(buf, len);
 	if (mr)
 		dereg(mr);
 	if (mr2)

@@ -143,12 +143,11 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len,
 	return addr_mr(pd, addr, len);
 }
 
-struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
-				 size_t len, uint64_t iova, int fd, int access)
+/* The kernel's dma-buf MR, as ibv_cmd_reg_dmabuf_mr makes it for
+ * libibverbs and for a provider (the stand-in libmlx5, fake_mlx5.c). */
+struct ibv_mr *fake_cmd_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
+				      size_t len, int fd)
 {
-	(void)iova;
-	(void)access;
-	COUNT(F_DMABUF);
 	__atomic_store_n(&fake_last_dmabuf_offset, offset, __ATOMIC_RELAXED);
 	__atomic_store_n(&fake_last_dmabuf_fd, fd, __ATOMIC_RELAXED);
 	if (fake_dmabuf_errno) {
@@ -156,6 +155,15 @@ struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
 		return NULL;
 	}
 	return mr_new(pd, (void *)(uintptr_t)offset, len);
+}
+
+struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
+				 size_t len, uint64_t iova, int fd, int access)
+{
+	(void)iova;
+	(void)access;
+	COUNT(F_DMABUF);
+	return fake_cmd_reg_dmabuf_mr(pd, offset, len, fd);
 }
 
 int fake_dereg_1_1(struct ibv_mr *mr);

@@ -376,7 +376,7 @@ def files_that_dead_processes_left_are_swept():
         check(n in left, "%s removed: %s" % (n, left))
 
 
-def dlopen_engine(case):
+def run_dlopen_engine(case):
     env = dict(os.environ, LD_PRELOAD=PRELOAD, LD_LIBRARY_PATH=FAKE)
     p = subprocess.run([os.path.join(TOP, "tests", "preload",
                                      "dlopen_engine"), case], env=env,
@@ -387,12 +387,20 @@ def dlopen_engine(case):
                                                    p.stderr))
     out = {l.split(":")[0]: l for l in p.stdout.splitlines()}
     check(out["mr"] == "mr: made made", out["mr"])
+    return out
+
+
+def dlopen_engine(case, dmabuf="1 mlx5dv_reg_dmabuf_mr@MLX5_1.25 0"):
+    """@dmabuf: the counts of the two dma-buf entry points"""
+    out = run_dlopen_engine(case)
     check(out["registered"] == "registered: mrs 2 proxy 2 calls "
-          "reg_mr@1.1 1 reg_dmabuf_mr@1.12 1 dereg_mr@1.1 0",
+          "reg_mr@1.1 1 reg_dmabuf_mr@1.12 %s dereg_mr@1.1 0" % dmabuf,
           "registrations through the handle bypassed the interposer: " +
           out["registered"])
+    check(out["check"] == "check: 0 ", "sleep check: " + out["check"])
     check(out["deregistered"].startswith("deregistered: mrs 0 proxy 0") and
           out["deregistered"].endswith("dereg_mr@1.1 2"), out["deregistered"])
+    return out
 
 
 def libibverbs_loaded_locally_and_looked_up_by_dlsym_is_interposed():
@@ -414,6 +422,31 @@ def libibverbs_in_no_global_scope_is_reached_as_the_next_one():
     recursed; this stand-in does not always take that path, the real
     Mooncake engine under the preload in tests/mooncake does.)"""
     dlopen_engine("ext")
+
+
+def mlx5dv_dmabuf_mr_is_made_on_the_proxy():
+    """mlx5dv_reg_dmabuf_mr@MLX5_1.25 (rdma-core 53; libmlx5 makes the MR
+    itself, not through ibv_reg_dmabuf_mr) looked up on a libmlx5 handle:
+    made on the region's proxy (fd 99 in the test's declaration) at the
+    MR's offset in it, its mlx5 access flags kept."""
+    out = dlopen_engine("mlx5", dmabuf="0 mlx5dv_reg_dmabuf_mr@MLX5_1.25 1")
+    check(out.get("mlx5") == "mlx5: calls 1 access 0x5 fd 99",
+          "the provider was asked: %s" % out.get("mlx5"))
+
+
+def deepbind_object_refuses_the_sleep_by_name():
+    """An object linked with -libverbs loaded RTLD_DEEPBIND binds its
+    verbs calls to its own libibverbs, past the interposer: its MRs of KV
+    memory are not seen (cannot be), so the sleep check refuses and names
+    the object; the same object loaded without it passes (case ext)."""
+    out = run_dlopen_engine("deep")
+    check(out["registered"].startswith("registered: mrs 0 proxy 0 calls "
+                                       "reg_mr@1.1 0 reg_dmabuf_mr@1.12 0"),
+          "the stand-in did not bypass the interposer: " + out["registered"])
+    check(out["check"].startswith("check: -16 ") and
+          "verbs_ext.so calls ibv_reg_mr" in out["check"] and
+          "RTLD_DEEPBIND" in out["check"],
+          "sleep check: " + out["check"])
 
 
 def shared_state_folder_is_not_trusted():
@@ -547,6 +580,8 @@ if __name__ == "__main__":
         libibverbs_loaded_locally_and_looked_up_by_dlsym_is_interposed,
         libibverbs_looked_up_by_dlvsym_is_interposed,
         libibverbs_in_no_global_scope_is_reached_as_the_next_one,
+        mlx5dv_dmabuf_mr_is_made_on_the_proxy,
+        deepbind_object_refuses_the_sleep_by_name,
         malformed_environment_refuses_sleep,
         python_declares_and_sleeps,
         binding_without_the_preload_says_so,
