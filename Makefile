@@ -128,8 +128,10 @@ lib: $(LIB_A) $(LIB_SO) $(PRELOAD_SO)
 # cuGetProcAddress (declared by lib/cuda_api.h; libcuda is never linked).
 # lib/config.c: the library's own YAML parser, for kv_regions and
 # cuda_dmabuf_mapping of $KVDMABUF_CONFIG (libyaml is the preload's one
-# dependency); lib/cuda_export.c: the library's CUDA export, the same code.
-PRELOAD_SRCS := $(sort $(wildcard lib/preload/*.c)) lib/config.c lib/cuda_export.c
+# dependency); lib/cuda_export.c: the library's CUDA export, the same code;
+# lib/proc_start.c: a process's start time (its state file).
+PRELOAD_SRCS := $(sort $(wildcard lib/preload/*.c)) lib/config.c lib/cuda_export.c \
+	lib/proc_start.c
 $(PRELOAD_SO): $(PRELOAD_SRCS) $(wildcard lib/preload/*.h) lib/kvdmabuf_preload.h \
 		lib/cuda_api.h lib/cuda_export.h lib/internal.h lib/kvdmabuf.h $(PRELOAD_MAP)
 	@$(if $(Q),echo "  LD      $@")

@@ -394,4 +394,8 @@ int kvd_wake_region(struct kvdmabuf_region *r, int dmabuf_fd,
  * unmap and map, through the two calls above. */
 extern const struct kvdmabuf_preload_proxy_ops kvd_engine_ops;
 
+/* proc_start.c: field 22 of /proc/PID/stat (@pid 0: this process), 0 if
+ * there is no such process. Also built into the preload, used by the CLI. */
+unsigned long long kvd_proc_start_time(int pid);
+
 #endif /* KVDMABUF_INTERNAL_H */

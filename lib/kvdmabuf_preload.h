@@ -46,7 +46,9 @@ extern "C" {
  * its pid in a folder, rewritten (tmp file + rename) at every change of
  * its regions or of its registrations in them (never for one outside
  * every region: a pass-through call writes nothing), removed at exit; it is
- * what `kvdmabuf status` lists. The folder: $KVDMABUF_PRELOAD_DIR ("off":
+ * what `kvdmabuf status` lists. The first is written once the process has
+ * registered in a KV region, declared one with a proxy or slept one: a
+ * process that only inherited KVDMABUF_KV_REGIONS writes none. The folder: $KVDMABUF_PRELOAD_DIR ("off":
  * no file), else KVDMABUF_PRELOAD_RUN_DIR when it exists or can be made
  * (mode 1777, as /tmp: each user writes its own pids there; needs root
  * the first time), else $XDG_RUNTIME_DIR/kvdmabuf-preload. Lines:

@@ -18,32 +18,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../internal.h"          /* kvd_proc_start_time() */
 #include "../kvdmabuf_preload.h"
 #include "report.h"
-
-/* Start time of @pid (field 22 of /proc/PID/stat), 0 when gone. */
-static unsigned long long start_of(int pid)
-{
-	unsigned long long t = 0;
-	char path[64], buf[1024], *p;
-	size_t n;
-	FILE *f;
-	int field;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	f = fopen(path, "re");
-	if (!f)
-		return 0;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	p = strrchr(buf, ')');
-	for (field = 2; p && field < 22; field++)
-		p = strchr(p + 1, ' ');
-	if (p)
-		t = strtoull(p + 1, NULL, 10);
-	return t;
-}
 
 /*
  * The state file @path of process @name, opened only if it can be the
@@ -115,7 +92,7 @@ static void prune(const char *path, const char *name)
 	    state_header(line) &&
 	    fgets(line, sizeof(line), f) &&
 	    sscanf(line, "pid %d %llu", &pid, &start) == 2 &&
-	    pid == atoi(name) && start != start_of(pid))
+	    pid == atoi(name) && start != kvd_proc_start_time(pid))
 		unlink(path);
 	fclose(f);
 }
@@ -136,7 +113,7 @@ static int one(const char *path, const char *name, bool json, bool first)
 	    !fgets(line, sizeof(line), f) ||
 	    sscanf(line, "pid %d %llu", &pid, &start) != 2 ||
 	    pid != atoi(name) ||
-	    start != start_of(pid) || !fgets(line, sizeof(line), f)) {
+	    start != kvd_proc_start_time(pid) || !fgets(line, sizeof(line), f)) {
 		fclose(f);
 		return -1;
 	}

@@ -35,10 +35,8 @@
  * ibv_reg_mr_iova2 through its PLT) and libkvdmabuf's own registrations
  * (kvdmabuf_preload_own()) pass through unrecorded.
  */
-#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -56,6 +54,7 @@
 #include "dmabuf_origin.h"
 #include "mr_table.h"
 #include "preload_internal.h"
+#include "state_file.h"
 #include "verbs_ex.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -110,12 +109,11 @@ static struct {
 	int cuda_mapping;               /* cuda_dmabuf_mapping of the config */
 	void *_Atomic next[E_NR];
 	_Atomic long long calls[E_NR];
-	/* the state file (kvdmabuf_preload.h, "State file") */
-	bool dir_known;
-	bool swept;                     /* dead writers' files removed */
-	char dir[256];                  /* "": none */
-	pid_t published;                /* the pid whose file we wrote, or 0 */
-	uint64_t last_mr_id;
+	/* the state file (kvdmabuf_preload.h, "State file"), written once
+	 * the process has something of its own to show (file_wanted) */
+	struct kp_state_file file;
+	bool file_wanted;
+	uint64_t last_pending_id;
 	/* Registrations inside the provider now: not recorded yet, but a
 	 * sleep check must see them (reg_core()). */
 	struct kp_pending {
@@ -315,32 +313,15 @@ void kp_fork_child(void)
 {
 	kp_mr_clear(&kp.mrs);
 	kp.nr_pending = 0;
-	kp.published = 0;
-	kp.swept = false;
+	kp_state_forget(&kp.file);
+	kp.file_wanted = false;
 	pthread_mutex_unlock(&kp.lock);
 }
 
 __attribute__((constructor)) static void kp_init(void)
 {
-	const char *env = getenv(KVDMABUF_PRELOAD_DIR_ENV);
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
-	char path[320];
-
-	/* A file of our pid is a former image's (exec) or a dead process's;
-	 * nothing is made before there is something to write. */
-	if (env && strcmp(env, "off")) {
-		snprintf(path, sizeof(path), "%s/%d", env, (int)getpid());
-		unlink(path);
-	} else if (!env) {
-		snprintf(path, sizeof(path), "%s/%d", KVDMABUF_PRELOAD_RUN_DIR,
-			 (int)getpid());
-		unlink(path);
-		if (xdg && *xdg) {
-			snprintf(path, sizeof(path), "%s/kvdmabuf-preload/%d",
-				 xdg, (int)getpid());
-			unlink(path);
-		}
-	}
+	/* nothing is made before there is something to write */
+	kp_state_unlink_stale();
 	pthread_once(&kp.env_once, env_load);
 }
 
@@ -397,7 +378,7 @@ static uint64_t pending_add(uintptr_t a, size_t len)
 		kp.cap_pending = cap;
 	}
 	kp.pending[kp.nr_pending] = (struct kp_pending){
-		.id = ++kp.last_mr_id, .addr = a, .len = len,
+		.id = ++kp.last_pending_id, .addr = a, .len = len,
 	};
 	return kp.pending[kp.nr_pending++].id;
 }
@@ -426,165 +407,25 @@ static int mr_line(const struct kp_mr *m, char *buf, size_t len)
 			m->why[0] ? " " : "", m->why);
 }
 
-/* The folder of the state files: KVDMABUF_PRELOAD_DIR ("off": none), else
- * the first of /run/kvdmabuf/preload and $XDG_RUNTIME_DIR/kvdmabuf-preload
- * that exists or can be made. */
-static void dir_find(void)
-{
-	const char *env = getenv(KVDMABUF_PRELOAD_DIR_ENV);
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
-
-	kp.dir_known = true;
-	kp.dir[0] = '\0';
-	if (env) {
-		if (strcmp(env, "off"))
-			snprintf(kp.dir, sizeof(kp.dir), "%s", env);
-		return;
-	}
-	/* sticky and open to all, as /tmp: each user writes its own pids */
-	mkdir("/run/kvdmabuf", 0755);
-	if ((!mkdir(KVDMABUF_PRELOAD_RUN_DIR, 01777) || errno == EEXIST) &&
-	    !access(KVDMABUF_PRELOAD_RUN_DIR, W_OK | X_OK)) {
-		chmod(KVDMABUF_PRELOAD_RUN_DIR, 01777);
-		snprintf(kp.dir, sizeof(kp.dir), "%s",
-			 KVDMABUF_PRELOAD_RUN_DIR);
-		return;
-	}
-	if (xdg && *xdg) {
-		snprintf(kp.dir, sizeof(kp.dir), "%s/kvdmabuf-preload", xdg);
-		if (mkdir(kp.dir, 0700) && errno != EEXIST)
-			kp.dir[0] = '\0';
-	}
-}
-
-/* The start time of process @pid (field 22 of /proc/PID/stat; 0: this
- * one): with the pid, it tells a live writer from a file a dead one left
- * behind. 0 where there is no such process. */
-static unsigned long long start_time_of(pid_t pid)
-{
-	unsigned long long t = 0;
-	char buf[1024], *p;
-	ssize_t n;
-	int fd, field;
-
-	if (pid)
-		snprintf(buf, sizeof(buf), "/proc/%d/stat", (int)pid);
-	else
-		snprintf(buf, sizeof(buf), "/proc/self/stat");
-	fd = open(buf, O_RDONLY | O_CLOEXEC);
-
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
-	p = strrchr(buf, ')');  /* the name may hold spaces */
-	for (field = 2; p && field < 22; field++)
-		p = strchr(p + 1, ' ');
-	if (p)
-		t = strtoull(p + 1, NULL, 10);
-	return t;
-}
-
-static unsigned long long start_time(void)
-{
-	return start_time_of(0);
-}
-
-/* Whether @name in the folder is a state file (PID) or a temporary one
- * (.PID.XXXXXX) that a process of our user left and no longer writes:
- * its pid gone, or (a state file) reused by a later process. */
-static bool left_behind(int dir, const char *name)
-{
-	char buf[128], *end;
-	unsigned long long t;
-	bool tmp = name[0] == '.';
-	struct stat st;
-	long pid;
-	ssize_t n;
-	int fd;
-
-	pid = strtol(name + tmp, &end, 10);
-	if (pid <= 0 || end == name + tmp || (tmp ? *end != '.' : *end) ||
-	    fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) ||
-	    !S_ISREG(st.st_mode) || st.st_uid != geteuid())
-		return false;
-	t = start_time_of((pid_t)pid);
-	if (!t || tmp)
-		return !t;
-	/* a live pid: the file's, or an earlier process's of that pid */
-	fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	buf[n > 0 ? n : 0] = '\0';
-	end = strstr(buf, "\npid ");            /* "pid PID STARTTIME" */
-	if (!end || !(end = strchr(end + 5, ' ')))
-		return false;   /* not a state file: not ours to judge */
-	return strtoull(end, NULL, 10) != t;
-}
-
 /*
- * Once per process, before its first file: the files of our user that
- * processes which ended without their destructor (killed, _exit) left in
- * the folder are removed; `kvdmabuf status` skips them anyway, but a
- * shared folder would fill up.
- */
-static void sweep_locked(void)
-{
-	DIR *d;
-	struct dirent *e;
-
-	kp.swept = true;
-	d = opendir(kp.dir);
-	if (!d)
-		return;
-	while ((e = readdir(d)))
-		if (left_behind(dirfd(d), e->d_name))
-			unlinkat(dirfd(d), e->d_name, 0);
-	closedir(d);
-}
-
-/*
- * Writes the state file of this process (tmp file, then rename: readers
- * see a whole one). Best effort: the in-process API stays the reference;
- * a folder that cannot be written only costs the out-of-process listing.
+ * Writes the state file of this process (state_file.c), once it has
+ * recorded a registration in a KV region or slept one: a process that
+ * only inherited KVDMABUF_KV_REGIONS (every program an engine execs)
+ * writes none. Best effort: the in-process API stays the reference; a
+ * folder that cannot be written only costs the out-of-process listing.
  */
 static void publish_locked(void)
 {
-	char path[320], tmp[330], line[KP_WHYMAX + 128];
+	char line[KP_WHYMAX + 128];
 	unsigned int i, asleep = 0, in = 0, proxy = 0, cannot = 0;
 	const struct kp_mr *m;
-	pid_t pid = getpid();
 	FILE *f;
-	int fd;
 
-	if (!kp.dir_known)
-		dir_find();
-	if (!kp.dir[0])
+	if (!kp.file_wanted)
 		return;
-	if (!kp.swept)
-		sweep_locked();
-	snprintf(path, sizeof(path), "%s/%d", kp.dir, (int)pid);
-	/*
-	 * A new file of a fresh name (O_EXCL): the folder may be shared
-	 * (1777), and whatever another user left under a name we could
-	 * predict (a FIFO would block the open, a link redirect it) is
-	 * never opened. The rename cannot replace another user's file there.
-	 */
-	snprintf(tmp, sizeof(tmp), "%s/.%d.XXXXXX", kp.dir, (int)pid);
-	fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0)
+	f = kp_state_begin(&kp.file);
+	if (!f)
 		return;
-	f = fdopen(fd, "w");
-	if (!f) {
-		close(fd);
-		unlink(tmp);
-		return;
-	}
 	for (i = 0; i < kp.nr_regions; i++)
 		asleep += kp.regions[i].asleep;
 	kp_mr_for_each(&kp.mrs, m) {
@@ -592,8 +433,6 @@ static void publish_locked(void)
 		proxy += m->mode == KP_ON_PROXY;
 		cannot += m->mode == KP_CANNOT_FOLLOW;
 	}
-	fprintf(f, "kvdmabuf-preload 2\npid %d %llu\n", (int)pid,
-		start_time());
 	fprintf(f, "regions %u asleep %u in %u proxy %u cannot %u "
 		"env_error %d\n", kp.nr_regions, asleep, in, proxy, cannot,
 		kp.env_error);
@@ -609,23 +448,13 @@ static void publish_locked(void)
 			mr_line(m, line, sizeof(line));
 			fputs(line, f);
 		}
-	if (fclose(f) || rename(tmp, path)) {
-		unlink(tmp);
-		return;
-	}
-	kp.published = pid;
+	kp_state_commit(&kp.file, f);
 }
 
 __attribute__((destructor)) static void kp_fini(void)
 {
-	char path[320];
-
 	pthread_mutex_lock(&kp.lock);
-	if (kp.published && kp.published == getpid() && kp.dir[0]) {
-		snprintf(path, sizeof(path), "%s/%d", kp.dir, (int)getpid());
-		unlink(path);
-		kp.published = 0;
-	}
+	kp_state_remove(&kp.file);
 	pthread_mutex_unlock(&kp.lock);
 }
 
@@ -910,8 +739,10 @@ static struct ibv_mr *reg_core(struct kp_call *c)
 	}
 	err = kp_mr_add(&kp.mrs, &rec);
 	/* MRs outside every region are not in the file: no rewrite */
-	if (!err && rec.mode != KP_OUTSIDE)
+	if (!err && rec.mode != KP_OUTSIDE) {
+		kp.file_wanted = true;
 		publish_locked();
+	}
 	pthread_mutex_unlock(&kp.lock);
 	if (err && in) {
 		/* unrecorded KV registration: never hand it out */
@@ -1208,6 +1039,7 @@ int kp_rereg_mr_1_1(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
 
 		rereg_record(m, flags, pd, a, l);
 		m->lkey = mr->lkey;     /* a new translation may change it */
+		kp.file_wanted |= m->mode != KP_OUTSIDE;
 		if (was_in || m->mode != KP_OUTSIDE)
 			publish_locked();
 	}
@@ -1284,6 +1116,9 @@ EXPORT int kvdmabuf_preload_declare(void *addr, size_t len, const char *tag,
 	if (!addr || !len || a + len < a || (tag && strlen(tag) >= KP_TAGMAX))
 		return -EINVAL;
 	pthread_mutex_lock(&kp.lock);
+	/* a proxy comes from libkvdmabuf or the engine's hooks, never from
+	 * the environment: such a process shows in `kvdmabuf status` */
+	kp.file_wanted |= proxy_fd >= 0;
 	r = region_overlapping(a, len);
 	if (r && r->addr == a && r->len == len &&
 	    ((r->proxy_fd == proxy_fd && r->proxy_off == proxy_offset) ||
@@ -1326,6 +1161,7 @@ EXPORT int kvdmabuf_preload_declare(void *addr, size_t len, const char *tag,
 		if (m->mode != KP_OUTSIDE || !overlaps(m->addr, m->len, a, len))
 			continue;
 		m->mode = KP_CANNOT_FOLLOW;
+		kp.file_wanted = true;
 		snprintf(m->why, sizeof(m->why), "registered before KV region "
 			 "'%s' was declared", r->tag);
 	}
@@ -1485,6 +1321,7 @@ static int set_asleep(const char *tag, bool asleep, char *err, size_t len)
 	for (i = 0; i < kp.nr_regions; i++)
 		if (!tag || !strcmp(tag, kp.regions[i].tag))
 			kp.regions[i].asleep = asleep;
+	kp.file_wanted |= asleep;
 	publish_locked();
 out:
 	pthread_mutex_unlock(&kp.lock);
@@ -1624,8 +1461,11 @@ int kp_region_set_asleep(uintptr_t addr, bool asleep, char *err,
 		rc = -ENOENT;
 	else if (asleep)
 		rc = check_locked(&pc, r->addr, r->len, err, err_len);
-	if (!rc)
+	if (!rc) {
 		r->asleep = asleep;
+		kp.file_wanted |= asleep;
+		publish_locked();
+	}
 	pthread_mutex_unlock(&kp.lock);
 	return rc;
 }

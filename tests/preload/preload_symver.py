@@ -376,6 +376,35 @@ def files_that_dead_processes_left_are_swept():
         check(n in left, "%s removed: %s" % (n, left))
 
 
+def inherited_declaration_alone_writes_no_state_file():
+    """A program an engine starts inherits its KVDMABUF_KV_REGIONS (and
+    LD_PRELOAD): with regions from the environment and no registration
+    in them it is not an engine, and writes no state file (every helper
+    an engine execs wrote one, issue 32 item 11). The same program once
+    it registers in the region writes one (status_lists_a_live_engine_
+    and_forgets_it_at_exit)."""
+    d = tempfile.mkdtemp(prefix="kvd-preload-exec-")
+    env = dict(os.environ, LD_PRELOAD=PRELOAD, LD_LIBRARY_PATH=FAKE,
+               KVDMABUF_PRELOAD_DIR=d,
+               KVDMABUF_KV_REGIONS="0x7f0000000000+0x200000:kv_cache")
+    p = subprocess.Popen([sys.executable, "-c", "import ctypes; "
+                          "f = ctypes.CDLL(None).kvdmabuf_preload_query; "
+                          "print('held', flush=True); input()"], env=env,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
+    try:
+        held = p.stdout.readline().strip()
+        left = os.listdir(d)
+    finally:
+        p.communicate("x", timeout=30)
+    shutil.rmtree(d)
+    print("# files while it ran: %s" % left)
+    check(held == "held", "the child did not run under the preload: %r"
+          % held)
+    check(left == [], "state file of a process that only inherited the "
+          "declaration: %s" % left)
+
+
 def run_dlopen_engine(case):
     env = dict(os.environ, LD_PRELOAD=PRELOAD, LD_LIBRARY_PATH=FAKE)
     p = subprocess.run([os.path.join(TOP, "tests", "preload",
@@ -576,6 +605,7 @@ if __name__ == "__main__":
         pass_through_calls_leave_the_state_file_alone,
         state_file_of_an_earlier_image_is_removed_at_load,
         files_that_dead_processes_left_are_swept,
+        inherited_declaration_alone_writes_no_state_file,
         shared_state_folder_is_not_trusted,
         libibverbs_loaded_locally_and_looked_up_by_dlsym_is_interposed,
         libibverbs_looked_up_by_dlvsym_is_interposed,
