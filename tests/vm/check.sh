@@ -35,6 +35,9 @@ mkdir -p "$logs"
 # there), but in the cache, one folder per checkout.
 lanes=$cache/lanes/$(printf '%s' "$repo" | sha1sum | cut -c1-12)
 total_pass=0 total_fail=0 total_skip=0 stage_failed=0 run_mode= nodes=1
+# Every failing line of every stage, repeated at the end: CI shows only a
+# run's last lines.
+failures=
 
 newest() { ls -d "$@" 2>/dev/null | sort -V | tail -1; }
 
@@ -57,15 +60,27 @@ sync_tree() { # source tree -> a lane's build tree
 	rsync -a --delete --filter="merge $here/sync-filter" "$1/" "$2/"
 }
 
+# "# STAGE: PROGRAM: not ok ..." for each failing TAP line of LOG, each
+# named by the program whose "# ===== PROGRAM" header came before it.
+failed_lines() { # stage log
+	[ -f "$2" ] || return 0
+	tr -d '\r' <"$2" | awk -v st="$1" '
+		/^# ===== / { prog = $3 }
+		/^not ok/ { printf "# %s: %s: %s\n", st, prog, $0 }'
+}
+
 # Counts a stage's results; a stage that failed without a failing TAP line
 # (a build error, a guest that never finished) counts as one failure.
 account() { # name rc log seconds
-	local name=$1 rc=$2 log=$3 secs=$4 p f s
+	local name=$1 rc=$2 log=$3 secs=$4 p f s fl
 	read -r p f s < <("$here/tap-count.sh" "$log")
 	if [ "$rc" != 0 ] && [ "$f" = 0 ]; then
 		f=1
 		echo "not ok - stage $name failed (see $log)"
+		failures+="# $name: stage failed (see $log)"$'\n'
 	fi
+	fl=$(failed_lines "$name" "$log")
+	[ -n "$fl" ] && failures+="$fl"$'\n'
 	[ "$rc" != 0 ] && stage_failed=1
 	total_pass=$((total_pass + p))
 	total_fail=$((total_fail + f))
@@ -336,5 +351,6 @@ all)
 	;;
 esac
 echo "# total time $((SECONDS - t_all))s"
+[ -n "$failures" ] && printf '# failed:\n%s' "$failures"
 echo "$total_pass passed, $total_fail failed, $total_skip skipped"
 [ $stage_failed = 0 ] && [ $total_fail = 0 ]
