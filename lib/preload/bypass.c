@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "elf_dyn.h"
 #include "preload_internal.h"
 
 #if defined(__ELF__) && defined(__LP64__)
@@ -167,40 +168,15 @@ static bool scan_relocs(struct bypass_walk *w, struct dl_phdr_info *info,
 static int find_bypass(struct dl_phdr_info *info, size_t size, void *arg)
 {
 	struct bypass_walk *w = arg;
-	const ElfW(Rela) *rela = NULL, *jmprel = NULL;
-	size_t relasz = 0, pltrelsz = 0;
-	const ElfW(Sym) *sym = NULL;
-	const ElfW(Dyn) *d = NULL;
-	const char *str = NULL;
-	uintptr_t b = info->dlpi_addr;
-	bool pltrela = true;
-	int i;
+	struct kp_dyn d;
 
 	(void)size;
-	if (is_verbs_lib(info->dlpi_name) || contains(info, w->self))
+	if (is_verbs_lib(info->dlpi_name) || contains(info, w->self) ||
+	    !kp_dyn_read(info, &d))
 		return 0;
-	for (i = 0; i < info->dlpi_phnum; i++)
-		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
-			d = (const ElfW(Dyn) *)(b + info->dlpi_phdr[i].p_vaddr);
-	for (; d && d->d_tag != DT_NULL; d++) {
-		/* glibc relocates these in place; an offset if not */
-		uintptr_t p = d->d_un.d_ptr < b ? b + d->d_un.d_ptr :
-			      d->d_un.d_ptr;
-
-		switch (d->d_tag) {
-		case DT_SYMTAB: sym = (const void *)p; break;
-		case DT_STRTAB: str = (const void *)p; break;
-		case DT_RELA: rela = (const void *)p; break;
-		case DT_RELASZ: relasz = d->d_un.d_val; break;
-		case DT_JMPREL: jmprel = (const void *)p; break;
-		case DT_PLTRELSZ: pltrelsz = d->d_un.d_val; break;
-		case DT_PLTREL: pltrela = d->d_un.d_val == DT_RELA; break;
-		}
-	}
-	if (!sym || !str)
-		return 0;
-	w->found = scan_relocs(w, info, rela, relasz, sym, str) ||
-		   (pltrela && scan_relocs(w, info, jmprel, pltrelsz, sym, str));
+	w->found = scan_relocs(w, info, d.rela, d.relasz, d.sym, d.str) ||
+		   (d.pltrela &&
+		    scan_relocs(w, info, d.jmprel, d.pltrelsz, d.sym, d.str));
 	return w->found;
 }
 

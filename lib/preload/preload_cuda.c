@@ -772,8 +772,7 @@ EXPORT kvd_cuMemGetHandleForAddressRange_fn cuMemGetHandleForAddressRange
  * operations, and KVDMABUF_PRELOAD_NO_DLSYM in kvdmabuf_preload_query().
  */
 #if defined(__x86_64__) && defined(__ELF__) && !defined(KVD_PRELOAD_NO_DLSYM)
-#include <elf.h>
-#include <link.h>
+#include "elf_dyn.h"
 
 KP_HIDDEN void *kc_dlsym_next;  /* glibc's dlsym */
 KP_HIDDEN void *kc_dlvsym_next; /* glibc's dlvsym */
@@ -814,44 +813,24 @@ static int find_in(struct dl_phdr_info *info, size_t size, void *arg)
 {
 	struct kc_find *f = arg;
 	const char *base = strrchr(info->dlpi_name, '/');
-	const Elf64_Word *hash = NULL, *gnu = NULL;
-	const Elf64_Versym *versym = NULL;
-	const Elf64_Sym *sym = NULL;
-	const char *str = NULL;
-	const Elf64_Dyn *d = NULL;
-	uintptr_t b = info->dlpi_addr;
+	struct kp_dyn d;
 	size_t i, n;
 
 	(void)size;
 	base = base ? base + 1 : info->dlpi_name;
-	if (strncmp(base, "libc.so.", 8) && strncmp(base, "libdl.so.", 9))
+	if ((strncmp(base, "libc.so.", 8) && strncmp(base, "libdl.so.", 9)) ||
+	    !kp_dyn_read(info, &d) || (!d.hash && !d.gnu_hash))
 		return 0;
-	for (i = 0; i < info->dlpi_phnum; i++)
-		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
-			d = (const Elf64_Dyn *)(b + info->dlpi_phdr[i].p_vaddr);
-	for (; d && d->d_tag != DT_NULL; d++) {
-		/* glibc relocates these in place; an offset if not */
-		uintptr_t p = d->d_un.d_ptr < b ? b + d->d_un.d_ptr :
-			      d->d_un.d_ptr;
-
-		switch (d->d_tag) {
-		case DT_SYMTAB: sym = (const void *)p; break;
-		case DT_STRTAB: str = (const void *)p; break;
-		case DT_HASH: hash = (const void *)p; break;
-		case DT_GNU_HASH: gnu = (const void *)p; break;
-		case DT_VERSYM: versym = (const void *)p; break;
-		}
-	}
-	if (!sym || !str || (!hash && !gnu))
-		return 0;
-	n = nr_syms(hash, gnu);
+	n = nr_syms(d.hash, d.gnu_hash);
 	for (i = 0; i < n; i++) {
-		if (sym[i].st_shndx == SHN_UNDEF || !sym[i].st_value ||
-		    ELF64_ST_TYPE(sym[i].st_info) != STT_FUNC ||
-		    (versym && (versym[i] & 0x8000)) ||
-		    strcmp(str + sym[i].st_name, f->name))
+		const ElfW(Sym) *s = &d.sym[i];
+
+		if (s->st_shndx == SHN_UNDEF || !s->st_value ||
+		    ELF64_ST_TYPE(s->st_info) != STT_FUNC ||
+		    (d.versym && (d.versym[i] & 0x8000)) ||
+		    strcmp(d.str + s->st_name, f->name))
 			continue;
-		f->found = (void *)(b + sym[i].st_value);
+		f->found = (void *)(info->dlpi_addr + s->st_value);
 		return 1;
 	}
 	return 0;
