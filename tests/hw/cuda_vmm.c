@@ -24,6 +24,21 @@
  *     back while proxy and importer stay open; without the library's
  *     sleep it is not; after the wake the importer reads the new bytes.
  *
+ * Part 3 (under LD_PRELOAD=libkvdmabuf-preload.so, else skipped; the
+ * driver-only test needs no module):
+ *   - preload_answers_driver_and_runtime_lookups: dlsym on an RTLD_LOCAL
+ *     handle of libcuda, the driver's cuGetProcAddress_v2 and the CUDA
+ *     runtime's cudaGetDriverEntryPoint[ByVersion] (libcudart, where one
+ *     loads) hand back the preload's cuMemUnmap/cuMemMap/cuMemSetAccess;
+ *   - preload_engine_unmap_sleeps_and_set_access_wakes: a declared region
+ *     with a stand-in proxy owner: the engine's cuMemUnmap revokes and the
+ *     memory is back, its cuMemSetAccess hands over a dma-buf of the new
+ *     memory of the region's size, and with the owner's copy dropped
+ *     nothing keeps it (control: an owner that keeps it holds it);
+ *   - preload_proxy_follows_the_engines_own_calls (module and test
+ *     importer): the same through libkvdmabuf's region and the real proxy,
+ *     key unchanged, the importer reads the new bytes.
+ *
  * libcuda is opened with dlopen (KVDMABUF_CUDA_LIBRARY, default
  * libcuda.so.1), each entry point by the symbol of lib/cuda_api.h's lists;
  * built against the CUDA toolkit's cuda.h where make finds one, else
@@ -32,7 +47,9 @@
  * dma-buf support. KVDMABUF_HW_MIB sets the allocation size (default 1024).
  */
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -42,6 +59,7 @@
 #include "lib_imp_nic.h"
 #include "kmod/kvd_importer.h"
 #include "../uapi/kvdmabuf.h"
+#include "../lib/kvdmabuf_preload.h"
 #include "cuda_compat.h"
 
 static struct {
@@ -506,6 +524,318 @@ TEST_TIMEOUT(proxy_sleep_frees_memory, 180)
 	TH_LOG("key %u -> %u", key0, key);
 	kvdmabuf_close(ctx);
 	CU_OK(unmap_release(va, cu.size, h));
+	cu.cuMemAddressFree(va, cu.size);
+	close(imp.fd);
+}
+
+/* ---- part 3: under LD_PRELOAD=libkvdmabuf-preload.so ---- */
+
+/* The preload's API, found at run time as the engine's hooks find it. */
+static struct {
+	int (*declare)(void *, size_t, const char *, int, uint64_t);
+	int (*undeclare)(void *);
+	int (*set_ops)(void *, const struct kvdmabuf_preload_proxy_ops *);
+	int (*query)(struct kvdmabuf_preload_state *);
+	int (*cuda_error)(char *, size_t);
+} pl;
+
+static const char *preload_setup(void)
+{
+	*(void **)&pl.declare = dlsym(RTLD_DEFAULT, "kvdmabuf_preload_declare");
+	*(void **)&pl.undeclare = dlsym(RTLD_DEFAULT,
+					"kvdmabuf_preload_undeclare");
+	*(void **)&pl.set_ops = dlsym(RTLD_DEFAULT,
+				      "kvdmabuf_preload_set_proxy_ops");
+	*(void **)&pl.query = dlsym(RTLD_DEFAULT, "kvdmabuf_preload_query");
+	*(void **)&pl.cuda_error = dlsym(RTLD_DEFAULT,
+					 "kvdmabuf_preload_cuda_error");
+	if (!pl.declare || !pl.undeclare || !pl.set_ops || !pl.query ||
+	    !pl.cuda_error)
+		return "libkvdmabuf-preload.so is not loaded (run under "
+		       "LD_PRELOAD, as tests/hw/gpu-node.sh does)";
+	return NULL;
+}
+
+#define PRELOAD_OR_SKIP()                                                \
+	do {                                                             \
+		const char *_why = preload_setup();                     \
+		if (_why)                                                \
+			SKIP(return, "%s", _why);                        \
+	} while (0)
+
+static unsigned int asleep_regions(void)
+{
+	struct kvdmabuf_preload_state st = { 0 };
+
+	pl.query(&st);
+	return st.nr_asleep;
+}
+
+/* Whether @f lies in the preload (its file name says so). */
+static int in_preload(void *f)
+{
+	Dl_info di;
+
+	return f && dladdr(f, &di) && di.dli_fname &&
+	       strstr(di.dli_fname, "kvdmabuf-preload");
+}
+
+static const char *const interposed[] = {
+	"cuMemUnmap", "cuMemMap", "cuMemSetAccess",
+};
+
+/* The CUDA runtime's lookup of a driver entry point (12.5+: by version;
+ * before: cudaGetDriverEntryPoint, given the 12.x status pointer, which
+ * 11.x ignores). */
+static int runtime_lookup(void *rt, const char *name, void **fn)
+{
+	int (*by_version)(const char *, void **, unsigned int,
+			  unsigned long long, int *);
+	int (*old)(const char *, void **, unsigned long long, int *);
+	int status = -1;
+
+	*(void **)&by_version = dlsym(rt, "cudaGetDriverEntryPointByVersion");
+	if (by_version)
+		return by_version(name, fn, 12000, 0, &status);
+	*(void **)&old = dlsym(rt, "cudaGetDriverEntryPoint");
+	return old ? old(name, fn, 0, &status) : -1;
+}
+
+TEST_TIMEOUT(preload_answers_driver_and_runtime_lookups, 60)
+{
+	static const char *const rts[] = {
+		"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0",
+	};
+	CUresult (*gpa)(const char *, void **, int, cuuint64_t, void *);
+	const char *rtpath = getenv("KVDMABUF_CUDART_LIBRARY");
+	void *rt = NULL, *f;
+	unsigned int i;
+	int st;
+
+	PRELOAD_OR_SKIP();
+	CUDA_OR_SKIP();
+	/* dlsym on the engine's own RTLD_LOCAL handle of libcuda */
+	*(void **)&gpa = dlsym(cu.dl, "cuGetProcAddress_v2");
+	for (i = 0; i < sizeof(interposed) / sizeof(interposed[0]); i++) {
+		f = dlsym(cu.dl, interposed[i]);
+		TH_LOG("dlsym(libcuda, %s) in the preload: %d", interposed[i],
+		       in_preload(f));
+		EXPECT_TRUE(in_preload(f));
+		f = NULL;
+		ASSERT_TRUE(gpa != NULL);
+		EXPECT_EQ(CUDA_SUCCESS, gpa(interposed[i], &f, 12000, 0, &st));
+		EXPECT_TRUE(in_preload(f));
+	}
+	/* the CUDA runtime's own lookups (what PyTorch's allocator uses) */
+	for (i = 0; !rtpath && i < sizeof(rts) / sizeof(rts[0]); i++) {
+		rt = dlopen(rts[i], RTLD_NOW | RTLD_LOCAL);
+		if (rt)
+			rtpath = rts[i];
+	}
+	if (!rt && rtpath)
+		rt = dlopen(rtpath, RTLD_NOW | RTLD_LOCAL);
+	if (!rt) {
+		TH_LOG("no CUDA runtime library (libcudart.so.13/12/11.0; "
+		       "KVDMABUF_CUDART_LIBRARY): its lookups not checked");
+		return;
+	}
+	for (i = 0; i < sizeof(interposed) / sizeof(interposed[0]); i++) {
+		f = NULL;
+		st = runtime_lookup(rt, interposed[i], &f);
+		TH_LOG("%s: cudaGetDriverEntryPoint(%s): %d, in the preload: "
+		       "%d", rtpath, interposed[i], st, in_preload(f));
+		EXPECT_EQ(0, st);
+		EXPECT_TRUE(in_preload(f));
+	}
+	dlclose(rt);
+}
+
+/*
+ * A stand-in for the proxy's owner (the process's kvdmabuf context and
+ * /dev/kvdmabuf, which a GPU node may not be able to load): it holds the
+ * dma-buf each wake hands it as the module holds a proxy's backing, and
+ * drops it at revoke unless @keep.
+ */
+struct standin_owner {
+	int revokes, replaces, held, keep;
+	off_t size_seen;
+};
+
+static int standin_revoke(void *arg, void *addr, size_t len, char *err,
+			  size_t err_len)
+{
+	struct standin_owner *o = arg;
+
+	(void)addr, (void)len, (void)err, (void)err_len;
+	o->revokes++;
+	if (!o->keep && o->held >= 0) {
+		close(o->held);
+		o->held = -1;
+	}
+	return 0;
+}
+
+static int standin_replace(void *arg, void *addr, size_t len, int fd,
+			   char *err, size_t err_len)
+{
+	struct standin_owner *o = arg;
+
+	(void)addr, (void)len;
+	o->replaces++;
+	o->size_seen = lseek(fd, 0, SEEK_END);
+	if (o->held >= 0)
+		close(o->held);
+	o->held = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (o->held < 0) {
+		snprintf(err, err_len, "dup: %s", strerror(errno));
+		return -errno;
+	}
+	return 0;
+}
+
+TEST_TIMEOUT(preload_engine_unmap_sleeps_and_set_access_wakes, 180)
+{
+	struct standin_owner o = { .held = -1 };
+	struct kvdmabuf_preload_proxy_ops ops = {
+		.revoke = standin_revoke, .replace = standin_replace, .arg = &o,
+	};
+	CUmemGenericAllocationHandle h;
+	size_t f0, f1;
+	CUdeviceptr va;
+	char msg[512];
+	int pfd;
+
+	PRELOAD_OR_SKIP();
+	CUDA_OR_SKIP();
+	pfd = memfd_create("standin-proxy", MFD_CLOEXEC);
+	ASSERT_LE(0, pfd);
+	CU_OK(cu.cuMemAddressReserve(&va, cu.size, 0, 0, 0));
+	CU_OK(create_map(va, cu.size, &h));
+	ASSERT_EQ(0, pl.declare((void *)(uintptr_t)va, cu.size, "kv_cache",
+				pfd, 0));
+	ASSERT_EQ(0, pl.set_ops((void *)(uintptr_t)va, &ops));
+
+	/* the engine's own sleep: revoke, then the memory is back */
+	f0 = free_mem();
+	CU_OK(unmap_release(va, cu.size, h));
+	EXPECT_EQ(1, o.revokes);
+	EXPECT_EQ(1, asleep_regions());
+	f1 = free_mem_at_least(f0 + cu.size - cu.tol);
+	TH_LOG("unmapped: free %zu -> %zu MiB", MIB(f0), MIB(f1));
+	EXPECT_GE(f1 + cu.tol, f0 + cu.size);
+
+	/* its wake: the last cuMemSetAccess exports the new memory */
+	CU_OK(create_map(va, cu.size, &h));
+	pl.cuda_error(msg, sizeof(msg));
+	TH_LOG("woken: replace calls %d, dma-buf of %lld bytes; last "
+	       "interposer error: '%s'", o.replaces, (long long)o.size_seen,
+	       msg);
+	EXPECT_EQ(1, o.replaces);
+	EXPECT_EQ((off_t)cu.size, o.size_seen);
+	EXPECT_EQ(0, asleep_regions());
+
+	/* asleep again: the owner drops the backing, nothing else holds it
+	 * (the preload closed its export) */
+	f0 = free_mem();
+	CU_OK(unmap_release(va, cu.size, h));
+	f1 = free_mem_at_least(f0 + cu.size - cu.tol);
+	TH_LOG("second sleep: free %zu -> %zu MiB", MIB(f0), MIB(f1));
+	EXPECT_GE(f1 + cu.tol, f0 + cu.size);
+
+	/* control: an owner that keeps it holds the memory (the measure
+	 * can fail) */
+	o.keep = 1;
+	CU_OK(create_map(va, cu.size, &h));
+	EXPECT_EQ(2, o.replaces);
+	f0 = free_mem();
+	CU_OK(unmap_release(va, cu.size, h));
+	f1 = free_mem();
+	TH_LOG("owner keeps the backing: free %zu -> %zu MiB", MIB(f0),
+	       MIB(f1));
+	EXPECT_LT(f1, f0 + cu.tol);
+	close(o.held);
+	f1 = free_mem_at_least(f0 + cu.size - cu.tol);
+	EXPECT_GE(f1 + cu.tol, f0 + cu.size);
+
+	EXPECT_EQ(0, pl.undeclare((void *)(uintptr_t)va));
+	cu.cuMemAddressFree(va, cu.size);
+	close(pfd);
+}
+
+/* The same with the real module: libkvdmabuf's region declares itself to
+ * the preload; the engine's unmap revokes the proxy, its set-access
+ * replaces the backing, the importer keeps its handle throughout. */
+TEST_TIMEOUT(preload_proxy_follows_the_engines_own_calls, 180)
+{
+	struct kvdmabuf_options o = { 0 };
+	struct kvdmabuf_region_desc d = { 0 };
+	CUmemGenericAllocationHandle h;
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r;
+	uint32_t key0, key, in[1024], out[1024];
+	struct kvd_imp_access a = { 0 };
+	const char *path;
+	size_t f0, f1;
+	CUdeviceptr va;
+	char err[512];
+	int i, rc;
+
+	PRELOAD_OR_SKIP();
+	CUDA_OR_SKIP();
+	if (access(KVDMABUF_DEVICE_PATH, F_OK))
+		SKIP(return, "%s absent (module not loaded)",
+		     KVDMABUF_DEVICE_PATH);
+	imp.fd = open(KVD_IMPORTER_PATH, O_RDWR | O_CLOEXEC);
+	if (imp.fd < 0)
+		SKIP(return, "%s absent (test importer not loaded)",
+		     KVD_IMPORTER_PATH);
+	path = write_config("protocol: rdma\nmodule: require\n");
+	o.config_path = path;
+	o.cuda_library = cu.path;
+	ASSERT_EQ(0, kvd_open_ops(&o, &imp_nic_ops, &imp, &ctx, err,
+				  sizeof(err)));
+	unlink(path);
+	CU_OK(cu.cuMemAddressReserve(&va, cu.size, 0, 0, 0));
+	CU_OK(create_map(va, cu.size, &h));
+	d.addr = (void *)(uintptr_t)va;
+	d.len = cu.size;
+	d.mem = KVDMABUF_MEM_CUDA;
+	d.tag = "kv_cache";
+	rc = kvdmabuf_region_add(ctx, &d, &r);
+	if (rc)
+		TH_LOG("%s", kvdmabuf_last_error(ctx));
+	ASSERT_EQ(0, rc);
+	ASSERT_EQ(0, kvdmabuf_region_keys(r, 0, &key0, NULL, NULL));
+
+	f0 = free_mem();
+	CU_OK(unmap_release(va, cu.size, h));   /* no kvdmabuf_sleep */
+	EXPECT_EQ(1, asleep_regions());
+	f1 = free_mem_at_least(f0 + cu.size - cu.tol);
+	TH_LOG("engine unmapped (proxy and importer open): free %zu -> %zu "
+	       "MiB", MIB(f0), MIB(f1));
+	EXPECT_GE(f1 + cu.tol, f0 + cu.size);
+	CU_OK(create_map(va, cu.size, &h));     /* no kvdmabuf_wake */
+	pl.cuda_error(err, sizeof(err));
+	TH_LOG("after the engine's map: asleep %u, interposer: '%s'",
+	       asleep_regions(), err);
+	EXPECT_EQ(0, asleep_regions());
+	for (i = 0; i < 1024; i++)
+		in[i] = 0xfee10000u + (uint32_t)i;
+	CU_OK(cu.cuMemcpyHtoD_v2(va, in, sizeof(in)));
+	CU_OK(cu.cuCtxSynchronize());
+	ASSERT_EQ(0, kvdmabuf_region_keys(r, 0, &key, NULL, NULL));
+	EXPECT_EQ(key0, key);
+	a.handle = key;
+	a.length = sizeof(out);
+	a.buf = (uintptr_t)out;
+	if (ioctl(imp.fd, KVD_IMP_IOCTL_ACCESS, &a))
+		TH_LOG("importer read after the wake: %s (CPU access to GPU "
+		       "dma-bufs is exporter-dependent; not checked)",
+		       strerror(errno));
+	else
+		EXPECT_EQ(0, memcmp(in, out, sizeof(in)));
+	CU_OK(unmap_release(va, cu.size, h));
+	kvdmabuf_close(ctx);
 	cu.cuMemAddressFree(va, cu.size);
 	close(imp.fd);
 }
