@@ -469,9 +469,13 @@ SELFTESTDIR = $(LIBEXECDIR)/kvdmabuf/selftests
 # A folder below PREFIX as ${prefix}/..., so that pkg-config's
 # --define-variable=prefix= moves the whole installation.
 under_prefix = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
-# What `kvdmabuf selftest` runs: the VM suite's C programs and the
-# hardware tests (the Python tests need this tree).
-SELFTESTS = $(filter-out %.py,$(shell sed -e 's/\#.*//' tests/vm.list)) $(HW_BINS:tests/%=%)
+# What `kvdmabuf selftest` runs: the hardware tests, safe on a serving
+# node (selftest.list); with --vm-suite, the VM suite's C programs, which
+# load test modules and set up soft-RoCE (selftest-vm.list). The Python
+# tests need this tree.
+SELFTESTS_NODE = $(HW_BINS:tests/%=%)
+SELFTESTS_VM = $(filter-out %.py,$(shell sed -e 's/\#.*//' tests/vm.list))
+SELFTESTS = $(SELFTESTS_NODE) $(SELFTESTS_VM)
 
 install: lib cli tests
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/linux \
@@ -512,7 +516,8 @@ install: lib cli tests
 	for t in $(SELFTESTS); do \
 		install -D -m 0755 tests/$$t $(DESTDIR)$(SELFTESTDIR)/$$t || exit 1; \
 	done
-	printf '%s\n' $(SELFTESTS) >$(DESTDIR)$(SELFTESTDIR)/selftest.list
+	printf '%s\n' $(SELFTESTS_NODE) >$(DESTDIR)$(SELFTESTDIR)/selftest.list
+	printf '%s\n' $(SELFTESTS_VM) >$(DESTDIR)$(SELFTESTDIR)/selftest-vm.list
 	$(if $(wildcard tests/kmod/*.ko),install -m 0644 $(wildcard tests/kmod/*.ko) \
 		$(DESTDIR)$(SELFTESTDIR)/)
 

@@ -2,7 +2,8 @@
 /*
  * kvdmabuf - the admin's command: is this node ready (check), what do
  * the proxies look like (status), do the checks pass on this hardware
- * (selftest). Options are parsed with getopt_long, per command; anything
+ * (selftest: what is safe on a serving node; --vm-suite: the VM suite,
+ * for test machines). Options are parsed with getopt_long, per command; anything
  * it does not know is named and nothing runs (exit status 2).
  */
 #include <getopt.h>
@@ -20,7 +21,12 @@ static int usage(FILE *f)
 		"                                  processes under the preload\n"
 		"       kvdmabuf status --preload [--json]  only those processes\n"
 		"       kvdmabuf selftest [--list] run the installed self-tests "
-		"(TAP)\n"
+		"that are\n"
+		"                                  safe on a serving node (TAP)\n"
+		"       kvdmabuf selftest --vm-suite [--list]  the VM suite: "
+		"loads test\n"
+		"                                  modules, sets up soft-RoCE; "
+		"test machines only\n"
 		"       kvdmabuf --version | --help\n"
 		"exit status: 0 pass, 1 something failed, 2 usage or setup "
 		"error\n");
@@ -28,7 +34,8 @@ static int usage(FILE *f)
 }
 
 /* The options of each command (and --help, which every one takes). */
-enum { O_HELP = 'h', O_JSON = 'j', O_PRELOAD = 'p', O_LIST = 'l' };
+enum { O_HELP = 'h', O_JSON = 'j', O_PRELOAD = 'p', O_LIST = 'l',
+       O_VM_SUITE = 'v' };
 
 static const struct command {
 	const char *name;
@@ -40,6 +47,7 @@ static const struct command {
 		      { "preload", no_argument, NULL, O_PRELOAD },
 		      { "help", no_argument, NULL, O_HELP }, { 0 } } },
 	{ "selftest", { { "list", no_argument, NULL, O_LIST },
+			{ "vm-suite", no_argument, NULL, O_VM_SUITE },
 			{ "help", no_argument, NULL, O_HELP }, { 0 } } },
 };
 
@@ -59,7 +67,7 @@ static int version(void)
 
 int main(int argc, char **argv)
 {
-	bool json = false, preload = false, list = false;
+	bool json = false, preload = false, list = false, vm_suite = false;
 	const struct command *c = NULL;
 	char what[64];
 	size_t i;
@@ -94,6 +102,9 @@ int main(int argc, char **argv)
 		case O_LIST:
 			list = true;
 			break;
+		case O_VM_SUITE:
+			vm_suite = true;
+			break;
 		default:
 			snprintf(what, sizeof(what), "%s: unknown option",
 				 c->name);
@@ -109,5 +120,5 @@ int main(int argc, char **argv)
 		return cmd_check(json);
 	if (!strcmp(c->name, "status"))
 		return cmd_status(json, preload);
-	return cmd_selftest(list);
+	return cmd_selftest(list, vm_suite);
 }

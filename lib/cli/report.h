@@ -30,7 +30,7 @@ void json_str(const char *s);
 
 int cmd_check(bool json);
 int cmd_status(bool json, bool only_preload);
-int cmd_selftest(bool list_only);
+int cmd_selftest(bool list_only, bool vm_suite);
 /* preload.c: live processes under libkvdmabuf-preload.so; how many. */
 int preload_status(bool json);
 

@@ -1,8 +1,13 @@
 // SPDX-License-Identifier: MIT
 /*
  * selftest.c - `kvdmabuf selftest`: runs the installed kselftest-style
- * programs (selftest.list in the selftest folder) on this machine and
- * streams their TAP; each skips, with its reason, what the machine lacks.
+ * programs on this machine and streams their TAP; each skips, with its
+ * reason, what the machine lacks. selftest.list in the selftest folder
+ * holds those safe on a serving node (the hardware tests: a small GPU
+ * allocation, no module loaded, no network device touched);
+ * selftest-vm.list, run only with --vm-suite, the VM suite's programs,
+ * which load test modules, add soft-RoCE devices and addresses and run the
+ * fuzzer: for a test machine or a VM.
  * A run in which nothing passed and nothing failed tested nothing: exit 2,
  * as for a set-up error, never 0.
  */
@@ -18,6 +23,8 @@
 #include "report.h"
 
 #define PROGRAM_TIMEOUT_S 1200
+/* GPU memory a hardware test takes at a time, unless KVDMABUF_HW_MIB says */
+#define NODE_HW_MIB "256"
 
 /* Installed beside the command: BINDIR/../libexec/kvdmabuf/selftests,
  * wherever PREFIX (and DESTDIR) put both. */
@@ -92,8 +99,9 @@ static int run_one(const char *path, struct tally *t)
 	return 0;
 }
 
-int cmd_selftest(bool list_only)
+int cmd_selftest(bool list_only, bool vm_suite)
 {
+	const char *file = vm_suite ? "selftest-vm.list" : "selftest.list";
 	const char *dir = getenv("KVDMABUF_SELFTEST_DIR");
 	char path[8192], name[256], here[4096];
 	struct tally t = { 0 };
@@ -103,7 +111,7 @@ int cmd_selftest(bool list_only)
 		default_dir(here, sizeof(here));
 		dir = here;
 	}
-	snprintf(path, sizeof(path), "%s/selftest.list", dir);
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
 	list = fopen(path, "re");
 	if (!list) {
 		fprintf(stderr, "kvdmabuf selftest: %s: %s (installed with "
@@ -111,6 +119,7 @@ int cmd_selftest(bool list_only)
 			"folder)\n", path, strerror(errno));
 		return 2;
 	}
+	setenv("KVDMABUF_HW_MIB", NODE_HW_MIB, 0);
 	while (fscanf(list, "%255s%*[^\n]", name) == 1) {
 		if (name[0] == '#')
 			continue;

@@ -194,10 +194,15 @@ def command_runs_and_finds_its_selftests():
     check(run(cli + " --help", env=e).returncode == 0)
     check(run(cli + " bogus", env=e).returncode == 2)
     p = run(cli + " selftest --list", env=e)
-    listed = p.stdout.split()
-    check(p.returncode == 0 and "module/proxy_follow" in listed and
-          "hw/cuda_vmm" in listed, str(listed))
-    for name in listed:
+    node = p.stdout.split()
+    # a serving node's list: the hardware tests, nothing that loads test
+    # modules or sets up soft-RoCE
+    check(p.returncode == 0 and node == ["hw/cuda_vmm"], str(node))
+    p = run(cli + " selftest --vm-suite --list", env=e)
+    vm = p.stdout.split()
+    check(p.returncode == 0 and "module/proxy_follow" in vm and
+          "module/proxy_fuzz" in vm and "hw/cuda_vmm" not in vm, str(vm))
+    for name in node + vm:
         check(os.access(s + "/usr/libexec/kvdmabuf/selftests/" + name,
                         os.X_OK), name + " not installed")
 
@@ -212,6 +217,31 @@ def every_function_has_its_man_page():
         if shutil.which("man"):     # man-db, where installed
             p = run("man -M %s/usr/share/man -w 3 %s" % (staged(), name))
             check(p.returncode == 0, "man %s: %s" % (name, p.stderr))
+
+
+def selftest_runs_the_node_list_unless_asked_for_the_vm_suite():
+    d = tempfile.mkdtemp()
+    for name in ("node_prog", "vm_prog"):
+        with open(os.path.join(d, name), "w") as f:
+            f.write("#!/bin/sh\necho 'TAP version 13'\necho 1..1\n"
+                    "echo \"ok 1 %s_mib_$KVDMABUF_HW_MIB\"\n" % name)
+        os.chmod(os.path.join(d, name), 0o755)
+    with open(os.path.join(d, "selftest.list"), "w") as f:
+        f.write("node_prog\n")
+    with open(os.path.join(d, "selftest-vm.list"), "w") as f:
+        f.write("vm_prog\n")
+    e = dict(env_for(staged()), KVDMABUF_SELFTEST_DIR=d)
+    e.pop("KVDMABUF_HW_MIB", None)
+    cli = staged() + "/usr/bin/kvdmabuf selftest"
+    p = run(cli, env=e)
+    check(p.returncode == 0 and "ok 1 node_prog_mib_256" in p.stdout and
+          "vm_prog" not in p.stdout, "selftest: %d %s" % (p.returncode,
+                                                         p.stdout))
+    p = run(cli + " --vm-suite", env=dict(e, KVDMABUF_HW_MIB="64"))
+    check(p.returncode == 0 and "ok 1 vm_prog_mib_64" in p.stdout and
+          "node_prog" not in p.stdout, "--vm-suite: %d %s" %
+          (p.returncode, p.stdout))
+    shutil.rmtree(d)
 
 
 def selftest_that_tests_nothing_fails():
@@ -317,6 +347,7 @@ if __name__ == "__main__":
         pip_install_into_a_venv_offline,
         vllm_plugin_hooks_run_in_vllms_order,
         command_runs_and_finds_its_selftests,
+        selftest_runs_the_node_list_unless_asked_for_the_vm_suite,
         selftest_that_tests_nothing_fails,
         check_says_how_to_install_the_module,
         status_json_is_json_without_the_module,
