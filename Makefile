@@ -80,6 +80,7 @@ PRELOAD_TESTS := tests/preload/symver tests/preload/fake/libibverbs.so.1 \
 	tests/preload/dlopen_engine tests/preload/verbs_ext.so \
 	$(if $(wildcard tests/fake_cuda/*.c),tests/preload/two_interposers) \
 	tests/preload/other_interposer.so \
+	tests/preload/other_dlsym.so tests/preload/other_dlsym_glibc.so \
 	tests/preload/nodlsym/libkvdmabuf-preload.so \
 	$(if $(wildcard tests/fake_cuda/*.c),tests/preload/cuda_engine) \
 	tests/preload/local_cuda \
@@ -174,6 +175,13 @@ tests/preload/verbs_ext.so: tests/preload/verbs_ext.c
 tests/preload/other_interposer.so: tests/preload/other_interposer.c
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CFLAGS) -fPIC -shared -o $@ $< -ldl
+# Another dlsym interposer: one that hands lookups on, one that goes to glibc.
+tests/preload/other_dlsym.so: tests/preload/other_dlsym.c
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CFLAGS) -fPIC -shared -o $@ $< -ldl
+tests/preload/other_dlsym_glibc.so: tests/preload/other_dlsym.c
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CFLAGS) -DTO_GLIBC -fPIC -shared -o $@ $< -ldl
 tests/preload/two_interposers: tests/preload/two_interposers.c $(FAKE_CUDA)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -Ltests/fake_cuda -l:libcuda.so.1 -ldl

@@ -129,11 +129,18 @@ struct kvdmabuf_preload_state {
 	uint32_t nr_on_proxy;      /**< of those, made on a proxy */
 	uint32_t nr_cannot_follow; /**< of those, refusing sleep */
 	int32_t env_error;         /**< 0 or the environment's parse error */
-	uint32_t flags;            /**< KVDMABUF_PRELOAD_NO_DLSYM */
+	uint32_t flags;            /**< KVDMABUF_PRELOAD_NO_DLSYM ... */
 };
-/* dlsym/dlvsym not interposed (not x86-64): the CUDA runtime's own lookups
- * of cuMemUnmap/cuMemMap/cuMemSetAccess bypass the CUDA interposer. */
+/* The CUDA runtime's own lookups of cuMemUnmap/cuMemMap/cuMemSetAccess
+ * bypass the CUDA interposer: dlsym/dlvsym are not interposed (not
+ * x86-64), or another dlsym interposer ahead of the preload in LD_PRELOAD
+ * answers them with the driver's functions. */
 #define KVDMABUF_PRELOAD_NO_DLSYM (1u << 0)
+/* Another object in the process defines dlsym (a GPU-sharing layer such
+ * as HAMi-core): ahead of the preload, it must hand the lookups on to the
+ * next dlsym (else NO_DLSYM too); behind it, it is never called. Said on
+ * stderr when a region gets proxy operations. */
+#define KVDMABUF_PRELOAD_OTHER_DLSYM (1u << 1)
 int kvdmabuf_preload_query(struct kvdmabuf_preload_state *state);
 
 /**

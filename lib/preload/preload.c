@@ -1349,6 +1349,7 @@ EXPORT void kvdmabuf_preload_own(int on)
 EXPORT int kvdmabuf_preload_query(struct kvdmabuf_preload_state *st)
 {
 	const struct kp_mr *m;
+	char why[512];
 	unsigned int i;
 
 	if (!st)
@@ -1366,8 +1367,9 @@ EXPORT int kvdmabuf_preload_query(struct kvdmabuf_preload_state *st)
 		st->nr_cannot_follow += m->mode == KP_CANNOT_FOLLOW;
 	}
 	st->env_error = kp.env_error;
-	st->flags = kp_dlsym_interposed() ? 0 : KVDMABUF_PRELOAD_NO_DLSYM;
 	pthread_mutex_unlock(&kp.lock);
+	/* outside the lock: it calls another layer's dlsym */
+	st->flags = kp_dlsym_flags(why, sizeof(why));
 	return 0;
 }
 

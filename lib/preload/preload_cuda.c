@@ -990,14 +990,93 @@ __asm__(".text\n"
 	".symver kc_dlvsym, dlvsym@@GLIBC_2.34\n"
 	".symver kc_dlvsym_old, dlvsym@GLIBC_2.2.5\n");
 
-bool kp_dlsym_interposed(void)
+extern char kc_dlsym[];
+
+static bool from_glibc(void *f)
 {
-	return true;
+	const char *b;
+	Dl_info di;
+
+	if (!f || !dladdr(f, &di) || !di.dli_fname)
+		return false;
+	b = strrchr(di.dli_fname, '/');
+	b = b ? b + 1 : di.dli_fname;
+	return !strncmp(b, "libc.so.", 8) || !strncmp(b, "libdl.so.", 9);
+}
+
+static const char *file_of(void *f)
+{
+	Dl_info di;
+
+	return f && dladdr(f, &di) && di.dli_fname ? di.dli_fname : "?";
+}
+
+/*
+ * Another object of the global scope that defines dlsym, as GPU-sharing
+ * layers (HAMi-core) do. Ahead of the preload in LD_PRELOAD it answers
+ * the CUDA runtime's lookups first: harmless when it hands them on to the
+ * next dlsym (ours), a bypass when it goes to glibc's; a lookup of
+ * cuMemUnmap on libcuda's handle through it tells which. Behind the
+ * preload it is never called: ours goes on to glibc's.
+ */
+uint32_t kp_dlsym_flags(char *why, size_t len)
+{
+	void *(*gl)(void *, const char *) = (void *(*)(void *, const char *))
+		__atomic_load_n(&kc_dlsym_next, __ATOMIC_ACQUIRE);
+	void *(*reached)(void *, const char *);
+	void *h, *f;
+
+	if (!gl) {
+		gl = kc_glibc("dlsym");
+		__atomic_store_n(&kc_dlsym_next, (void *)gl, __ATOMIC_RELEASE);
+	}
+	*(void **)&reached = gl(RTLD_DEFAULT, "dlsym");
+	if (reached && (void *)reached != (void *)kc_dlsym &&
+	    !from_glibc((void *)reached)) {
+		h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+		f = h ? reached(h, kc_symbol[S_MEM_UNMAP]) : NULL;
+		if (h)
+			dlclose(h);
+		if (f == kc_own[S_MEM_UNMAP] || !h) {
+			snprintf(why, len, "%s also interposes dlsym, ahead of "
+				 "the preload; %s", file_of((void *)reached),
+				 h ? "it hands the CUDA runtime's lookups on "
+				 "to the preload" : "not probed (no libcuda "
+				 "loaded)");
+			return KVDMABUF_PRELOAD_OTHER_DLSYM;
+		}
+		snprintf(why, len, "%s interposes dlsym ahead of "
+			 "libkvdmabuf-preload.so in LD_PRELOAD and answers the "
+			 "CUDA runtime's lookups with the driver's own "
+			 "functions: cuMemUnmap, cuMemMap and cuMemSetAccess "
+			 "that the runtime (PyTorch, NCCL) fetches do not sleep "
+			 "or wake KV regions; put libkvdmabuf-preload.so first "
+			 "in LD_PRELOAD, or sleep them through the hooks "
+			 "(kvdmabuf_sleep + kvdmabuf_preload_sleep)",
+			 file_of((void *)reached));
+		return KVDMABUF_PRELOAD_OTHER_DLSYM | KVDMABUF_PRELOAD_NO_DLSYM;
+	}
+	f = gl(RTLD_NEXT, "dlsym");
+	if (f && !from_glibc(f)) {
+		snprintf(why, len, "%s also interposes dlsym but comes after "
+			 "libkvdmabuf-preload.so in LD_PRELOAD: the preload "
+			 "hands the lookups it does not answer to glibc, so "
+			 "that dlsym is never called and its own hooks of the "
+			 "CUDA runtime do not work", file_of(f));
+		return KVDMABUF_PRELOAD_OTHER_DLSYM;
+	}
+	return 0;
 }
 #else
-bool kp_dlsym_interposed(void)
+uint32_t kp_dlsym_flags(char *why, size_t len)
 {
-	return false;
+	snprintf(why, len, "dlsym and dlvsym are not interposed on this "
+		 "architecture: cuMemUnmap, cuMemMap and cuMemSetAccess that "
+		 "the CUDA runtime (PyTorch, NCCL) fetches through its own "
+		 "handle of libcuda reach the driver directly and do not sleep "
+		 "or wake KV regions; sleep them through the hooks "
+		 "(kvdmabuf_sleep + kvdmabuf_preload_sleep)");
+	return KVDMABUF_PRELOAD_NO_DLSYM;
 }
 #endif
 
@@ -1012,15 +1091,12 @@ EXPORT int kvdmabuf_preload_set_proxy_ops(void *addr,
 	if (ops && (!ops->revoke || !ops->replace))
 		return -EINVAL;
 	rc = kp_region_set_ops((uintptr_t)addr, ops);
-	if (!rc && ops && !kp_dlsym_interposed() &&
-	    !atomic_flag_test_and_set(&said))
-		fprintf(stderr, "kvdmabuf-preload: dlsym and dlvsym are not "
-			"interposed on this architecture: cuMemUnmap, cuMemMap "
-			"and cuMemSetAccess that the CUDA runtime (PyTorch, "
-			"NCCL) fetches through its own handle of libcuda reach "
-			"the driver directly and do not sleep or wake KV "
-			"regions; sleep them through the hooks "
-			"(kvdmabuf_sleep + kvdmabuf_preload_sleep)\n");
+	if (!rc && ops && !atomic_flag_test_and_set(&said)) {
+		char why[KC_ERRMAX];
+
+		if (kp_dlsym_flags(why, sizeof(why)))
+			fprintf(stderr, "kvdmabuf-preload: %s\n", why);
+	}
 	return rc;
 }
 

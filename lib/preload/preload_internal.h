@@ -61,8 +61,11 @@ KP_HIDDEN void kp_region_unhold(uintptr_t addr);
  * lib/internal.h; auto without a configuration), for the wake's export. */
 KP_HIDDEN int kp_cuda_mapping(void);
 
-/* Whether dlsym and dlvsym are interposed (x86-64 only). */
-KP_HIDDEN bool kp_dlsym_interposed(void);
+/* KVDMABUF_PRELOAD_NO_DLSYM (the CUDA runtime's lookups bypass the
+ * preload: not x86-64, or another dlsym interposer ahead that goes to
+ * glibc's) and KVDMABUF_PRELOAD_OTHER_DLSYM (another object defines
+ * dlsym), with what to do in @why; 0 when the preload answers them. */
+KP_HIDDEN uint32_t kp_dlsym_flags(char *why, size_t len);
 /* bypass.c: an object whose registrations reach libibverbs or libmlx5
  * past the preload (RTLD_DEEPBIND), named in @why. */
 KP_HIDDEN bool kp_bypass_find(char *why, size_t len);

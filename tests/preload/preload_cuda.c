@@ -1399,6 +1399,67 @@ TEST(another_interposer_ahead_is_neither_taken_for_the_driver_nor_looped)
 }
 
 /*
+ * Another dlsym interposer in the process (a GPU-sharing layer such as
+ * HAMi-core): ahead of the preload and handing lookups on to the next
+ * dlsym, the CUDA runtime's lookups still reach the preload (flag
+ * OTHER_DLSYM alone); ahead and going straight to glibc's, they reach the
+ * driver and the preload names the layer and says what to do (flags
+ * OTHER_DLSYM | NO_DLSYM); behind the preload, the layer's dlsym is never
+ * called, which is named too. Before, all three passed silently (flags 0).
+ */
+static void other_dlsym_case(struct __test_metadata *_metadata,
+			     const char *other, int behind,
+			     const char *handle_from, const char *flags,
+			     const char *said)
+{
+	char out[4096], pre[PATH_MAX], own[PATH_MAX];
+	int rc;
+
+	kvd_build_path(own, sizeof(own), "lib/libkvdmabuf-preload.so");
+	rc = behind ?
+	     run_preloaded_after("lib/libkvdmabuf-preload.so",
+				 "tests/preload/cuda_engine", other, out,
+				 sizeof(out), pre, sizeof(pre)) :
+	     run_preloaded_after(other, "tests/preload/cuda_engine",
+				 "lib/libkvdmabuf-preload.so", out,
+				 sizeof(out), pre, sizeof(pre));
+	if (rc == -2)
+		SKIP(return, "%s or tests/preload/cuda_engine not built", other);
+	TH_LOG("%s", out);
+	ASSERT_EQ(0, rc);
+	EXPECT_EQ(0, strcmp(value(out, "cuMemUnmap-from"), own));
+	EXPECT_NOT_NULL(strstr(value(out, "handle-cuMemUnmap-from"),
+			       handle_from));
+	EXPECT_EQ(0, strcmp(value(out, "flags"), flags));
+	EXPECT_NOT_NULL(strstr(out, said));
+}
+
+TEST(another_dlsym_layer_ahead_that_hands_lookups_on_keeps_them)
+{
+	other_dlsym_case(_metadata, "tests/preload/other_dlsym.so", 0,
+			 "lib/libkvdmabuf-preload.so", "2",
+			 "other_dlsym.so also interposes dlsym, ahead of the "
+			 "preload; it hands the CUDA runtime's lookups on");
+}
+
+TEST(another_dlsym_layer_ahead_that_goes_to_glibc_is_named)
+{
+	other_dlsym_case(_metadata, "tests/preload/other_dlsym_glibc.so", 0,
+			 "fake_cuda/libcuda.so.1", "3",
+			 "other_dlsym_glibc.so interposes dlsym ahead of "
+			 "libkvdmabuf-preload.so in LD_PRELOAD and answers the "
+			 "CUDA runtime's lookups with the driver's own");
+}
+
+TEST(another_dlsym_layer_behind_is_named)
+{
+	other_dlsym_case(_metadata, "tests/preload/other_dlsym.so", 1,
+			 "lib/libkvdmabuf-preload.so", "2",
+			 "other_dlsym.so also interposes dlsym but comes after "
+			 "libkvdmabuf-preload.so");
+}
+
+/*
  * The preload as built for architectures other than x86-64 (no dlsym or
  * dlvsym stub; built here with KVD_PRELOAD_NO_DLSYM): the runtime's way of
  * fetching entry points reaches the driver, and the preload says so (on
