@@ -15,6 +15,8 @@
 #include <time.h>
 #include <infiniband/verbs.h>
 
+#include "timeout_scale.h"
+
 struct vp_end {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
@@ -157,7 +159,8 @@ static inline int vp_connect(struct vp_end *a, struct vp_end *b)
 }
 
 /*
- * Waits (at most 10 s) for the completion of one signalled work request
+ * Waits (at most 10 s, times KVDMABUF_TIMEOUT_SCALE: the debug lane's
+ * soft-RoCE is 4x slower) for the completion of one signalled work request
  * of @e. Returns 0, -EIO with *status set to the failed completion's
  * status, or -ETIMEDOUT.
  */
@@ -178,7 +181,7 @@ static inline int vp_wait(struct vp_end *e, enum ibv_wc_status *status)
 			return wc.status == IBV_WC_SUCCESS ? 0 : -EIO;
 		}
 		clock_gettime(CLOCK_MONOTONIC, &t);
-	} while (t.tv_sec - t0.tv_sec < 10);
+	} while (t.tv_sec - t0.tv_sec < kvd_scaled_ms(10000) / 1000);
 	return -ETIMEDOUT;
 }
 

@@ -4,6 +4,7 @@
  * measured in this run; the verdict only compares measured figures.
  */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +105,13 @@ static void cell(char *buf, size_t len, const struct demo_row *r,
 static long mib(long kb)
 {
 	return (kb + (kb >= 0 ? 512 : -512)) / 1024;
+}
+
+/* Two system-wide Shmem figures agree: within a MiB (other processes'
+ * tmpfs files move it meanwhile; a held KV region is many MiB). */
+static bool within_mib(long a_kb, long b_kb)
+{
+	return labs(a_kb - b_kb) <= 1024;
 }
 
 static void memcell(char *buf, size_t len, const struct demo_mem *m)
@@ -273,11 +281,12 @@ static void print_mem(struct demo_results *r, struct verdict *v,
 				continue;
 			}
 			/* kvdmabuf: nothing of the sleeping regions held
-			 * (umem: resident is a Shmem figure, in MiB) */
+			 * (umem: resident is a system-wide Shmem figure:
+			 * within a MiB) */
 			if (x[DEMO_M_ASLEEP].pin_kb != exp_pin ||
 			    (nic == DEMO_NIC_RXE ?
 			     x[DEMO_M_ASLEEP].res_kb != exp_res :
-			     mib(x[DEMO_M_ASLEEP].res_kb) != mib(exp_res)))
+			     !within_mib(x[DEMO_M_ASLEEP].res_kb, exp_res)))
 				fail(v, "%s: %s: asleep %ld KiB pinned, %ld "
 				     "KiB resident (expected %ld, %ld)",
 				     pass_name(r, p), m->label,
@@ -287,8 +296,8 @@ static void print_mem(struct demo_results *r, struct verdict *v,
 			    (x[DEMO_M_WOKE].pin_kb != x[DEMO_M_AWAKE].pin_kb ||
 			     (nic == DEMO_NIC_RXE ?
 			      x[DEMO_M_WOKE].res_kb != x[DEMO_M_AWAKE].res_kb :
-			      mib(x[DEMO_M_WOKE].res_kb) !=
-			      mib(x[DEMO_M_AWAKE].res_kb))))
+			      !within_mib(x[DEMO_M_WOKE].res_kb,
+					  x[DEMO_M_AWAKE].res_kb))))
 				fail(v, "%s: %s: after wake %ld/%ld KiB "
 				     "pinned/resident, before sleep %ld/%ld",
 				     pass_name(r, p), m->label,
@@ -418,10 +427,10 @@ static void print_stress(struct demo_results *r, struct verdict *v,
 	if (s->qp_errors)
 		fail(v, "%s: stress: %llu QPs broke at a sleep", name,
 		     (unsigned long long)s->qp_errors);
-	/* umem: resident is a Shmem figure, compared in MiB */
+	/* umem: resident is a Shmem figure, within a MiB */
 	if (s->pin_first_kb != s->pin_last_kb ||
 	    (nic == DEMO_NIC_RXE ? s->res_first_kb != s->res_last_kb :
-	     mib(s->res_first_kb) != mib(s->res_last_kb)) ||
+	     !within_mib(s->res_first_kb, s->res_last_kb)) ||
 	    labs(s->held_last_kb - s->held_first_kb) > HELD_SLACK_KB)
 		fail(v, "%s: stress: memory drifted (pinned %ld -> %ld KiB, "
 		     "resident %ld -> %ld KiB, held %ld -> %ld KiB)", name,

@@ -131,8 +131,8 @@ TEST_F(dr, drain_waits_for_inflight_transfer)
 	ASSERT_EQ(0, pthread_create(&tw, NULL, transfer, &w));
 	ASSERT_EQ((ssize_t)sizeof(v), read(w.begun_efd, &v, sizeof(v)));
 	ASSERT_EQ(0, w.rc_begin);
+	t0 = kvd_now_ns();      /* before the setter starts its 150 ms */
 	ASSERT_EQ(0, pthread_create(&ts, NULL, set_event_later, &s));
-	t0 = kvd_now_ns();
 	rc = kvdmabuf_sleep(self->ctx, NULL);
 	t1 = kvd_now_ns();
 	pthread_join(ts, NULL);
@@ -554,7 +554,9 @@ TEST_TIMEOUT(revoke_interrupted_without_end_keeps_its_bound, 10)
 	EXPECT_LT(ms, 1000);
 	EXPECT_GT(eintr.calls, 1u);
 	EXPECT_EQ(300u, eintr.first_ms);
-	EXPECT_LT(eintr.last_ms, 30u);
+	/* what was left, not the whole bound again (20 ms a call, plus
+	 * however late a loaded host wakes the sleeper) */
+	EXPECT_LT(eintr.last_ms, 150u);
 	kvd_msg(NULL);
 	eintr.fd = -1;
 	close(c.module_fd);

@@ -354,10 +354,10 @@ TEST_F(exp, exporter_fence_wait_outlasts_the_proxys_writers)
 				  KVD_EXP_CREATE_REVOKE_FENCED, SEED_B, &e, &p);
 		ASSERT_GE(h, 0);
 		ASSERT_EQ(0, imp_write(self->imp, h, 0, self->buf, KVD_PAGE));
+		/* before the fence starts its 300 ms: dt covers all of it */
+		t0 = now_ms();
 		if (round % 2)
 			ASSERT_EQ(0, imp_fence(self->imp, h, 300));
-
-		t0 = now_ms();
 		ASSERT_EQ(0, run_alone(1));
 		r = exp_revoke(self->exp, e);
 		dt = now_ms() - t0;
@@ -368,8 +368,14 @@ TEST_F(exp, exporter_fence_wait_outlasts_the_proxys_writers)
 			       round, (unsigned long long)dt, strerror(-w));
 		EXPECT_EQ(0, r);
 		EXPECT_EQ(-ENODEV, w);
-		if (round % 2)
-			EXPECT_GE(dt, 300u);
+		/* 9/10: the fence is a jiffies timer, which may run a few
+		 * ms ahead of CLOCK_MONOTONIC in a TCG guest; a revoke that
+		 * does not wait for it takes a few ms */
+		if (round % 2) {
+			TH_LOG("round %d: revoke with a 300 ms fence: %llu ms",
+			       round, (unsigned long long)dt);
+			EXPECT_GE(dt, 270u);
+		}
 		EXPECT_EQ(0, backed_import_done(self, h, p, e));
 	}
 }

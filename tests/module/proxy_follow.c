@@ -354,9 +354,10 @@ TEST_F(follow, revoke_times_out_on_a_slow_importer)
 
 /*
  * REVOKE's timeout bounds its whole wait, not each stale backing's: two
- * stale backings whose importers' fences signal 0.6 s and 1.2 s from now,
+ * stale backings whose importers' fences signal 0.6 s and 2 s from now,
  * one after the other; a REVOKE of 1 s returns -ETIMEDOUT at about 1 s
- * (not 0 at 1.2 s), and once both signaled a REVOKE returns 0.
+ * (not 0 at 2 s, nor -ETIMEDOUT at 1.6 s), and once both signaled a REVOKE
+ * returns 0.
  */
 TEST_F(follow, revoke_timeout_bounds_all_stale_backings_together)
 {
@@ -374,7 +375,7 @@ TEST_F(follow, revoke_timeout_bounds_all_stale_backings_together)
 					      0, KVDMABUF_ATTACH_REPLACE, 0,
 					      NULL));
 	ASSERT_EQ(0, imp_fence(self->imp, self->h,
-			       (uint32_t)kvd_scaled_ms(1200)));
+			       (uint32_t)kvd_scaled_ms(2000)));
 	/* b stale too, its fences: both */
 	EXPECT_EQ(-ETIMEDOUT, kvd_revoke(self->dev, self->proxy, 0));
 
@@ -384,7 +385,9 @@ TEST_F(follow, revoke_timeout_bounds_all_stale_backings_together)
 	TH_LOG("REVOKE of %d ms: %s after %.0f ms", kvd_scaled_ms(1000),
 	       strerror(-ret), ms);
 	EXPECT_EQ(-ETIMEDOUT, ret);
-	EXPECT_LT(ms, kvd_scaled_ms(1150));
+	/* one bound for both: waiting for a's fence (~0.6 s) and then a
+	 * bound of its own for b's would take ~1.6 s */
+	EXPECT_LT(ms, kvd_scaled_ms(1400));
 	EXPECT_EQ(0, kvd_revoke(self->dev, self->proxy,
 				(uint32_t)kvd_scaled_ms(5000)));
 }

@@ -364,7 +364,10 @@ TEST_F(sig, library_revoke_interrupted_keeps_its_bound)
 	signaler_stop(&s);
 	EXPECT_EQ(-ETIMEDOUT, ret);
 	EXPECT_GE(atomic_load(&sig_seen), 3u);
-	EXPECT_GE(ms, bound - 20);
+	/* 9/10: the kernel's wait is in jiffies, which may run ahead of
+	 * CLOCK_MONOTONIC in a TCG guest; a wait that a signal ends early
+	 * returns after 50 ms */
+	EXPECT_GE(ms, bound * 9 / 10);
 	EXPECT_LT(ms, bound + kvd_scaled_ms(300));
 	kvd_msg(NULL);
 }
