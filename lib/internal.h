@@ -382,9 +382,10 @@ int kvd_preload_undeclare(struct kvdmabuf_region *r);
 
 /* sleep.c, for interpose.c (ctx locked, @r may change): the engine itself
  * unmapped the memory of @r: @r sleeps as in kvdmabuf_sleep(), alone; wake:
- * its new memory, exported as @dmabuf_fd (not taken), becomes @r's
- * backing (@what names the call in messages). 0 or negative errno,
- * message set. */
+ * its new memory becomes @r's backing, as in kvdmabuf_wake() (CUDA: the
+ * library's own export of it, with its mapping and checks; else
+ * @dmabuf_fd, the preload's export, not taken; @what names the call in
+ * messages). 0 or negative errno, message set. */
 int kvd_sleep_region(struct kvdmabuf_region *r);
 int kvd_wake_region(struct kvdmabuf_region *r, int dmabuf_fd,
 		    const char *what);

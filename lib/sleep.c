@@ -645,12 +645,21 @@ int kvd_wake_region(struct kvdmabuf_region *r, int dmabuf_fd,
 	/* awake already (kvdmabuf_wake): its backing is what it exported */
 	if (!r->asleep || r->mode == KVDMABUF_MODE_NOREG)
 		return 0;
-	fd = fcntl(dmabuf_fd, F_DUPFD_CLOEXEC, 0);
-	if (fd < 0)
-		return kvd_err(ctx, -errno, "%s: dup of the new memory's "
-			       "dma-buf: %s", what, strerror(errno));
 	kvd_busy_begin(ctx);
-	rc = wake_on(r, fd, 0);
+	if (r->mem == KVDMABUF_MEM_CUDA) {
+		/*
+		 * The library's own export, as kvdmabuf_wake() makes it: its
+		 * cuda_dmabuf_mapping, the mapping recorded for region_info,
+		 * its check that every mapping is GPUDirect RDMA capable.
+		 * The preload's (@dmabuf_fd) stays the preload's.
+		 */
+		rc = wake_one(r);
+	} else {
+		fd = fcntl(dmabuf_fd, F_DUPFD_CLOEXEC, 0);
+		rc = fd < 0 ? kvd_err(ctx, -errno, "dup of the new memory's "
+				      "dma-buf: %s", strerror(errno)) :
+		     wake_on(r, fd, 0);
+	}
 	if (rc)
 		kvd_err_prefix(ctx, rc, "%s: region %u", what,
 			       region_index(r));

@@ -41,6 +41,8 @@ static struct {
 	kvd_cuMemAddressReserve_fn *d_reserve;
 	void (*log)(char *, size_t);
 	void (*last_export)(unsigned long long *, size_t *, unsigned long *);
+	unsigned long (*export_calls)(void);
+	unsigned long long (*last_export_flags)(void);
 	int (*declare)(void *, size_t, const char *, int, uint64_t);
 	int (*undeclare)(void *);
 	int (*set_ops)(void *, const struct kvdmabuf_preload_proxy_ops *);
@@ -105,6 +107,8 @@ static int load(char *why, size_t len)
 	D(d_reserve, "cuMemAddressReserve");
 	D(log, "fakecu_log");
 	D(last_export, "fakecu_last_export");
+	D(export_calls, "fakecu_export_calls");
+	D(last_export_flags, "fakecu_last_export_flags");
 	G(declare, "kvdmabuf_preload_declare");
 	G(undeclare, "kvdmabuf_preload_undeclare");
 	G(set_ops, "kvdmabuf_preload_set_proxy_ops");
@@ -114,7 +118,8 @@ static int load(char *why, size_t len)
 #undef D
 	if (!t.unmap || !t.map || !t.access || !t.d_map || !t.d_access ||
 	    !t.d_create || !t.d_release || !t.d_reserve || !t.log ||
-	    !t.last_export || !t.declare || !t.undeclare || !t.set_ops ||
+	    !t.last_export || !t.export_calls || !t.last_export_flags ||
+	    !t.declare || !t.undeclare || !t.set_ops ||
 	    !t.query || !t.cuda_error) {
 		snprintf(why, len, "a symbol is missing");
 		return -1;
@@ -129,6 +134,9 @@ static const kvd_CUmemAccessDesc rw = {
 
 /* New memory for chunk @i of @base: cuMemCreate, cuMemMap, cuMemSetAccess
  * through @map and @access. */
+/* New memory for chunk @i (GPUDirect RDMA capable unless gdr_off). */
+static int gdr_off;
+
 static int map_chunk(char *base, int i, kvd_cuMemMap_fn *map,
 		     kvd_cuMemSetAccess_fn *access)
 {
@@ -138,7 +146,7 @@ static int map_chunk(char *base, int i, kvd_cuMemMap_fn *map,
 
 	prop.type = KVD_CU_MEM_ALLOCATION_TYPE_PINNED;
 	prop.location.type = KVD_CU_MEM_LOCATION_TYPE_DEVICE;
-	prop.allocFlags.gpuDirectRDMACapable = 1;
+	prop.allocFlags.gpuDirectRDMACapable = !gdr_off;
 	if (t.d_create(&h, CHUNK, &prop, 0) || map(p, CHUNK, 0, h, 0))
 		return -1;
 	t.d_release(h);
@@ -276,9 +284,9 @@ TEST_F(lr, the_engines_unmap_and_map_sleep_and_wake_the_region)
 	EXPECT_EQ(ex0 + 1, ex);
 	EXPECT_EQ(b, ptr);
 	EXPECT_EQ((size_t)LEN, size);
-	/* the preload's export is the backing (the library exported none) */
+	/* the library's own export is the backing, as kvdmabuf_wake's */
 	EXPECT_EQ(KVD_PROXY_BACKED, fw.px[p].state);
-	EXPECT_EQ(1u, fw.exports);
+	EXPECT_EQ(2u, fw.exports);
 	EXPECT_EQ(1, fake_mrs_live());
 	ASSERT_EQ(0, kvdmabuf_region_keys(self->r, 0, &lk, &rk, &gen));
 	if (variant->pins) {
@@ -298,6 +306,53 @@ TEST_F(lr, the_engines_unmap_and_map_sleep_and_wake_the_region)
 	EXPECT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
 	EXPECT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
 	EXPECT_EQ(0, rinfo(self->r).asleep);
+}
+
+/*
+ * The engine's wake is the library's wake: the new memory is exported by
+ * the library as kvdmabuf_wake() exports it (its GPUDirect check, its
+ * cuda_dmabuf_mapping, the mapping region_info reports), not taken from
+ * the preload's export. Memory that is not GPUDirect RDMA capable is
+ * refused (the engine's cuMemSetAccess fails, the region stays asleep);
+ * capable memory wakes it, with the PCIe mapping recorded. (Before, the
+ * preload's export became the backing unchecked.)
+ */
+TEST_F(lr, the_engines_wake_is_the_librarys_own_export)
+{
+	kvd_CUdeviceptr b = (kvd_CUdeviceptr)(uintptr_t)self->base;
+	unsigned long n0;
+	char err[512];
+	int p = fake_find_proxy(self->r->proxy_fd);
+
+	ASSERT_LE(0, p);
+	fw.real_export = 1;     /* the library's export: the fake libcuda */
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.unmap(b, LEN));
+	EXPECT_EQ(1, rinfo(self->r).asleep);
+	n0 = t.export_calls();
+
+	gdr_off = 1;
+	ASSERT_EQ(0, map_chunk(self->base, 0, t.map, t.access));
+	EXPECT_NE(0, map_chunk(self->base, 1, t.map, t.access));
+	gdr_off = 0;
+	t.cuda_error(err, sizeof(err));
+	TH_LOG("memory without GPUDirect RDMA: %s", err);
+	EXPECT_NOT_NULL(strstr(err, "GPUDirect"));
+	EXPECT_EQ(1, rinfo(self->r).asleep);
+	EXPECT_EQ(KVD_PROXY_REVOKED, fw.px[p].state);
+	EXPECT_NE(0, kvdmabuf_io_begin(self->r));
+
+	/* the engine maps capable memory instead: woken on the library's
+	 * export (one by the preload, one by the library) */
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.unmap(b, LEN));
+	n0 = t.export_calls();
+	ASSERT_EQ(0, map_chunk(self->base, 0, t.map, t.access));
+	ASSERT_EQ(0, map_chunk(self->base, 1, t.map, t.access));
+	EXPECT_EQ(0, rinfo(self->r).asleep);
+	EXPECT_EQ(KVD_PROXY_BACKED, fw.px[p].state);
+	EXPECT_EQ(n0 + 2, t.export_calls());
+	EXPECT_EQ(KVDMABUF_MAPPING_PCIE, rinfo(self->r).mapping);
+	EXPECT_EQ(1ull, t.last_export_flags());
+	fw.real_export = 0;
 }
 
 TEST_F(lr, operations_held_while_they_run)
