@@ -194,9 +194,12 @@ int kvdmabuf_preload_reg_error(char *buf, size_t len);
  *    failed): cuMemUnmap returns CUDA_ERROR_NOT_PERMITTED (800), nothing
  *    is unmapped, the reason is on stderr and in
  *    kvdmabuf_preload_cuda_error();
- *  - a region the interposer put to sleep wakes when successful
- *    cuMemSetAccess calls have covered all of it again: after the last of
- *    them, its memory is exported as a dma-buf
+ *  - a region the interposer put to sleep wakes when all of it is mapped
+ *    and accessible again: what stayed mapped counts, what any cuMemUnmap
+ *    took out must be covered by successful cuMemSetAccess calls (an
+ *    engine that gives back one chunk wakes the region by mapping that
+ *    chunk again). After the last of them, its memory is exported as a
+ *    dma-buf
  *    (cuMemGetHandleForAddressRange, in the primary context of the
  *    memory's device) and handed to the proxy's replace(). A failed wake
  *    leaves the region asleep and that cuMemSetAccess returns the export's

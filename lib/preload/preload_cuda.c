@@ -83,13 +83,23 @@ static const char *const kc_symbol[S_NR] = {
 	[S_EXPORT] = "cuMemGetHandleForAddressRange",
 };
 
-/* A region this interposer put to sleep, and what cuMemSetAccess has
- * covered of it since: intervals [a, b), sorted, disjoint. */
+/* Intervals [a, b) of a sleeping region: sorted, disjoint. */
+struct kc_ivs {
+	struct { uintptr_t a, b; } *v;
+	unsigned int n;
+};
+
+/*
+ * A region this interposer put to sleep: what of it is mapped and
+ * accessible (all of it at the sleep, less each cuMemUnmap seen since,
+ * plus each cuMemSetAccess), and what cuMemSetAccess covered since the
+ * sleep (the rest of "mapped" is taken on trust: an unmap that bypassed
+ * the interposer is not seen).
+ */
 struct kc_sleeper {
 	uintptr_t addr;
 	size_t len;
-	struct { uintptr_t a, b; } *iv;
-	unsigned int nr_iv;
+	struct kc_ivs mapped, accessed;
 };
 
 static struct {
@@ -227,9 +237,15 @@ static struct kc_sleeper *sleeper_at(uintptr_t addr)
 	return NULL;
 }
 
+static void sleeper_free(struct kc_sleeper *s)
+{
+	free(s->mapped.v);
+	free(s->accessed.v);
+}
+
 static void sleeper_drop(struct kc_sleeper *s)
 {
-	free(s->iv);
+	sleeper_free(s);
 	*s = kc.sleepers[--kc.nr_sleepers];
 	atomic_store(&kc.nr_asleep, kc.nr_sleepers);
 }
@@ -241,23 +257,24 @@ static bool sleeper_overlaps(const struct kc_sleeper *s, uintptr_t a,
 	return a < s->addr + s->len && s->addr < a + size;
 }
 
-/* [a, b) of @s becomes covered (@add) or not; -ENOMEM. */
-static int cover(struct kc_sleeper *s, uintptr_t a, uintptr_t b, bool add)
+/* [a, b) (clipped to @s) joins @l (@add) or leaves it; -ENOMEM. */
+static int cover(const struct kc_sleeper *s, struct kc_ivs *l, uintptr_t a,
+		 uintptr_t b, bool add)
 {
 	unsigned int i, j, n = 0;
 	uintptr_t ta, tb;
-	__typeof__(s->iv) v;
+	__typeof__(l->v) v;
 
 	a = a < s->addr ? s->addr : a;
 	b = b > s->addr + s->len ? s->addr + s->len : b;
 	if (a >= b)
 		return 0;
-	v = malloc((s->nr_iv + 2) * sizeof(*v));
+	v = malloc((l->n + 2) * sizeof(*v));
 	if (!v)
 		return -ENOMEM;
-	for (i = 0; i < s->nr_iv; i++) {
-		ta = s->iv[i].a;
-		tb = s->iv[i].b;
+	for (i = 0; i < l->n; i++) {
+		ta = l->v[i].a;
+		tb = l->v[i].b;
 		if (tb <= a || ta >= b) {
 			v[n].a = ta;
 			v[n++].b = tb;
@@ -291,16 +308,31 @@ static int cover(struct kc_sleeper *s, uintptr_t a, uintptr_t b, bool add)
 			v[j++] = v[i];
 		}
 	}
-	free(s->iv);
-	s->iv = v;
-	s->nr_iv = j;
+	free(l->v);
+	l->v = v;
+	l->n = j;
 	return 0;
 }
 
-static bool covered(const struct kc_sleeper *s)
+/* Whether @l is all of @s. */
+static bool covered(const struct kc_sleeper *s, const struct kc_ivs *l)
 {
-	return s->nr_iv == 1 && s->iv[0].a == s->addr &&
-	       s->iv[0].b == s->addr + s->len;
+	return l->n == 1 && l->v[0].a == s->addr &&
+	       l->v[0].b == s->addr + s->len;
+}
+
+/* @to becomes a copy of @from; -ENOMEM. */
+static int ivs_copy(struct kc_ivs *to, const struct kc_ivs *from)
+{
+	__typeof__(to->v) v = malloc((from->n + 1) * sizeof(*v));
+
+	if (!v)
+		return -ENOMEM;
+	memcpy(v, from->v, from->n * sizeof(*v));
+	free(to->v);
+	to->v = v;
+	to->n = from->n;
+	return 0;
 }
 
 /* ---- export of the region's new memory ---- */
@@ -430,10 +462,15 @@ static kvd_CUresult region_sleep(const struct kp_region_view *v)
 	/* one entry per region (woken by the hooks meanwhile: renewed) */
 	s = sleeper_at(v->addr);
 	if (s)
-		free(s->iv);
+		sleeper_free(s);
 	else
 		s = &kc.sleepers[kc.nr_sleepers++];
 	*s = (struct kc_sleeper){ .addr = v->addr, .len = v->len };
+	/* mapped and accessible, all of it: the caller's unmap (and any
+	 * later one while asleep) takes its range out again, so the region
+	 * wakes once what was unmapped is accessible again (out of memory:
+	 * nothing counts as mapped, a set-access over all of it wakes it) */
+	cover(s, &s->mapped, v->addr, v->addr + v->len, true);
 	atomic_store(&kc.nr_asleep, kc.nr_sleepers);
 out:
 	if (held)
@@ -447,7 +484,7 @@ out:
  * later cuMemSetAccess tries again). A region undeclared meanwhile is
  * forgotten: its owner took it back.
  */
-static kvd_CUresult region_wake(struct kc_sleeper *s)
+static kvd_CUresult region_wake(struct kc_sleeper *s, bool deferrable)
 {
 	struct kvdmabuf_preload_proxy_ops ops;
 	char why[KC_ERRMAX - 128];
@@ -464,6 +501,15 @@ static kvd_CUresult region_wake(struct kc_sleeper *s)
 		r = kc_export(s->addr, s->len, &fd);
 		if (r != KVD_CUDA_SUCCESS) {
 			kp_region_unhold(s->addr);
+			/*
+			 * Part of it was taken as mapped on trust: an unmap
+			 * that bypassed us (the runtime's own lookup) may have
+			 * taken it. Only what cuMemSetAccess covered counts
+			 * from now on: the engine's call itself succeeded.
+			 */
+			if (deferrable && !covered(s, &s->accessed) &&
+			    !ivs_copy(&s->mapped, &s->accessed))
+				return KVD_CUDA_SUCCESS;
 			return r;
 		}
 		why[0] = '\0';
@@ -505,7 +551,7 @@ static void rollback(kvd_CUdeviceptr ptr, size_t size, kvd_CUresult r,
 	memcpy(first, kc_err, sizeof(first));
 	while (n) {
 		s = sleeper_at(slept[--n]);
-		if (s && region_wake(s) != KVD_CUDA_SUCCESS)
+		if (s && region_wake(s, false) != KVD_CUDA_SUCCESS)
 			stuck++;
 	}
 	if (stuck)
@@ -557,9 +603,9 @@ kvd_CUresult kc_mem_unmap(kvd_CUdeviceptr ptr, size_t size)
 	/* what set-access covered of a sleeping region is unmapped again
 	 * (out of memory: all of it counts as not covered) */
 	for (i = 0; r == KVD_CUDA_SUCCESS && i < kc.nr_sleepers; i++)
-		if (cover(&kc.sleepers[i], (uintptr_t)ptr,
-			  (uintptr_t)ptr + size, false))
-			kc.sleepers[i].nr_iv = 0;
+		if (cover(&kc.sleepers[i], &kc.sleepers[i].mapped,
+			  (uintptr_t)ptr, (uintptr_t)ptr + size, false))
+			kc.sleepers[i].mapped.n = 0;
 	/* refused, or the driver refused the unmap: the memory is still
 	 * there, so the regions slept here wake on it again */
 	if (r != KVD_CUDA_SUCCESS && nr_slept)
@@ -603,17 +649,18 @@ kvd_CUresult kc_mem_set_access(kvd_CUdeviceptr ptr, size_t size,
 			i++;
 			continue;
 		}
-		if (cover(s, a, a + size, true)) {
+		if (cover(s, &s->mapped, a, a + size, true) ||
+		    cover(s, &s->accessed, a, a + size, true)) {
 			fail("wake of %#" PRIxPTR "+%#zx: out of memory",
 			     s->addr, s->len);
 			r = KVD_CUDA_ERROR_NOT_PERMITTED;
 			break;
 		}
-		if (!covered(s)) {
+		if (!covered(s, &s->mapped)) {
 			i++;
 			continue;
 		}
-		w = region_wake(s);     /* drops s (the last moves to i) */
+		w = region_wake(s, true); /* drops s (the last moves to i) */
 		if (w != KVD_CUDA_SUCCESS) {
 			r = w;
 			break;

@@ -352,6 +352,40 @@ static int remap(char *base, int i, kvd_cuMemMap_fn *map,
 	return access(p, CHUNK, &rw, 1) ? -1 : 0;
 }
 
+/*
+ * An engine that gives back one chunk of a region (elastic KV, a layer's
+ * blocks): the whole region sleeps (its proxy maps all of it), and once
+ * that chunk is mapped and accessible again the region wakes on the
+ * memory mapped there now, the chunk that stayed included. Before, only
+ * a cuMemSetAccess over every chunk woke it, so the region slept on.
+ */
+TEST_F(kv, a_chunk_unmapped_and_mapped_again_wakes_the_region)
+{
+	kvd_CUdeviceptr b = (kvd_CUdeviceptr)(uintptr_t)self->base;
+
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.unmap(b + CHUNK, CHUNK));
+	LOG_IS("revoke unmap");
+	EXPECT_EQ(1u, asleep());
+	t.d_release(self->h[1]);
+	ASSERT_EQ(0, remap(self->base, 1, t.map, t.access));
+	LOG_IS("map access export replace");
+	EXPECT_EQ(1, so.replaced);
+	EXPECT_EQ((long long)(2 * CHUNK), so.replace_size);
+	EXPECT_EQ(0u, asleep());
+	/* twice more, the second chunk given back while asleep */
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.unmap(b, CHUNK));
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.unmap(b + CHUNK, CHUNK));
+	LOG_IS("revoke unmap unmap");
+	t.d_release(self->h[0]);
+	ASSERT_EQ(0, remap(self->base, 1, t.map, t.access));
+	EXPECT_EQ(1, so.replaced);              /* chunk 0 still unmapped */
+	EXPECT_EQ(1u, asleep());
+	ASSERT_EQ(0, remap(self->base, 0, t.map, t.access));
+	LOG_IS("map access map access export replace");
+	EXPECT_EQ(2, so.replaced);
+	EXPECT_EQ(0u, asleep());
+}
+
 TEST_F(kv, dlsym_resolved_calls_sleep_before_unmap_wake_after_access)
 {
 	kvd_CUdeviceptr b = (kvd_CUdeviceptr)(uintptr_t)self->base;
