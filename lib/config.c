@@ -11,6 +11,8 @@
  *   transport: ucx            # the engine's transfer library (gate.c)
  *   host_on_demand: auto      # auto | on | off: ODP for host memory
  *                             # released at sleep where every NIC has it
+ *   registrations: library    # library | engine: under libkvdmabuf-preload.so
+ *                             # the engine's own MRs only (proxy-only)
  *   kv_regions: [0x7e0000000000+0x40000000:kv_cache]
  *                             # KV memory by address, ADDR+LEN[:TAG] (a list
  *                             # or one): for libkvdmabuf-preload.so
@@ -50,7 +52,8 @@ struct parse {
 
 enum { SEEN_PROTOCOL = 1, SEEN_NICS = 2, SEEN_DRAIN = 4, SEEN_MODULE = 8,
        SEEN_CUDA = 16, SEEN_CUDA_MAPPING = 32, SEEN_TRANSPORT = 64,
-       SEEN_KV_REGIONS = 128, SEEN_HOST_ODP = 256 };
+       SEEN_KV_REGIONS = 128, SEEN_HOST_ODP = 256,
+       SEEN_REGISTRATIONS = 512 };
 
 static int perr(struct parse *p, const yaml_mark_t *m, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -215,6 +218,57 @@ static double parse_double(const char *s, char **end)
 	return d;
 }
 
+/* A key whose value is one of a few words, each standing for a number. */
+struct word {
+	const char *name;
+	int value;
+};
+
+/* @ev's scalar is one of @words (@n): its value in *@out; else an error
+ * naming them ("'KEY' must be a, b or c, not 'x'"). */
+static int one_of(struct parse *p, yaml_event_t *ev, const char *key,
+		  const struct word *words, unsigned int n, int *out)
+{
+	char buf[256], list[128] = "";
+	unsigned int i;
+	int rc;
+
+	rc = scalar_copy(p, ev, key, buf, sizeof(buf));
+	if (rc)
+		return rc;
+	for (i = 0; i < n; i++) {
+		if (!strcmp(buf, words[i].name)) {
+			*out = words[i].value;
+			return 0;
+		}
+		snprintf(list + strlen(list), sizeof(list) - strlen(list),
+			 "%s%s", i ? (i + 1 < n ? ", " : " or ") : "",
+			 words[i].name);
+	}
+	return perr(p, &ev->start_mark, "'%s' must be %s, not '%s'", key,
+		    list, buf);
+}
+
+#define ONE_OF(p, ev, key, words, out) \
+	one_of(p, ev, key, words, sizeof(words) / sizeof(words[0]), out)
+
+static const struct word module_words[] = {
+	{ "auto", KVDMABUF_MODULE_AUTO }, { "require", KVDMABUF_MODULE_REQUIRE },
+	{ "off", KVDMABUF_MODULE_OFF },
+};
+static const struct word mapping_words[] = {
+	{ "auto", KVD_CUDA_MAPPING_AUTO }, { "pcie", KVD_CUDA_MAPPING_PCIE },
+	{ "default", KVD_CUDA_MAPPING_DEFAULT },
+};
+static const struct word host_odp_words[] = {
+	{ "auto", KVD_HOST_ODP_AUTO }, { "on", KVD_HOST_ODP_ON },
+	{ "off", KVD_HOST_ODP_OFF },
+};
+static const struct word registrations_words[] = {
+	{ "library", KVD_REGISTRATIONS_LIBRARY },
+	{ "engine", KVD_REGISTRATIONS_ENGINE },
+};
+
 static int parse_value(struct parse *p, const char *key, yaml_mark_t *kmark,
 		       yaml_event_t *ev, struct kvd_config *c)
 {
@@ -242,11 +296,13 @@ static int parse_value(struct parse *p, const char *key, yaml_mark_t *kmark,
 		bit = SEEN_KV_REGIONS;
 	else if (!strcmp(key, "host_on_demand"))
 		bit = SEEN_HOST_ODP;
+	else if (!strcmp(key, "registrations"))
+		bit = SEEN_REGISTRATIONS;
 	else
 		return perr(p, kmark, "unknown key '%s' (known: protocol, nics, "
 			    "drain_timeout_s, module, cuda_library, "
 			    "cuda_dmabuf_mapping, transport, kv_regions, "
-			    "host_on_demand)", key);
+			    "host_on_demand, registrations)", key);
 	if (p->seen & bit)
 		return perr(p, kmark, "duplicate key '%s'", key);
 	p->seen |= bit;
@@ -278,55 +334,19 @@ static int parse_value(struct parse *p, const char *key, yaml_mark_t *kmark,
 		c->drain_timeout_ms = (unsigned int)ceil(d * 1000.0);
 		return 0;
 	case SEEN_MODULE:
-		rc = scalar_copy(p, ev, key, buf, sizeof(buf));
-		if (rc)
-			return rc;
-		if (!strcmp(buf, "auto"))
-			c->module = KVDMABUF_MODULE_AUTO;
-		else if (!strcmp(buf, "require"))
-			c->module = KVDMABUF_MODULE_REQUIRE;
-		else if (!strcmp(buf, "off"))
-			c->module = KVDMABUF_MODULE_OFF;
-		else
-			return perr(p, &ev->start_mark,
-				    "'module' must be auto, require or off, "
-				    "not '%s'", buf);
-		return 0;
+		return ONE_OF(p, ev, key, module_words, &c->module);
 	case SEEN_CUDA_MAPPING:
-		rc = scalar_copy(p, ev, key, buf, sizeof(buf));
-		if (rc)
-			return rc;
-		if (!strcmp(buf, "auto"))
-			c->cuda_mapping = KVD_CUDA_MAPPING_AUTO;
-		else if (!strcmp(buf, "pcie"))
-			c->cuda_mapping = KVD_CUDA_MAPPING_PCIE;
-		else if (!strcmp(buf, "default"))
-			c->cuda_mapping = KVD_CUDA_MAPPING_DEFAULT;
-		else
-			return perr(p, &ev->start_mark,
-				    "'cuda_dmabuf_mapping' must be auto, pcie "
-				    "or default, not '%s'", buf);
-		return 0;
+		return ONE_OF(p, ev, key, mapping_words, &c->cuda_mapping);
 	case SEEN_TRANSPORT:
 		return scalar_copy(p, ev, key, c->transport,
 				   sizeof(c->transport));
 	case SEEN_KV_REGIONS:
 		return each_item(p, ev, c, kv_region_add);
 	case SEEN_HOST_ODP:
-		rc = scalar_copy(p, ev, key, buf, sizeof(buf));
-		if (rc)
-			return rc;
-		if (!strcmp(buf, "auto"))
-			c->host_odp = KVD_HOST_ODP_AUTO;
-		else if (!strcmp(buf, "on"))
-			c->host_odp = KVD_HOST_ODP_ON;
-		else if (!strcmp(buf, "off"))
-			c->host_odp = KVD_HOST_ODP_OFF;
-		else
-			return perr(p, &ev->start_mark,
-				    "'host_on_demand' must be auto, on or off, "
-				    "not '%s'", buf);
-		return 0;
+		return ONE_OF(p, ev, key, host_odp_words, &c->host_odp);
+	case SEEN_REGISTRATIONS:
+		return ONE_OF(p, ev, key, registrations_words,
+			      &c->registrations);
 	default:
 		return scalar_copy(p, ev, key, c->cuda_library,
 				   sizeof(c->cuda_library));
@@ -457,7 +477,7 @@ int kvd_config_parse(const char *text, size_t len, const char *name,
 /* The keys the environment may set, KVDMABUF_<KEY>. */
 static const char *const env_keys[] = {
 	"protocol", "nics", "drain_timeout_s", "module", "cuda_library",
-	"cuda_dmabuf_mapping", "transport", "host_on_demand",
+	"cuda_dmabuf_mapping", "transport", "host_on_demand", "registrations",
 };
 
 /* The environment's keys over @cfg; @cfg->path says which came from it. */

@@ -36,6 +36,12 @@ enum kvd_cuda_mapping {
  * that advertises it; OFF none (REREGISTER).
  */
 enum kvd_host_odp { KVD_HOST_ODP_AUTO = 0, KVD_HOST_ODP_ON, KVD_HOST_ODP_OFF };
+/* registrations: who registers device regions with the NICs. LIBRARY: the
+ * library, on every NIC (its keys); ENGINE: only the engine, under
+ * libkvdmabuf-preload.so, on the proxies the library makes (proxy-only:
+ * no NIC opened, no MR of the library's own). */
+enum kvd_registrations { KVD_REGISTRATIONS_LIBRARY = 0,
+			 KVD_REGISTRATIONS_ENGINE };
 
 struct kvd_config {
 	char protocol[KVD_NAMEMAX];
@@ -50,6 +56,7 @@ struct kvd_config {
 	 * which runs over UCX) makes the gate read UCX_TLS. */
 	char transport[KVD_NAMEMAX];
 	int host_odp;                    /* enum kvd_host_odp */
+	int registrations;               /* enum kvd_registrations */
 	char path[256];                  /* file it came from */
 	/* kv_regions: KV memory by address for libkvdmabuf-preload.so
 	 * (engines without hooks); the library itself does not use them. */
