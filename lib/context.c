@@ -75,6 +75,30 @@ static int pds_match_config(struct kvdmabuf_ctx *ctx,
 	return 0;
 }
 
+/*
+ * registrations: engine (proxy-only): the library opens no NIC and makes
+ * no MR; the engine registers, under libkvdmabuf-preload.so, on the
+ * proxies. Without the preload its MRs would stay on the memory a sleep
+ * releases; NICs or PDs handed to the library would never be used.
+ */
+static int engine_registrations_check(struct kvdmabuf_ctx *ctx,
+				      const struct kvdmabuf_options *opts)
+{
+	if (opts->nr_pds || ctx->cfg.nr_nics)
+		return kvd_err(ctx, -EINVAL, "%s: registrations: engine: the "
+			       "library makes no MR, so it takes no %s",
+			       ctx->cfg.path, opts->nr_pds ? "PDs (options."
+			       "pds)" : "NICs (nics:)");
+	if (!kvd_preload_present())
+		return kvd_err(ctx, -EOPNOTSUPP, "%s: registrations: engine: "
+			       "libkvdmabuf-preload.so is not loaded in this "
+			       "process (LD_PRELOAD): the engine's own MRs "
+			       "would not be made on the proxies and would "
+			       "keep the memory a sleep releases",
+			       ctx->cfg.path);
+	return 0;
+}
+
 int kvd_open_ops(const struct kvdmabuf_options *opts,
 		 const struct kvd_ops *ops, void *ops_arg,
 		 struct kvdmabuf_ctx **ctxp, char *err, size_t errlen)
@@ -150,7 +174,12 @@ int kvd_open_ops(const struct kvdmabuf_options *opts,
 		 opts->cuda_library ? opts->cuda_library :
 		 ctx->cfg.cuda_library);
 
-	if (ctx->cfg.proto == KVD_PROTO_RDMA) {
+	if (ctx->cfg.proto == KVD_PROTO_RDMA &&
+	    ctx->cfg.registrations == KVD_REGISTRATIONS_ENGINE) {
+		rc = engine_registrations_check(ctx, opts);
+		if (rc)
+			goto fail;
+	} else if (ctx->cfg.proto == KVD_PROTO_RDMA) {
 		rc = ops->nics_open(ctx, opts);
 		if (rc)
 			goto fail;
@@ -164,6 +193,18 @@ int kvd_open_ops(const struct kvdmabuf_options *opts,
 	}
 
 	module = opts->module ? opts->module : ctx->cfg.module;
+	/* proxy-only: the proxies are all there is */
+	if (ctx->cfg.proto == KVD_PROTO_RDMA &&
+	    ctx->cfg.registrations == KVD_REGISTRATIONS_ENGINE) {
+		if (module == KVDMABUF_MODULE_OFF) {
+			rc = kvd_err(ctx, -EINVAL, "%s: registrations: engine "
+				     "with module: off: the engine's MRs are "
+				     "made on the module's proxies",
+				     ctx->cfg.path);
+			goto fail;
+		}
+		module = KVDMABUF_MODULE_REQUIRE;
+	}
 	if (module != KVDMABUF_MODULE_OFF && ctx->cfg.proto == KVD_PROTO_RDMA) {
 		rc = ops->proxy_open(ctx, &ctx->module_fd);
 		if (rc && module == KVDMABUF_MODULE_REQUIRE) {

@@ -377,7 +377,9 @@ void kvd_fire_key_callbacks(struct kvdmabuf_ctx *ctx,
 /* preload_link.c: under libkvdmabuf-preload.so (no-ops without it). The
  * library's own registrations are not the engine's: between own(1) and
  * own(0) they pass the interposer unrecorded. check: 0, or the preload's
- * refusal of a sleep of @r (message set). */
+ * refusal of a sleep of @r (message set). present: whether the preload
+ * is loaded (registrations: engine needs it). */
+bool kvd_preload_present(void);
 void kvd_preload_own(int on);
 int kvd_preload_check(struct kvdmabuf_region *r);
 /* A region with a proxy declared to the preload (ctx locked), with the

@@ -23,6 +23,10 @@ static int nic_change_allowed(struct kvdmabuf_ctx *ctx, const char *what)
 	if (ctx->cfg.proto != KVD_PROTO_RDMA)
 		return kvd_err(ctx, -EPROTONOSUPPORT, "%s: protocol is not "
 			       "rdma", what);
+	if (ctx->cfg.registrations == KVD_REGISTRATIONS_ENGINE)
+		return kvd_err(ctx, -EINVAL, "%s: registrations: engine: the "
+			       "library makes no MR (the engine registers on "
+			       "the proxies)", what);
 	for (i = 0; i < ctx->nr_regions; i++)
 		if (ctx->regions[i]->asleep)
 			return kvd_err(ctx, -EBUSY, "%s: region %p+%zu is "

@@ -45,6 +45,13 @@ static void preload_find(void)
 					   "kvdmabuf_preload_set_proxy_ops");
 }
 
+bool kvd_preload_present(void)
+{
+	pthread_once(&preload.once, preload_find);
+	return preload.declare && preload.undeclare && preload.set_ops &&
+	       preload.check && preload.own;
+}
+
 void kvd_preload_own(int on)
 {
 	pthread_once(&preload.once, preload_find);

@@ -344,6 +344,11 @@ static int region_setup(struct kvdmabuf_region *r)
 		r->key_gen = 1;
 		return 0;
 	}
+	if (ctx->cfg.registrations == KVD_REGISTRATIONS_ENGINE &&
+	    r->mem == KVDMABUF_MEM_HOST)
+		return kvd_err(ctx, -EINVAL, "registrations: engine: host "
+			       "memory released at sleep has no proxy to "
+			       "follow (the engine's MRs of it would pin it)");
 	if (r->mem == KVDMABUF_MEM_HOST)
 		return host_released_setup(r);
 	rc = ops->export_dmabuf(ctx, r, &r->backing_fd, &r->backing_off);
@@ -363,6 +368,13 @@ static int region_setup(struct kvdmabuf_region *r)
 				       r->backing_off, 0);
 		if (rc)
 			return rc;
+	}
+	if (ctx->cfg.registrations == KVD_REGISTRATIONS_ENGINE) {
+		/* proxy-only: the engine's MRs follow the proxy (those that
+		 * cannot are the preload's to refuse at each sleep) */
+		r->mode = KVDMABUF_MODE_FOLLOW;
+		r->key_gen = 1;
+		return 0;
 	}
 	rc = kvd_region_reg_all(r);
 	if (rc)

@@ -1213,4 +1213,33 @@ TEST(host_on_demand_off_reregisters)
 	munmap(m, LEN);
 }
 
+/*
+ * registrations: engine (proxy-only) is for engines under
+ * libkvdmabuf-preload.so: without it (this program) the engine's own MRs
+ * would stay on the memory a sleep releases, so open refuses and says
+ * why; NICs or PDs for a library that makes no MR are refused too; the
+ * key's value is one of two words. (The mode itself: preload_lib.)
+ */
+TEST(engine_registrations_need_the_preload)
+{
+	struct kvdmabuf_ctx *ctx = NULL;
+	char err[512];
+
+	fake_reset(1);
+	fw.module = 1;
+	EXPECT_EQ(-EOPNOTSUPP, fake_open("protocol: rdma\n"
+					 "registrations: engine\n", NULL,
+					 &ctx, err, sizeof(err)));
+	EXPECT_NOT_NULL(strstr(err, "libkvdmabuf-preload.so is not loaded"));
+	EXPECT_EQ(-EINVAL, fake_open("protocol: rdma\nregistrations: engine\n"
+				     "nics: [fake0]\n", NULL, &ctx, err,
+				     sizeof(err)));
+	EXPECT_NOT_NULL(strstr(err, "takes no NICs"));
+	EXPECT_EQ(-EINVAL, fake_open("protocol: rdma\nregistrations: both\n",
+				     NULL, &ctx, err, sizeof(err)));
+	EXPECT_NOT_NULL(strstr(err, "'registrations' must be library or "
+			       "engine, not 'both'"));
+	EXPECT_NULL(ctx);
+}
+
 TEST_HARNESS_MAIN

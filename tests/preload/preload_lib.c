@@ -426,4 +426,95 @@ TEST_F(lr, removal_undeclares)
 	self->ctx = NULL;
 }
 
+/*
+ * registrations: engine (proxy-only): the library opens no NIC and makes
+ * no MR; each device region still gets its proxy, declared to the preload
+ * with the library's operations, so the engine's own registrations (made
+ * on the proxy by the preload) follow the engine's unmap and map. The
+ * library's sleep and wake work as well. The module is required, NICs
+ * cannot be added, host memory released at sleep is refused.
+ */
+TEST(proxy_only_the_library_makes_no_mr_of_its_own)
+{
+	struct kvdmabuf_region_desc d = { 0 };
+	struct kvdmabuf_region *r, *h;
+	struct kvdmabuf_ctx *ctx = NULL;
+	struct kvdmabuf_state st;
+	kvd_CUdeviceptr p;
+	char *base, why[512];
+	void *host;
+	int px, rc;
+
+	if (load(why, sizeof(why)))
+		SKIP(return, "%s", why);
+	fake_reset(1);
+	fw.module = 0;
+	EXPECT_EQ(-ENODEV, fake_open("protocol: rdma\nregistrations: engine\n",
+				     NULL, &ctx, why, sizeof(why)));
+	TH_LOG("without the module: %s", why);
+	EXPECT_EQ(-EINVAL, fake_open("protocol: rdma\nregistrations: engine\n"
+				     "module: off\n", NULL, &ctx, why,
+				     sizeof(why)));
+	fw.module = 1;
+	rc = fake_open("protocol: rdma\nregistrations: engine\n", NULL, &ctx,
+		       why, sizeof(why));
+	if (rc)
+		TH_LOG("%s", why);
+	ASSERT_EQ(0, rc);
+	ASSERT_EQ(0, kvdmabuf_query(ctx, &st));
+	EXPECT_EQ(0u, st.nr_nics);
+	EXPECT_EQ(1, st.module);
+
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.d_reserve(&p, LEN, 0, 0, 0));
+	base = (char *)(uintptr_t)p;
+	ASSERT_EQ(0, map_chunk(base, 0, t.d_map, t.d_access));
+	ASSERT_EQ(0, map_chunk(base, 1, t.d_map, t.d_access));
+	d.addr = base;
+	d.len = LEN;
+	d.mem = KVDMABUF_MEM_CUDA;
+	d.tag = "kv_cache";
+	rc = kvdmabuf_region_add(ctx, &d, &r);
+	if (rc)
+		TH_LOG("%s", kvdmabuf_last_error(ctx));
+	ASSERT_EQ(0, rc);
+	EXPECT_EQ(KVDMABUF_MODE_FOLLOW, rinfo(r).mode);
+	EXPECT_EQ(0, fake_mrs_live());
+	px = fake_find_proxy(r->proxy_fd);
+	ASSERT_LE(0, px);
+	EXPECT_EQ(KVD_PROXY_BACKED, fw.px[px].state);
+	EXPECT_EQ(1u, pstate().nr_regions);
+
+	/* the engine's own sleep and wake move the proxy */
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.unmap(p, LEN));
+	EXPECT_EQ(KVD_PROXY_REVOKED, fw.px[px].state);
+	EXPECT_EQ(1, rinfo(r).asleep);
+	ASSERT_EQ(0, map_chunk(base, 0, t.map, t.access));
+	ASSERT_EQ(0, map_chunk(base, 1, t.map, t.access));
+	EXPECT_EQ(KVD_PROXY_BACKED, fw.px[px].state);
+	EXPECT_EQ(0, rinfo(r).asleep);
+	/* and the library's */
+	EXPECT_EQ(0, kvdmabuf_sleep(ctx, NULL));
+	EXPECT_EQ(KVD_PROXY_REVOKED, fw.px[px].state);
+	EXPECT_EQ(0, kvdmabuf_wake(ctx, NULL));
+	EXPECT_EQ(KVD_PROXY_BACKED, fw.px[px].state);
+	EXPECT_EQ(0, fake_mrs_live());
+
+	EXPECT_EQ(-EINVAL, kvdmabuf_nic_add(ctx, (struct ibv_pd *)base, NULL));
+	host = mmap(NULL, PAGE, PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, host);
+	d.addr = host;
+	d.len = PAGE;
+	d.mem = KVDMABUF_MEM_HOST;
+	d.flags = KVDMABUF_REGION_RELEASED_AT_SLEEP;
+	d.tag = "host";
+	EXPECT_EQ(-EINVAL, kvdmabuf_region_add(ctx, &d, &h));
+	EXPECT_NOT_NULL(strstr(kvdmabuf_last_error(ctx), "registrations: "
+			       "engine"));
+	EXPECT_EQ(0, kvdmabuf_close(ctx));
+	EXPECT_EQ(0u, pstate().nr_regions);
+	munmap(host, PAGE);
+	fake_proxy_gc();
+}
+
 TEST_HARNESS_MAIN
