@@ -369,13 +369,8 @@ static int region_setup(struct kvdmabuf_region *r)
 		if (rc)
 			return rc;
 	}
-	if (ctx->cfg.registrations == KVD_REGISTRATIONS_ENGINE) {
-		/* proxy-only: the engine's MRs follow the proxy (those that
-		 * cannot are the preload's to refuse at each sleep) */
-		r->mode = KVDMABUF_MODE_FOLLOW;
-		r->key_gen = 1;
-		return 0;
-	}
+	/* registrations: engine: no NIC, no MR; follow (the engine's MRs
+	 * that cannot are the preload's to refuse at each sleep) */
 	rc = kvd_region_reg_all(r);
 	if (rc)
 		return rc;
