@@ -438,40 +438,43 @@ out:
 
 static struct imp_nic imp = { .fd = -1 };
 
-TEST_TIMEOUT(proxy_sleep_frees_memory, 180)
+/* A context on the module, its regions imported by the test importer
+ * (imp); false: skipped (no module or importer). */
+static bool module_ctx(struct __test_metadata *_metadata,
+		       struct kvdmabuf_ctx **ctx)
 {
 	struct kvdmabuf_options o = { 0 };
-	struct kvdmabuf_region_desc d = { 0 };
-	CUmemGenericAllocationHandle h;
-	struct kvdmabuf_ctx *ctx;
-	struct kvdmabuf_region *r;
-	uint32_t key0, key, in[1024], out[1024];
-	struct kvd_imp_access a = { 0 };
 	const char *path;
-	size_t f0, f1, f2;
-	CUdeviceptr va;
 	char err[512];
-	int i, rc;
+	int rc;
 
-	CUDA_OR_SKIP();
 	if (access(KVDMABUF_DEVICE_PATH, F_OK))
-		SKIP(return, "%s absent (module not loaded)",
+		SKIP(return false, "%s absent (module not loaded)",
 		     KVDMABUF_DEVICE_PATH);
 	imp.fd = open(KVD_IMPORTER_PATH, O_RDWR | O_CLOEXEC);
 	if (imp.fd < 0)
-		SKIP(return, "%s absent (test importer not loaded)",
+		SKIP(return false, "%s absent (test importer not loaded)",
 		     KVD_IMPORTER_PATH);
 	path = write_config("protocol: rdma\nmodule: require\n");
 	o.config_path = path;
 	o.cuda_library = cu.path;
-	ASSERT_EQ(0, kvd_open_ops(&o, &imp_nic_ops, &imp, &ctx, err,
-				  sizeof(err)));
+	rc = kvd_open_ops(&o, &imp_nic_ops, &imp, ctx, err, sizeof(err));
 	unlink(path);
-	CU_OK(cu.cuMemAddressReserve(&va, cu.size, 0, 0, 0));
+	if (rc)
+		TH_LOG("%s", err);
+	ASSERT_EQ(0, rc);
+	return true;
+}
 
-	/* without the library's sleep: the proxy's backing holds it */
-	f0 = free_mem();
-	CU_OK(create_map(va, cu.size, &h));
+/* [va, +cu.size) as the KV region of @ctx. */
+static struct kvdmabuf_region *kv_region(struct __test_metadata *_metadata,
+					 struct kvdmabuf_ctx *ctx,
+					 CUdeviceptr va)
+{
+	struct kvdmabuf_region_desc d = { 0 };
+	struct kvdmabuf_region *r = NULL;
+	int rc;
+
 	d.addr = (void *)(uintptr_t)va;
 	d.len = cu.size;
 	d.mem = KVDMABUF_MEM_CUDA;
@@ -480,6 +483,29 @@ TEST_TIMEOUT(proxy_sleep_frees_memory, 180)
 	if (rc)
 		TH_LOG("%s", kvdmabuf_last_error(ctx));
 	ASSERT_EQ(0, rc);
+	return r;
+}
+
+TEST_TIMEOUT(proxy_sleep_frees_memory, 180)
+{
+	CUmemGenericAllocationHandle h;
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r;
+	uint32_t key0, key, in[1024], out[1024];
+	struct kvd_imp_access a = { 0 };
+	size_t f0, f1, f2;
+	CUdeviceptr va;
+	int i, rc;
+
+	CUDA_OR_SKIP();
+	if (!module_ctx(_metadata, &ctx))
+		return;
+	CU_OK(cu.cuMemAddressReserve(&va, cu.size, 0, 0, 0));
+
+	/* without the library's sleep: the proxy's backing holds it */
+	f0 = free_mem();
+	CU_OK(create_map(va, cu.size, &h));
+	r = kv_region(_metadata, ctx, va);
 	CU_OK(unmap_release(va, cu.size, h));
 	f1 = free_mem();
 	TH_LOG("released without sleep: free %zu -> %zu MiB", MIB(f0),
@@ -492,7 +518,7 @@ TEST_TIMEOUT(proxy_sleep_frees_memory, 180)
 	/* with it: back while proxy and importer stay open */
 	f0 = free_mem();
 	CU_OK(create_map(va, cu.size, &h));
-	ASSERT_EQ(0, kvdmabuf_region_add(ctx, &d, &r));
+	r = kv_region(_metadata, ctx, va);
 	ASSERT_EQ(0, kvdmabuf_region_keys(r, 0, &key0, NULL, NULL));
 	ASSERT_EQ(0, kvdmabuf_sleep(ctx, NULL));
 	CU_OK(unmap_release(va, cu.size, h));
@@ -767,44 +793,23 @@ TEST_TIMEOUT(preload_engine_unmap_sleeps_and_set_access_wakes, 180)
  * replaces the backing, the importer keeps its handle throughout. */
 TEST_TIMEOUT(preload_proxy_follows_the_engines_own_calls, 180)
 {
-	struct kvdmabuf_options o = { 0 };
-	struct kvdmabuf_region_desc d = { 0 };
 	CUmemGenericAllocationHandle h;
 	struct kvdmabuf_ctx *ctx;
 	struct kvdmabuf_region *r;
 	uint32_t key0, key, in[1024], out[1024];
 	struct kvd_imp_access a = { 0 };
-	const char *path;
 	size_t f0, f1;
 	CUdeviceptr va;
 	char err[512];
-	int i, rc;
+	int i;
 
 	PRELOAD_OR_SKIP();
 	CUDA_OR_SKIP();
-	if (access(KVDMABUF_DEVICE_PATH, F_OK))
-		SKIP(return, "%s absent (module not loaded)",
-		     KVDMABUF_DEVICE_PATH);
-	imp.fd = open(KVD_IMPORTER_PATH, O_RDWR | O_CLOEXEC);
-	if (imp.fd < 0)
-		SKIP(return, "%s absent (test importer not loaded)",
-		     KVD_IMPORTER_PATH);
-	path = write_config("protocol: rdma\nmodule: require\n");
-	o.config_path = path;
-	o.cuda_library = cu.path;
-	ASSERT_EQ(0, kvd_open_ops(&o, &imp_nic_ops, &imp, &ctx, err,
-				  sizeof(err)));
-	unlink(path);
+	if (!module_ctx(_metadata, &ctx))
+		return;
 	CU_OK(cu.cuMemAddressReserve(&va, cu.size, 0, 0, 0));
 	CU_OK(create_map(va, cu.size, &h));
-	d.addr = (void *)(uintptr_t)va;
-	d.len = cu.size;
-	d.mem = KVDMABUF_MEM_CUDA;
-	d.tag = "kv_cache";
-	rc = kvdmabuf_region_add(ctx, &d, &r);
-	if (rc)
-		TH_LOG("%s", kvdmabuf_last_error(ctx));
-	ASSERT_EQ(0, rc);
+	r = kv_region(_metadata, ctx, va);
 	ASSERT_EQ(0, kvdmabuf_region_keys(r, 0, &key0, NULL, NULL));
 
 	f0 = free_mem();
