@@ -235,6 +235,7 @@ static struct ibv_mr *reg_core(struct kp_call *c)
 	struct stat st;
 	uintptr_t a;
 
+	atomic_fetch_add(&kp.calls[c->e], 1);
 	if (kp_depth || !c->pd)
 		return forward(c);
 	pthread_once(&kp.env_once, kp_env_load);
@@ -370,7 +371,6 @@ struct ibv_mr *kp_reg_mr_1_1(struct ibv_pd *pd, void *addr,
 			     .len = len, .iova = (uintptr_t)addr,
 			     .access = (unsigned int)access };
 
-	atomic_fetch_add(&kp.calls[c.e], 1);
 	return reg_core(&c);
 }
 
@@ -381,7 +381,6 @@ struct ibv_mr *kp_reg_mr_iova(struct ibv_pd *pd, void *addr,
 			     .len = len, .iova = iova,
 			     .access = (unsigned int)access };
 
-	atomic_fetch_add(&kp.calls[c.e], 1);
 	return reg_core(&c);
 }
 
@@ -392,7 +391,6 @@ struct ibv_mr *kp_reg_mr_iova2(struct ibv_pd *pd, void *addr,
 	struct kp_call c = { .e = E_REG_MR_IOVA2, .pd = pd, .addr = addr,
 			     .len = len, .iova = iova, .access = access };
 
-	atomic_fetch_add(&kp.calls[c.e], 1);
 	return reg_core(&c);
 }
 
@@ -404,7 +402,6 @@ struct ibv_mr *kp_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
 			     .len = len, .iova = iova, .fd = fd,
 			     .access = (unsigned int)access };
 
-	atomic_fetch_add(&kp.calls[c.e], 1);
 	return reg_core(&c);
 }
 
@@ -423,7 +420,6 @@ struct ibv_mr *kp_mlx5_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
 			     .access = (unsigned int)access,
 			     .mlx5_access = mlx5_access };
 
-	atomic_fetch_add(&kp.calls[c.e], 1);
 	return reg_core(&c);
 }
 
@@ -435,9 +431,10 @@ struct ibv_mr *kp_reg_mr_ex(struct ibv_pd *pd, struct kp_mr_init_attr *in)
 {
 	struct kp_call c = { .e = E_REG_MR_EX, .pd = pd, .ex = in, .fd = -1 };
 
-	atomic_fetch_add(&kp.calls[c.e], 1);
-	if (!in)
+	if (!in) {
+		atomic_fetch_add(&kp.calls[c.e], 1);
 		return forward(&c);     /* libibverbs answers */
+	}
 	c.len = in->length;
 	c.access = (unsigned int)in->access;
 	if (in->comp_mask & KP_MR_MASK_ADDR)
