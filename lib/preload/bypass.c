@@ -5,9 +5,9 @@
  * with RTLD_DEEPBIND looks its symbols up in its own dependencies first,
  * so no interposer reaches its calls. Its registrations are never
  * recorded, so a sleep would leave them on the released memory: the sleep
- * check refuses and names the object. (An object loaded by dlmopen() into
- * another link-map namespace has its own libibverbs where no LD_PRELOAD
- * is; dl_iterate_phdr sees only the caller's namespace: not found.)
+ * check refuses and names the object. So does an object loaded by
+ * dlmopen() into another link-map namespace, which has its own libibverbs
+ * where no LD_PRELOAD is.
  *
  * How: the relocations of every loaded object (dl_iterate_phdr) against a
  * registration entry point are read as they were bound; a slot that holds
@@ -17,7 +17,11 @@
  * check after that sees it. Read at each sleep check, never on the
  * registration path. No lookup that takes the loader's lock is made while
  * dl_iterate_phdr holds its own (the address ranges are gathered first).
+ * Objects loaded by dlmopen() into another link-map namespace (their own
+ * libibverbs, no LD_PRELOAD there) are read the same way, namespace by
+ * namespace (find_in_namespaces()).
  */
+#include <elf.h>
 #include <link.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -45,6 +49,7 @@ struct bypass_walk {
 	} verbs[KP_VERBS_OBJS];         /* libibverbs, libmlx5 copies */
 	unsigned int nr_verbs;
 	const void *self;               /* an address in this preload */
+	unsigned int ns;                /* link-map namespace, 0: ours */
 	char *out;
 	size_t out_len;
 	bool found;
@@ -154,11 +159,19 @@ static bool scan_relocs(struct bypass_walk *w, struct dl_phdr_info *info,
 		lib = verbs_lib_at(w, slot);
 		if (!lib)
 			continue;
-		snprintf(w->out, w->out_len, "%s calls %s of %s directly, past "
-			 "the preload (loaded with RTLD_DEEPBIND?): its "
-			 "registrations are not seen; load it without "
-			 "RTLD_DEEPBIND", info->dlpi_name[0] ? info->dlpi_name :
-			 "the program", name, lib);
+		if (w->ns)
+			snprintf(w->out, w->out_len, "%s calls %s of %s in "
+				 "link-map namespace %u (loaded by dlmopen), "
+				 "where no LD_PRELOAD is: its registrations "
+				 "are not seen; load it with dlopen",
+				 info->dlpi_name, name, lib, w->ns);
+		else
+			snprintf(w->out, w->out_len, "%s calls %s of %s "
+				 "directly, past the preload (loaded with "
+				 "RTLD_DEEPBIND?): its registrations are not "
+				 "seen; load it without RTLD_DEEPBIND",
+				 info->dlpi_name[0] ? info->dlpi_name :
+				 "the program", name, lib);
 		return true;
 	}
 	return false;
@@ -180,15 +193,73 @@ static int find_bypass(struct dl_phdr_info *info, size_t size, void *arg)
 	return w->found;
 }
 
+/*
+ * The other link-map namespaces (dlmopen): dl_iterate_phdr() shows only
+ * the caller's. glibc 2.35 and later chain one r_debug per namespace from
+ * _r_debug (r_version 2); each object's program headers are read from
+ * its ELF header, which its first segment maps at l_addr.
+ */
+struct ns_debug {
+	struct r_debug base;
+	struct ns_debug *next;          /* r_version >= 2 */
+};
+
+static bool map_info(const struct link_map *l, struct dl_phdr_info *info)
+{
+	const ElfW(Ehdr) *eh = (const void *)l->l_addr;
+
+	if (!l->l_addr || memcmp(eh->e_ident, ELFMAG, SELFMAG))
+		return false;
+	memset(info, 0, sizeof(*info));
+	info->dlpi_addr = l->l_addr;
+	info->dlpi_name = l->l_name ? l->l_name : "";
+	info->dlpi_phdr = (const void *)(l->l_addr + eh->e_phoff);
+	info->dlpi_phnum = eh->e_phnum;
+	return true;
+}
+
+/* Each other namespace's objects through both passes; run from a
+ * dl_iterate_phdr() callback, whose lock keeps the lists still. */
+static int find_in_namespaces(struct dl_phdr_info *unused, size_t size,
+			      void *arg)
+{
+	const struct ns_debug *ns;
+	const void *head = &_r_debug;
+	struct bypass_walk *w = arg;
+	struct dl_phdr_info info;
+	const struct link_map *l;
+
+	(void)unused;
+	(void)size;
+	if (_r_debug.r_version < 2)
+		return 1;
+	/* glibc's _r_debug is the head of a larger struct from 2.35 on */
+	__asm__("" : "+r"(head));
+	ns = head;
+	for (ns = ns->next; ns && !w->found; ns = ns->next) {
+		w->ns++;
+		w->nr_verbs = 0;
+		for (l = ns->base.r_map; l; l = l->l_next)
+			if (map_info(l, &info))
+				find_verbs(&info, sizeof(info), w);
+		for (l = ns->base.r_map; w->nr_verbs && l && !w->found;
+		     l = l->l_next)
+			if (map_info(l, &info))
+				find_bypass(&info, sizeof(info), w);
+	}
+	return 1;
+}
+
 bool kp_bypass_find(char *why, size_t len)
 {
 	struct bypass_walk w = { .self = (const void *)kp_bypass_find,
 				 .out = why, .out_len = len };
 
 	dl_iterate_phdr(find_verbs, &w);
-	if (!w.nr_verbs)
-		return false;
-	dl_iterate_phdr(find_bypass, &w);
+	if (w.nr_verbs)
+		dl_iterate_phdr(find_bypass, &w);
+	if (!w.found)
+		dl_iterate_phdr(find_in_namespaces, &w);
 	return w.found;
 }
 #else

@@ -14,6 +14,9 @@
  *   deep  the same object loaded RTLD_DEEPBIND: its calls bind to its own
  *         libibverbs, past the interposer, which cannot see them; the
  *         sleep check must refuse and name it;
+ *   ns    the same object loaded by dlmopen(LM_ID_NEWLM): a link-map
+ *         namespace of its own, with its own libibverbs and no
+ *         LD_PRELOAD; the sleep check must refuse and name it;
  *   mlx5  dlopen("libmlx5.so.1", RTLD_LOCAL) + dlsym of
  *         mlx5dv_reg_dmabuf_mr (a stand-in: tests/preload/fake_mlx5.c), a
  *         dma-buf MR the provider makes without ibv_reg_dmabuf_mr.
@@ -94,7 +97,8 @@ int main(int argc, char **argv)
 	int (*declare)(void *, size_t, const char *, int, uint64_t);
 	const char *c = argc > 1 ? argv[1] : "";
 	bool nccl = !strcmp(c, "nccl"), deep = !strcmp(c, "deep");
-	bool ext = !strcmp(c, "ext") || deep, mlx5 = !strcmp(c, "mlx5");
+	bool ns = !strcmp(c, "ns");
+	bool ext = !strcmp(c, "ext") || deep || ns, mlx5 = !strcmp(c, "mlx5");
 	mlx5_dmabuf_fn *reg_mlx5 = NULL;
 	reg_dmabuf_fn *reg_dmabuf;
 	void *hm = NULL;
@@ -116,8 +120,9 @@ int main(int argc, char **argv)
 			return 2;
 		path[n] = '\0';
 		strcpy(strrchr(path, '/') + 1, "verbs_ext.so");
-		h = dlopen(path, RTLD_NOW | RTLD_LOCAL |
-			   (deep ? RTLD_DEEPBIND : 0));
+		h = ns ? dlmopen(LM_ID_NEWLM, path, RTLD_NOW) :
+		     dlopen(path, RTLD_NOW | RTLD_LOCAL |
+			    (deep ? RTLD_DEEPBIND : 0));
 	} else {
 		if (mlx5) {
 			hm = dlopen("libmlx5.so.1", RTLD_NOW | RTLD_LOCAL);

@@ -478,6 +478,22 @@ def deepbind_object_refuses_the_sleep_by_name():
           "sleep check: " + out["check"])
 
 
+def dlmopen_namespace_object_refuses_the_sleep_by_name():
+    """The -libverbs object of case ext loaded by dlmopen into a link-map
+    namespace of its own: its libibverbs is that namespace's, where no
+    LD_PRELOAD is, so its MRs of KV memory are not seen; the sleep check
+    reads the other namespaces too, refuses and names it (before, it
+    passed: dl_iterate_phdr shows only the caller's namespace)."""
+    out = run_dlopen_engine("ns")
+    check(out["registered"].startswith("registered: mrs 0 proxy 0 calls "
+                                       "reg_mr@1.1 0 reg_dmabuf_mr@1.12 0"),
+          "the stand-in did not bypass the interposer: " + out["registered"])
+    check(out["check"].startswith("check: -16 ") and
+          "verbs_ext.so calls ibv_reg_mr" in out["check"] and
+          "link-map namespace 1 (loaded by dlmopen)" in out["check"],
+          "sleep check: " + out["check"])
+
+
 def shared_state_folder_is_not_trusted():
     """The state folder may be shared (1777): a FIFO another user left at a
     name the preload writes through, or one named like a live pid, blocks
@@ -612,6 +628,7 @@ if __name__ == "__main__":
         libibverbs_in_no_global_scope_is_reached_as_the_next_one,
         mlx5dv_dmabuf_mr_is_made_on_the_proxy,
         deepbind_object_refuses_the_sleep_by_name,
+        dlmopen_namespace_object_refuses_the_sleep_by_name,
         malformed_environment_refuses_sleep,
         python_declares_and_sleeps,
         binding_without_the_preload_says_so,
