@@ -83,6 +83,7 @@ PRELOAD_TESTS := tests/preload/symver tests/preload/fake/libibverbs.so.1 \
 	tests/preload/other_dlsym.so tests/preload/other_dlsym_glibc.so \
 	tests/preload/nodlsym/libkvdmabuf-preload.so \
 	$(if $(wildcard tests/fake_cuda/*.c),tests/preload/cuda_engine) \
+	$(if $(wildcard tests/fake_cuda/*.c),tests/preload/tms_engine tests/preload/tms_standin.so) \
 	tests/preload/local_cuda \
 	$(if $(CUDART),tests/preload/cudart_probe)
 
@@ -191,6 +192,17 @@ tests/preload/dlopen_engine: tests/preload/dlopen_engine.c lib/kvdmabuf_preload.
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -ldl
 # tests/preload/preload_cuda runs it under LD_PRELOAD: an engine linked with -lcuda
 # (the fake libcuda's soname), against the toolkit's cuda.h where found.
+# torch_memory_saver's stand-in (an LD_PRELOAD of its own, linked with
+# -lcuda) and an SGLang-shaped engine run under it and the preload.
+tests/preload/tms_standin.so: tests/preload/tms_standin.c $(FAKE_CUDA) tests/cuda_compat.h $(CUDA_STAMP)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CUDA_CPPFLAGS) $(CFLAGS) -fPIC -shared -o $@ $< \
+		-Ltests/fake_cuda -l:libcuda.so.1
+tests/preload/tms_engine: tests/preload/tms_engine.c $(FAKE_CUDA) lib/kvdmabuf_preload.h \
+		tests/cuda_compat.h $(CUDA_STAMP)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CUDA_CPPFLAGS) $(CFLAGS) -o $@ $< \
+		-Ltests/fake_cuda -l:libcuda.so.1 -ldl
 tests/preload/cuda_engine: tests/preload/cuda_engine.c $(FAKE_CUDA) lib/kvdmabuf_preload.h \
 		lib/cuda_api.h tests/cuda_compat.h $(CUDA_STAMP)
 	@$(if $(Q),echo "  CC      $@")

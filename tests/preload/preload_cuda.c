@@ -1494,6 +1494,52 @@ TEST(another_dlsym_layer_behind_is_named)
 }
 
 /*
+ * SGLang's release_memory_occupation / resume_memory_occupation through
+ * torch_memory_saver, an LD_PRELOAD of its own that calls the driver's
+ * VMM functions by name (tests/preload/tms_standin.c), beside the
+ * preload in either order: its cuMemUnmap of each KV allocation reaches
+ * the preload (each region revoked, asleep), its resume's cuMemSetAccess
+ * wakes each one; the weights' allocation, in no region, passes through;
+ * a release of every tag sleeps only the KV regions again.
+ */
+static void tms_case(struct __test_metadata *_metadata, int tms_first)
+{
+	char out[2048], pre[PATH_MAX];
+	int rc = tms_first ?
+		 run_preloaded_after("tests/preload/tms_standin.so",
+				     "tests/preload/tms_engine",
+				     "lib/libkvdmabuf-preload.so", out,
+				     sizeof(out), pre, sizeof(pre)) :
+		 run_preloaded_after("lib/libkvdmabuf-preload.so",
+				     "tests/preload/tms_engine",
+				     "tests/preload/tms_standin.so", out,
+				     sizeof(out), pre, sizeof(pre));
+
+	if (rc == -2)
+		SKIP(return, "tests/preload/tms_engine not built");
+	TH_LOG("%s", out);
+	ASSERT_EQ(0, rc);
+	EXPECT_EQ(0, strcmp(value(out, "pause-kv"),
+			    "rc 0 revokes 2 replaces 0 asleep 2"));
+	EXPECT_EQ(0, strcmp(value(out, "resume-kv"),
+			    "rc 0 revokes 2 replaces 2 asleep 0"));
+	EXPECT_EQ(0, strcmp(value(out, "pause-all"),
+			    "rc 0 revokes 4 replaces 2 asleep 2"));
+	EXPECT_EQ(0, strcmp(value(out, "resume-all"),
+			    "rc 0 revokes 4 replaces 4 asleep 0"));
+}
+
+TEST(torch_memory_saver_ahead_sleeps_and_wakes_the_kv_regions)
+{
+	tms_case(_metadata, 1);
+}
+
+TEST(torch_memory_saver_behind_sleeps_and_wakes_the_kv_regions)
+{
+	tms_case(_metadata, 0);
+}
+
+/*
  * The preload as built for architectures other than x86-64 (no dlsym or
  * dlvsym stub; built here with KVD_PRELOAD_NO_DLSYM): the runtime's way of
  * fetching entry points reaches the driver, and the preload says so (on
