@@ -55,6 +55,7 @@ const struct kp_entry_name kp_entries[E_NR] = {
 
 struct kp_state kp = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.file_lock = PTHREAD_MUTEX_INITIALIZER,
 	.env_once = PTHREAD_ONCE_INIT,
 };
 
@@ -130,7 +131,7 @@ static void env_fail(int rc, const char *fmt, ...)
 		vsnprintf(kp.env_msg, sizeof(kp.env_msg), fmt, ap);
 		va_end(ap);
 	}
-	pthread_mutex_unlock(&kp.lock);
+	kp_unlock();
 	fprintf(stderr, "kvdmabuf-preload: %s\n", kp.env_msg);
 }
 
@@ -222,14 +223,17 @@ int kp_cuda_mapping(void)
  * records its own) nor its state file: it publishes only what it
  * registers, under its own pid.
  */
+/* Lock order: file_lock, then lock (nobody takes file_lock holding lock). */
 void kp_fork_prepare(void)
 {
+	pthread_mutex_lock(&kp.file_lock);
 	pthread_mutex_lock(&kp.lock);
 }
 
 void kp_fork_parent(void)
 {
 	pthread_mutex_unlock(&kp.lock);
+	pthread_mutex_unlock(&kp.file_lock);
 }
 
 void kp_fork_child(void)
@@ -237,8 +241,10 @@ void kp_fork_child(void)
 	kp_mr_clear(&kp.mrs);
 	kp.nr_pending = 0;
 	kp_state_forget(&kp.file);
+	kp.file_gen = 0;
 	kp.file_wanted = false;
 	pthread_mutex_unlock(&kp.lock);
+	pthread_mutex_unlock(&kp.file_lock);
 }
 
 __attribute__((constructor)) static void kp_init(void)
@@ -331,22 +337,26 @@ static int mr_line(const struct kp_mr *m, char *buf, size_t len)
 }
 
 /*
- * Writes the state file of this process (state_file.c), once it has
- * recorded a registration in a KV region or slept one: a process that
- * only inherited KVDMABUF_KV_REGIONS (every program an engine execs)
- * writes none. Best effort: the in-process API stays the reference; a
- * folder that cannot be written only costs the out-of-process listing.
+ * The state file of this process (state_file.c), once it has recorded a
+ * registration in a KV region or slept one: a process that only inherited
+ * KVDMABUF_KV_REGIONS (every program an engine execs) writes none. The
+ * body is made here, under kp.lock; kp_unlock() writes it after letting
+ * the lock go, so that no other thread's registration waits on the
+ * folder. Best effort: the in-process API stays the reference; a folder
+ * that cannot be written only costs the out-of-process listing.
  */
 void kp_publish_locked(void)
 {
 	char line[KP_WHYMAX + 128];
 	unsigned int i, asleep = 0, in = 0, proxy = 0, cannot = 0;
 	const struct kp_mr *m;
+	size_t size;
+	char *body;
 	FILE *f;
 
 	if (!kp.file_wanted)
 		return;
-	f = kp_state_begin(&kp.file);
+	f = open_memstream(&body, &size);
 	if (!f)
 		return;
 	for (i = 0; i < kp.nr_regions; i++)
@@ -371,14 +381,50 @@ void kp_publish_locked(void)
 			mr_line(m, line, sizeof(line));
 			fputs(line, f);
 		}
-	kp_state_commit(&kp.file, f);
+	if (fclose(f)) {
+		free(body);
+		return;
+	}
+	free(kp.body);                  /* an older one nobody wrote yet */
+	kp.body = body;
+	kp.body_gen = ++kp.gen;
+}
+
+/* The newest body, in place of the file, unless a newer one is there. */
+static void write_body(char *body, uint64_t gen)
+{
+	FILE *f;
+
+	pthread_mutex_lock(&kp.file_lock);
+	if (gen > kp.file_gen && !kp.file_closed) {
+		f = kp_state_begin(&kp.file);
+		if (f) {
+			fputs(body, f);
+			kp_state_commit(&kp.file, f);
+		}
+		kp.file_gen = gen;
+	}
+	pthread_mutex_unlock(&kp.file_lock);
+	free(body);
+}
+
+void kp_unlock(void)
+{
+	char *body = kp.body;
+	uint64_t gen = kp.body_gen;
+
+	kp.body = NULL;
+	pthread_mutex_unlock(&kp.lock);
+	if (body)
+		write_body(body, gen);
 }
 
 __attribute__((destructor)) static void kp_fini(void)
 {
-	pthread_mutex_lock(&kp.lock);
+	pthread_mutex_lock(&kp.file_lock);
 	kp_state_remove(&kp.file);
-	pthread_mutex_unlock(&kp.lock);
+	kp.file_closed = true;
+	pthread_mutex_unlock(&kp.file_lock);
 }
 
 /* ---- the API (kvdmabuf_preload.h) ---- */
@@ -445,7 +491,7 @@ EXPORT int kvdmabuf_preload_declare(void *addr, size_t len, const char *tag,
 	}
 	kp_publish_locked();
 out:
-	pthread_mutex_unlock(&kp.lock);
+	kp_unlock();
 	return rc;
 }
 
@@ -495,7 +541,7 @@ EXPORT int kvdmabuf_preload_undeclare(void *addr)
 		rc = 0;
 		kp_publish_locked();
 	}
-	pthread_mutex_unlock(&kp.lock);
+	kp_unlock();
 	return rc;
 }
 
@@ -562,7 +608,7 @@ EXPORT int kvdmabuf_preload_check(const void *addr, size_t len, char *reason,
 	precheck(&pc);
 	pthread_mutex_lock(&kp.lock);
 	rc = check_locked(&pc, (uintptr_t)addr, len, reason, reason_len);
-	pthread_mutex_unlock(&kp.lock);
+	kp_unlock();
 	return rc;
 }
 
@@ -602,7 +648,7 @@ static int set_asleep(const char *tag, bool asleep, char *err, size_t len)
 	kp.file_wanted |= asleep;
 	kp_publish_locked();
 out:
-	pthread_mutex_unlock(&kp.lock);
+	kp_unlock();
 	return rc;
 }
 
@@ -645,7 +691,7 @@ EXPORT int kvdmabuf_preload_query(struct kvdmabuf_preload_state *st)
 		st->nr_cannot_follow += m->mode == KP_CANNOT_FOLLOW;
 	}
 	st->env_error = kp.env_error;
-	pthread_mutex_unlock(&kp.lock);
+	kp_unlock();
 	/* outside the lock: it calls another layer's dlsym */
 	st->flags = kp_dlsym_flags(why, sizeof(why));
 	return 0;
@@ -690,7 +736,7 @@ EXPORT int kvdmabuf_preload_report(char *buf, size_t len)
 		if (n > 0)
 			used += (size_t)n;
 	}
-	pthread_mutex_unlock(&kp.lock);
+	kp_unlock();
 	return (int)used;
 }
 
@@ -720,7 +766,7 @@ unsigned int kp_regions_overlapping(uintptr_t a, size_t len,
 		}
 		n++;
 	}
-	pthread_mutex_unlock(&kp.lock);
+	kp_unlock();
 	return n;
 }
 
@@ -746,7 +792,7 @@ int kp_region_set_asleep(uintptr_t addr, bool asleep, char *err,
 		kp.file_wanted |= asleep;
 		kp_publish_locked();
 	}
-	pthread_mutex_unlock(&kp.lock);
+	kp_unlock();
 	return rc;
 }
 
@@ -768,7 +814,7 @@ int kp_region_set_ops(uintptr_t addr,
 		if (ops)
 			r->ops = *ops;
 	}
-	pthread_mutex_unlock(&kp.lock);
+	kp_unlock();
 	return rc;
 }
 
@@ -785,7 +831,7 @@ int kp_region_hold(uintptr_t addr, struct kvdmabuf_preload_proxy_ops *ops)
 		r->held++;
 		*ops = r->ops;
 	}
-	pthread_mutex_unlock(&kp.lock);
+	kp_unlock();
 	return rc;
 }
 
@@ -797,5 +843,5 @@ void kp_region_unhold(uintptr_t addr)
 	r = region_at(addr);
 	if (r && r->held)
 		r->held--;
-	pthread_mutex_unlock(&kp.lock);
+	kp_unlock();
 }

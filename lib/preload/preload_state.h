@@ -62,7 +62,12 @@ struct kp_state {
 	_Atomic long long calls[E_NR];
 	/* the state file (kvdmabuf_preload.h, "State file"), written once
 	 * the process has something of its own to show (file_wanted) */
-	struct kp_state_file file;
+	struct kp_state_file file;      /* under file_lock */
+	pthread_mutex_t file_lock;
+	uint64_t file_gen;              /* the body in the file (file_lock) */
+	bool file_closed;               /* at exit (file_lock) */
+	char *body;                     /* made, not written yet (lock) */
+	uint64_t body_gen, gen;
 	bool file_wanted;
 	uint64_t last_pending_id;
 	/* Registrations inside the provider now: not recorded yet, but a
@@ -96,6 +101,9 @@ KP_HIDDEN void kp_nic_name(struct ibv_pd *pd, char *buf, size_t len);
 KP_HIDDEN uint64_t kp_pending_add(uintptr_t a, size_t len);
 KP_HIDDEN void kp_pending_done(uint64_t id);
 KP_HIDDEN void kp_publish_locked(void);
+/* Lets kp.lock go, then writes what kp_publish_locked() made meanwhile
+ * (every unlock of kp.lock but the fork handlers'). */
+KP_HIDDEN void kp_unlock(void);
 
 /* registration.c: whether @f is one of the interposer's entry points. */
 KP_HIDDEN bool kp_is_own_entry(const void *f);

@@ -203,7 +203,7 @@ void kp_dmabuf_exported(int fd, uintptr_t va, size_t len)
 		return;
 	pthread_mutex_lock(&kp.lock);
 	kp_origin_note(&kp.origins, st.st_dev, st.st_ino, va, len);
-	pthread_mutex_unlock(&kp.lock);
+	kp_unlock();
 }
 
 /*
@@ -269,7 +269,7 @@ static struct ibv_mr *reg_core(struct kp_call *c)
 	}
 	/* Seen by a sleep check from now until recorded (or failed). */
 	pend = kp_pending_add(a, c->len);
-	pthread_mutex_unlock(&kp.lock);
+	kp_unlock();
 	if (!pend) {
 		errno = ENOMEM;
 		return NULL;
@@ -303,7 +303,7 @@ static struct ibv_mr *reg_core(struct kp_call *c)
 
 			pthread_mutex_lock(&kp.lock);
 			kp_pending_done(pend);
-			pthread_mutex_unlock(&kp.lock);
+			kp_unlock();
 			errno = asked;
 			if (in && proxy_fd >= 0)
 				errno = reg_failed(c, a, tag, err, errno);
@@ -328,7 +328,7 @@ static struct ibv_mr *reg_core(struct kp_call *c)
 		kp.file_wanted = true;
 		kp_publish_locked();
 	}
-	pthread_mutex_unlock(&kp.lock);
+	kp_unlock();
 	if (err && in) {
 		/* unrecorded KV registration: never hand it out */
 		void *f = kp_next_fn(E_DEREG_1_1);
@@ -497,7 +497,7 @@ int kp_dereg_mr_1_1(struct ibv_mr *mr)
 	m = kp_mr_find(&kp.mrs, mr);
 	if (m)
 		kp_mr_dying(&kp.mrs, m);
-	pthread_mutex_unlock(&kp.lock);
+	kp_unlock();
 	kp_depth++;
 	rc = f(mr);
 	kp_depth--;
@@ -511,7 +511,7 @@ int kp_dereg_mr_1_1(struct ibv_mr *mr)
 			if (in)
 				kp_publish_locked();
 		}
-		pthread_mutex_unlock(&kp.lock);
+		kp_unlock();
 	}
 	return rc;
 }
@@ -600,7 +600,7 @@ int kp_rereg_mr_1_1(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
 		l = len;
 	}
 	rereg_refusal(m, flags, a, l, why, sizeof(why));
-	pthread_mutex_unlock(&kp.lock);
+	kp_unlock();
 	if (why[0]) {
 		fprintf(stderr, "kvdmabuf-preload: ibv_rereg_mr of MR 0x%x "
 			"refused: %s; deregister it and register the new "
@@ -624,7 +624,7 @@ int kp_rereg_mr_1_1(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
 		if (was_in || m->mode != KP_OUTSIDE)
 			kp_publish_locked();
 	}
-	pthread_mutex_unlock(&kp.lock);
+	kp_unlock();
 	return 0;
 }
 

@@ -4,7 +4,7 @@
  * `kvdmabuf status` (kvdmabuf_preload.h, "State file"): where it goes,
  * written whole (temporary file, then rename), removed at exit, and the
  * files dead writers of our user left swept. The caller serialises every
- * call (preload.c's kp.lock) and writes the body.
+ * call (preload.c's kp.file_lock) and writes the body.
  */
 #ifndef KVDMABUF_PRELOAD_STATE_FILE_H
 #define KVDMABUF_PRELOAD_STATE_FILE_H

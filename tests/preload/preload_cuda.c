@@ -673,6 +673,111 @@ TEST_F(kv, fork_while_registering_never_hangs_the_child)
 }
 
 /*
+ * rename() of this program comes before the C library's for the preload
+ * (dlopened here): the state file's rename into the folder rn.dir waits,
+ * while rn.armed, until another registration is done (or 2 s), and says
+ * whether it was.
+ */
+static struct {
+	_Atomic int armed, in_rename, other_done, done_meanwhile;
+	char dir[64];
+} rn;
+
+int rename(const char *from, const char *to);
+int rename(const char *from, const char *to)
+{
+	static int (*real)(const char *, const char *);
+	double end;
+
+	if (!real)
+		*(void **)&real = dlsym(RTLD_NEXT, "rename");
+	if (atomic_load(&rn.armed) && strstr(to, rn.dir)) {
+		atomic_store(&rn.in_rename, 1);
+		end = __th_now() + kvd_scaled_ms(2000) / 1e3;
+		while (!atomic_load(&rn.other_done) && __th_now() < end)
+			usleep(1000);
+		atomic_store(&rn.done_meanwhile, atomic_load(&rn.other_done));
+		atomic_store(&rn.armed, 0);
+	}
+	return real(from, to);
+}
+
+struct kv_reg {
+	struct ibv_pd *pd;
+	void *addr;
+	struct ibv_mr *mr;
+};
+
+static void *kv_reg_fn(void *arg)
+{
+	struct kv_reg *k = arg;
+
+	k->mr = t.reg_mr(k->pd, k->addr, PAGE, IBV_ACCESS_LOCAL_WRITE);
+	return NULL;
+}
+
+/*
+ * The state file is written after the registration lock is let go: while
+ * one thread's KV registration writes it (held in rename() here), another
+ * thread's registration outside every region goes through; the file then
+ * holds the KV registration. Before, the write ran under the lock and the
+ * other registration waited for the folder.
+ */
+TEST(state_file_write_holds_no_other_registration)
+{
+	struct ibv_device dev = { .name = "fakenic0" };
+	struct ibv_context ctx = { .device = &dev };
+	struct ibv_pd pd = { .context = &ctx };
+	kvd_CUmemGenericAllocationHandle h[NCHUNK];
+	struct kv_reg k = { .pd = &pd };
+	char path[128], line[256], why[400];
+	struct ibv_mr *mr;
+	int found = 0, proxy;
+	void *buf;
+	pthread_t a;
+	double end;
+	FILE *f;
+
+	/* the folder is found when the preload loads */
+	snprintf(rn.dir, sizeof(rn.dir), "/tmp/kvd-preload-lock.XXXXXX");
+	ASSERT_NOT_NULL(mkdtemp(rn.dir));
+	setenv(KVDMABUF_PRELOAD_DIR_ENV, rn.dir, 1);
+	memset(&so, 0, sizeof(so));
+	if (load(why, sizeof(why)))
+		SKIP(return, "%s", why);
+	k.addr = kv_region(_metadata, h, NCHUNK, &proxy);
+	buf = aligned_alloc(PAGE, PAGE);
+	ASSERT_NOT_NULL(buf);
+	atomic_store(&rn.armed, 1);
+	ASSERT_EQ(0, pthread_create(&a, NULL, kv_reg_fn, &k));
+	end = __th_now() + kvd_scaled_ms(2000) / 1e3;
+	while (!atomic_load(&rn.in_rename) && __th_now() < end)
+		usleep(1000);
+	EXPECT_EQ(1, atomic_load(&rn.in_rename));
+	/* the other thread: a bounce buffer, outside every region */
+	mr = t.reg_mr(&pd, buf, PAGE, IBV_ACCESS_LOCAL_WRITE);
+	EXPECT_NOT_NULL(mr);
+	if (mr)
+		EXPECT_EQ(0, t.dereg_mr(mr));
+	atomic_store(&rn.other_done, 1);
+	pthread_join(a, NULL);
+	EXPECT_EQ(1, atomic_load(&rn.done_meanwhile));
+	ASSERT_NOT_NULL(k.mr);
+	snprintf(path, sizeof(path), "%s/%d", rn.dir, (int)getpid());
+	f = fopen(path, "r");
+	ASSERT_NOT_NULL(f);
+	while (fgets(line, sizeof(line), f))
+		found |= !strncmp(line, "lkey ", 5) &&
+			 strstr(line, " on-proxy") != NULL;
+	fclose(f);
+	EXPECT_TRUE(found);
+	ASSERT_EQ(0, t.dereg_mr(k.mr));
+	free(buf);
+	close(proxy);
+	rm_dir(rn.dir);
+}
+
+/*
  * A region whose proxy still carries an engine MR is not undeclared
  * (-ENOTEMPTY): forgotten, the proxy would serve that MR whatever the
  * memory becomes, and a region declared again there with a new proxy
