@@ -8,6 +8,7 @@
  *   kvd_ops.c      the proxy's dma_buf_ops (what importers call)
  *   kvd_backing.c  backings and their slots (what the module imports)
  *   kvd_stale.c    stale backings, the drain, the exporter's invalidation
+ *   kvd_compose.c  layouts of ranges: the backing a RANGES call makes
  * Locking is described in kvd_main.c.
  */
 #ifndef KVD_H
@@ -239,6 +240,7 @@ struct kvd_backing *kvd_backing_alloc(struct dma_buf *dmabuf, u64 offset);
 int kvd_backing_build(struct kvd_proxy *proxy, struct kvd_backing *b,
 		      struct list_head *dead);
 void kvd_backing_put(struct kvd_backing *b);
+int kvd_wait_kernel_fences(struct dma_resv *resv);
 
 /* kvd_stale.c */
 void kvd_gate_close(struct kvd_backing *b);
@@ -256,5 +258,20 @@ unsigned int kvd_refusing_pins(struct kvd_proxy *proxy, unsigned int pins,
 void kvd_reap_work(struct work_struct *work);
 bool kvd_revoke_invalidated(struct kvd_proxy *proxy, struct list_head *dead);
 void kvd_inval_work(struct work_struct *work);
+
+/* kvd_compose.c */
+struct kvd_source;
+
+/* One range of a RANGES call, checked, in proxy order. */
+struct kvd_change {
+	u64 start;
+	u64 length;
+	u64 offset;			/* in @dmabuf */
+	struct dma_buf *dmabuf;		/* reference held; NULL: unbacked */
+	struct kvd_source *src;		/* kvd_compose()'s */
+};
+
+struct dma_buf *kvd_compose(u64 length, struct dma_buf *base, u64 base_offset,
+			    struct kvd_change *ch, unsigned int nr);
 
 #endif /* KVD_H */

@@ -85,7 +85,7 @@ kvd_slot_attach_ops(struct kvd_attach *ka)
  * other users go on meanwhile). A pinned buffer is not moved again, so
  * once after mapping a slot is enough.
  */
-static int kvd_wait_kernel_fences(struct dma_resv *resv)
+int kvd_wait_kernel_fences(struct dma_resv *resv)
 {
 	long left;
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * The ioctls of /dev/kvdmabuf: VERSION, CREATE, ATTACH (and replace),
- * REVOKE and QUERY; LIST is in kvd_list.c.
+ * RANGES, REVOKE and QUERY; LIST is in kvd_list.c.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -11,6 +11,7 @@
 #include <linux/overflow.h>
 #include <linux/pid.h>
 #include <linux/slab.h>
+#include <linux/sort.h>
 #include <linux/uaccess.h>
 
 #include "kvd.h"
@@ -99,7 +100,7 @@ static long kvd_ioctl_version(void __user *uarg)
 
 	arg.version = KVDMABUF_API_VERSION;
 	arg.features = KVDMABUF_FEATURE_REPLACE | KVDMABUF_FEATURE_EVENTS |
-		       KVDMABUF_FEATURE_LIST;
+		       KVDMABUF_FEATURE_LIST | KVDMABUF_FEATURE_RANGES;
 	if (!KVD_CORE_PINS_ON_MAP)
 		arg.features |= KVDMABUF_FEATURE_MOVE_NOTIFY_CORE;
 #ifdef KVD_HAVE_ATTACH_REVOCABLE
@@ -260,15 +261,107 @@ static int kvd_attach_check(struct kvd_proxy *proxy, u32 flags,
 	return kvd_stale_room(proxy, dead) ? 0 : -EAGAIN;
 }
 
-static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
+/*
+ * Fails early, before any allocation or exporter work, so that pins
+ * answer -EBUSY even when memory is short; kvd_swap() checks again.
+ */
+static int kvd_swap_check(struct kvd_proxy *proxy, u32 flags, u32 *pins)
 {
-	struct kvd_backing *b, *old = NULL;
-	struct kvdmabuf_attach arg;
-	struct kvd_proxy *proxy;
-	struct dma_buf *backing;
+	LIST_HEAD(dead);
+	int ret;
+
+	mutex_lock(&proxy->lock);
+	ret = kvd_attach_check(proxy, flags, &dead);
+	if (!ret) {
+		dma_resv_lock(proxy->dmabuf->resv, NULL);
+		*pins = kvd_all_pins(proxy);
+		dma_resv_unlock(proxy->dmabuf->resv);
+		if (*pins)
+			ret = -EBUSY;
+	}
+	mutex_unlock(&proxy->lock);
+	kvd_bury(&dead);
+	return ret;
+}
+
+/**
+ * kvd_swap() - make a built backing the proxy's, and wait for the old one
+ * @proxy: the proxy, its lock held (dropped on return)
+ * @b: the new backing, kvd_backing_build() done; the proxy's from here on,
+ *	or buried on failure
+ * @flags: KVDMABUF_ATTACH_REPLACE or 0
+ * @timeout_ms: how long to wait for the old backing's mappings
+ * @generation: out: the new generation (left alone if nothing changed)
+ * @pins: out: the pins that refused it, with -EBUSY
+ *
+ * Return: 0; before the swap -EEXIST, -EAGAIN, -EBUSY (nothing changed);
+ * after it, kvd_drain()'s -EINTR or -ETIMEDOUT.
+ */
+static int kvd_swap(struct kvd_proxy *proxy, struct kvd_backing *b,
+		    u32 flags, u32 timeout_ms, u64 *generation, u32 *pins)
+{
+	struct kvd_backing *old;
 	struct kvd_attach *ka;
 	LIST_HEAD(dead);
 	bool told = false;
+	int ret;
+
+	ret = kvd_attach_check(proxy, flags, &dead);
+	if (ret)
+		goto err;
+	dma_resv_lock(proxy->dmabuf->resv, NULL);
+	/* Revocable pins too: a pinned importer cannot follow. */
+	*pins = kvd_refusing_pins(proxy, kvd_all_pins(proxy), &told);
+	if (*pins) {
+		dma_resv_unlock(proxy->dmabuf->resv);
+		ret = -EBUSY;
+		goto err;
+	}
+	old = proxy->backing;
+	proxy->backing = b;
+	list_for_each_entry(ka, &proxy->attachments, node)
+		ka->cur = kvd_slot_find(b, ka);
+	/* Its exporter invalidated it while it was being built. */
+	if (READ_ONCE(b->invalidated))
+		queue_work(kvd_wq, &proxy->inval_work);
+	proxy->state = KVDMABUF_STATE_BACKED;
+	proxy->revoke_reason = KVDMABUF_REVOKE_NONE;
+	proxy->generation++;
+	if (old)
+		kvd_backing_stale(proxy, old, told);
+	*generation = proxy->generation;
+	dma_resv_unlock(proxy->dmabuf->resv);
+
+	pr_debug("proxy %llu: %s, generation %llu, backing %p offset %llu\n",
+		 proxy->id, old ? "replaced" : "backed", proxy->generation,
+		 b->dmabuf, b->offset);
+	kvd_event(proxy, KVDMABUF_STATE_BACKED);
+
+	/*
+	 * A plain attach has nothing of its own to wait for: a stale backing
+	 * left by an earlier timed-out revoke is only reaped if it is idle,
+	 * never waited for, so success is never reported as a failure.
+	 */
+	if (!old)
+		kvd_reap(proxy, &dead);
+	mutex_unlock(&proxy->lock);
+	kvd_bury(&dead);
+	return old ? kvd_drain(proxy, timeout_ms) : 0;
+
+err:
+	kvd_backing_bury(b, &dead);
+	mutex_unlock(&proxy->lock);
+	kvd_bury(&dead);
+	return ret;
+}
+
+static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
+{
+	struct kvdmabuf_attach arg;
+	struct kvd_proxy *proxy;
+	struct dma_buf *backing;
+	struct kvd_backing *b;
+	LIST_HEAD(dead);
 	u64 end;
 	u32 usize;
 	int ret;
@@ -280,6 +373,7 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 	if (arg.flags & ~KVDMABUF_ATTACH_VALID_FLAGS || arg.pad || arg.reserved)
 		return -EINVAL;
 	arg.pins = 0;		/* out only */
+	arg.generation = 0;	/* out only: set once swapped */
 	if (!PAGE_ALIGNED(arg.offset) || arg.timeout_ms > KVDMABUF_MAX_TIMEOUT_MS)
 		return -EINVAL;
 
@@ -308,21 +402,7 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 		goto out_backing;
 	}
 
-	/*
-	 * Fail early, before any allocation or exporter work, so that pins
-	 * answer -EBUSY even when memory is short; checked again below.
-	 */
-	mutex_lock(&proxy->lock);
-	ret = kvd_attach_check(proxy, arg.flags, &dead);
-	if (!ret) {
-		dma_resv_lock(proxy->dmabuf->resv, NULL);
-		arg.pins = kvd_all_pins(proxy);
-		dma_resv_unlock(proxy->dmabuf->resv);
-		if (arg.pins)
-			ret = -EBUSY;
-	}
-	mutex_unlock(&proxy->lock);
-	kvd_bury(&dead);
+	ret = kvd_swap_check(proxy, arg.flags, &arg.pins);
 	if (ret)
 		goto out_backing;
 
@@ -342,58 +422,14 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 		kvd_backing_bury(b, &dead);
 		goto out_dead;
 	}
-	ret = kvd_attach_check(proxy, arg.flags, &dead);
-	if (ret) {
-		kvd_backing_bury(b, &dead);
-		goto out_unlock;
-	}
-
-	dma_resv_lock(proxy->dmabuf->resv, NULL);
-	/* Revocable pins too: a pinned importer cannot follow. */
-	arg.pins = kvd_refusing_pins(proxy, kvd_all_pins(proxy), &told);
-	if (arg.pins) {
-		dma_resv_unlock(proxy->dmabuf->resv);
-		kvd_backing_bury(b, &dead);
-		ret = -EBUSY;
-		goto out_unlock;
-	}
-	old = proxy->backing;
-	proxy->backing = b;
-	list_for_each_entry(ka, &proxy->attachments, node)
-		ka->cur = kvd_slot_find(b, ka);
-	/* Its exporter invalidated it while it was being built. */
-	if (READ_ONCE(b->invalidated))
-		queue_work(kvd_wq, &proxy->inval_work);
-	proxy->state = KVDMABUF_STATE_BACKED;
-	proxy->revoke_reason = KVDMABUF_REVOKE_NONE;
-	proxy->generation++;
-	if (old)
-		kvd_backing_stale(proxy, old, told);
-	arg.generation = proxy->generation;
-	dma_resv_unlock(proxy->dmabuf->resv);
-
-	pr_debug("proxy %llu: %s, generation %llu, backing %p offset %llu\n",
-		 proxy->id, old ? "replaced" : "backed", proxy->generation,
-		 b->dmabuf, b->offset);
-	kvd_event(proxy, KVDMABUF_STATE_BACKED);
-
-	/*
-	 * A plain attach has nothing of its own to wait for: a stale backing
-	 * left by an earlier timed-out revoke is only reaped if it is idle,
-	 * never waited for, so success is never reported as a failure.
-	 */
-	ret = 0;
-	if (!old)
-		kvd_reap(proxy, &dead);
-	mutex_unlock(&proxy->lock);
-	kvd_bury(&dead);
-	if (old)
-		ret = kvd_drain(proxy, arg.timeout_ms);
+	ret = kvd_swap(proxy, b, arg.flags, arg.timeout_ms, &arg.generation,
+		       &arg.pins);
 	kvd_proxy_put(proxy);
-	return kvd_reply(uarg, &arg, sizeof(arg), usize, ret);
+	/* Swapped (a wait's error after it), or the pins' -EBUSY: answered. */
+	if (arg.generation || ret == -EBUSY)
+		return kvd_reply(uarg, &arg, sizeof(arg), usize, ret);
+	return ret;
 
-out_unlock:
-	mutex_unlock(&proxy->lock);
 out_dead:
 	kvd_bury(&dead);
 out_backing:
@@ -481,6 +517,183 @@ out_unlock:
 	return ret;
 }
 
+static int kvd_change_start_cmp(const void *a, const void *b)
+{
+	u64 x = ((const struct kvd_change *)a)->start;
+	u64 y = ((const struct kvd_change *)b)->start;
+
+	return x < y ? -1 : x > y;
+}
+
+static void kvd_changes_free(struct kvd_change *ch, unsigned int nr)
+{
+	unsigned int i;
+
+	for (i = 0; i < nr; i++)
+		if (ch[i].dmabuf)
+			dma_buf_put(ch[i].dmabuf);
+	kvfree(ch);
+}
+
+/* One range of a RANGES call, checked; its backing referenced. */
+static int kvd_range_read(struct kvd_proxy *proxy, const void __user *uptr,
+			  u32 usize, struct kvd_change *c)
+{
+	struct kvdmabuf_range r;
+	struct dma_buf *dmabuf;
+	u64 end;
+	int ret;
+
+	ret = copy_struct_from_user(&r, sizeof(r), uptr, usize);
+	if (ret)
+		return ret;
+	if (r.flags || r.reserved || !r.length || !PAGE_ALIGNED(r.start) ||
+	    !PAGE_ALIGNED(r.length) || !PAGE_ALIGNED(r.backing_offset))
+		return -EINVAL;
+	if (check_add_overflow(r.start, r.length, &end))
+		return -EOVERFLOW;
+	if (end > proxy->length)
+		return -ERANGE;
+	c->start = r.start;
+	c->length = r.length;
+	c->offset = r.backing_offset;
+	if (r.backing_fd == KVDMABUF_RANGE_UNBACKED)
+		return r.backing_offset ? -EINVAL : 0;
+	if (r.backing_fd < 0)
+		return -EBADF;
+	dmabuf = dma_buf_get(r.backing_fd);
+	if (IS_ERR(dmabuf))
+		return PTR_ERR(dmabuf);
+	c->dmabuf = dmabuf;		/* the caller puts it, whatever comes */
+	if (dmabuf->ops == &kvd_dmabuf_ops)
+		return -ELOOP;
+	if (check_add_overflow(r.backing_offset, r.length, &end))
+		return -EOVERFLOW;
+	return end > dmabuf->size ? -ERANGE : 0;
+}
+
+/* The ranges of a RANGES call, checked, sorted and not overlapping. */
+static struct kvd_change *kvd_ranges_read(struct kvd_proxy *proxy,
+					  const struct kvdmabuf_ranges *arg)
+{
+	const char __user *uptr = u64_to_user_ptr(arg->ranges);
+	struct kvd_change *ch;
+	unsigned int i;
+	int ret = 0;
+
+	ch = kvcalloc(arg->count, sizeof(*ch), GFP_KERNEL_ACCOUNT);
+	if (!ch)
+		return ERR_PTR(-ENOMEM);
+	for (i = 0; i < arg->count && !ret; i++) {
+		ret = kvd_range_read(proxy, uptr + (size_t)i * arg->range_size,
+				     arg->range_size, &ch[i]);
+		cond_resched();
+	}
+	if (!ret) {
+		sort(ch, arg->count, sizeof(*ch), kvd_change_start_cmp, NULL);
+		for (i = 1; i < arg->count; i++)
+			if (ch[i].start < ch[i - 1].start + ch[i - 1].length)
+				ret = -EINVAL;
+	}
+	if (ret) {
+		kvd_changes_free(ch, arg->count);
+		return ERR_PTR(ret);
+	}
+	return ch;
+}
+
+static long kvd_ioctl_ranges(struct kvd_ctx *ctx, void __user *uarg)
+{
+	struct kvdmabuf_ranges arg;
+	struct kvd_proxy *proxy;
+	struct dma_buf *base = NULL, *layout;
+	struct kvd_change *ch;
+	struct kvd_backing *b;
+	u64 base_offset = 0, gen;
+	LIST_HEAD(dead);
+	u32 usize;
+	int ret;
+
+	ret = kvd_copy_in(&arg, sizeof(arg), KVDMABUF_RANGES_SIZE_VER0, uarg,
+			  &usize);
+	if (ret)
+		return ret;
+	if (arg.flags || arg.reserved || !arg.count ||
+	    arg.range_size < KVDMABUF_RANGE_SIZE_VER0 ||
+	    arg.timeout_ms > KVDMABUF_MAX_TIMEOUT_MS)
+		return -EINVAL;
+	if (arg.count > KVDMABUF_MAX_RANGES || arg.range_size > PAGE_SIZE)
+		return -E2BIG;
+	arg.pins = 0;		/* out only */
+	arg.generation = 0;	/* out only: set once swapped */
+
+	proxy = kvd_proxy_get(arg.proxy_fd);
+	if (IS_ERR(proxy))
+		return PTR_ERR(proxy);
+	if (proxy->ctx != ctx) {
+		ret = -EPERM;
+		goto out_proxy;
+	}
+	ch = kvd_ranges_read(proxy, &arg);
+	if (IS_ERR(ch)) {
+		ret = PTR_ERR(ch);
+		goto out_proxy;
+	}
+
+	ret = kvd_swap_check(proxy, KVDMABUF_ATTACH_REPLACE, &arg.pins);
+	if (ret) {
+		kvd_changes_free(ch, arg.count);
+		goto out_proxy;
+	}
+	/*
+	 * The layout the batch changes, noted with its generation: another
+	 * change meanwhile makes the call -EAGAIN.
+	 */
+	mutex_lock(&proxy->lock);
+	if (proxy->state == KVDMABUF_STATE_BACKED) {
+		base = proxy->backing->dmabuf;
+		base_offset = proxy->backing->offset;
+		get_dma_buf(base);
+	}
+	gen = proxy->generation;
+	mutex_unlock(&proxy->lock);
+
+	layout = kvd_compose(proxy->length, base, base_offset, ch, arg.count);
+	kvfree(ch);		/* kvd_compose() took or put its references */
+	if (base)
+		dma_buf_put(base);
+	if (IS_ERR(layout)) {
+		ret = PTR_ERR(layout);
+		goto out_proxy;
+	}
+	b = kvd_backing_alloc(layout, 0);
+	if (!b) {
+		dma_buf_put(layout);
+		ret = -ENOMEM;
+		goto out_proxy;
+	}
+	ret = kvd_backing_build(proxy, b, &dead);
+	if (ret) {
+		kvd_backing_bury(b, &dead);
+		kvd_bury(&dead);
+		goto out_proxy;
+	}
+	if (proxy->generation != gen) {
+		kvd_backing_bury(b, &dead);
+		mutex_unlock(&proxy->lock);
+		kvd_bury(&dead);
+		ret = -EAGAIN;
+		goto out_proxy;
+	}
+	ret = kvd_swap(proxy, b, KVDMABUF_ATTACH_REPLACE, arg.timeout_ms,
+		       &arg.generation, &arg.pins);
+out_proxy:
+	kvd_proxy_put(proxy);
+	if (arg.generation || ret == -EBUSY)
+		return kvd_reply(uarg, &arg, sizeof(arg), usize, ret);
+	return ret;
+}
+
 static long kvd_ioctl_query(void __user *uarg)
 {
 	struct kvd_importer_counts c;
@@ -563,6 +776,8 @@ long kvd_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return kvd_ioctl_query(uarg);
 	case KVD_CMD(KVDMABUF_IOCTL_LIST):
 		return kvd_ioctl_list(uarg);
+	case KVD_CMD(KVDMABUF_IOCTL_RANGES):
+		return kvd_ioctl_ranges(ctx, uarg);
 	default:
 		return -ENOTTY;
 	}

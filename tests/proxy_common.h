@@ -105,6 +105,34 @@ static inline int kvd_revoke(int dev, int proxy, uint32_t timeout_ms)
 	return kvd_ioctl(dev, KVDMABUF_IOCTL_REVOKE, &r);
 }
 
+/*
+ * Changes @n ranges of @proxy in one KVDMABUF_IOCTL_RANGES (timeout 2 s,
+ * scaled); *@generation and *@pins are written when the module answers.
+ */
+static inline int kvd_ranges_full(int dev, int proxy,
+				  const struct kvdmabuf_range *r, uint32_t n,
+				  uint64_t *generation, uint32_t *pins)
+{
+	struct kvdmabuf_ranges a = {
+		.size = sizeof(a), .proxy_fd = (uint32_t)proxy, .count = n,
+		.ranges = (uintptr_t)r, .range_size = sizeof(*r),
+		.timeout_ms = (uint32_t)kvd_scaled_ms(2000),
+	};
+	int ret = kvd_ioctl(dev, KVDMABUF_IOCTL_RANGES, &a);
+
+	if (generation)
+		*generation = a.generation;
+	if (pins)
+		*pins = a.pins;
+	return ret;
+}
+
+static inline int kvd_ranges(int dev, int proxy,
+			     const struct kvdmabuf_range *r, uint32_t n)
+{
+	return kvd_ranges_full(dev, proxy, r, n, NULL, NULL);
+}
+
 static inline int kvd_query(int dev, int proxy, struct kvdmabuf_query *q)
 {
 	memset(q, 0, sizeof(*q));

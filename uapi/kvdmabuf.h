@@ -70,9 +70,10 @@
  * importers that pin and can be revoked) in QUERY and LIST; mapping
  * refused to an importer without an invalidation callback that holds no
  * pin; max_proxies_total. Major 3 starts again at 0.
- * Within major 3: 1: CPU access (KVDMABUF_FEATURE_VMAP).
+ * Within major 3: 1: CPU access (KVDMABUF_FEATURE_VMAP). 2: ranges
+ * (KVDMABUF_FEATURE_RANGES, KVDMABUF_IOCTL_RANGES).
  */
-#define KVDMABUF_API_VERSION_MINOR	1
+#define KVDMABUF_API_VERSION_MINOR	2
 /**
  * KVDMABUF_API_VERSION - major << 16 | minor, as VERSION reports it
  */
@@ -127,6 +128,12 @@
  * pin, since the dma-buf core would go on handing it out.
  */
 #define KVDMABUF_FEATURE_VMAP		(1ULL << 5)
+/**
+ * KVDMABUF_FEATURE_RANGES - KVDMABUF_IOCTL_RANGES is supported (API 3.2):
+ * a proxy's length is covered by ranges, each backed by a dma-buf of its
+ * own or by nothing, changed in batches (an elastic KV pool)
+ */
+#define KVDMABUF_FEATURE_RANGES		(1ULL << 6)
 
 /* Proxy states (struct kvdmabuf_query.state, struct kvdmabuf_event.state). */
 /**
@@ -614,6 +621,113 @@ struct kvdmabuf_list {
 #define KVDMABUF_PROXY_STAT_SIZE_VER1	80
 
 /**
+ * KVDMABUF_RANGE_UNBACKED - struct kvdmabuf_range.backing_fd of a range
+ * that is to be backed by nothing
+ */
+#define KVDMABUF_RANGE_UNBACKED		(-1)
+
+/**
+ * KVDMABUF_MAX_RANGES - most ranges one KVDMABUF_IOCTL_RANGES may change,
+ * and most pieces a proxy's layout may have after it
+ */
+#define KVDMABUF_MAX_RANGES		65536
+
+/**
+ * struct kvdmabuf_range - one range of a KVDMABUF_IOCTL_RANGES batch
+ * @start: in: byte offset of the range in the proxy, page aligned
+ * @length: in: its length in bytes, page aligned, not zero; the range
+ *	must lie within the proxy
+ * @backing_fd: in: the dma-buf that backs the range from now on (any
+ *	exporter except kvdmabuf), or KVDMABUF_RANGE_UNBACKED
+ * @flags: in: must be 0
+ * @backing_offset: in: where the range starts in the backing, page
+ *	aligned (0 for an unbacked range): the range maps backing bytes
+ *	[backing_offset, backing_offset + length)
+ * @reserved: must be 0
+ *
+ * An unbacked range still maps for the proxy's importers, to memory the
+ * module owns and that holds nobody's data: transfers to the proxy's other
+ * ranges never fail because of it. It reads as zeros after each
+ * KVDMABUF_IOCTL_RANGES that leaves it unbacked; what a peer writes there
+ * is dropped at the next one and never reaches a backing.
+ */
+struct kvdmabuf_range {
+	__u64 start;
+	__u64 length;
+	__s32 backing_fd;
+	__u32 flags;
+	__u64 backing_offset;
+	__u64 reserved;
+};
+
+/**
+ * struct kvdmabuf_ranges - KVDMABUF_IOCTL_RANGES argument
+ * @size: in: sizeof(struct kvdmabuf_ranges)
+ * @flags: in: must be 0
+ * @proxy_fd: in: the proxy dma-buf fd
+ * @count: in: number of entries at @ranges, 1 to KVDMABUF_MAX_RANGES
+ * @ranges: in: user pointer to @count struct kvdmabuf_range, each
+ *	@range_size bytes long; they must not overlap (any order)
+ * @range_size: in: sizeof(struct kvdmabuf_range) (extensible as the
+ *	structs are: at least KVDMABUF_RANGE_SIZE_VER0, at most the page
+ *	size, bytes beyond the kernel's struct zero)
+ * @timeout_ms: in: how long to wait for importers to drop their mappings
+ *	of what the call replaced, as ATTACH with KVDMABUF_ATTACH_REPLACE
+ *	(0: poll); at most KVDMABUF_MAX_TIMEOUT_MS
+ * @generation: out: the proxy's generation after the call
+ * @pins: out, on -EBUSY too: the importers' pins that refused the call
+ * @reserved: must be 0
+ *
+ * Changes the listed ranges of the proxy in one step and leaves the rest
+ * as it was: what a backed proxy maps outside the listed ranges stays
+ * mapped to the same backing bytes (a proxy attached whole with
+ * KVDMABUF_IOCTL_ATTACH is one range; an unbacked or revoked proxy is all
+ * unbacked). The module attaches to and maps every new backing for every
+ * importer of the proxy first (a backing kept from before is not mapped
+ * again), then swaps the proxy's layout under its reservation lock, sends
+ * the importers one move notification for the whole batch and waits, as
+ * REPLACE does, for their old mappings to go: after a successful return no
+ * importer maps the bytes of a range that was replaced or unbacked, and the
+ * module holds no reference to a backing no range uses any more. The proxy
+ * is then KVDMABUF_STATE_BACKED, even if every range is unbacked.
+ *
+ * Errors: -EFAULT; -EINVAL (size, flags, reserved, @count 0, @range_size,
+ * @timeout_ms above KVDMABUF_MAX_TIMEOUT_MS, a range's flags, reserved
+ * field, alignment or zero length, ranges that overlap, a backing_fd that
+ * is not a dma-buf, @proxy_fd not a proxy); -E2BIG (@count above
+ * KVDMABUF_MAX_RANGES, or a layout of more pieces than that);
+ * -EBADF; -EPERM (not the proxy's creating device fd); -ELOOP (a backing is
+ * a kvdmabuf proxy); -EOVERFLOW (start + length or backing_offset + length
+ * overflows); -ERANGE (a range beyond the proxy's end, or beyond its
+ * backing's size or mapping); -EAGAIN (the proxy's backing changed while
+ * the call mapped the new backings, or it holds
+ * KVDMABUF_MAX_STALE_BACKINGS old layouts still mapped: nothing changed);
+ * -EBUSY, -EINTR, -ETIMEDOUT, -ENOMEM and the exporters' errors as for
+ * KVDMABUF_IOCTL_ATTACH with KVDMABUF_ATTACH_REPLACE.
+ */
+struct kvdmabuf_ranges {
+	__u32 size;
+	__u32 flags;
+	__u32 proxy_fd;
+	__u32 count;
+	__u64 ranges;
+	__u32 range_size;
+	__u32 timeout_ms;
+	__u64 generation;
+	__u32 pins;
+	__u32 reserved;
+};
+
+/**
+ * KVDMABUF_RANGE_SIZE_VER0 - first size of struct kvdmabuf_range
+ */
+#define KVDMABUF_RANGE_SIZE_VER0	40
+/**
+ * KVDMABUF_RANGES_SIZE_VER0 - first size of struct kvdmabuf_ranges
+ */
+#define KVDMABUF_RANGES_SIZE_VER0	48
+
+/**
  * KVDMABUF_IOCTL_MAGIC - ioctl type of the module's commands
  *
  * Free in the kernel's Documentation/userspace-api/ioctl/ioctl-number.rst
@@ -646,5 +760,9 @@ struct kvdmabuf_list {
  * KVDMABUF_IOCTL_LIST - the proxies the caller may see (API 2.1)
  */
 #define KVDMABUF_IOCTL_LIST	_IOWR(KVDMABUF_IOCTL_MAGIC, 0x05, struct kvdmabuf_list)
+/**
+ * KVDMABUF_IOCTL_RANGES - change ranges of a proxy in one step (API 3.2)
+ */
+#define KVDMABUF_IOCTL_RANGES	_IOWR(KVDMABUF_IOCTL_MAGIC, 0x06, struct kvdmabuf_ranges)
 
 #endif /* _UAPI_KVDMABUF_H */

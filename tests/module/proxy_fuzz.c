@@ -1678,7 +1678,7 @@ static int do_simple(struct world *w, const struct op *op)
 	case OP_BADCMD:
 		/* Unknown numbers of the module's magic, any direction/size. */
 		ret = ioctl(dev, _IOC(op->x % 4, KVDMABUF_IOCTL_MAGIC,
-				      6 + op->y % 250, op->flags % 512),
+				      7 + op->y % 249, op->flags % 512),
 			    &u) ? -errno : 0;
 		want_err("unknown command", ret, ENOTTY);
 		break;
@@ -1687,6 +1687,7 @@ static int do_simple(struct world *w, const struct op *op)
 			KVDMABUF_IOCTL_VERSION, KVDMABUF_IOCTL_CREATE,
 			KVDMABUF_IOCTL_ATTACH, KVDMABUF_IOCTL_REVOKE,
 			KVDMABUF_IOCTL_QUERY, KVDMABUF_IOCTL_LIST,
+			KVDMABUF_IOCTL_RANGES,
 		};
 
 		ret = ioctl(dev, cmds[op->x % 6], op->y % 2 ? NULL :

@@ -1,0 +1,796 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Layouts of ranges (KVDMABUF_IOCTL_RANGES): a proxy whose length is
+ * covered by pieces, each a window of a backing dma-buf (a *source*) or
+ * unbacked. A layout is an immutable dma-buf of the module's own (a
+ * *composite*), never handed to user space: the proxy takes it as its
+ * backing like any other, so a batch of range changes is one replace of
+ * the proxy's backing, with one move notification, the drain and the
+ * stale rules of a replace (kvd_ioctl.c, kvd_stale.c).
+ *
+ * A new layout shares the sources of the one it was made from, and a
+ * source keeps one mapping per importer device for all the layouts that
+ * use it: a batch maps only the backings it brings in, whatever the
+ * number of pieces it keeps. Unbacked pieces map to a zeroed scratch
+ * buffer of the layout's own, which holds nobody's data.
+ *
+ * Locking: composite resv (a lockdep class of its own, taken inside the
+ * proxy's slot code) -> source->lock -> source resv. A source's move
+ * notification (its resv held) only queues work.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/dma-mapping.h>
+#include <linux/bsearch.h>
+#include <linux/mm.h>
+#include <linux/scatterlist.h>
+#include <linux/sizes.h>
+#include <linux/slab.h>
+#include <linux/sort.h>
+
+#include "kvd.h"
+
+/* The scratch behind unbacked pieces: up to 2 MiB, as few entries as can be. */
+#define KVD_SCRATCH_MAX_ORDER	get_order(SZ_2M)
+
+/* A backing dma-buf that pieces of layouts map windows of. */
+struct kvd_source {
+	struct kref ref;
+	struct dma_buf *dmabuf;		/* reference held */
+	struct mutex lock;		/* maps */
+	struct list_head maps;		/* struct kvd_source_map */
+	spinlock_t users_lock;		/* users */
+	struct list_head users;		/* struct kvd_use of live composites */
+};
+
+/* A source's mapping for one device, shared by the layouts using it. */
+struct kvd_source_map {
+	struct list_head node;		/* source->maps */
+	struct kvd_source *src;
+	struct device *dev;		/* reference held */
+	struct dma_buf_attachment *bat;
+	struct sg_table *sgt;
+	unsigned int users;		/* composite maps; source->lock */
+	bool dying;			/* unpinning: a move is ours */
+};
+
+struct kvd_piece {
+	u64 start;			/* in the proxy */
+	u64 length;
+	struct kvd_source *src;		/* NULL: unbacked */
+	u64 offset;			/* in src */
+};
+
+/* A composite's membership in one source's users. */
+struct kvd_use {
+	struct list_head node;		/* source->users */
+	struct kvd_composite *c;
+	struct kvd_source *src;		/* reference held */
+};
+
+struct kvd_composite {
+	struct dma_buf *dmabuf;
+	struct dma_resv resv;
+	struct work_struct inval_work;	/* a source's exporter moved it */
+	struct page *scratch;		/* NULL: no unbacked piece */
+	unsigned int scratch_order;
+	unsigned int nr_uses;
+	struct kvd_use *uses;		/* one per distinct source */
+	unsigned int nr;
+	struct kvd_piece pieces[];
+};
+
+/* attach->priv of an attachment to a composite (a proxy's slot). */
+struct kvd_cattach {
+	dma_addr_t scratch_dma;
+	bool scratch_mapped;
+};
+
+/* What a composite map lent out: the table and the source maps it used. */
+struct kvd_cmap {
+	struct sg_table sgt;
+	unsigned int nr;
+	struct kvd_source_map **sm;	/* per piece, NULL if unbacked */
+};
+
+static struct lock_class_key kvd_composite_resv_key;
+
+/* ---- sources ---- */
+
+static struct kvd_source *kvd_source_new(struct dma_buf *dmabuf)
+{
+	struct kvd_source *src = kzalloc(sizeof(*src), GFP_KERNEL_ACCOUNT);
+
+	if (!src)
+		return NULL;
+	kref_init(&src->ref);
+	src->dmabuf = dmabuf;
+	mutex_init(&src->lock);
+	INIT_LIST_HEAD(&src->maps);
+	spin_lock_init(&src->users_lock);
+	INIT_LIST_HEAD(&src->users);
+	return src;
+}
+
+static void kvd_source_free(struct kref *ref)
+{
+	struct kvd_source *src = container_of(ref, struct kvd_source, ref);
+
+	WARN_ON_ONCE(!list_empty(&src->maps) || !list_empty(&src->users));
+	dma_buf_put(src->dmabuf);
+	mutex_destroy(&src->lock);
+	kfree(src);
+}
+
+static void kvd_source_put(struct kvd_source *src)
+{
+	kref_put(&src->ref, kvd_source_free);
+}
+
+/*
+ * The source's exporter moved or revoked it, though pinned (device reset,
+ * unplug): every layout using it tells its importers, so the proxy
+ * revokes itself (REVOKE_EXPORTER). Its resv is held here: only queue.
+ */
+static void kvd_source_notify(struct dma_buf_attachment *bat)
+{
+	struct kvd_source_map *sm = bat->importer_priv;
+	struct kvd_use *u;
+
+	if (sm->dying || !sm->sgt)
+		return;
+	spin_lock(&sm->src->users_lock);
+	list_for_each_entry(u, &sm->src->users, node)
+		queue_work(kvd_wq, &u->c->inval_work);
+	spin_unlock(&sm->src->users_lock);
+}
+
+static const struct dma_buf_attach_ops kvd_source_attach_ops = {
+	.allow_peer2peer = true,
+	.KVD_IMPORTER_NOTIFY_OP = kvd_source_notify,
+};
+
+static void kvd_source_map_destroy(struct kvd_source_map *sm)
+{
+	struct dma_resv *resv = sm->src->dmabuf->resv;
+
+	dma_resv_lock(resv, NULL);
+	sm->dying = true;
+	if (sm->sgt)
+		dma_buf_unmap_attachment(sm->bat, sm->sgt, DMA_BIDIRECTIONAL);
+	dma_buf_unpin(sm->bat);
+	dma_resv_unlock(resv);
+	dma_buf_detach(sm->src->dmabuf, sm->bat);
+	put_device(sm->dev);
+	kfree(sm);
+}
+
+/*
+ * The source's mapping for @dev, made (dynamic, peer-to-peer, pinned) on
+ * first use: a layout's map takes one for each backed piece.
+ */
+static struct kvd_source_map *kvd_source_map_get(struct kvd_source *src,
+						 struct device *dev)
+{
+	struct dma_resv *resv = src->dmabuf->resv;
+	struct kvd_source_map *sm;
+	struct sg_table *sgt;
+	int ret;
+
+	mutex_lock(&src->lock);
+	list_for_each_entry(sm, &src->maps, node) {
+		if (sm->dev == dev) {
+			sm->users++;
+			goto out;
+		}
+	}
+	sm = kzalloc(sizeof(*sm), GFP_KERNEL_ACCOUNT);
+	if (!sm) {
+		sm = ERR_PTR(-ENOMEM);
+		goto out;
+	}
+	sm->src = src;
+	sm->dev = get_device(dev);
+	sm->bat = dma_buf_dynamic_attach(src->dmabuf, dev,
+					 &kvd_source_attach_ops, sm);
+	if (IS_ERR(sm->bat)) {
+		ret = PTR_ERR(sm->bat);
+		put_device(sm->dev);
+		kfree(sm);
+		sm = ERR_PTR(ret);
+		goto out;
+	}
+	dma_resv_lock(resv, NULL);
+	ret = dma_buf_pin(sm->bat);
+	if (ret) {
+		dma_resv_unlock(resv);
+		dma_buf_detach(src->dmabuf, sm->bat);
+		put_device(sm->dev);
+		kfree(sm);
+		sm = ERR_PTR(ret);
+		goto out;
+	}
+	sgt = dma_buf_map_attachment(sm->bat, DMA_BIDIRECTIONAL);
+	if (!IS_ERR_OR_NULL(sgt))
+		sm->sgt = sgt;
+	dma_resv_unlock(resv);
+	/* Not before the exporter's move into place has finished. */
+	ret = IS_ERR_OR_NULL(sgt) ? (sgt ? PTR_ERR(sgt) : -EIO) :
+	      kvd_wait_kernel_fences(resv);
+	if (ret) {
+		kvd_source_map_destroy(sm);
+		sm = ERR_PTR(ret);
+		goto out;
+	}
+	sm->users = 1;
+	list_add_tail(&sm->node, &src->maps);
+out:
+	mutex_unlock(&src->lock);
+	return sm;
+}
+
+static void kvd_source_map_put(struct kvd_source_map *sm)
+{
+	struct kvd_source *src = sm->src;
+
+	mutex_lock(&src->lock);
+	if (--sm->users) {
+		sm = NULL;
+	} else {
+		list_del(&sm->node);
+		/* the map's own reference keeps src until it is destroyed */
+		kref_get(&src->ref);
+	}
+	mutex_unlock(&src->lock);
+	if (sm) {
+		kvd_source_map_destroy(sm);
+		kvd_source_put(src);
+	}
+}
+
+/* ---- the composite's dma_buf_ops ---- */
+
+static int kvd_composite_attach(struct dma_buf *dmabuf,
+				struct dma_buf_attachment *attach)
+{
+	struct kvd_cattach *cat;
+
+	/* Only the module's own slots attach: dynamic and peer-to-peer. */
+	if (!attach->importer_ops || !attach->peer2peer)
+		return -EOPNOTSUPP;
+	cat = kzalloc(sizeof(*cat), GFP_KERNEL_ACCOUNT);
+	if (!cat)
+		return -ENOMEM;
+	attach->priv = cat;
+	return 0;
+}
+
+static void kvd_composite_detach(struct dma_buf *dmabuf,
+				 struct dma_buf_attachment *attach)
+{
+	struct kvd_composite *c = dmabuf->priv;
+	struct kvd_cattach *cat = attach->priv;
+
+	if (cat->scratch_mapped)
+		dma_unmap_page(attach->dev, cat->scratch_dma,
+			       PAGE_SIZE << c->scratch_order,
+			       DMA_BIDIRECTIONAL);
+	kfree(cat);
+}
+
+/* Its pieces are pinned while mapped: nothing of a composite moves. */
+static int kvd_composite_pin(struct dma_buf_attachment *attach)
+{
+	return 0;
+}
+
+static void kvd_composite_unpin(struct dma_buf_attachment *attach)
+{
+}
+
+/* DMA segments of @sgt's window [@start, @start + @len), or -EIO if short. */
+static long kvd_window_nents(struct sg_table *sgt, u64 start, u64 len)
+{
+	struct scatterlist *sg;
+	u64 pos = 0, end = start + len;
+	unsigned int i;
+	long n = 0;
+
+	for_each_sgtable_dma_sg(sgt, sg, i) {
+		if (max(pos, start) < min(pos + sg_dma_len(sg), end))
+			n++;
+		pos += sg_dma_len(sg);
+		if (pos >= end)
+			return n;
+	}
+	return -EIO;		/* the exporter mapped less than its size */
+}
+
+static struct scatterlist *kvd_window_copy(struct scatterlist *dsg,
+					   struct sg_table *sgt,
+					   u64 start, u64 len)
+{
+	u64 pos = 0, end = start + len, s, e;
+	struct scatterlist *sg;
+	unsigned int i;
+
+	for_each_sgtable_dma_sg(sgt, sg, i) {
+		s = max(pos, start);
+		e = min(pos + sg_dma_len(sg), end);
+		if (s < e) {
+			sg_dma_address(dsg) = sg_dma_address(sg) + (s - pos);
+			sg_dma_len(dsg) = e - s;
+			kvd_sg_copy_bus_address(dsg, sg);
+			dsg = sg_next(dsg);
+		}
+		pos += sg_dma_len(sg);
+		if (pos >= end)
+			break;
+	}
+	return dsg;
+}
+
+static void kvd_cmap_free(struct kvd_cmap *m)
+{
+	unsigned int i;
+
+	for (i = 0; i < m->nr; i++)
+		if (m->sm[i])
+			kvd_source_map_put(m->sm[i]);
+	kvfree(m->sm);
+	kfree(m);
+}
+
+static struct sg_table *kvd_composite_map(struct dma_buf_attachment *attach,
+					  enum dma_data_direction dir)
+{
+	struct kvd_composite *c = attach->dmabuf->priv;
+	struct kvd_cattach *cat = attach->priv;
+	u64 chunk = PAGE_SIZE << c->scratch_order;
+	struct scatterlist *dsg;
+	struct kvd_piece *p;
+	struct kvd_cmap *m;
+	long nents = 0, n;
+	unsigned int i;
+	u64 left;
+	int ret;
+
+	dma_resv_assert_held(attach->dmabuf->resv);
+	m = kzalloc(sizeof(*m), GFP_KERNEL_ACCOUNT);
+	if (!m)
+		return ERR_PTR(-ENOMEM);
+	m->sm = kvcalloc(c->nr, sizeof(*m->sm), GFP_KERNEL_ACCOUNT);
+	if (!m->sm) {
+		kfree(m);
+		return ERR_PTR(-ENOMEM);
+	}
+	if (c->scratch && !cat->scratch_mapped) {
+		cat->scratch_dma = dma_map_page(attach->dev, c->scratch, 0,
+						chunk, DMA_BIDIRECTIONAL);
+		if (dma_mapping_error(attach->dev, cat->scratch_dma)) {
+			ret = -EIO;
+			goto err;
+		}
+		cat->scratch_mapped = true;
+	}
+	for (i = 0; i < c->nr; i++, m->nr++) {
+		p = &c->pieces[i];
+		if (!p->src) {
+			nents += DIV_ROUND_UP(p->length, chunk);
+			continue;
+		}
+		m->sm[i] = kvd_source_map_get(p->src, attach->dev);
+		if (IS_ERR(m->sm[i])) {
+			ret = PTR_ERR(m->sm[i]);
+			m->sm[i] = NULL;
+			goto err;
+		}
+		n = kvd_window_nents(m->sm[i]->sgt, p->offset, p->length);
+		if (n < 0) {
+			ret = -ERANGE;
+			m->nr++;
+			goto err;
+		}
+		nents += n;
+	}
+	if (nents > UINT_MAX) {
+		ret = -E2BIG;
+		goto err;
+	}
+	ret = sg_alloc_table(&m->sgt, nents, GFP_KERNEL_ACCOUNT);
+	if (ret)
+		goto err;
+	dsg = m->sgt.sgl;
+	for (i = 0; i < c->nr; i++) {
+		p = &c->pieces[i];
+		if (p->src) {
+			dsg = kvd_window_copy(dsg, m->sm[i]->sgt, p->offset,
+					      p->length);
+			continue;
+		}
+		for (left = p->length; left; left -= min(left, chunk)) {
+			sg_dma_address(dsg) = cat->scratch_dma;
+			sg_dma_len(dsg) = min(left, chunk);
+			dsg = sg_next(dsg);
+		}
+	}
+	m->sgt.nents = nents;
+	return &m->sgt;
+
+err:
+	kvd_cmap_free(m);
+	return ERR_PTR(ret);
+}
+
+static void kvd_composite_unmap(struct dma_buf_attachment *attach,
+				struct sg_table *sgt,
+				enum dma_data_direction dir)
+{
+	struct kvd_cmap *m = container_of(sgt, struct kvd_cmap, sgt);
+
+	sg_free_table(&m->sgt);
+	kvd_cmap_free(m);
+}
+
+static void kvd_composite_release(struct dma_buf *dmabuf)
+{
+	struct kvd_composite *c = dmabuf->priv;
+	struct kvd_use *u;
+	unsigned int i;
+
+	for (i = 0; i < c->nr_uses; i++) {
+		u = &c->uses[i];
+		spin_lock(&u->src->users_lock);
+		list_del(&u->node);
+		spin_unlock(&u->src->users_lock);
+	}
+	/* No source can queue it any more. */
+	cancel_work_sync(&c->inval_work);
+	for (i = 0; i < c->nr_uses; i++)
+		kvd_source_put(c->uses[i].src);
+	kvfree(c->uses);
+	if (c->scratch)
+		__free_pages(c->scratch, c->scratch_order);
+	dma_resv_fini(&c->resv);
+	kvfree(c);
+}
+
+static const struct dma_buf_ops kvd_composite_ops = {
+	.attach = kvd_composite_attach,
+	.detach = kvd_composite_detach,
+	.pin = kvd_composite_pin,
+	.unpin = kvd_composite_unpin,
+	.map_dma_buf = kvd_composite_map,
+	.unmap_dma_buf = kvd_composite_unmap,
+	.release = kvd_composite_release,
+};
+
+static void kvd_composite_inval_work(struct work_struct *work)
+{
+	struct kvd_composite *c = container_of(work, struct kvd_composite,
+					       inval_work);
+
+	dma_resv_lock(&c->resv, NULL);
+	kvd_dma_buf_notify(c->dmabuf);
+	dma_resv_unlock(&c->resv);
+}
+
+/* ---- building a layout ---- */
+
+/* A layout being built: pieces in proxy order. */
+struct kvd_layout {
+	struct kvd_piece *p;
+	unsigned int nr, room;
+};
+
+/* Appends a piece, merged into the last one where it continues it. */
+static int kvd_layout_add(struct kvd_layout *l, u64 start, u64 length,
+			  struct kvd_source *src, u64 offset)
+{
+	struct kvd_piece *last = l->nr ? &l->p[l->nr - 1] : NULL;
+
+	if (last && last->src == src &&
+	    (!src || last->offset + last->length == offset)) {
+		last->length += length;
+		return 0;
+	}
+	if (l->nr == KVDMABUF_MAX_RANGES)
+		return -E2BIG;
+	if (WARN_ON_ONCE(l->nr == l->room))
+		return -EINVAL;
+	l->p[l->nr++] = (struct kvd_piece){ start, length, src, offset };
+	return 0;
+}
+
+/* The pieces of @base that lie in [@lo, @hi), clipped; *@i moves on. */
+static int kvd_layout_keep(struct kvd_layout *l, const struct kvd_piece *base,
+			   unsigned int nr, unsigned int *i, u64 lo, u64 hi)
+{
+	const struct kvd_piece *b;
+	u64 s, e;
+	int ret;
+
+	for (; *i < nr && lo < hi; ) {
+		b = &base[*i];
+		s = max(lo, b->start);
+		e = min(hi, b->start + b->length);
+		if (s < e) {
+			ret = kvd_layout_add(l, s, e - s, b->src,
+					     b->src ? b->offset + (s - b->start) : 0);
+			if (ret)
+				return ret;
+		}
+		if (b->start + b->length > hi)
+			break;		/* the rest of it comes after */
+		(*i)++;
+	}
+	return 0;
+}
+
+static int kvd_src_cmp(const void *a, const void *b)
+{
+	unsigned long x = (unsigned long)*(struct kvd_source * const *)a;
+	unsigned long y = (unsigned long)*(struct kvd_source * const *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The distinct sources of @c's pieces, each with a reference and a use. */
+static int kvd_composite_uses(struct kvd_composite *c)
+{
+	struct kvd_source **all;
+	unsigned int i, n = 0;
+
+	all = kvmalloc_array(c->nr, sizeof(*all), GFP_KERNEL_ACCOUNT);
+	if (!all)
+		return -ENOMEM;
+	for (i = 0; i < c->nr; i++)
+		if (c->pieces[i].src)
+			all[n++] = c->pieces[i].src;
+	sort(all, n, sizeof(*all), kvd_src_cmp, NULL);
+	c->uses = kvcalloc(max(n, 1U), sizeof(*c->uses), GFP_KERNEL_ACCOUNT);
+	if (!c->uses) {
+		kvfree(all);
+		return -ENOMEM;
+	}
+	for (i = 0; i < n; i++) {
+		if (i && all[i] == all[i - 1])
+			continue;
+		c->uses[c->nr_uses].c = c;
+		c->uses[c->nr_uses].src = all[i];
+		kref_get(&all[i]->ref);
+		c->nr_uses++;
+	}
+	kvfree(all);
+	return 0;
+}
+
+/* A source of the base layout, by its dma-buf. */
+struct kvd_known {
+	struct dma_buf *dmabuf;
+	struct kvd_source *src;
+};
+
+static int kvd_known_cmp(const void *a, const void *b)
+{
+	unsigned long x = (unsigned long)((const struct kvd_known *)a)->dmabuf;
+	unsigned long y = (unsigned long)((const struct kvd_known *)b)->dmabuf;
+
+	return x < y ? -1 : x > y;
+}
+
+static int kvd_change_cmp(const void *a, const void *b)
+{
+	unsigned long x = (unsigned long)(*(struct kvd_change * const *)a)->dmabuf;
+	unsigned long y = (unsigned long)(*(struct kvd_change * const *)b)->dmabuf;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * A source for each change's backing: the base layout's source of that
+ * dma-buf, so that its mappings are shared, or a new one, shared by the
+ * batch's changes with that dma-buf. Sorted lookups: a batch and a layout
+ * may each have KVDMABUF_MAX_RANGES entries.
+ */
+static int kvd_change_sources(struct kvd_change *ch, unsigned int nr,
+			      struct kvd_composite *base_c,
+			      struct kvd_source *plain)
+{
+	unsigned int nk = 0, nc = 0, i;
+	struct kvd_known *k, key, *hit;
+	struct kvd_change **c;
+	struct kvd_source *src = NULL;
+	int ret = 0;
+
+	k = kvmalloc_array((base_c ? base_c->nr_uses : 0) + 1, sizeof(*k),
+			   GFP_KERNEL_ACCOUNT);
+	c = kvmalloc_array(nr, sizeof(*c), GFP_KERNEL_ACCOUNT);
+	if (!k || !c) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (i = 0; base_c && i < base_c->nr_uses; i++)
+		k[nk++] = (struct kvd_known){ base_c->uses[i].src->dmabuf,
+					      base_c->uses[i].src };
+	if (plain)
+		k[nk++] = (struct kvd_known){ plain->dmabuf, plain };
+	sort(k, nk, sizeof(*k), kvd_known_cmp, NULL);
+	for (i = 0; i < nr; i++)
+		if (ch[i].dmabuf)
+			c[nc++] = &ch[i];
+	sort(c, nc, sizeof(*c), kvd_change_cmp, NULL);
+
+	/* Changes with one dma-buf are adjacent now: one source each. */
+	for (i = 0; i < nc; i++) {
+		if (!i || c[i]->dmabuf != c[i - 1]->dmabuf) {
+			key.dmabuf = c[i]->dmabuf;
+			hit = bsearch(&key, k, nk, sizeof(*k), kvd_known_cmp);
+			src = hit ? hit->src : kvd_source_new(c[i]->dmabuf);
+			if (!src) {
+				ret = -ENOMEM;
+				goto out;
+			}
+			if (hit)
+				kref_get(&src->ref);
+			else
+				c[i]->dmabuf = NULL;	/* the source holds it */
+		} else {
+			kref_get(&src->ref);
+		}
+		c[i]->src = src;
+	}
+out:
+	kvfree(c);
+	kvfree(k);
+	return ret;
+}
+
+static struct page *kvd_scratch_alloc(u64 length, unsigned int *order)
+{
+	unsigned int o = min_t(unsigned int, KVD_SCRATCH_MAX_ORDER,
+			       get_order(length));
+	struct page *page;
+
+	/* Any order will do: fewer, larger entries are only cheaper. */
+	for (;; o--) {
+		page = alloc_pages(GFP_KERNEL_ACCOUNT | __GFP_ZERO |
+				   (o ? __GFP_NORETRY | __GFP_NOWARN : 0), o);
+		if (page || !o)
+			break;
+	}
+	*order = o;
+	return page;
+}
+
+/**
+ * kvd_compose() - the layout of a proxy after a batch of range changes
+ * @length: the proxy's length
+ * @base: its backing now (a composite, a plain backing), or NULL: unbacked
+ * @base_offset: the plain backing's offset
+ * @ch: the changes, sorted by start, not overlapping, within @length;
+ *	each backing's reference passes to the layout (or is dropped)
+ * @nr: their number
+ *
+ * Return: the new composite's dma-buf (one reference), or an ERR_PTR:
+ * -ENOMEM, -E2BIG (more than KVDMABUF_MAX_RANGES pieces).
+ */
+struct dma_buf *kvd_compose(u64 length, struct dma_buf *base, u64 base_offset,
+			    struct kvd_change *ch, unsigned int nr)
+{
+	DEFINE_DMA_BUF_EXPORT_INFO(exp_info);
+	struct kvd_piece whole = { 0, length, NULL, base_offset };
+	const struct kvd_piece *bp = &whole;
+	struct kvd_composite *base_c = NULL, *c;
+	struct kvd_layout l = { 0 };
+	struct kvd_source *plain = NULL;
+	unsigned int bnr = 1, bi = 0, i;
+	struct dma_buf *dmabuf;
+	bool holes = false;
+	u64 pos = 0;
+	int ret;
+
+	if (base && base->ops == &kvd_composite_ops) {
+		base_c = base->priv;
+		bp = base_c->pieces;
+		bnr = base_c->nr;
+	} else if (base) {
+		get_dma_buf(base);
+		plain = kvd_source_new(base);
+		if (!plain) {
+			dma_buf_put(base);
+			ret = -ENOMEM;
+			goto err_changes;
+		}
+		whole.src = plain;
+	}
+
+	/* Each change can split one kept piece in two. */
+	l.room = min_t(u64, (u64)bnr + 2ULL * nr + 1, KVDMABUF_MAX_RANGES);
+	c = kvzalloc(struct_size(c, pieces, l.room), GFP_KERNEL_ACCOUNT);
+	if (!c) {
+		ret = -ENOMEM;
+		goto err_changes;
+	}
+	l.p = c->pieces;
+
+	ret = kvd_change_sources(ch, nr, base_c, plain);
+	if (ret)
+		goto err_c;
+
+	for (i = 0; i < nr; i++) {
+		ret = kvd_layout_keep(&l, bp, bnr, &bi, pos, ch[i].start);
+		if (!ret)
+			ret = kvd_layout_add(&l, ch[i].start, ch[i].length,
+					     ch[i].src, ch[i].offset);
+		if (ret)
+			goto err_c;
+		pos = ch[i].start + ch[i].length;
+	}
+	ret = kvd_layout_keep(&l, bp, bnr, &bi, pos, length);
+	if (ret)
+		goto err_c;
+	c->nr = l.nr;
+	for (i = 0; i < c->nr; i++)
+		holes |= !c->pieces[i].src;
+
+	ret = kvd_composite_uses(c);
+	if (ret)
+		goto err_c;
+	if (holes) {
+		c->scratch = kvd_scratch_alloc(length, &c->scratch_order);
+		if (!c->scratch) {
+			ret = -ENOMEM;
+			goto err_uses;
+		}
+	}
+	INIT_WORK(&c->inval_work, kvd_composite_inval_work);
+	dma_resv_init(&c->resv);
+	lockdep_set_class(&c->resv.lock.base, &kvd_composite_resv_key);
+	exp_info.exp_name = "kvdmabuf-ranges";
+	exp_info.ops = &kvd_composite_ops;
+	exp_info.size = length;
+	exp_info.flags = O_RDWR;
+	exp_info.resv = &c->resv;
+	exp_info.priv = c;
+	dmabuf = dma_buf_export(&exp_info);
+	if (IS_ERR(dmabuf)) {
+		ret = PTR_ERR(dmabuf);
+		dma_resv_fini(&c->resv);
+		goto err_scratch;
+	}
+	c->dmabuf = dmabuf;
+	/* From here on .release undoes it all. */
+	for (i = 0; i < c->nr_uses; i++) {
+		spin_lock(&c->uses[i].src->users_lock);
+		list_add_tail(&c->uses[i].node, &c->uses[i].src->users);
+		spin_unlock(&c->uses[i].src->users_lock);
+	}
+	ret = 0;
+	goto out;
+
+err_scratch:
+	if (c->scratch)
+		__free_pages(c->scratch, c->scratch_order);
+err_uses:
+	for (i = 0; i < c->nr_uses; i++)
+		kvd_source_put(c->uses[i].src);
+	kvfree(c->uses);
+err_c:
+	kvfree(c);
+err_changes:
+	dmabuf = ERR_PTR(ret);
+out:
+	/* The pieces' references are the uses' now (or gone with them). */
+	for (i = 0; i < nr; i++) {
+		if (ch[i].src)
+			kvd_source_put(ch[i].src);
+		if (ch[i].dmabuf)
+			dma_buf_put(ch[i].dmabuf);
+		ch[i].src = NULL;
+		ch[i].dmabuf = NULL;
+	}
+	if (plain)
+		kvd_source_put(plain);
+	return dmabuf;
+}
