@@ -27,6 +27,7 @@
 #include <linux/sizes.h>
 #include <linux/slab.h>
 #include <linux/sort.h>
+#include <linux/vmalloc.h>
 
 #include "kvd.h"
 
@@ -75,7 +76,9 @@ struct kvd_composite {
 	struct page *scratch;		/* NULL: no unbacked piece */
 	unsigned int scratch_order;
 	unsigned int nr_uses;
-	struct kvd_use *uses;		/* one per distinct source */
+	struct kvd_use *uses;		/* one per distinct source, by address */
+	struct iosys_map *src_vmaps;	/* per use, while CPU-mapped; resv */
+	void *vaddr;			/* the layout's CPU mapping; resv */
 	unsigned int nr;
 	struct kvd_piece pieces[];
 };
@@ -432,6 +435,113 @@ static void kvd_composite_unmap(struct dma_buf_attachment *attach,
 	kvd_cmap_free(m);
 }
 
+#ifdef KVD_HAVE_VMAP_UNLOCKED
+static int kvd_use_cmp(const void *key, const void *elt)
+{
+	unsigned long x = (unsigned long)key;
+	unsigned long y = (unsigned long)((const struct kvd_use *)elt)->src;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The page behind a source's kernel mapping at @addr, if it has one. */
+static struct page *kvd_mapped_page(void *addr)
+{
+	if (is_vmalloc_addr(addr))
+		return vmalloc_to_page(addr);
+	return virt_addr_valid(addr) ? virt_to_page(addr) : NULL;
+}
+
+static void kvd_composite_src_vunmap(struct kvd_composite *c, unsigned int n)
+{
+	while (n--)
+		dma_buf_vunmap_unlocked(c->uses[n].src->dmabuf,
+					&c->src_vmaps[n]);
+	kvfree(c->src_vmaps);
+	c->src_vmaps = NULL;
+}
+
+/*
+ * CPU access (a software NIC, kvd_ops.c's kvd_vmap()): one kernel mapping
+ * of the whole layout, made of the pages behind each source's own kernel
+ * mapping (held while it lasts) and of the scratch. Only sources whose
+ * mapping is memory with struct pages (vmalloc or the linear map: shmem,
+ * udmabuf) can take part: I/O memory gives -EOPNOTSUPP. The pages are
+ * mapped cached, whatever the source's own mapping is: this serves
+ * software importers, not a device's coherent view.
+ */
+static int kvd_composite_vmap(struct dma_buf *dmabuf, struct iosys_map *map)
+{
+	struct kvd_composite *c = dmabuf->priv;
+	unsigned long npages = dmabuf->size >> PAGE_SHIFT, pg = 0, k;
+	struct page **pages;
+	struct kvd_use *u;
+	struct kvd_piece *p;
+	unsigned int i, n = 0;
+	void *vaddr;
+	int ret = 0;
+
+	dma_resv_assert_held(dmabuf->resv);
+	pages = kvmalloc_array(npages, sizeof(*pages), GFP_KERNEL);
+	c->src_vmaps = kvcalloc(max(c->nr_uses, 1U), sizeof(*c->src_vmaps),
+				GFP_KERNEL);
+	if (!pages || !c->src_vmaps) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (n = 0; n < c->nr_uses && !ret; n++) {
+		ret = dma_buf_vmap_unlocked(c->uses[n].src->dmabuf,
+					    &c->src_vmaps[n]);
+		if (!ret && c->src_vmaps[n].is_iomem)
+			ret = -EOPNOTSUPP;
+		else if (ret)
+			n--;	/* not mapped: nothing to undo for it */
+	}
+	for (i = 0; i < c->nr && !ret; i++) {
+		p = &c->pieces[i];
+		for (k = 0; k < p->length >> PAGE_SHIFT && !ret; k++, pg++) {
+			if (!p->src) {
+				/* one buddy block: within one memmap section */
+				pages[pg] = c->scratch +
+					    (k & ((1UL << c->scratch_order) - 1));
+				continue;
+			}
+			u = bsearch(p->src, c->uses, c->nr_uses,
+				    sizeof(*c->uses), kvd_use_cmp);
+			pages[pg] = kvd_mapped_page(c->src_vmaps[u - c->uses].vaddr +
+						    p->offset + k * PAGE_SIZE);
+			if (!pages[pg])
+				ret = -EOPNOTSUPP;
+		}
+	}
+	if (!ret) {
+		vaddr = vmap(pages, npages, VM_MAP, PAGE_KERNEL);
+		if (!vaddr)
+			ret = -ENOMEM;
+	}
+out:
+	kvfree(pages);
+	if (ret) {
+		if (c->src_vmaps)
+			kvd_composite_src_vunmap(c, n);
+		return ret;
+	}
+	c->vaddr = vaddr;
+	iosys_map_set_vaddr(map, vaddr);
+	return 0;
+}
+
+static void kvd_composite_vunmap(struct dma_buf *dmabuf, struct iosys_map *map)
+{
+	struct kvd_composite *c = dmabuf->priv;
+
+	dma_resv_assert_held(dmabuf->resv);
+	vunmap(c->vaddr);
+	c->vaddr = NULL;
+	kvd_composite_src_vunmap(c, c->nr_uses);
+}
+#endif
+
 static void kvd_composite_release(struct dma_buf *dmabuf)
 {
 	struct kvd_composite *c = dmabuf->priv;
@@ -455,15 +565,36 @@ static void kvd_composite_release(struct dma_buf *dmabuf)
 	kvfree(c);
 }
 
+#define KVD_COMPOSITE_OPS					\
+	.attach = kvd_composite_attach,				\
+	.detach = kvd_composite_detach,				\
+	.pin = kvd_composite_pin,				\
+	.unpin = kvd_composite_unpin,				\
+	.map_dma_buf = kvd_composite_map,			\
+	.unmap_dma_buf = kvd_composite_unmap,			\
+	.release = kvd_composite_release
+
 static const struct dma_buf_ops kvd_composite_ops = {
-	.attach = kvd_composite_attach,
-	.detach = kvd_composite_detach,
-	.pin = kvd_composite_pin,
-	.unpin = kvd_composite_unpin,
-	.map_dma_buf = kvd_composite_map,
-	.unmap_dma_buf = kvd_composite_unmap,
-	.release = kvd_composite_release,
+	KVD_COMPOSITE_OPS,
 };
+
+/*
+ * A layout whose every source has a kernel mapping: CPU importers may
+ * vmap the proxy (its pin checks for .vmap, so they are told before).
+ */
+static const struct dma_buf_ops kvd_composite_vmap_ops = {
+	KVD_COMPOSITE_OPS,
+#ifdef KVD_HAVE_VMAP_UNLOCKED
+	.vmap = kvd_composite_vmap,
+	.vunmap = kvd_composite_vunmap,
+#endif
+};
+
+static bool kvd_is_composite(const struct dma_buf *dmabuf)
+{
+	return dmabuf->ops == &kvd_composite_ops ||
+	       dmabuf->ops == &kvd_composite_vmap_ops;
+}
 
 static void kvd_composite_inval_work(struct work_struct *work)
 {
@@ -690,7 +821,7 @@ struct dma_buf *kvd_compose(u64 length, struct dma_buf *base, u64 base_offset,
 	u64 pos = 0;
 	int ret;
 
-	if (base && base->ops == &kvd_composite_ops) {
+	if (base && kvd_is_composite(base)) {
 		base_c = base->priv;
 		bp = base_c->pieces;
 		bnr = base_c->nr;
@@ -748,7 +879,10 @@ struct dma_buf *kvd_compose(u64 length, struct dma_buf *base, u64 base_offset,
 	dma_resv_init(&c->resv);
 	lockdep_set_class(&c->resv.lock.base, &kvd_composite_resv_key);
 	exp_info.exp_name = "kvdmabuf-ranges";
-	exp_info.ops = &kvd_composite_ops;
+	exp_info.ops = &kvd_composite_vmap_ops;
+	for (i = 0; i < c->nr_uses; i++)
+		if (!c->uses[i].src->dmabuf->ops->vmap)
+			exp_info.ops = &kvd_composite_ops;
 	exp_info.size = length;
 	exp_info.flags = O_RDWR;
 	exp_info.resv = &c->resv;

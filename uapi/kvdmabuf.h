@@ -690,6 +690,10 @@ struct kvdmabuf_range {
  * importer maps the bytes of a range that was replaced or unbacked, and the
  * module holds no reference to a backing no range uses any more. The proxy
  * is then KVDMABUF_STATE_BACKED, even if every range is unbacked.
+ * REVOKE and ATTACH work on it as on any proxy (a revoke drops every
+ * range; an ATTACH with REPLACE makes it one range again). A proxy made of
+ * ranges gives no CPU access: importers without peer2peer (software NICs,
+ * KVDMABUF_FEATURE_VMAP) get -EOPNOTSUPP from their pin.
  *
  * Errors: -EFAULT; -EINVAL (size, flags, reserved, @count 0, @range_size,
  * @timeout_ms above KVDMABUF_MAX_TIMEOUT_MS, a range's flags, reserved

@@ -313,4 +313,47 @@ TEST_F_TIMEOUT(edu, stale_address_faults_in_the_iommu, 120)
 	EXPECT_EQ(0, imp_release(self->edu, h));
 }
 
+/*
+ * A proxy of ranges (KVDMABUF_IOCTL_RANGES): a window of A, an unbacked
+ * page, a window of B. Its table is made of each backing's mapping for
+ * the edu's device and of the module's scratch, mapped for that device
+ * too: reads across the seams move the right bytes (zeros in the hole)
+ * with no IOMMU fault, after another device (no IOMMU) mapped it first.
+ */
+TEST_F_TIMEOUT(edu, ranges_map_through_the_iommu, 120)
+{
+	struct kvdmabuf_range r[] = {
+		{ .start = 0, .length = KVD_PAGE, .backing_fd = self->a,
+		  .backing_offset = KVD_PAGE },
+		{ .start = KVD_PAGE, .length = KVD_PAGE,
+		  .backing_fd = KVDMABUF_RANGE_UNBACKED },
+		{ .start = 2 * KVD_PAGE, .length = 2 * KVD_PAGE,
+		  .backing_fd = self->b, .backing_offset = 2 * KVD_PAGE },
+	};
+	uint8_t want[SIZE], data[256];
+	int imp, h0, h;
+
+	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, r, 3));
+	memcpy(want, self->expect_a + KVD_PAGE, KVD_PAGE);
+	memset(want + KVD_PAGE, 0, KVD_PAGE);
+	memcpy(want + 2 * KVD_PAGE, self->expect_b + 2 * KVD_PAGE,
+	       2 * KVD_PAGE);
+	imp = imp_open();
+	ASSERT_GE(imp, 0);
+	h0 = imp_import(imp, self->proxy, 0);
+	ASSERT_GE(h0, 0);
+	ASSERT_EQ(0, imp_read(imp, h0, 0, self->buf, MAXIO));
+	h = imp_import(self->edu, self->proxy, 0);
+	ASSERT_GE(h, 0);
+	EXPECT_EDU_READS(h, KVD_PAGE - 1024, MAXIO, want);
+	EXPECT_EDU_READS(h, 2 * KVD_PAGE - 1024, MAXIO, want);
+	memset(data, 0x6d, sizeof(data));
+	ASSERT_EQ(0, imp_write(self->edu, h, 3 * KVD_PAGE, data, sizeof(data)));
+	EXPECT_EQ(1, dmabuf_equals(self->b, 3 * KVD_PAGE, data, sizeof(data)));
+	EXPECT_EQ(0, imp_release(self->edu, h));
+	EXPECT_EQ(0, imp_release(imp, h0));
+	close(imp);
+	EXPECT_NO_IOMMU_FAULT();
+}
+
 TEST_HARNESS_MAIN

@@ -447,4 +447,52 @@ TEST_F(ranges, arguments_are_checked_and_nothing_changes)
 	EXPECT_EQ(-1, first_wrong(_metadata, self));
 }
 
+/*
+ * A CPU importer (a software NIC: soft-RoCE reads through dma_buf_vmap())
+ * gets one kernel mapping of the whole layout: backed ranges at their
+ * offsets, zeros in the holes, its writes in the backing, and it follows
+ * a batch. A layout with a range whose exporter has no kernel mapping
+ * (kvd_exporter) is refused at the importer's pin, before any vmap.
+ */
+TEST_F(ranges, a_cpu_importer_maps_the_whole_layout)
+{
+	struct kvdmabuf_range r[] = {
+		chunk(0, self->c[0], 0), chunk(3, self->c[1], CH),
+	};
+	struct kvdmabuf_version v = { .size = sizeof(v) };
+	char w[KVD_PAGE];
+	int e;
+
+	ASSERT_EQ(0, kvd_ioctl(self->dev, KVDMABUF_IOCTL_VERSION, &v));
+	if (!(v.features & KVDMABUF_FEATURE_VMAP))
+		SKIP(return, "no CPU access to proxies before Linux 6.2");
+	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, r, 2));
+	import(_metadata, self, KVD_IMP_IMPORT_CPU);
+	memset(self->want, 0, SIZE);
+	expect_pattern(self->want, 1, 0);
+	expect_pattern(self->want + 3 * CH, 2, CH);
+	EXPECT_EQ(-1, first_wrong(_metadata, self));
+	pattern_fill(w, sizeof(w), 0x33);
+	ASSERT_EQ(0, imp_write(self->imp, self->h, 3 * CH + KVD_PAGE, w,
+			       sizeof(w)));
+	EXPECT_EQ(1, dmabuf_equals(self->c[1], CH + KVD_PAGE, w, sizeof(w)));
+
+	r[0].backing_fd = KVDMABUF_RANGE_UNBACKED;
+	r[1] = chunk(7, self->c[2], 0);
+	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, r, 2));
+	memset(self->want, 0, CH);
+	memcpy(self->want + 3 * CH + KVD_PAGE, w, sizeof(w));
+	expect_pattern(self->want + 7 * CH, 3, 0);
+	EXPECT_EQ(-1, first_wrong(_metadata, self));
+
+	KVD_OPEN_EXP(self->exp);
+	e = exp_buf(self->exp, CH, 0, 0x71);
+	ASSERT_GE(e, 0);
+	r[0] = chunk(5, e, 0);
+	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, r, 1));
+	EXPECT_EQ(-EOPNOTSUPP, imp_read(self->imp, self->h, 0, self->buf,
+					KVD_PAGE));
+	close(e);
+}
+
 TEST_HARNESS_MAIN

@@ -1039,4 +1039,67 @@ TEST_F(rxe, register_and_deregister_while_moving)
 	close(w.buf[1]);
 }
 
+/*
+ * An elastic KV pool on one MR (KVDMABUF_IOCTL_RANGES): four chunks, two
+ * backed; a batch gives one back and backs the other two; the same rkey
+ * reads every chunk's bytes (zeros where unbacked) and writes land in the
+ * kept chunk's own buffer, never in a chunk given back.
+ */
+TEST_F(rxe, a_pool_of_ranges_follows_batches_with_one_rkey)
+{
+	const uint64_t ch = LEN / 4;
+	struct kvdmabuf_range r[3];
+	struct ibv_mr *mr;
+	int c[4], proxy, i;
+	char *want;
+
+	KVD_OPEN_DEV(self->dev);
+	for (i = 0; i < 4; i++) {
+		c[i] = vgem_pattern_buf(self->drm, ch, 41 + i);
+		ASSERT_GE(c[i], 0);
+	}
+	want = calloc(1, LEN);
+	ASSERT_NOT_NULL(want);
+	proxy = kvd_create(self->dev, LEN, NULL);
+	ASSERT_GE(proxy, 0);
+	r[0] = (struct kvdmabuf_range){ .start = 0, .length = ch,
+					.backing_fd = c[0] };
+	r[1] = (struct kvdmabuf_range){ .start = 2 * ch, .length = ch,
+					.backing_fd = c[2] };
+	ASSERT_EQ(0, kvd_ranges(self->dev, proxy, r, 2));
+	mr = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, proxy, ACC);
+	ASSERT_NOT_NULL(mr);
+
+	ASSERT_EQ(0, OP(IBV_WR_RDMA_READ, 0, LEN, IOVA, mr->rkey, NULL));
+	pattern_fill(want, ch, 41);
+	pattern_fill(want + 2 * ch, ch, 43);
+	EXPECT_EQ(0, memcmp(self->abuf, want, LEN));
+
+	r[0].backing_fd = KVDMABUF_RANGE_UNBACKED;
+	r[1] = (struct kvdmabuf_range){ .start = ch, .length = ch,
+					.backing_fd = c[1] };
+	r[2] = (struct kvdmabuf_range){ .start = 3 * ch, .length = ch,
+					.backing_fd = c[3] };
+	ASSERT_EQ(0, kvd_ranges(self->dev, proxy, r, 3));
+	memset(self->abuf, 0xee, LEN);
+	ASSERT_EQ(0, OP(IBV_WR_RDMA_READ, 0, LEN, IOVA, mr->rkey, NULL));
+	memset(want, 0, ch);
+	pattern_fill(want + ch, ch, 42);
+	pattern_fill(want + 3 * ch, ch, 44);
+	EXPECT_EQ(0, memcmp(self->abuf, want, LEN));
+
+	/* Writes: into the kept chunk's buffer; none into the one given back. */
+	pattern_fill(self->abuf, LEN, 45);
+	ASSERT_EQ(0, OP(IBV_WR_RDMA_WRITE, 0, LEN, IOVA, mr->rkey, NULL));
+	EXPECT_EQ(1, dmabuf_equals(c[2], 0, (char *)self->abuf + 2 * ch, ch));
+	pattern_fill(want, ch, 41);
+	EXPECT_EQ(1, dmabuf_equals(c[0], 0, want, ch));
+
+	EXPECT_EQ(0, ibv_dereg_mr(mr));
+	close(proxy);
+	for (i = 0; i < 4; i++)
+		close(c[i]);
+	free(want);
+}
+
 TEST_HARNESS_MAIN
