@@ -28,6 +28,7 @@ const struct kvd_ops kvd_default_ops = {
 	.proxy_revoke = kvd_proxy_dev_revoke,
 	.proxy_query = kvd_proxy_dev_query,
 	.proxy_label = kvd_proxy_dev_label,
+	.proxy_ranges = kvd_proxy_dev_ranges,
 };
 
 /* Serials of contexts, never 0 (a context on the stack, zeroed, has 0). */

@@ -129,6 +129,13 @@ struct kvd_nic {
 	bool odp;
 };
 
+/* One range of a proxy for the module's RANGES (ranges.c). */
+struct kvd_range {
+	uint64_t start, len;		/* in the proxy */
+	int fd;				/* dma-buf, not owned; -1: unbacked */
+	uint64_t offset;		/* in @fd */
+};
+
 /* What the module reports about a proxy (subset of its query). */
 struct kvd_proxy_info {
 	uint32_t state;         /* KVD_PROXY_BACKED / _REVOKED / _EMPTY */
@@ -195,6 +202,10 @@ struct kvd_ops {
 	 * of it); sets no message, failure is not an error. */
 	int (*proxy_label)(struct kvdmabuf_ctx *ctx, int proxy_fd,
 			   const char *label);
+	/* Optional (NULL: -EOPNOTSUPP): change ranges of the proxy in one
+	 * step (the module's RANGES); fd -1: unbacked. */
+	int (*proxy_ranges)(struct kvdmabuf_ctx *ctx, int proxy_fd,
+			    const struct kvd_range *ranges, unsigned int n);
 };
 
 extern const struct kvd_ops kvd_default_ops;
@@ -231,6 +242,8 @@ int kvd_proxy_dev_revoke(struct kvdmabuf_ctx *ctx, int proxy_fd,
 			 unsigned int timeout_ms);
 int kvd_proxy_dev_query(struct kvdmabuf_ctx *ctx, int proxy_fd,
 			struct kvd_proxy_info *info);
+int kvd_proxy_dev_ranges(struct kvdmabuf_ctx *ctx, int proxy_fd,
+			 const struct kvd_range *ranges, unsigned int n);
 int kvd_proxy_dev_label(struct kvdmabuf_ctx *ctx, int proxy_fd,
 			const char *label);
 

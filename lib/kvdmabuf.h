@@ -383,6 +383,56 @@ int kvdmabuf_region_keys(struct kvdmabuf_region *region, unsigned int nic,
 int kvdmabuf_region_dmabuf(struct kvdmabuf_region *region, int *fd,
 			   uint64_t *offset);
 
+/** kvdmabuf_region_range.fd: the range gives its memory back. */
+#define KVDMABUF_RANGE_RELEASE	(-1)
+/** kvdmabuf_region_range.fd: a CUDA region's range is backed by what is
+ *  mapped there now, exported by the library (cuMemGetHandleForAddressRange
+ *  of the range, as at wake). */
+#define KVDMABUF_RANGE_EXPORT	(-2)
+
+/** One change of kvdmabuf_region_ranges(). Zero-initialise. */
+struct kvdmabuf_region_range {
+	size_t offset;        /**< in the region, page aligned */
+	size_t len;           /**< page aligned, > 0, within the region */
+	/** KVDMABUF_RANGE_RELEASE, KVDMABUF_RANGE_EXPORT, or a dma-buf fd of
+	 *  the new memory (not taken: the caller may close it after) */
+	int fd;
+	uint64_t fd_offset;   /**< where the range starts in @fd */
+	uint64_t reserved[2]; /**< must be zero */
+};
+
+/**
+ * kvdmabuf_region_ranges() - give ranges of an awake region back and bring
+ * new memory in, in one step, with the region's keys unchanged (an elastic
+ * KV pool: pages mapped and unmapped while serving; docs/elastic-kv.md).
+ *
+ * The region's proxy maps each listed range from then on to its new
+ * memory, or, released, to memory of the module's that holds nobody's
+ * data (reads give zeros, a peer's write there is dropped); the rest of
+ * the region keeps its memory. One move notification for the batch: a
+ * NIC that follows moves maps again under the same keys. When the call
+ * returns, no NIC maps a released range's old memory and neither the
+ * module nor the library holds it: the engine may unmap and free it.
+ * Transfers on the listed ranges must have ended (the engine gives a page
+ * back once no request uses it); those on the rest go on throughout.
+ * After it the region holds no export of its own: a later sleep and wake
+ * make it one range again (the wake exports the whole region).
+ *
+ * Return: 0; -EINVAL bad range (alignment, bounds, overlap, reserved
+ * fields, an fd below -2, EXPORT on a region that is not CUDA memory),
+ * the message names it; -ENOENT the region has no proxy (host memory,
+ * protocol tcp, the module not in use); -EOPNOTSUPP a NIC of the region
+ * pins (REREGISTER mode: it cannot follow a range change) or the module
+ * is older than API 3.2; -EBUSY the region is asleep, or an importer's
+ * pin refused the change; -EIO the region is broken; the module's and
+ * the CUDA driver's errors. On failure nothing changed, except with
+ * -ETIMEDOUT (changed, but an importer kept mapping what was replaced past
+ * the bound).
+ */
+int kvdmabuf_region_ranges(struct kvdmabuf_region *region,
+			   const struct kvdmabuf_region_range *ranges,
+			   unsigned int n);
+
 /** Mapping of a CUDA region's dma-buf (kvdmabuf_region_info.mapping). */
 enum kvdmabuf_mapping {
 	/** not CUDA memory, or not exported yet */

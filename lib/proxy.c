@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: MIT
 /*
  * proxy.c - the helper module's uapi (/dev/kvdmabuf): version check,
- * create, attach/replace, revoke, query of proxy dma-bufs.
+ * create, attach/replace, ranges, revoke, query of proxy dma-bufs.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/dma-buf.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -180,6 +181,53 @@ int kvd_proxy_dev_query(struct kvdmabuf_ctx *ctx, int proxy_fd,
 	info->revoke_reason = q.revoke_reason == KVDMABUF_REVOKE_EXPORTER ?
 			      KVD_REVOKE_EXPORTER : q.revoke_reason ?
 			      KVD_REVOKE_USER : KVD_REVOKE_NONE;
+	return 0;
+}
+
+int kvd_proxy_dev_ranges(struct kvdmabuf_ctx *ctx, int proxy_fd,
+			 const struct kvd_range *ranges, unsigned int n)
+{
+	struct kvdmabuf_range *r;
+	struct kvdmabuf_ranges a;
+	unsigned int i;
+	int rc;
+
+	r = calloc(n, sizeof(*r));
+	if (!r)
+		return kvd_err(ctx, -ENOMEM, "kvdmabuf ranges: out of memory");
+	for (i = 0; i < n; i++) {
+		r[i].start = ranges[i].start;
+		r[i].length = ranges[i].len;
+		r[i].backing_fd = ranges[i].fd < 0 ? KVDMABUF_RANGE_UNBACKED :
+				  ranges[i].fd;
+		r[i].backing_offset = ranges[i].fd < 0 ? 0 : ranges[i].offset;
+	}
+	memset(&a, 0, sizeof(a));
+	a.size = sizeof(a);
+	a.proxy_fd = (__u32)proxy_fd;
+	a.count = n;
+	a.ranges = (uintptr_t)r;
+	a.range_size = sizeof(*r);
+	a.timeout_ms = ctx->revoke_timeout_ms;
+	/* like ATTACH: an -EINTR may come after the swap, never retried */
+	rc = ioctl(ctx->module_fd, KVDMABUF_IOCTL_RANGES, &a) ? -errno : 0;
+	free(r);
+	if (rc == -ENOTTY)
+		return kvd_err(ctx, -EOPNOTSUPP, "kvdmabuf ranges: the loaded "
+			       "module is older than API 3.2 (no "
+			       "KVDMABUF_IOCTL_RANGES): update it");
+	if (rc == -EBUSY && a.pins)
+		return kvd_err(ctx, rc, "kvdmabuf ranges (proxy fd %d): "
+			       "importers hold %u pin(s) (a pinned importer "
+			       "cannot follow a range change)", proxy_fd, a.pins);
+	if (rc == -ETIMEDOUT)
+		return kvd_err(ctx, rc, "kvdmabuf ranges (proxy fd %d): changed, "
+			       "but importers still map what it replaced after "
+			       "%u ms", proxy_fd, ctx->revoke_timeout_ms);
+	if (rc)
+		return kvd_err(ctx, rc, "kvdmabuf ranges (proxy fd %d, %u "
+			       "range(s)) failed: %s", proxy_fd, n,
+			       strerror(-rc));
 	return 0;
 }
 

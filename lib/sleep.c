@@ -175,7 +175,9 @@ static int revoke_or_restore(struct kvdmabuf_region *r)
 	if (!rc)
 		return 0;
 	msg_save(ctx, saved);
-	rc2 = ctx->ops->proxy_attach(ctx, r->proxy_fd, r->backing_fd,
+	/* its ranges (kvdmabuf_region_ranges()) left it no export to put back */
+	rc2 = r->backing_fd < 0 ? -ESTALE :
+	      ctx->ops->proxy_attach(ctx, r->proxy_fd, r->backing_fd,
 				     r->backing_off, 0);
 	if (rc2 && rc2 != -EEXIST) {
 		note_rollback(ctx, saved, "attach the old backing again", rc2);
@@ -272,6 +274,10 @@ static int undo_sleep_one(struct kvdmabuf_region *r)
 
 	switch (r->mode) {
 	case KVDMABUF_MODE_FOLLOW:
+		if (r->backing_fd < 0)
+			return kvd_err(ctx, -ESTALE, "its ranges "
+				       "(kvdmabuf_region_ranges()) cannot be "
+				       "put back behind its proxy");
 		return ctx->ops->proxy_attach(ctx, r->proxy_fd, r->backing_fd,
 					      r->backing_off, 0);
 	case KVDMABUF_MODE_REREGISTER:

@@ -99,6 +99,7 @@ static const struct kvd_ops imp_nic_ops = {
 	.proxy_revoke = kvd_proxy_dev_revoke,
 	.proxy_query = kvd_proxy_dev_query,
 	.proxy_label = kvd_proxy_dev_label,
+	.proxy_ranges = kvd_proxy_dev_ranges,
 };
 
 #endif /* KVDMABUF_TESTS_LIB_IMP_NIC_H */

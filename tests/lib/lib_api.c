@@ -641,6 +641,31 @@ TEST_F(api, io_begin_many_is_all_or_nothing)
 	EXPECT_EQ(1, st.nr_asleep);
 }
 
+/*
+ * kvdmabuf_region_ranges() refuses what it cannot change before it asks
+ * the module (the VM's lib_vm_follow runs the change itself): no proxy,
+ * no ranges, an asleep region.
+ */
+TEST_F(api, region_ranges_refuses_before_the_module)
+{
+	struct kvdmabuf_region_range rr = { .len = LEN,
+					    .fd = KVDMABUF_RANGE_RELEASE };
+	struct kvdmabuf_region *dev, *host;
+
+	ASSERT_EQ(0, add(self->ctx, self->mem, LEN, KVDMABUF_MEM_DRM, 0, "kv",
+			 &dev));
+	ASSERT_EQ(0, add(self->ctx, self->mem + LEN, LEN, KVDMABUF_MEM_HOST, 0,
+			 "h", &host));
+	EXPECT_EQ(-EINVAL, kvdmabuf_region_ranges(NULL, &rr, 1));
+	EXPECT_EQ(-EINVAL, kvdmabuf_region_ranges(dev, NULL, 1));
+	EXPECT_EQ(-EINVAL, kvdmabuf_region_ranges(dev, &rr, 0));
+	EXPECT_EQ(-ENOENT, kvdmabuf_region_ranges(host, &rr, 1));
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx), "no proxy"));
+	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, "kv"));
+	EXPECT_EQ(-EBUSY, kvdmabuf_region_ranges(dev, &rr, 1));
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx), "asleep"));
+}
+
 /* Engines that register themselves get the proxy dma-buf. */
 TEST_F(api, region_dmabuf_is_the_proxy)
 {

@@ -398,4 +398,120 @@ TEST_F_TIMEOUT(fo, cuda_regions_follow_through_fake_driver, 120)
 	dlclose(dl);
 }
 
+/*
+ * kvdmabuf_region_ranges() on a DRM region: a chunk released and another
+ * backed by new memory in one call, under the same key (one notification;
+ * the released chunk reads zeros, the new one its bytes, the rest the
+ * region's own); every bad range refused with nothing changed; an asleep
+ * region refused; after sleep and wake the region is one range again. A
+ * pinning importer's region (REREGISTER) refuses it: it cannot follow.
+ */
+TEST_F_TIMEOUT(fo, drm_region_ranges_change_under_the_same_key, 120)
+{
+	const size_t ch = LEN / 4;
+	struct kvdmabuf_region_desc d = { 0 };
+	struct kvdmabuf_region_range rr[2];
+	struct kvd_imp_counters c0, c1;
+	struct kvdmabuf_region *r;
+	uint32_t key0, key, h = 0, h2 = 0;
+	char *addr, *want, buf[BLK];
+	int fresh, rc;
+
+	ASSERT_EQ(0, vgem_create(self->drm, LEN, &h));
+	addr = vgem_map(self->drm, h, LEN, NULL);
+	ASSERT_NE(NULL, addr);
+	pattern_fill(addr, LEN, 3000);
+	d.addr = addr;
+	d.len = LEN;
+	d.mem = KVDMABUF_MEM_DRM;
+	d.drm_fd = self->drm;
+	d.drm_handle = h;
+	ASSERT_EQ(0, kvdmabuf_region_add(self->ctx, &d, &r));
+	ASSERT_EQ(0, kvdmabuf_region_keys(r, 0, &key0, NULL, NULL));
+	fresh = vgem_pattern_buf(self->drm, ch, 3100);
+	ASSERT_GE(fresh, 0);
+	memset(rr, 0, sizeof(rr));
+	rr[0].offset = ch;
+	rr[0].len = ch;
+	rr[0].fd = KVDMABUF_RANGE_RELEASE;
+	rr[1].offset = 2 * ch;
+	rr[1].len = ch;
+	rr[1].fd = fresh;
+	if (variant->mode == KVDMABUF_MODE_REREGISTER) {
+		EXPECT_EQ(-EOPNOTSUPP, kvdmabuf_region_ranges(r, rr, 2));
+		TH_LOG("%s", kvdmabuf_last_error(self->ctx));
+		goto out;
+	}
+	ASSERT_EQ(0, imp_access(key0, 0, 0, buf, BLK));
+	ASSERT_EQ(0, imp_counters(key0, &c0));
+
+	/* bad ranges: nothing changes */
+	rr[1].offset = 2 * ch + 1;
+	EXPECT_EQ(-EINVAL, kvdmabuf_region_ranges(r, rr, 2));
+	rr[1].offset = LEN;
+	EXPECT_EQ(-EINVAL, kvdmabuf_region_ranges(r, rr, 2));
+	rr[1].offset = 2 * ch;
+	rr[1].fd = KVDMABUF_RANGE_EXPORT;	/* DRM memory: not the library's */
+	EXPECT_EQ(-EINVAL, kvdmabuf_region_ranges(r, rr, 2));
+	rr[1].fd = -3;
+	EXPECT_EQ(-EINVAL, kvdmabuf_region_ranges(r, rr, 2));
+	rr[1].fd = fresh;
+	rr[1].reserved[1] = 1;
+	EXPECT_EQ(-EINVAL, kvdmabuf_region_ranges(r, rr, 2));
+	rr[1].reserved[1] = 0;
+	rr[1].offset = ch;			/* overlaps range 0 */
+	EXPECT_EQ(-EINVAL, kvdmabuf_region_ranges(r, rr, 2));
+	rr[1].offset = 2 * ch;
+	ASSERT_EQ(0, imp_counters(key0, &c1));
+	EXPECT_EQ(c0.invalidations, c1.invalidations);
+
+	rc = kvdmabuf_region_ranges(r, rr, 2);
+	if (rc)
+		TH_LOG("%s", kvdmabuf_last_error(self->ctx));
+	ASSERT_EQ(0, rc);
+	close(fresh);
+	fresh = -1;
+	ASSERT_EQ(0, kvdmabuf_region_keys(r, 0, &key, NULL, NULL));
+	EXPECT_EQ(key0, key);
+	ASSERT_EQ(0, imp_counters(key, &c1));
+	EXPECT_EQ(c0.invalidations + 1, c1.invalidations);
+	EXPECT_EQ(-1, r->backing_fd);	/* no whole export kept */
+	want = malloc(LEN);
+	ASSERT_NE(NULL, want);
+	pattern_fill(want, LEN, 3000);
+	memset(want + ch, 0, ch);
+	pattern_fill(want + 2 * ch, ch, 3100);
+	for (size_t off = 0; off < LEN; off += BLK) {
+		ASSERT_EQ(0, imp_access(key, 0, off, buf, BLK));
+		if (memcmp(buf, want + off, BLK))
+			TH_LOG("offset %zu differs", off);
+		ASSERT_EQ(0, memcmp(buf, want + off, BLK));
+	}
+
+	/* asleep: refused; after a wake, one range of the new memory */
+	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
+	EXPECT_EQ(-EBUSY, kvdmabuf_region_ranges(r, rr, 2));
+	munmap(addr, LEN);
+	vgem_close_handle(self->drm, h);
+	h = 0;
+	ASSERT_EQ(0, vgem_create(self->drm, LEN, &h2));
+	addr = vgem_map(self->drm, h2, LEN, NULL);
+	ASSERT_NE(NULL, addr);
+	pattern_fill(addr, LEN, 3200);
+	ASSERT_EQ(0, kvdmabuf_region_set_drm_handle(r, self->drm, h2));
+	ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
+	ASSERT_EQ(0, imp_access(key, 0, ch, buf, BLK));
+	EXPECT_EQ(0, memcmp(buf, addr + ch, BLK));
+	free(want);
+out:
+	if (fresh >= 0)
+		close(fresh);
+	ASSERT_EQ(0, kvdmabuf_region_remove(r));
+	munmap(addr, LEN);
+	if (h)
+		vgem_close_handle(self->drm, h);
+	if (h2)
+		vgem_close_handle(self->drm, h2);
+}
+
 TEST_HARNESS_MAIN
