@@ -114,6 +114,8 @@ BENCH_SRCS := $(wildcard tests/bench/kvdmabuf-bench.c)
 BENCH := $(if $(BENCH_SRCS),tests/bench/kvdmabuf-bench)
 # What libkvdmabuf-preload.so adds per call (host, stand-ins; make bench).
 PRELOAD_BENCH := $(if $(wildcard tests/bench/preload-bench.c),tests/bench/preload-bench)
+# What a batch of range changes of an elastic pool costs (VM; make bench).
+RANGES_BENCH := $(if $(wildcard tests/bench/ranges-bench.c),tests/bench/ranges-bench)
 CYCLES ?= 3
 
 .PHONY: all lib cli tests asan modules rxe dkms-src clean check check-unit check-vm demo demo-2node demo-mooncake bench deps fuzz \
@@ -161,7 +163,7 @@ $(CLI): $(CLI_SRCS) $(wildcard lib/cli/*.h) $(LIB_A) $(LIB_HDRS)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(CLI_SRCS) $(LIB_A) $(LDLIBS)
 
 # lib_cuda runs the command (kvdmabuf check).
-tests: $(TEST_BINS) $(HW_BINS) $(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(TWONODE) $(BENCH) $(PRELOAD_BENCH) $(CLI) \
+tests: $(TEST_BINS) $(HW_BINS) $(FAKE_CUDA) $(FAKE_CUDA_OLD) $(DEMO) $(TWONODE) $(BENCH) $(PRELOAD_BENCH) $(RANGES_BENCH) $(CLI) \
 	$(PRELOAD_TESTS)
 
 # tests/preload/preload_symver.py: a program built against the real libibverbs,
@@ -350,7 +352,7 @@ $(TWONODE): $(TWONODE_SRCS) $(wildcard tests/*.h tests/kmod/*.h) $(LIB_A) $(LIB_
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(TWONODE_SRCS) $(LIB_A) $(LDLIBS)
 
-$(PRELOAD_BENCH): tests/bench/preload-bench.c $(FAKE_CUDA) tests/cuda_compat.h $(CUDA_STAMP)
+$(PRELOAD_BENCH): tests/bench/preload-bench.c tests/bench/bench_stats.h $(FAKE_CUDA) tests/cuda_compat.h $(CUDA_STAMP)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CUDA_CPPFLAGS) $(CFLAGS) -o $@ $< \
 		-Ltests/fake_cuda -l:libcuda.so.1 -Wl,-rpath,'$$ORIGIN/../fake_cuda' -libverbs -ldl
@@ -358,6 +360,10 @@ $(PRELOAD_BENCH): tests/bench/preload-bench.c $(FAKE_CUDA) tests/cuda_compat.h $
 $(BENCH): $(BENCH_SRCS) $(wildcard tests/bench/*.h tests/*.h) $(LIB_A) $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(BENCH_SRCS) $(LIB_A) $(LDLIBS)
+
+$(RANGES_BENCH): tests/bench/ranges-bench.c tests/bench/bench_stats.h $(wildcard tests/*.h tests/kmod/*.h) uapi/kvdmabuf.h
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -ldrm
 
 modules:
 	@test -n "$(KDIR)" -a -d "$(KDIR)" || { \
@@ -459,12 +465,14 @@ endif
 # (KVDMABUF_VM_MEM, MiB), enough for the 4 GiB figure.
 BENCH_VM_MEM ?= 6144
 BENCH_KERNEL ?= $(if $(filter command line,$(origin KERNEL)),$(KERNEL),6.12)
-bench: $(BENCH) $(PRELOAD_BENCH) $(PRELOAD_SO) $(PRELOAD_TESTS)
+bench: $(BENCH) $(PRELOAD_BENCH) $(RANGES_BENCH) $(PRELOAD_SO) $(PRELOAD_TESTS)
 	$(Q)$(BENCH) --host-only $(BENCH_ARGS)
 	$(Q)$(PRELOAD_BENCH)
 	$(Q)tests/vm/check.sh run $(BENCH_KERNEL) $(PRELOAD_BENCH)
 	$(Q)KVDMABUF_VM_MEM=$${KVDMABUF_VM_MEM:-$(BENCH_VM_MEM)} \
 		tests/vm/check.sh run $(BENCH_KERNEL) tests/bench/kvdmabuf-bench $(BENCH_ARGS)
+	$(Q)KVDMABUF_VM_MEM=$${KVDMABUF_VM_MEM:-$(BENCH_VM_MEM)} \
+		tests/vm/check.sh run $(BENCH_KERNEL) tests/bench/ranges-bench
 
 # Installation: the library, its headers (<kvdmabuf.h>, <linux/kvdmabuf.h>)
 # and pkg-config file, the kvdmabuf command, the Python package, the man

@@ -293,6 +293,28 @@ def bench_unmeasured():
     check("NOT MEASURED: exit status 1" in out, "no NOT MEASURED line")
 
 
+def ranges_bench():
+    """tests/bench/ranges-bench --sanity (issue 38): both pools measured,
+    every figure a positive number, the ratio the quotient of its parts,
+    both targets reported; no timing judged."""
+    if not os.path.exists("/dev/kvdmabuf"):
+        raise Skip("/dev/kvdmabuf absent: the VM lanes run this")
+    rc, out = run(["--sanity"], prog=os.path.join(HERE, "ranges-bench"))
+    check(rc == 0, "exit status %d" % rc)
+    lines = parse(out)
+    pools = need(lines, "ranges", 2, ("pool_mib", "chunks", "rereg_ns",
+                                      "swap1_ns", "swap16_ns",
+                                      "first_access_ns",
+                                      "swap16_over_rereg"))
+    check(sorted(d["pool_mib"] for d in pools) == [32.0, 64.0],
+          "pools %r" % [d["pool_mib"] for d in pools])
+    for d in pools:
+        check(d["chunks"] * 2 == d["pool_mib"], "chunks of 2 MiB: %r" % d)
+        close(d["swap16_over_rereg"], d["swap16_ns"] / d["rereg_ns"],
+              "swap16_over_rereg")
+    targets(lines, ("swap16_le_tenth_of_rereg_1g", "swap1_flat_in_pool_size"))
+
+
 def bench_usage():
     rc, _ = run(["--sizes", "3"])
     check(rc == 2, "a size not a multiple of 64 MiB: status %d, want 2"
@@ -301,4 +323,4 @@ def bench_usage():
 
 if __name__ == "__main__":
     sys.exit(ktap.main([bench_usage, bench_host, bench_vm,
-                        bench_unmeasured]))
+                        bench_unmeasured, ranges_bench]))

@@ -59,6 +59,7 @@
 #include <unistd.h>
 
 #include "../lib/internal.h"
+#include "bench_stats.h"
 #include "kmod/kvd_umem.h"
 #include "lib_imp_nic.h"
 #include "proxy_common.h"
@@ -109,38 +110,6 @@ static int bench_err(const char *fmt, ...)
 	va_end(ap);
 	fputc('\n', stderr);
 	return -1;
-}
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int cmp_dbl(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* Median of any number of samples (sorts a copy); 0 when empty or OOM. */
-static double median(const double *v, int n)
-{
-	double *c, m;
-
-	if (n <= 0)
-		return 0;
-	c = malloc((size_t)n * sizeof(*c));
-	if (!c)
-		return 0;
-	memcpy(c, v, (size_t)n * sizeof(*c));
-	qsort(c, (size_t)n, sizeof(*c), cmp_dbl);
-	m = n % 2 ? c[n / 2] : (c[n / 2 - 1] + c[n / 2]) / 2;
-	free(c);
-	return m;
 }
 
 /* Nearest-rank percentile @p of any number of samples (sorts a copy). */

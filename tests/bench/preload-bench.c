@@ -38,31 +38,11 @@
 #include <infiniband/verbs.h>
 
 #include "cuda_compat.h"
+#include "bench_stats.h"
 
 #define PAGE 4096u
 #define MAX_ROUNDS 15
 #define MAX_BATCHES 64
-
-static int64_t now_ns(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
-static int cmp_dbl(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_dbl);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 /* ---- children: print "ns X preload P" (median ns per pair or call;
  * whether the preload is in this process: ld.so ignores an LD_PRELOAD it
