@@ -117,9 +117,11 @@ int kvdmabuf_region_ranges(struct kvdmabuf_region *r,
 	unsigned int i;
 	int rc;
 
-	if (!r || !ranges || !n)
+	if (!r)
 		return -EINVAL;
 	ctx = r->ctx;
+	if (!ranges || !n)
+		return kvd_err(ctx, -EINVAL, "ranges: no range given");
 	rc = kvd_not_forked(ctx, "ranges");
 	if (rc)
 		return rc;

@@ -62,6 +62,7 @@ def struct_layouts_match_the_header():
     pairs = {"kvdmabuf_options": kvdmabuf._Options,
              "kvdmabuf_region_desc": kvdmabuf._RegionDesc,
              "kvdmabuf_region_info": kvdmabuf._RegionInfo,
+             "kvdmabuf_region_range": kvdmabuf._RegionRange,
              "kvdmabuf_state": kvdmabuf._State}
     src = ["#include <stdio.h>", "#include <stddef.h>",
            "#include <kvdmabuf.h>", "int main(void) {"]
@@ -108,7 +109,7 @@ def constants_match_the_header():
     import subprocess
     top = ktap.use_build_tree()
     names = [n for n in dir(kvdmabuf)
-             if re.match(r"(MEM|MODE|MODULE|REGION)_[A-Z_]+$", n)]
+             if re.match(r"(MEM|MODE|MODULE|REGION|RANGE)_[A-Z_]+$", n)]
     check("MEM_CUDA" in names, str(names))
     src = ["#include <stdio.h>", "#include <kvdmabuf.h>", "int main(void) {"]
     for n in names:
@@ -176,6 +177,12 @@ def regions_sleep_and_wake():
         check("page aligned" in e.strerror, e.strerror)
         with kv.io():
             check(ctx.query().inflight == 1)
+        # no proxy under protocol tcp: the library's reason, not a crash
+        e = expect(kvdmabuf.Error, errno.ENOENT, kv.ranges,
+                   [(0, PAGE, kvdmabuf.RANGE_RELEASE)])
+        check("no proxy" in e.strerror, e.strerror)
+        e = expect(kvdmabuf.Error, errno.EINVAL, kv.ranges, [])
+        check("no range" in e.strerror, e.strerror)
         ctx.sleep("kv_cache")
         check(kv.info().asleep and not host.info().asleep)
         expect(kvdmabuf.Error, errno.ESHUTDOWN, kv.io().__enter__)

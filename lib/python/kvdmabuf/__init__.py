@@ -47,6 +47,9 @@ MEM_HOST, MEM_CUDA, MEM_DRM = 1, 2, 3
 MODE_FOLLOW, MODE_REREGISTER, MODE_HOST, MODE_NOREG, MODE_ODP = 1, 2, 3, 4, 5
 MODULE_DEFAULT, MODULE_AUTO, MODULE_REQUIRE, MODULE_OFF = 0, 1, 2, 3
 REGION_RELEASED_AT_SLEEP = 1 << 0
+# Region.ranges(): a range gives its memory back, or (CUDA regions) is
+# backed by what is mapped there now, exported by the library.
+RANGE_RELEASE, RANGE_EXPORT = -1, -2
 _MEM_NAMES = {"host": MEM_HOST, "cuda": MEM_CUDA, "drm": MEM_DRM}
 
 
@@ -120,6 +123,16 @@ class _RegionDesc(ctypes.Structure):
     ]
 
 
+class _RegionRange(ctypes.Structure):
+    _fields_ = [
+        ("offset", ctypes.c_size_t),
+        ("len", ctypes.c_size_t),
+        ("fd", ctypes.c_int),
+        ("fd_offset", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 2),
+    ]
+
+
 class _RegionInfo(ctypes.Structure):
     _fields_ = [
         ("addr", ctypes.c_void_p),
@@ -190,6 +203,7 @@ def _load() -> ctypes.CDLL:
         "kvdmabuf_region_info": (I, [VP, P(_RegionInfo)]),
         "kvdmabuf_region_dmabuf": (I, [VP, P(I), P(ctypes.c_uint64)]),
         "kvdmabuf_region_set_drm_handle": (I, [VP, I, ctypes.c_uint32]),
+        "kvdmabuf_region_ranges": (I, [VP, P(_RegionRange), U]),
         "kvdmabuf_query": (I, [VP, P(_State)]),
         "kvdmabuf_io_begin": (I, [VP]),
         "kvdmabuf_io_end": (None, [VP]),
@@ -479,6 +493,21 @@ class Region:
         address); see ``kvdmabuf_region_set_drm_handle``."""
         self._ctx._check(_lib.kvdmabuf_region_set_drm_handle(
             self._h, drm_fd, handle))
+
+    def ranges(self, changes: Sequence[tuple]) -> None:
+        """Give ranges of this awake region back and bring new memory in,
+        in one step, keys unchanged (an elastic KV pool; see
+        ``kvdmabuf_region_ranges``). Each change is ``(offset, length, fd)``
+        or ``(offset, length, fd, fd_offset)``: ``fd`` a dma-buf of the new
+        memory (not taken), :data:`RANGE_RELEASE` (reads give zeros), or
+        :data:`RANGE_EXPORT` (a CUDA region: what is mapped there now).
+        Transfers on those ranges must have ended."""
+        arr = (_RegionRange * max(len(changes), 1))()
+        for i, c in enumerate(changes):
+            arr[i].offset, arr[i].len, arr[i].fd = c[0], c[1], c[2]
+            arr[i].fd_offset = c[3] if len(c) > 3 else 0
+        self._ctx._check(_lib.kvdmabuf_region_ranges(self._h, arr,
+                                                     len(changes)))
 
     def io_begin(self) -> bool:
         """Count a transfer; False when the region sleeps (do not touch it)."""
