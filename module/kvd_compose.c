@@ -42,6 +42,7 @@ struct kvd_source {
 	struct list_head maps;		/* struct kvd_source_map */
 	spinlock_t users_lock;		/* users */
 	struct list_head users;		/* struct kvd_use of live composites */
+	bool invalidated;		/* its exporter moved it; its resv */
 };
 
 /* A source's mapping for one device, shared by the layouts using it. */
@@ -142,6 +143,11 @@ static void kvd_source_notify(struct dma_buf_attachment *bat)
 
 	if (sm->dying || !sm->sgt)
 		return;
+	/*
+	 * A layout being built now, not yet among the users, must not take
+	 * the stale mapping either: its map checks this.
+	 */
+	WRITE_ONCE(sm->src->invalidated, true);
 	spin_lock(&sm->src->users_lock);
 	list_for_each_entry(u, &sm->src->users, node)
 		queue_work(kvd_wq, &u->c->inval_work);
@@ -381,6 +387,11 @@ static struct sg_table *kvd_composite_map(struct dma_buf_attachment *attach,
 		if (!p->src) {
 			nents += DIV_ROUND_UP(p->length, chunk);
 			continue;
+		}
+		/* as a backing's: the proxy revokes itself (kvd_attach()) */
+		if (READ_ONCE(p->src->invalidated)) {
+			ret = -ENODEV;
+			goto err;
 		}
 		m->sm[i] = kvd_source_map_get(p->src, attach->dev);
 		if (IS_ERR(m->sm[i])) {

@@ -691,7 +691,10 @@ struct kvdmabuf_range {
  * module holds no reference to a backing no range uses any more. The proxy
  * is then KVDMABUF_STATE_BACKED, even if every range is unbacked.
  * REVOKE and ATTACH work on it as on any proxy (a revoke drops every
- * range; an ATTACH with REPLACE makes it one range again). A proxy made of
+ * range; an ATTACH with REPLACE makes it one range again). A range's
+ * backing invalidated by its exporter (device reset, unplug) revokes the
+ * whole proxy (KVDMABUF_REVOKE_EXPORTER; a RANGES call meanwhile fails
+ * with -ENODEV): the next RANGES starts from an unbacked proxy. A proxy made of
  * ranges gives no CPU access: importers without peer2peer (software NICs,
  * KVDMABUF_FEATURE_VMAP) get -EOPNOTSUPP from their pin.
  *

@@ -347,6 +347,12 @@ TEST_F(ranges, a_ranges_exporter_revoking_revokes_the_proxy)
 				    KVDMABUF_STATE_REVOKED, &q));
 	EXPECT_EQ(KVDMABUF_REVOKE_EXPORTER, q.revoke_reason);
 	EXPECT_EQ(-ENODEV, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	/* the next call starts from an unbacked proxy: chunk 0 is gone too */
+	r[0] = chunk(5, self->c[2], 0);
+	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, r, 1));
+	memset(self->want, 0, SIZE);
+	expect_pattern(self->want + 5 * CH, 3, 0);
+	EXPECT_EQ(-1, first_wrong(_metadata, self));
 	close(e);
 }
 
