@@ -350,6 +350,19 @@ TEST_F_TIMEOUT(edu, ranges_map_through_the_iommu, 120)
 	memset(data, 0x6d, sizeof(data));
 	ASSERT_EQ(0, imp_write(self->edu, h, 3 * KVD_PAGE, data, sizeof(data)));
 	EXPECT_EQ(1, dmabuf_equals(self->b, 3 * KVD_PAGE, data, sizeof(data)));
+	memcpy(want + 3 * KVD_PAGE, data, sizeof(data));
+
+	/*
+	 * A batch that keeps A's and B's ranges: the new layout shares their
+	 * mappings for the edu, which the old layout's teardown must leave
+	 * mapped in the IOMMU.
+	 */
+	r[1].backing_fd = self->b;
+	r[1].backing_offset = 0;
+	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, &r[1], 1));
+	memcpy(want + KVD_PAGE, self->expect_b, KVD_PAGE);
+	EXPECT_EDU_READS(h, KVD_PAGE - 1024, MAXIO, want);
+	EXPECT_EDU_READS(h, 3 * KVD_PAGE, MAXIO, want);
 	EXPECT_EQ(0, imp_release(self->edu, h));
 	EXPECT_EQ(0, imp_release(imp, h0));
 	close(imp);

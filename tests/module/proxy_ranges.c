@@ -12,6 +12,9 @@
  * the DMA addresses it is given); chunks are vgem buffers, or kvd_exporter
  * buffers where the test counts the exporter's maps.
  */
+#include <pthread.h>
+#include <time.h>
+
 #include "harness.h"
 #include "proxy_common.h"
 
@@ -110,6 +113,28 @@ static void import(struct __test_metadata *_metadata,
 {
 	self->h = imp_import(self->imp, self->proxy, flags);
 	ASSERT_GE(self->h, 0);
+}
+
+/*
+ * One backing at two ranges side by side, at the same offset (each reads
+ * the backing's first chunk, not a run on into its second), and at
+ * offsets that do continue (one run).
+ */
+TEST_F(ranges, one_backing_at_neighbouring_ranges)
+{
+	struct kvdmabuf_range r[] = {
+		chunk(1, self->c[0], 0), chunk(2, self->c[0], 0),
+		chunk(4, self->c[1], 0), chunk(5, self->c[1], CH),
+	};
+
+	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, r, 4));
+	import(_metadata, self, 0);
+	memset(self->want, 0, SIZE);
+	expect_pattern(self->want + CH, 1, 0);
+	expect_pattern(self->want + 2 * CH, 1, 0);
+	expect_pattern(self->want + 4 * CH, 2, 0);
+	expect_pattern(self->want + 5 * CH, 2, CH);
+	EXPECT_EQ(-1, first_wrong(_metadata, self));
 }
 
 /* An unbacked proxy, two ranges backed: they read their bytes, the rest zeros. */
@@ -499,6 +524,90 @@ TEST_F(ranges, a_cpu_importer_maps_the_whole_layout)
 	EXPECT_EQ(-EOPNOTSUPP, imp_read(self->imp, self->h, 0, self->buf,
 					KVD_PAGE));
 	close(e);
+}
+
+/* ---- churn: batches while an importer reads ---- */
+
+struct churn {
+	int dev, imp, h, proxy;
+	int a, b;			/* chunk 2's two buffers (seeds 1, 2) */
+	volatile int stop;
+	long swaps, reads, bad, failed;
+};
+
+/* Chunk 2 between buffers A and B, chunk 5 given back and back again. */
+static void *churn_swapper(void *arg)
+{
+	struct churn *c = arg;
+	struct kvdmabuf_range r[2];
+	long i;
+
+	for (i = 0; !c->stop; i++) {
+		r[0] = chunk(2, i % 2 ? c->a : c->b, 0);
+		r[1] = chunk(5, i % 2 ? c->a : KVDMABUF_RANGE_UNBACKED, 0);
+		if (kvd_ranges(c->dev, c->proxy, r, 2))
+			c->failed++;
+		else
+			c->swaps++;
+	}
+	return NULL;
+}
+
+/*
+ * Each read of a chunk is one layout's: chunk 2 all A or all B, chunk 5
+ * all A or all zeros, chunk 0 always its own. Never a mix, never old
+ * pages' bytes of another chunk.
+ */
+static void *churn_reader(void *arg)
+{
+	struct churn *c = arg;
+	static char buf[CH], wa[CH], wb[CH], w0[CH], zero[CH];
+
+	expect_pattern(wa, 1, 0);
+	expect_pattern(wb, 2, 0);
+	expect_pattern(w0, 3, 0);
+	while (!c->stop) {
+		if (imp_read(c->imp, c->h, 2 * CH, buf, CH) ||
+		    (memcmp(buf, wa, CH) && memcmp(buf, wb, CH)))
+			c->bad++;
+		if (imp_read(c->imp, c->h, 5 * CH, buf, CH) ||
+		    (memcmp(buf, wa, CH) && memcmp(buf, zero, CH)))
+			c->bad++;
+		if (imp_read(c->imp, c->h, 0, buf, CH) || memcmp(buf, w0, CH))
+			c->bad++;
+		c->reads++;
+	}
+	return NULL;
+}
+
+TEST_F_TIMEOUT(ranges, reads_under_churn_see_one_layout_at_a_time, 60)
+{
+	struct kvdmabuf_range r[2] = { chunk(0, self->c[2], 0),
+				       chunk(2, self->c[0], 0) };
+	struct churn c = { .dev = self->dev, .imp = self->imp,
+			   .proxy = self->proxy, .a = self->c[0],
+			   .b = self->c[1] };
+	struct kvdmabuf_query q;
+	pthread_t sw, rd;
+
+	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, r, 2));
+	import(_metadata, self, 0);
+	c.h = self->h;
+	ASSERT_EQ(0, pthread_create(&rd, NULL, churn_reader, &c));
+	ASSERT_EQ(0, pthread_create(&sw, NULL, churn_swapper, &c));
+	usleep((useconds_t)kvd_scaled_ms(1500) * 1000);
+	c.stop = 1;
+	pthread_join(sw, NULL);
+	pthread_join(rd, NULL);
+	TH_LOG("%ld batches, %ld failed; %ld reads of three chunks, %ld wrong",
+	       c.swaps, c.failed, c.reads, c.bad);
+	EXPECT_LT(10, c.swaps);
+	EXPECT_LT(10, c.reads);
+	EXPECT_EQ(0, c.failed);
+	EXPECT_EQ(0, c.bad);
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ((uint64_t)c.swaps + 1, q.generation);
+	EXPECT_EQ(0, q.stale_backings);
 }
 
 TEST_HARNESS_MAIN
