@@ -694,9 +694,11 @@ struct kvdmabuf_range {
  * range; an ATTACH with REPLACE makes it one range again). A range's
  * backing invalidated by its exporter (device reset, unplug) revokes the
  * whole proxy (KVDMABUF_REVOKE_EXPORTER; a RANGES call meanwhile fails
- * with -ENODEV): the next RANGES starts from an unbacked proxy. A proxy made of
- * ranges gives no CPU access: importers without peer2peer (software NICs,
- * KVDMABUF_FEATURE_VMAP) get -EOPNOTSUPP from their pin.
+ * with -ENODEV): the next RANGES starts from an unbacked proxy. CPU access
+ * (KVDMABUF_FEATURE_VMAP, software NICs) gets one kernel mapping of the
+ * whole layout where every range's backing has a kernel mapping of memory
+ * with struct pages (shmem, udmabuf); otherwise such an importer's pin
+ * answers -EOPNOTSUPP.
  *
  * Errors: -EFAULT; -EINVAL (size, flags, reserved, @count 0, @range_size,
  * @timeout_ms above KVDMABUF_MAX_TIMEOUT_MS, a range's flags, reserved
