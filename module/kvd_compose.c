@@ -765,7 +765,7 @@ static int kvd_change_sources(struct kvd_change *ch, unsigned int nr,
 
 	/* Changes with one dma-buf are adjacent now: one source each. */
 	for (i = 0; i < nc; i++) {
-		if (!i || c[i]->dmabuf != c[i - 1]->dmabuf) {
+		if (!src || c[i]->dmabuf != src->dmabuf) {
 			key.dmabuf = c[i]->dmabuf;
 			hit = bsearch(&key, k, nk, sizeof(*k), kvd_known_cmp);
 			src = hit ? hit->src : kvd_source_new(c[i]->dmabuf);

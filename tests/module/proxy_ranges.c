@@ -267,13 +267,16 @@ TEST_F(ranges, kept_backings_are_not_mapped_again)
 		e[k] = exp_buf(self->exp, CH, 0, 0x50 + k);
 		ASSERT_GE(e[k], 0);
 	}
+	/* e0 twice in one batch: one mapping of it */
 	r[0] = chunk(0, e[0], 0);
 	r[1] = chunk(1, e[1], 0);
-	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, r, 2));
+	r[2] = chunk(6, e[0], 0);
+	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, r, 3));
 	import(_metadata, self, 0);
 	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
 	ASSERT_EQ(0, exp_info(self->exp, e[0], &i0));
 	EXPECT_EQ(1, i0.maps);
+	EXPECT_EQ(1, i0.attachments);
 
 	r[2] = chunk(4, e[2], 0);
 	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, &r[2], 1));
@@ -292,6 +295,7 @@ TEST_F(ranges, kept_backings_are_not_mapped_again)
 	memset(self->want, 0, SIZE);
 	pattern_fill(self->want, CH, 0x50);
 	pattern_fill(self->want + 4 * CH, CH, 0x52);
+	pattern_fill(self->want + 6 * CH, CH, 0x50);
 	EXPECT_EQ(-1, first_wrong(_metadata, self));
 	for (k = 0; k < 3; k++)
 		close(e[k]);
