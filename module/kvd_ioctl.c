@@ -289,6 +289,8 @@ static int kvd_swap_check(struct kvd_proxy *proxy, u32 flags, u32 *pins)
  * @proxy: the proxy, its lock held (dropped on return)
  * @b: the new backing, kvd_backing_build() done; the proxy's from here on,
  *	or buried on failure
+ * @dead: kvd_backing_build()'s list (slots of importers that detached
+ *	meanwhile): buried here, with what the swap lets go
  * @flags: KVDMABUF_ATTACH_REPLACE or 0
  * @timeout_ms: how long to wait for the old backing's mappings
  * @generation: out: the new generation (left alone if nothing changed)
@@ -298,15 +300,15 @@ static int kvd_swap_check(struct kvd_proxy *proxy, u32 flags, u32 *pins)
  * after it, kvd_drain()'s -EINTR or -ETIMEDOUT.
  */
 static int kvd_swap(struct kvd_proxy *proxy, struct kvd_backing *b,
-		    u32 flags, u32 timeout_ms, u64 *generation, u32 *pins)
+		    struct list_head *dead, u32 flags, u32 timeout_ms,
+		    u64 *generation, u32 *pins)
 {
 	struct kvd_backing *old;
 	struct kvd_attach *ka;
-	LIST_HEAD(dead);
 	bool told = false;
 	int ret;
 
-	ret = kvd_attach_check(proxy, flags, &dead);
+	ret = kvd_attach_check(proxy, flags, dead);
 	if (ret)
 		goto err;
 	dma_resv_lock(proxy->dmabuf->resv, NULL);
@@ -343,15 +345,15 @@ static int kvd_swap(struct kvd_proxy *proxy, struct kvd_backing *b,
 	 * never waited for, so success is never reported as a failure.
 	 */
 	if (!old)
-		kvd_reap(proxy, &dead);
+		kvd_reap(proxy, dead);
 	mutex_unlock(&proxy->lock);
-	kvd_bury(&dead);
+	kvd_bury(dead);
 	return old ? kvd_drain(proxy, timeout_ms) : 0;
 
 err:
-	kvd_backing_bury(b, &dead);
+	kvd_backing_bury(b, dead);
 	mutex_unlock(&proxy->lock);
-	kvd_bury(&dead);
+	kvd_bury(dead);
 	return ret;
 }
 
@@ -422,8 +424,8 @@ static long kvd_ioctl_attach(struct kvd_ctx *ctx, void __user *uarg)
 		kvd_backing_bury(b, &dead);
 		goto out_dead;
 	}
-	ret = kvd_swap(proxy, b, arg.flags, arg.timeout_ms, &arg.generation,
-		       &arg.pins);
+	ret = kvd_swap(proxy, b, &dead, arg.flags, arg.timeout_ms,
+		       &arg.generation, &arg.pins);
 	kvd_proxy_put(proxy);
 	/* Swapped (a wait's error after it), or the pins' -EBUSY: answered. */
 	if (arg.generation || ret == -EBUSY)
@@ -685,8 +687,8 @@ static long kvd_ioctl_ranges(struct kvd_ctx *ctx, void __user *uarg)
 		ret = -EAGAIN;
 		goto out_proxy;
 	}
-	ret = kvd_swap(proxy, b, KVDMABUF_ATTACH_REPLACE, arg.timeout_ms,
-		       &arg.generation, &arg.pins);
+	ret = kvd_swap(proxy, b, &dead, KVDMABUF_ATTACH_REPLACE,
+		       arg.timeout_ms, &arg.generation, &arg.pins);
 out_proxy:
 	kvd_proxy_put(proxy);
 	if (arg.generation || ret == -EBUSY)
