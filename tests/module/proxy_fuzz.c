@@ -17,18 +17,31 @@
  * unmaps.
  *
  * Each worker keeps a model of every proxy it created (state, generation,
- * current backing, pinned and lazily mapped imports, the creating device
- * file). Every call is checked against that model, not against the union
- * of the errnos the uapi lists for it: -EBUSY only while a pin is held,
- * -ETIMEDOUT only where an importer still maps a stale backing (and 0
- * from a revoke, or a replace of a backed proxy, only once none does),
- * -EAGAIN only with KVDMABUF_MAX_STALE_BACKINGS stale backings held,
- * -EPERM only for control from another device file, -EINTR never (nothing
- * signals the workers), -ENOMEM only where the model says memory can run
- * out (mem_ran_out()); and a success that the state forbids fails (a
- * revoke or replace under a pin, an attach of a backed proxy, a generation
- * that is not the model's). Every backing is filled with a pattern of its
- * own, so an importer read that returns another generation's bytes fails.
+ * current backing, what each of its pages maps, pinned and lazily mapped
+ * imports, the creating device file). Every call is checked against that
+ * model, not against the union of the errnos the uapi lists for it: -EBUSY
+ * only while a pin is held, -ETIMEDOUT only where an importer still maps a
+ * stale backing (and 0 from a revoke, or a replace of a backed proxy, only
+ * once none does), -EAGAIN only with KVDMABUF_MAX_STALE_BACKINGS stale
+ * backings held, -EPERM only for control from another device file, -EINTR
+ * never (nothing signals the workers), -ENOMEM only where the model says
+ * memory can run out (mem_ran_out()); and a success that the state forbids
+ * fails (a revoke or replace under a pin, an attach of a backed proxy, a
+ * generation that is not the model's). Every backing is filled with a
+ * pattern of its own, so an importer read that returns another
+ * generation's bytes fails.
+ *
+ * RANGES batches (1 to 3 ranges, backed by backing slots' buffers or a
+ * fresh one at page-aligned offsets, or unbacked; one range or the struct
+ * made wrong now and then) are answered as a replace is (the same pins,
+ * stale bound, owner and drain rules: swap_expect(), swap_done()), and a
+ * batch that swapped rewrites the model's layout: the pages it lists map
+ * their new backing at their offset or nothing, the others keep what they
+ * mapped (nothing if the proxy was not backed). A read must then return
+ * each backed page's pattern at its offset and zeros in unbacked pages;
+ * once an importer wrote into an unbacked page (it writes SCRATCH_MARK
+ * there), the layout's unbacked pages may read 0 or SCRATCH_MARK, never a
+ * backing's bytes, until the next layout.
  *
  * It runs a fixed list of seeds, the same in every run, then one seed from
  * the clock, each for an equal share of the time; every seed is printed,
@@ -75,10 +88,15 @@
 #define CHILD_OPS	40
 #define ACCESS_MAX	16384
 #define NERRNO		160
+#define FZ_PAGE		4096ull
+#define MAX_PAGES	16	/* pages of pick_length()'s longest proxy */
+#define RANGES_MAX	3	/* ranges in one fuzzed RANGES batch */
+/* What importers write into an unbacked range: no pattern's run of bytes. */
+#define SCRATCH_MARK	0xa5
 
 enum op_kind {
-	OP_VERSION, OP_CREATE, OP_ATTACH, OP_REPLACE, OP_REVOKE, OP_QUERY,
-	OP_BADCMD, OP_BADPTR, OP_VGEM, OP_CLOSE, OP_DUP, OP_IMPORT,
+	OP_VERSION, OP_CREATE, OP_ATTACH, OP_REPLACE, OP_RANGES, OP_REVOKE,
+	OP_QUERY, OP_BADCMD, OP_BADPTR, OP_VGEM, OP_CLOSE, OP_DUP, OP_IMPORT,
 	OP_IMPORT_LAZY, OP_IMPORT_PIN, OP_ACCESS, OP_RELEASE, OP_READEV,
 	OP_REOPEN, OP_DRAIN, OP_FORK,
 	/* Not in forked children (they take kinds below OP_DRAIN only). */
@@ -86,7 +104,7 @@ enum op_kind {
 };
 
 static const char *const op_names[OP_NKINDS] = {
-	"version", "create", "attach", "replace", "revoke", "query",
+	"version", "create", "attach", "replace", "ranges", "revoke", "query",
 	"bad-cmd", "bad-ptr", "vgem", "close", "dup", "import", "import-lazy",
 	"import-pin", "access", "release", "read-events", "reopen", "drain",
 	"fork", "umem-import", "umem-access", "exp-inval",
@@ -110,6 +128,7 @@ static const char *const op_names[OP_NKINDS] = {
  */
 static const double floor_per_s[OP_NKINDS] = {
 	[OP_VERSION] = 1, [OP_CREATE] = 3, [OP_ATTACH] = 1, [OP_REPLACE] = 1,
+	[OP_RANGES] = 1,
 	[OP_REVOKE] = 1.5, [OP_QUERY] = 3, [OP_BADCMD] = 1.5, [OP_BADPTR] = 1.5,
 	[OP_VGEM] = 3, [OP_CLOSE] = 2, [OP_DUP] = 1, [OP_IMPORT] = 2,
 	[OP_IMPORT_LAZY] = 2, [OP_IMPORT_PIN] = 0.8, [OP_ACCESS] = 1,
@@ -131,12 +150,16 @@ static const double floor_per_s[OP_NKINDS] = {
  * kind starved by more than four fifths fails on any lane, while the
  * spread between seeds, loads and lanes (about a factor of two) passes.
  * access: a third (a run with 95 % of its accesses starved measured 1.4 %:
- * 3 successes in 220 tries, too few for a fifth to stand clear).
+ * 3 successes in 220 tries, too few for a fifth to stand clear). ranges:
+ * a fifth of 19.8-21.3 % (the 6.1 and 6.12 lanes, the fixed seeds and one
+ * from the clock; replace measured 20.6-21.2 % in the same runs); its
+ * absolute floor is replace's (it ran at 105-134/s there, as replace).
  */
 static const double ratio_floor[OP_NKINDS] = {
 	[OP_VERSION] = 0.14, [OP_CREATE] = 0.12, [OP_ATTACH] = 0.03,
-	[OP_REPLACE] = 0.025, [OP_REVOKE] = 0.04, [OP_QUERY] = 0.07,
-	[OP_BADCMD] = 0.2, [OP_BADPTR] = 0.2, [OP_VGEM] = 0.2,
+	[OP_REPLACE] = 0.025, [OP_RANGES] = 0.04, [OP_REVOKE] = 0.04,
+	[OP_QUERY] = 0.07, [OP_BADCMD] = 0.2, [OP_BADPTR] = 0.2,
+	[OP_VGEM] = 0.2,
 	[OP_CLOSE] = 0.12, [OP_DUP] = 0.08, [OP_IMPORT] = 0.09,
 	[OP_IMPORT_LAZY] = 0.12, [OP_IMPORT_PIN] = 0.03, [OP_ACCESS] = 0.025,
 	[OP_RELEASE] = 0.1, [OP_READEV] = 0.13, [OP_REOPEN] = 0,
@@ -176,8 +199,30 @@ struct shared {
 	uint64_t idle[OP_NKINDS];
 	uint64_t errnos[OP_NKINDS][NERRNO];
 	uint64_t data_checks;		/* importer reads compared byte by byte */
+	uint64_t range_checks;		/* of them, of ranges */
 	uint64_t forks_killed, forks_exited;
 	uint64_t exp_backed;		/* attaches of kvd_exporter buffers */
+};
+
+/*
+ * What the pages of a proxy map, as the model knows it: each page a page
+ * of a backing (its pattern's seed and the page's offset in it) or nothing
+ * (an unbacked range, reading zeros). A proxy attached whole is one
+ * backing from its offset on; RANGES rewrites the pages it lists and keeps
+ * the others. An importer's write into an unbacked page puts SCRATCH_MARK
+ * there (into the layout's scratch, shared by all its unbacked pages):
+ * until the next layout those pages may read 0 or SCRATCH_MARK, never a
+ * backing's bytes.
+ */
+struct ppage {
+	uint32_t seed;			/* 0: unbacked (seeds are odd) */
+	uint64_t off;			/* its offset in the backing */
+};
+
+struct layout {
+	struct ppage pg[MAX_PAGES];
+	bool dirty;			/* an unbacked page was written */
+	bool ranges;			/* made by RANGES */
 };
 
 /* An open /dev/kvdmabuf file: the identity that may control its proxies. */
@@ -193,8 +238,8 @@ struct pmodel {
 	uint64_t id, length, gen, notifications;
 	uint32_t state, reason;
 	uint64_t bid;			/* current backing (0: none) */
-	uint32_t seed;			/* its pattern */
-	uint64_t boff;			/* offset into it */
+	uint64_t boff;			/* its offset (0 for ranges) */
+	struct layout lay;		/* what its pages map while backed */
 	int pins;			/* pinned imports */
 	int dyn;			/* dynamic and lazy imports */
 	int exp_fd;			/* the current backing, if a kvd_exporter
@@ -278,6 +323,62 @@ static void pat_expect(uint8_t *buf, uint32_t seed, uint64_t pos, size_t len)
 
 	for (k = 0; k < len; k++)
 		buf[k] = pat_byte(seed, pos + k);
+}
+
+/* The whole proxy maps backing @seed from byte @off on (an attach). */
+static void layout_whole(struct layout *l, uint32_t seed, uint64_t off)
+{
+	int p;
+
+	for (p = 0; p < MAX_PAGES; p++)
+		l->pg[p] = (struct ppage){ seed, off + (uint64_t)p * FZ_PAGE };
+	l->dirty = false;
+	l->ranges = false;
+}
+
+/* Byte @pos of a proxy of layout @l; -1 where it may be 0 or SCRATCH_MARK. */
+static int layout_byte(const struct layout *l, uint64_t pos)
+{
+	const struct ppage *pg = &l->pg[(pos / FZ_PAGE) % MAX_PAGES];
+
+	if (pg->seed)
+		return pat_byte(pg->seed, pg->off + pos % FZ_PAGE);
+	return l->dirty ? -1 : 0;
+}
+
+/* The first of the @len bytes @got at proxy byte @off that layout @l
+ * cannot hold, or @len. */
+static size_t layout_mismatch(const struct layout *l, const uint8_t *got,
+			      uint64_t off, size_t len)
+{
+	size_t k;
+	int b;
+
+	for (k = 0; k < len; k++) {
+		b = layout_byte(l, off + k);
+		if (b >= 0 ? got[k] != b :
+		    got[k] != 0 && got[k] != SCRATCH_MARK)
+			return k;
+	}
+	return len;
+}
+
+/* What an importer writes to proxy bytes [@off, @off + @len): what a
+ * backed page holds, SCRATCH_MARK into unbacked pages; true if any. */
+static bool layout_fill(const struct layout *l, uint8_t *buf, uint64_t off,
+			size_t len)
+{
+	bool unbacked = false;
+	size_t k;
+	int b;
+
+	for (k = 0; k < len; k++) {
+		b = l->pg[((off + k) / FZ_PAGE) % MAX_PAGES].seed ?
+		    layout_byte(l, off + k) : -1;
+		unbacked |= b < 0;
+		buf[k] = b < 0 ? SCRATCH_MARK : (uint8_t)b;
+	}
+	return unbacked;
 }
 
 static uint64_t new_bid(struct world *w)
@@ -596,24 +697,32 @@ static void query_check(struct pmodel *m, const struct kvdmabuf_query *q)
 		    q->revoke_reason, m->reason);
 }
 
-/* Compares an importer read of proxy bytes [off, off + len) with the
- * current backing's pattern. */
-static void data_check(struct shared *sh, const struct pmodel *m,
-		       const uint8_t *got, uint64_t off, size_t len,
-		       const char *who)
+/* Compares an importer read of proxy bytes [off, off + len) of
+ * generation @gen with layout @l: each page its backing's pattern at the
+ * right offset, zeros where unbacked (or SCRATCH_MARK once written). */
+static void data_check(struct shared *sh, const struct layout *l,
+		       uint64_t gen, const uint8_t *got, uint64_t off,
+		       size_t len, const char *who)
 {
-	static __thread uint8_t want[ACCESS_MAX];
-	size_t k;
+	size_t k = layout_mismatch(l, got, off, len);
+	int b;
 
-	pat_expect(want, m->seed, m->boff + off, len);
 	__atomic_fetch_add(&sh->data_checks, 1, __ATOMIC_RELAXED);
-	if (!memcmp(want, got, len))
+	if (l->ranges)
+		__atomic_fetch_add(&sh->range_checks, 1, __ATOMIC_RELAXED);
+	if (k == len)
 		return;
-	for (k = 0; k < len && want[k] == got[k]; k++)
-		;
-	BAD("%s: byte %llu of generation %llu reads %#x, its backing has %#x (another backing's bytes)",
-	    who, (unsigned long long)(off + k), (unsigned long long)m->gen,
-	    got[k], want[k]);
+	b = layout_byte(l, off + k);
+	if (b < 0)
+		BAD("%s: byte %llu of generation %llu, unbacked and written since, reads %#x (neither 0 nor what was written: a backing's bytes)",
+		    who, (unsigned long long)(off + k),
+		    (unsigned long long)gen, got[k]);
+	else
+		BAD("%s: byte %llu of generation %llu reads %#x, its %s has %#x (another backing's bytes)",
+		    who, (unsigned long long)(off + k),
+		    (unsigned long long)gen, got[k],
+		    l->pg[((off + k) / FZ_PAGE) % MAX_PAGES].seed ?
+		    "backing" : "unbacked range", b);
 }
 
 /* ---- operations ---- */
@@ -727,6 +836,90 @@ static int args_expected(const struct args_err *e)
 	return e->size ? e->size : e->inval ? EINVAL : 0;
 }
 
+/*
+ * The model's answer to a call that swaps a proxy's backing (ATTACH, with
+ * or without KVDMABUF_ATTACH_REPLACE, and RANGES) once the module found
+ * its arguments good, in the module's order: -EEXIST for a plain attach
+ * of a backed proxy, -EAGAIN with @held_before stale backings at the
+ * bound, -EBUSY under a pin; else 0, or -ETIMEDOUT after the swap (or
+ * -ENOMEM where memory ran out). True when the call swapped: the caller
+ * then calls swap_done().
+ */
+static bool swap_expect(struct pmodel *m, const char *name, int ret,
+			bool replace, int held_before)
+{
+	char what[96];
+
+	if (m->state == KVDMABUF_STATE_BACKED && !replace) {
+		want_err("attach of a backed proxy", ret, EEXIST);
+		return false;
+	}
+	/* In any state: an exporter's invalidations are not bounded by
+	 * the stale bound, the attach that follows them is. */
+	if (held_before >= KVDMABUF_MAX_STALE_BACKINGS) {
+		snprintf(what, sizeof(what), "%s with every stale backing held",
+			 name);
+		want_err(what, ret, EAGAIN);
+		return false;
+	}
+	if (m->state == KVDMABUF_STATE_BACKED && m->pins) {
+		if (!ret || ret == -ETIMEDOUT) {
+			BAD("%s succeeded under %d pinned import(s)", name,
+			    m->pins);
+		} else {
+			snprintf(what, sizeof(what), "%s under a pin", name);
+			want_err(what, ret, EBUSY);
+		}
+		if (ret)
+			return false;
+	}
+	if (mem_ran_out(ret))
+		return false;
+	if (ret && ret != -ETIMEDOUT) {
+		BAD("%s of a %s proxy: %s", name,
+		    m->state == KVDMABUF_STATE_BACKED ? "backed" : "unbacked",
+		    ename(-ret));
+		return false;
+	}
+	return true;
+}
+
+/*
+ * A swap that swap_expect() accepted: backing @bid (at offset @boff) is
+ * current, one generation on; the caller sets m->lay. @generation: what
+ * the call returned, NULL if it returned none.
+ */
+static void swap_done(struct pmodel *m, const char *name, int ret,
+		      uint64_t bid, uint64_t boff, const __u64 *generation)
+{
+	bool was_backed = m->state == KVDMABUF_STATE_BACKED;
+
+	if (was_backed)
+		model_unback(m);
+	else if (ret)
+		BAD("%s of an unbacked proxy (nothing to replace) returned %s",
+		    name, ename(-ret));
+	m->gen++;
+	m->state = KVDMABUF_STATE_BACKED;
+	m->reason = KVDMABUF_REVOKE_NONE;
+	m->bid = bid;
+	m->boff = boff;
+	if (generation && !ret && *generation != m->gen)
+		BAD("%s returned generation %llu, the model says %llu", name,
+		    (unsigned long long)*generation,
+		    (unsigned long long)m->gen);
+	/*
+	 * A replace of a backed proxy waits exactly while lazy imports map a
+	 * stale backing; an attach of an unbacked one (REPLACE flag or not)
+	 * never waits, whatever an earlier timed-out revoke left (checked
+	 * above: it returns 0).
+	 */
+	if (was_backed && !ret && stale_held(m))
+		early_drain(name);
+	else if (was_backed && ret && !stale_held(m))
+		BAD("%s returned ETIMEDOUT with no stale mapping", name);
+}
+
 /* ATTACH or REPLACE on proxy slot @op->b with a fresh or shared backing. */
 static int do_attach(struct world *w, const struct op *op)
 {
@@ -739,7 +932,7 @@ static int do_attach(struct world *w, const struct op *op)
 	uint64_t bid = 0, bsize = 0, end;
 	uint32_t seed = 0;
 	int ret, want, fresh = -1, junk_proxy = 0, junk_backing = 0, loop = 0;
-	int replace, held_before = 0, was_backed = 0, exp = 0;
+	int replace, held_before = 0, exp = 0;
 	const char *name = op_names[op->kind];
 
 	memset(u, 0, sizeof(u));
@@ -820,10 +1013,8 @@ fresh:
 		break;
 	}
 
-	if (m) {
+	if (m)
 		held_before = stale_held(m);
-		was_backed = m->state == KVDMABUF_STATE_BACKED;
-	}
 	ret = ioctl(d->fd, KVDMABUF_IOCTL_ATTACH, u) ? -errno : 0;
 
 	/* What the module must have answered, in its order of checks. */
@@ -860,43 +1051,12 @@ fresh:
 		want_err("attach of a short backing", ret, ERANGE);
 		goto out;
 	}
-	if (m->state == KVDMABUF_STATE_BACKED && !replace) {
-		want_err("attach of a backed proxy", ret, EEXIST);
+	if (!swap_expect(m, name, ret, replace, held_before))
 		goto out;
-	}
-	/* In any state: an exporter's invalidations are not bounded by
-	 * the stale bound, the attach that follows them is. */
-	if (held_before >= KVDMABUF_MAX_STALE_BACKINGS) {
-		want_err("attach with every stale backing held", ret, EAGAIN);
-		goto out;
-	}
-	if (m->state == KVDMABUF_STATE_BACKED && m->pins) {
-		if (!ret || ret == -ETIMEDOUT)
-			BAD("replace succeeded under %d pinned import(s)", m->pins);
-		else
-			want_err("replace under a pin", ret, EBUSY);
-		if (ret)
-			goto out;
-	}
-	if (mem_ran_out(ret))
-		goto out;
-	if (ret && ret != -ETIMEDOUT) {
-		BAD("%s of a %s proxy: %s", name,
-		    m->state == KVDMABUF_STATE_BACKED ? "backed" : "unbacked",
-		    ename(-ret));
-		goto out;
-	}
 	/* Done: the new backing is current. */
-	if (m->state == KVDMABUF_STATE_BACKED)
-		model_unback(m);
-	else if (ret)
-		BAD("plain attach (nothing to replace) returned %s", ename(-ret));
-	m->gen++;
-	m->state = KVDMABUF_STATE_BACKED;
-	m->reason = KVDMABUF_REVOKE_NONE;
-	m->bid = bid;
-	m->seed = seed;
-	m->boff = u->offset;
+	swap_done(m, name, ret, bid, u->offset,
+		  u->size >= KVDMABUF_ATTACH_SIZE_VER0 ? &u->generation : NULL);
+	layout_whole(&m->lay, seed, u->offset);
 	if (exp) {
 		m->exp_fd = fresh;	/* the model keeps it */
 		fresh = -1;
@@ -904,26 +1064,370 @@ fresh:
 			__atomic_fetch_add(&fork_log->exp_backed, 1,
 					   __ATOMIC_RELAXED);
 	}
-	if (u->size >= KVDMABUF_ATTACH_SIZE_VER0 && !ret &&
-	    u->generation != m->gen)
-		BAD("%s returned generation %llu, the model says %llu", name,
-		    (unsigned long long)u->generation,
-		    (unsigned long long)m->gen);
-	/*
-	 * A replace of a backed proxy waits exactly while lazy imports map a
-	 * stale backing; an attach of an unbacked one (REPLACE flag or not)
-	 * never waits, whatever an earlier timed-out revoke left (checked
-	 * above: it returns 0).
-	 */
-	if (was_backed && !ret && stale_held(m))
-		early_drain(name);
-	else if (was_backed && ret && !stale_held(m))
-		BAD("%s returned ETIMEDOUT with no stale mapping", name);
 out:
 	if (fresh >= 0)
 		close(fresh);
 	if (bs)
 		pthread_mutex_unlock(&bs->lock);
+	if (m)
+		pthread_mutex_unlock(&m->lock);
+	if (ps)
+		pthread_mutex_unlock(&ps->lock);
+	return ret;
+}
+
+/* What names a range's backing in a fuzzed RANGES batch. */
+enum { RB_UNBACKED, RB_SLOT, RB_FRESH, RB_PROXY, RB_JUNK };
+
+struct rpick {
+	int kind;
+	int slot;			/* RB_SLOT: the backing slot */
+	uint32_t seed;			/* its pattern */
+	uint64_t size;			/* its size */
+	bool tail;			/* a non-zero byte past the struct */
+};
+
+/*
+ * What the module must answer for range @r of a proxy of @plen bytes (0:
+ * good), in kvd_range_read()'s order; *@junk set where the backing_fd is
+ * junk that is open or not (EBADF or EINVAL).
+ */
+static int range_expect(const struct kvdmabuf_range *r,
+			const struct rpick *rp, uint64_t plen, bool *junk)
+{
+	uint64_t end;
+
+	if (rp->tail)
+		return E2BIG;
+	if (r->flags || r->reserved || !r->length || r->start % FZ_PAGE ||
+	    r->length % FZ_PAGE || r->backing_offset % FZ_PAGE)
+		return EINVAL;
+	if (__builtin_add_overflow(r->start, r->length, &end))
+		return EOVERFLOW;
+	if (end > plen)
+		return ERANGE;
+	if (r->backing_fd == KVDMABUF_RANGE_UNBACKED)
+		return r->backing_offset ? EINVAL : 0;
+	if (r->backing_fd < 0)
+		return EBADF;
+	if (rp->kind == RB_JUNK) {
+		*junk = true;
+		return EBADF;
+	}
+	if (rp->kind == RB_PROXY)
+		return ELOOP;
+	if (__builtin_add_overflow(r->backing_offset, r->length, &end))
+		return EOVERFLOW;
+	return end > rp->size ? ERANGE : 0;
+}
+
+/* Whether two of @n ranges overlap (the module's -EINVAL after each
+ * range passed its own checks). */
+static bool ranges_overlap(const struct kvdmabuf_range *r, int n)
+{
+	int i, j;
+
+	for (i = 0; i < n; i++)
+		for (j = i + 1; j < n; j++)
+			if (r[i].start < r[j].start + r[j].length &&
+			    r[j].start < r[i].start + r[i].length)
+				return true;
+	return false;
+}
+
+/*
+ * RANGES on proxy slot @op->b: a batch of 1 to RANGES_MAX ranges that do
+ * not overlap, each backed by a backing slot's buffer, a fresh one or
+ * nothing, at page-aligned offsets within their sizes; one time in four
+ * one range made wrong (flags, reserved, zero or unaligned length or
+ * offsets, overflow, beyond the proxy or its backing, a junk fd, the proxy
+ * itself, an overlap), now and then the struct (flags, count, range_size,
+ * a non-zero tail, no array). The model decides every answer as for a
+ * replace (swap_expect(): pins, the stale bound, the owner) and, when it
+ * swapped, the new layout: the listed pages as the batch says, the others
+ * as they were (all unbacked if the proxy was not backed).
+ */
+static int do_ranges(struct world *w, const struct op *op)
+{
+	struct kvdmabuf_ranges u[4];	/* room for pick_size()'s 64-byte tail */
+	const size_t rsz = sizeof(struct kvdmabuf_range);
+	/* the batch as sent: RANGES_MAX entries of up to rsz + 64 bytes */
+	uint64_t raw[RANGES_MAX * (sizeof(struct kvdmabuf_range) + 64) / 8];
+	const struct devf *d = pick_devf(w, op->c);
+	struct kvdmabuf_range r[RANGES_MAX];
+	struct rpick rp[RANGES_MAX];
+	struct pslot *ps = NULL;
+	struct pmodel *m = NULL;
+	struct layout nl;
+	uint64_t rs = op->x, bits, plen = FZ_PAGE, fsize = 0;
+	uint32_t fseed = 0, npages = 1, slots = 0;
+	int ret, want = 0, n, k, i, fresh = -1, junk_proxy = 0, held_before = 0;
+	int sel = (int)((op->y >> 8) % 64), mut = -1, mk = 0;
+	bool junk = false, inval, e2big;
+	size_t stride = rsz;
+
+	memset(u, 0, sizeof(u));
+	memset(raw, 0, sizeof(raw));
+	memset(r, 0, sizeof(r));
+	memset(rp, 0, sizeof(rp));
+	u->flags = op->y % 16 == 0 ? pick_flags(op->y >> 4) : 0;
+	u->reserved = pick_junk(op->flags, 16);
+	u->timeout_ms = op->flags % 32 == 0 ? KVDMABUF_MAX_TIMEOUT_MS + 1 :
+			op->flags % 20;
+	u->size = pick_size(op->a, sizeof(*u), u, &want);
+
+	if (!lock_proxy(w, op->b, &u->proxy_fd, &ps, &m, &junk_proxy))
+		return 1;	/* nothing to change: not counted */
+	if (m) {
+		plen = m->length;
+		npages = (uint32_t)(plen / FZ_PAGE);
+	}
+
+	/* The batch's geometry: n ranges, one in each n-th of the proxy,
+	 * or the whole proxy as one; sent in a rotated order. */
+	bits = rng_next(&rs);
+	n = 1 + (int)(bits % RANGES_MAX);
+	if ((uint32_t)n > npages)
+		n = (int)npages;
+	if ((bits >> 2) % 8 == 0)
+		n = 1;
+	for (k = 0; k < n; k++) {
+		uint32_t lo = (uint32_t)k * npages / (uint32_t)n;
+		uint32_t hi = (uint32_t)(k + 1) * npages / (uint32_t)n;
+		uint32_t s = lo + (uint32_t)(rng_next(&rs) % (hi - lo));
+		uint32_t e = s + 1 + (uint32_t)(rng_next(&rs) % (hi - s));
+		uint64_t pick;
+		int at = (k + (int)((bits >> 5) % (uint64_t)n)) % n;
+
+		if (n == 1 && (bits >> 2) % 8 == 0) {
+			s = 0;
+			e = npages;
+		}
+		r[at].start = s * FZ_PAGE;
+		r[at].length = (e - s) * FZ_PAGE;
+		/* unbacked 3/8, a backing slot 3/8, a fresh buffer 2/8 */
+		pick = (bits >> (8 + 3 * k)) % 8;
+		rp[at].kind = pick < 3 ? RB_UNBACKED :
+			      pick < 6 ? RB_SLOT : RB_FRESH;
+		rp[at].slot = (int)((bits >> (20 + 2 * k)) % BSLOTS);
+		if (rp[at].kind == RB_SLOT)
+			slots |= 1u << rp[at].slot;
+	}
+
+	/* One wrong range one time in four: which, and how. */
+	if ((op->y >> 16) % 4 == 0) {
+		mut = (int)((op->y >> 18) % (uint64_t)n);
+		mk = (int)((op->y >> 20) % 13);
+	}
+
+	/* The backing slots it names, locked in slot order. */
+	for (i = 0; i < BSLOTS; i++)
+		if (slots & (1u << i))
+			pthread_mutex_lock(&w->b[i].lock);
+	for (k = 0; k < n; k++) {
+		struct bslot *bs = &w->b[rp[k].slot];
+		uint64_t len = r[k].length, room;
+
+		if (rp[k].kind == RB_SLOT && (bs->fd < 0 || bs->size < len))
+			rp[k].kind = RB_FRESH;	/* empty or too small */
+		if (rp[k].kind == RB_UNBACKED) {
+			r[k].backing_fd = KVDMABUF_RANGE_UNBACKED;
+			continue;
+		}
+		if (rp[k].kind == RB_SLOT) {
+			r[k].backing_fd = bs->fd;
+			rp[k].seed = bs->seed;
+			rp[k].size = bs->size;
+		} else {
+			/* One fresh buffer for the batch, a page longer
+			 * than the proxy. */
+			if (fresh < 0) {
+				fseed = bid_seed(w, new_bid(w));
+				fsize = plen + FZ_PAGE;
+				fresh = pattern_backing(w, fsize, fseed);
+				if (fresh < 0) {
+					ret = 1;
+					goto out;
+				}
+			}
+			r[k].backing_fd = fresh;
+			rp[k].seed = fseed;
+			rp[k].size = fsize;
+		}
+		room = rp[k].size / FZ_PAGE - len / FZ_PAGE + 1;
+		r[k].backing_offset = (rng_next(&rs) % room) * FZ_PAGE;
+	}
+
+	if (mut >= 0) {
+		struct kvdmabuf_range *x = &r[mut];
+
+		switch (mk) {
+		case 0:
+			x->flags = 1u << (op->x % 32);
+			break;
+		case 1:
+			x->reserved = 1;
+			break;
+		case 2:
+			x->length = 0;
+			break;
+		case 3:
+			x->start += 512;
+			break;
+		case 4:
+			x->length -= 2048;
+			break;
+		case 5:
+			x->backing_offset += x->backing_fd < 0 ? FZ_PAGE : 512;
+			break;
+		case 6:
+			x->start = ~0ull & ~(FZ_PAGE - 1);
+			break;
+		case 7:
+			x->length = plen - x->start + FZ_PAGE;
+			break;
+		case 8:
+			if (ps) {
+				x->backing_fd = (int32_t)u->proxy_fd;
+				rp[mut].kind = RB_PROXY;
+			}
+			break;
+		case 9:
+			x->backing_fd = junk_fd(w, (uint8_t)(op->x >> 8));
+			rp[mut].kind = RB_JUNK;
+			if (x->backing_fd == KVDMABUF_RANGE_UNBACKED)
+				x->backing_fd = -2;
+			break;
+		case 10:
+			x->backing_offset = x->backing_fd < 0 ? 0 :
+					    ~0ull & ~(FZ_PAGE - 1);
+			break;
+		case 11:
+			x->backing_offset = x->backing_fd < 0 ? 0 :
+					    rp[mut].size;
+			break;
+		default:
+			/* overlap the next one (nothing with one range) */
+			if (n > 1) {
+				x->start = r[(mut + 1) % n].start;
+				x->length = r[(mut + 1) % n].length;
+			}
+			break;
+		}
+	}
+
+	/* The struct around it. */
+	switch (sel) {
+	case 0:
+		u->count = 0;
+		break;
+	case 1:
+		u->count = KVDMABUF_MAX_RANGES + 1 + (uint32_t)(op->x % 4096);
+		break;
+	case 2:
+		stride = KVDMABUF_RANGE_SIZE_VER0 - 8;
+		break;
+	case 3:
+		stride = 8192;
+		break;
+	case 4:
+		stride = rsz + 64;	/* a newer caller's zero tail */
+		break;
+	case 5:
+		stride = rsz + 64;
+		rp[(op->x >> 16) % (uint64_t)n].tail = true;
+		break;
+	}
+	if (sel > 1)
+		u->count = (uint32_t)n;
+	u->range_size = (uint32_t)stride;
+	if (stride <= rsz + 64) {
+		for (k = 0; k < n; k++) {
+			memcpy((char *)raw + k * stride, &r[k], rsz);
+			if (rp[k].tail)
+				((char *)raw)[k * stride + rsz + 3] = 1;
+		}
+	}
+	u->ranges = sel == 6 ? 0 : (uintptr_t)raw;
+
+	if (m)
+		held_before = stale_held(m);
+	ret = ioctl(d->fd, KVDMABUF_IOCTL_RANGES, u) ? -errno : 0;
+
+	/* What the module must have answered, in its order of checks. */
+	inval = u->flags || u->reserved || !u->count ||
+		u->range_size < KVDMABUF_RANGE_SIZE_VER0 ||
+		u->timeout_ms > KVDMABUF_MAX_TIMEOUT_MS;
+	e2big = u->count > KVDMABUF_MAX_RANGES || u->range_size > 4096;
+	if (!want)
+		want = inval ? EINVAL : e2big ? E2BIG : 0;
+	if (want) {
+		want_err("ranges", ret, want);
+		goto out;
+	}
+	if (junk_proxy) {
+		want_one_of("ranges", ret, junk_fd_errs);
+		goto out;
+	}
+	if (!m) {	/* inherited from the parent (a child) */
+		want_err("ranges of an inherited proxy", ret, EPERM);
+		goto out;
+	}
+	if (m->owner != d) {
+		want_err("ranges from another device file", ret, EPERM);
+		goto out;
+	}
+	if (!u->ranges) {
+		want_err("ranges with no array", ret, EFAULT);
+		goto out;
+	}
+	for (k = 0; k < n && !want; k++)
+		want = range_expect(&r[k], &rp[k], plen, &junk);
+	if (junk && want == EBADF) {
+		want_one_of("ranges with a junk backing fd", ret, junk_fd_errs);
+		goto out;
+	}
+	if (!want && ranges_overlap(r, n))
+		want = EINVAL;
+	if (want) {
+		want_err("ranges", ret, want);
+		goto out;
+	}
+	/* Its array is allocated before the pins are looked at. */
+	if (mem_ran_out(ret))
+		goto out;
+	if (ret == -EBUSY && !u->pins)
+		BAD("ranges returned EBUSY with no pins");
+	if (!swap_expect(m, "ranges", ret, true, held_before))
+		goto out;
+
+	/* Swapped: the new layout, from what the proxy mapped before. */
+	nl = m->lay;
+	if (m->state != KVDMABUF_STATE_BACKED)
+		memset(&nl, 0, sizeof(nl));
+	nl.dirty = false;		/* a new layout, a new scratch */
+	nl.ranges = true;
+	for (k = 0; k < n; k++) {
+		uint64_t p;
+
+		for (p = 0; p < r[k].length / FZ_PAGE; p++) {
+			struct ppage *pg = &nl.pg[r[k].start / FZ_PAGE + p];
+
+			if (rp[k].kind == RB_UNBACKED)
+				*pg = (struct ppage){ 0, 0 };
+			else
+				*pg = (struct ppage){ rp[k].seed,
+					r[k].backing_offset + p * FZ_PAGE };
+		}
+	}
+	swap_done(m, "ranges", ret, new_bid(w), 0, &u->generation);
+	m->lay = nl;
+out:
+	if (fresh >= 0)
+		close(fresh);
+	for (i = BSLOTS - 1; i >= 0; i--)
+		if (slots & (1u << i))
+			pthread_mutex_unlock(&w->b[i].lock);
 	if (m)
 		pthread_mutex_unlock(&m->lock);
 	if (ps)
@@ -1225,6 +1729,7 @@ static int do_access(struct world *w, struct shared *sh, const struct op *op)
 	struct pmodel *m;
 	uint64_t off, len;
 	int ret, write = op->y & 1, badlen, range, k;
+	bool scratch = false;
 
 	off = op->x % 8 ? (op->x % 16) * 1024 : op->x;
 	len = op->y % 8 ? 1 + (op->y >> 8) % 8192 :
@@ -1255,10 +1760,14 @@ static int do_access(struct world *w, struct shared *sh, const struct op *op)
 		if (is->what == IMP_VGEM)
 			pat_expect(buf, is->seed, off, len);
 		else if (m->state == KVDMABUF_STATE_BACKED)
-			pat_expect(buf, m->seed, m->boff + off, len);
+			scratch = layout_fill(&m->lay, buf, off, len);
 	}
 	ret = imp_do_access(is->handle < 0 ? w->imp : islot_fd(w, is),
 			    is->handle, write, off, len, buf);
+	/* Written into unbacked pages (whatever the answer: some bytes may
+	 * have gone): they may read SCRATCH_MARK until the next layout. */
+	if (scratch)
+		m->lay.dirty = true;
 	if (badlen)
 		want_err("access of a bad length", ret, EINVAL);
 	else if (is->handle < 0)
@@ -1271,9 +1780,11 @@ static int do_access(struct world *w, struct shared *sh, const struct op *op)
 		if (ret)
 			BAD("access of a vgem import: %s", ename(-ret));
 		else if (!write) {
-			struct pmodel v = { .seed = is->seed };
+			struct layout v;
 
-			data_check(sh, &v, buf, off, len, "importer read of vgem");
+			layout_whole(&v, is->seed, 0);
+			data_check(sh, &v, 0, buf, off, len,
+				   "importer read of vgem");
 		}
 	} else if (is->what == IMP_INHERITED) {
 		if (ret && ret != -ENODEV)
@@ -1285,7 +1796,8 @@ static int do_access(struct world *w, struct shared *sh, const struct op *op)
 		BAD("access of a backed proxy: %s", ename(-ret));
 	} else {
 		if (!write)
-			data_check(sh, m, buf, off, len, "importer read");
+			data_check(sh, &m->lay, m->gen, buf, off, len,
+				   "importer read");
 		if (is->mode == OP_IMPORT_LAZY)
 			m->lazy_map[s] = m->bid;
 	}
@@ -1307,8 +1819,7 @@ struct drain_helper {
 	struct shared *sh;
 	int handle, replace;
 	uint64_t len;
-	uint32_t old_seed, new_seed;
-	uint64_t old_off, new_off;
+	struct layout old, new;		/* before and after */
 	char why[256];
 	int done;
 };
@@ -1316,13 +1827,11 @@ struct drain_helper {
 static void *drain_helper_fn(void *p)
 {
 	struct drain_helper *h = p;
-	static __thread uint8_t got[4096], old[4096], new[4096];
+	static __thread uint8_t got[4096];
 	double end = __th_now() + 10;
 	int ret;
 
 	cur_why = h->why;
-	pat_expect(old, h->old_seed, h->old_off, h->len);
-	pat_expect(new, h->new_seed, h->new_off, h->len);
 	while (__th_now() < end) {
 		ret = imp_do_access(h->w->imp, h->handle, 0, 0, h->len, got);
 		if (!h->replace && ret == -ENODEV)
@@ -1332,9 +1841,10 @@ static void *drain_helper_fn(void *p)
 			break;
 		}
 		__atomic_fetch_add(&h->sh->data_checks, 1, __ATOMIC_RELAXED);
-		if (h->replace && !memcmp(got, new, h->len))
+		if (h->replace &&
+		    layout_mismatch(&h->new, got, 0, h->len) == h->len)
 			break;		/* replaced, new mapping */
-		if (memcmp(got, old, h->len)) {
+		if (layout_mismatch(&h->old, got, 0, h->len) != h->len) {
 			BAD("drain helper: read neither the old nor the new backing's bytes");
 			break;
 		}
@@ -1391,7 +1901,7 @@ static int import_mapped(struct world *w, struct shared *sh,
 		imp_do_release(w->imp, (int)im.handle);
 		return ret;
 	}
-	data_check(sh, m, tmp, 0, *len, who);
+	data_check(sh, &m->lay, m->gen, tmp, 0, *len, who);
 	return (int)im.handle;
 }
 
@@ -1403,6 +1913,7 @@ static int do_drain(struct world *w, struct shared *sh, const struct op *op)
 	struct pmodel *m;
 	pthread_t tid;
 	uint64_t bid = 0;
+	uint32_t new_seed = 0;
 	int ret, i, fresh = -1;
 
 	m = lock_own_proxy(w, op->b, &ps);
@@ -1423,12 +1934,12 @@ static int do_drain(struct world *w, struct shared *sh, const struct op *op)
 		ret = h.handle;
 		goto out;
 	}
-	h.old_seed = m->seed;
-	h.old_off = m->boff;
+	h.old = m->lay;
 	if (h.replace) {
 		bid = new_bid(w);
-		h.new_seed = bid_seed(w, bid);
-		fresh = pattern_backing(w, m->length, h.new_seed);
+		new_seed = bid_seed(w, bid);
+		layout_whole(&h.new, new_seed, 0);
+		fresh = pattern_backing(w, m->length, new_seed);
 		if (fresh < 0) {
 			ret = 1;
 			goto release;
@@ -1450,8 +1961,8 @@ static int do_drain(struct world *w, struct shared *sh, const struct op *op)
 			model_unback(m);
 			m->gen++;
 			m->bid = bid;
-			m->seed = h.new_seed;
 			m->boff = 0;
+			m->lay = h.new;
 			if (!ret && a.generation != m->gen)
 				BAD("drain: replace returned generation %llu, the model says %llu",
 				    (unsigned long long)a.generation,
@@ -1690,7 +2201,8 @@ static int do_simple(struct world *w, const struct op *op)
 			KVDMABUF_IOCTL_RANGES,
 		};
 
-		ret = ioctl(dev, cmds[op->x % 6], op->y % 2 ? NULL :
+		ret = ioctl(dev, cmds[op->x % (sizeof(cmds) / sizeof(*cmds))],
+			    op->y % 2 ? NULL :
 			    (void *)(uintptr_t)(0xffff800000000000ull)) ? -errno : 0;
 		want_err("bad argument pointer", ret, EFAULT);
 		break;
@@ -1819,6 +2331,8 @@ static int run_op(struct world *w, struct shared *sh, const struct op *op,
 	case OP_ATTACH:
 	case OP_REPLACE:
 		return do_attach(w, op);
+	case OP_RANGES:
+		return do_ranges(w, op);
 	case OP_REVOKE:
 		return do_revoke(w, op);
 	case OP_QUERY:
@@ -1901,8 +2415,9 @@ static struct op gen_op(uint64_t *rng, int thread0)
 	static const uint8_t table[] = {
 		OP_VERSION, OP_CREATE, OP_CREATE, OP_CREATE, OP_ATTACH,
 		OP_ATTACH, OP_ATTACH, OP_REPLACE, OP_REPLACE, OP_REPLACE,
-		OP_REVOKE, OP_REVOKE, OP_REVOKE, OP_QUERY, OP_QUERY, OP_BADCMD,
-		OP_BADPTR, OP_VGEM, OP_VGEM, OP_CLOSE, OP_CLOSE, OP_DUP,
+		OP_RANGES, OP_RANGES, OP_RANGES, OP_REVOKE, OP_REVOKE,
+		OP_REVOKE, OP_QUERY, OP_QUERY, OP_BADCMD, OP_BADPTR, OP_VGEM,
+		OP_VGEM, OP_CLOSE, OP_CLOSE, OP_DUP,
 		OP_IMPORT, OP_IMPORT, OP_IMPORT_LAZY, OP_IMPORT_LAZY,
 		OP_IMPORT_PIN, OP_IMPORT_PIN, OP_ACCESS, OP_ACCESS, OP_ACCESS,
 		OP_ACCESS, OP_ACCESS, OP_RELEASE, OP_RELEASE, OP_READEV,
@@ -2372,9 +2887,10 @@ static bool fuzz_one(struct __test_metadata *_metadata, struct shared *sh,
 			abnormal++;
 		}
 	}
-	TH_LOG("%llu operations, %llu importer reads compared with their backing's pattern, %llu kvd_exporter backings, forked children: %llu exited, %llu killed",
+	TH_LOG("%llu operations, %llu importer reads compared with their backing's pattern (%llu of a layout of ranges), %llu kvd_exporter backings, forked children: %llu exited, %llu killed",
 	       (unsigned long long)sh->total_ops,
 	       (unsigned long long)sh->data_checks,
+	       (unsigned long long)sh->range_checks,
 	       (unsigned long long)sh->exp_backed,
 	       (unsigned long long)sh->forks_exited,
 	       (unsigned long long)sh->forks_killed);
