@@ -136,6 +136,7 @@ int kvd_open_ops(const struct kvdmabuf_options *opts,
 	ctx->ops = ops;
 	ctx->ops_arg = ops_arg;
 	ctx->engine_ops = &kvd_engine_ops;
+	ctx->engine_ranges = kvd_engine_ranges;
 	pthread_mutexattr_init(&ma);
 	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
 	pthread_mutex_init(&ctx->lock, &ma);

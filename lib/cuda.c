@@ -377,6 +377,31 @@ out:
 }
 
 /*
+ * The length of the piece of [addr, addr+len) that one mapping (one
+ * cuMemCreate allocation) holds from @addr on: a dma-buf of several
+ * allocations holds them all until it goes, so a range of an elastic pool
+ * is exported one allocation at a time. Where the driver cannot tell
+ * (cuMemGetAddressRange fails), the rest of the range.
+ */
+int kvd_cuda_piece(struct kvdmabuf_ctx *ctx, void *addr, size_t len,
+		   size_t *piece)
+{
+	kvd_CUdeviceptr p = (kvd_CUdeviceptr)(uintptr_t)addr, base;
+	size_t size;
+	int rc;
+
+	rc = cuda_load(ctx);
+	if (rc)
+		return rc;
+	*piece = len;
+	if (ctx->cuda->cuMemGetAddressRange(&base, &size, p) ==
+	    KVD_CUDA_SUCCESS && base <= p && base + size > p &&
+	    base + size - p < len)
+		*piece = base + size - p;
+	return 0;
+}
+
+/*
  * For `kvdmabuf check`: the CUDA devices the driver at @path (NULL: the
  * default) reports, and which of them export dma-bufs (bit i of *dmabuf).
  * No context is created.

@@ -228,6 +228,9 @@ int kvd_export_dmabuf(struct kvdmabuf_ctx *ctx, struct kvdmabuf_region *r,
 		      int *fd, uint64_t *offset);
 int kvd_cuda_export(struct kvdmabuf_ctx *ctx, void *addr, size_t len,
 		    int *fd);
+/* cuda.c: how much of [addr, addr+len) one allocation holds from @addr. */
+int kvd_cuda_piece(struct kvdmabuf_ctx *ctx, void *addr, size_t len,
+		   size_t *piece);
 void kvd_cuda_unload(struct kvdmabuf_ctx *ctx);
 int kvd_cuda_survey(const char *path, unsigned int *ndev, uint64_t *dmabuf,
 		    char *err, size_t errlen);
@@ -250,6 +253,7 @@ int kvd_proxy_dev_label(struct kvdmabuf_ctx *ctx, int proxy_fd,
 /* ---- objects ---- */
 struct kvd_cuda;
 struct kvdmabuf_preload_proxy_ops;
+struct kvdmabuf_preload_range;
 
 struct kvdmabuf_region {
 	struct kvd_inflight io;          /* first: the hot part */
@@ -300,6 +304,10 @@ struct kvdmabuf_ctx {
 	void *ops_arg;                   /* for test backends */
 	/* what the preload calls on a declared region (interpose.c) */
 	const struct kvdmabuf_preload_proxy_ops *engine_ops;
+	int (*engine_ranges)(void *arg, void *addr,
+			     const struct kvdmabuf_preload_range *ranges,
+			     unsigned int n, int restore, char *err,
+			     size_t err_len);
 
 	struct kvd_config cfg;
 	unsigned int drain_timeout_ms;
@@ -412,10 +420,19 @@ int kvd_sleep_region(struct kvdmabuf_region *r);
 int kvd_wake_region(struct kvdmabuf_region *r, int dmabuf_fd,
 		    const char *what);
 
+/* ranges.c (ctx locked): kvdmabuf_region_ranges() of @r. */
+int kvd_region_ranges(struct kvdmabuf_region *r,
+		      const struct kvdmabuf_region_range *ranges,
+		      unsigned int n);
+
 /* interpose.c: the operations the preload calls on a declared region
  * (struct kvdmabuf_preload_proxy_ops, .arg the region): the engine's own
- * unmap and map, through the two calls above. */
+ * unmap and map, through the two calls above; and, where the engine
+ * unmaps or maps part of a region, its ranges (kvd_region_ranges()). */
 extern const struct kvdmabuf_preload_proxy_ops kvd_engine_ops;
+int kvd_engine_ranges(void *arg, void *addr,
+		      const struct kvdmabuf_preload_range *ranges,
+		      unsigned int n, int restore, char *err, size_t err_len);
 
 /* proc_start.c: field 22 of /proc/PID/stat (@pid 0: this process), 0 if
  * there is no such process. Also built into the preload, used by the CLI. */

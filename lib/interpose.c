@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -75,6 +76,43 @@ static int engine_wake(void *arg, void *addr, size_t len, int dmabuf_fd,
 		rc = kvd_wake_region(r, dmabuf_fd, what);
 		pthread_mutex_unlock(&r->ctx->lock);
 	}
+	return engine_result(r, rc, err, err_len);
+}
+
+/*
+ * Part of the region unmapped (@restore 0) or mapped again (1) by the
+ * engine while it is awake: kvdmabuf_region_ranges() of those parts,
+ * released or exported by the library. -EOPNOTSUPP (a NIC that pins, no
+ * module with ranges) tells the preload to sleep the whole region.
+ */
+int kvd_engine_ranges(void *arg, void *addr,
+		      const struct kvdmabuf_preload_range *ranges,
+		      unsigned int n, int restore, char *err, size_t err_len)
+{
+	const char *what = restore ? "ranges (the engine's cuMemSetAccess)" :
+				     "ranges (the engine's cuMemUnmap)";
+	struct kvdmabuf_region_range *c;
+	struct kvdmabuf_region *r = arg;
+	unsigned int i;
+	int rc;
+
+	(void)addr;
+	c = calloc(n ? n : 1, sizeof(*c));
+	if (!c)
+		return engine_result(r, kvd_err(r->ctx, -ENOMEM, "%s: out of "
+						 "memory", what), err, err_len);
+	for (i = 0; i < n; i++) {
+		c[i].offset = ranges[i].offset;
+		c[i].len = ranges[i].len;
+		c[i].fd = restore ? KVDMABUF_RANGE_EXPORT :
+				    KVDMABUF_RANGE_RELEASE;
+	}
+	rc = engine_enter(r, what);
+	if (!rc) {
+		rc = kvd_region_ranges(r, c, n);
+		pthread_mutex_unlock(&r->ctx->lock);
+	}
+	free(c);
 	return engine_result(r, rc, err, err_len);
 }
 

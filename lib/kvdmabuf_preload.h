@@ -187,7 +187,19 @@ int kvdmabuf_preload_reg_error(char *buf, size_t len);
  * elsewhere those lookups bypass the interposer: flags
  * KVDMABUF_PRELOAD_NO_DLSYM, and a line on stderr when a region gets proxy
  * operations):
- *  - a cuMemUnmap over part of an awake declared region puts the region to
+ *  - a cuMemUnmap over part of an awake declared region whose owner set a
+ *    ranges operation (kvdmabuf_preload_set_ranges_op(): an elastic pool
+ *    whose NIC follows moves) gives that part back and leaves the region
+ *    awake: ranges() of it with @restore 0, then the unmap is forwarded
+ *    (the driver refused it: ranges() with @restore 1 puts it back). Peers
+ *    reading there get zeros, the rest keeps its bytes and every key.
+ *    A cuMemSetAccess over a part given back so brings it in again:
+ *    ranges() with @restore 1 of what it covers, after the forwarded call
+ *    (failed: that cuMemSetAccess returns CUDA_ERROR_NOT_PERMITTED, the
+ *    part stays given back, a later cuMemSetAccess tries again);
+ *  - a cuMemUnmap over all of an awake declared region, or over part of
+ *    one without a ranges operation (or whose ranges() answers
+ *    -EOPNOTSUPP: a NIC that pins), puts the region to
  *    sleep first: the check of kvdmabuf_preload_check(), then the proxy's
  *    revoke(), then the unmap is forwarded. Refused (an engine MR that
  *    cannot follow, a region with a proxy but no operations, revoke()
@@ -244,6 +256,42 @@ struct kvdmabuf_preload_proxy_ops {
  */
 int kvdmabuf_preload_set_proxy_ops(void *addr,
 				   const struct kvdmabuf_preload_proxy_ops *ops);
+
+/**
+ * struct kvdmabuf_preload_range - bytes [@offset, @offset + @len) of a
+ * declared region.
+ */
+struct kvdmabuf_preload_range {
+	size_t offset;
+	size_t len;
+};
+
+/**
+ * kvdmabuf_preload_ranges_fn - what the owner of a region's proxy does when
+ * the engine unmaps or maps part of the region while it is awake (the
+ * region's operations' @arg; called as they are, see above).
+ * @ranges, @n: the parts, sorted, disjoint, page aligned.
+ * @restore: 0: the engine is about to unmap them: the proxy must stop
+ *	mapping them (KVDMABUF_IOCTL_RANGES, unbacked); 1: new memory there is
+ *	mapped and accessible: the proxy maps it (its export per allocation).
+ * Return: 0; -EOPNOTSUPP: the region cannot change by parts (its NIC pins,
+ * or no module with ranges): the preload sleeps the whole region instead;
+ * another negative errno, reason in @err: the engine's call is refused.
+ */
+typedef int kvdmabuf_preload_ranges_fn(void *arg, void *addr,
+				       const struct kvdmabuf_preload_range
+				       *ranges, unsigned int n, int restore,
+				       char *err, size_t err_len);
+
+/**
+ * kvdmabuf_preload_set_ranges_op() - the ranges operation of the declared
+ * region that starts at @addr, called with the arg of its proxy
+ * operations (NULL: none; kvdmabuf_preload_set_proxy_ops(NULL) clears it
+ * too). Return: 0; -ENOENT no region starts at @addr, or it has no proxy
+ * operations; -EBUSY its operations are running now.
+ */
+int kvdmabuf_preload_set_ranges_op(void *addr,
+				   kvdmabuf_preload_ranges_fn *ranges);
 
 /**
  * kvdmabuf_preload_cuda_error() - the calling thread's last refusal or

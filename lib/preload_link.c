@@ -30,6 +30,8 @@ static struct {
 	int (*undeclare)(void *addr);
 	int (*set_ops)(void *addr,
 		       const struct kvdmabuf_preload_proxy_ops *ops);
+	/* preload 0.2 on: parts of an elastic pool (absent: whole sleeps) */
+	int (*set_ranges)(void *addr, kvdmabuf_preload_ranges_fn *ranges);
 } preload = { .once = PTHREAD_ONCE_INIT };
 
 static void preload_find(void)
@@ -43,6 +45,8 @@ static void preload_find(void)
 					     "kvdmabuf_preload_undeclare");
 	*(void **)&preload.set_ops = dlsym(RTLD_DEFAULT,
 					   "kvdmabuf_preload_set_proxy_ops");
+	*(void **)&preload.set_ranges = dlsym(RTLD_DEFAULT,
+					      "kvdmabuf_preload_set_ranges_op");
 }
 
 bool kvd_preload_present(void)
@@ -93,6 +97,8 @@ int kvd_preload_declare(struct kvdmabuf_region *r)
 			       "declared otherwise: %s, or an engine hook?)",
 			       strerror(-rc), KVDMABUF_PRELOAD_REGIONS_ENV);
 	rc = preload.set_ops(r->addr, &ops);
+	if (!rc && preload.set_ranges)
+		rc = preload.set_ranges(r->addr, r->ctx->engine_ranges);
 	if (rc) {
 		preload.undeclare(r->addr);
 		return kvd_err(r->ctx, rc, "libkvdmabuf-preload.so refused "

@@ -6,7 +6,9 @@
  * NIC that follows moves keeps its keys.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -71,26 +73,145 @@ static int region_check(struct kvdmabuf_region *r)
 	return 0;
 }
 
-static int apply(struct kvdmabuf_region *r,
-		 const struct kvdmabuf_region_range *ranges, unsigned int n,
-		 struct kvd_range *k)
+/* The batch for the module: the caller's changes, with the library's
+ * exports (@own: closed after the call) split one allocation each. */
+struct batch {
+	struct kvd_range *k;
+	bool *own;
+	unsigned int n, cap;
+};
+
+static int batch_add(struct kvdmabuf_ctx *ctx, struct batch *b,
+		     uint64_t start, uint64_t len, int fd, uint64_t off,
+		     bool own)
+{
+	unsigned int cap = b->cap ? 2 * b->cap : 16;
+	struct kvd_range *k;
+	bool *o;
+
+	if (b->n == b->cap) {
+		k = realloc(b->k, cap * sizeof(*k));
+		if (k)
+			b->k = k;
+		o = k ? realloc(b->own, cap * sizeof(*o)) : NULL;
+		if (!o)
+			return kvd_err(ctx, -ENOMEM, "ranges: out of memory");
+		b->own = o;
+		b->cap = cap;
+	}
+	b->k[b->n] = (struct kvd_range){ .start = start, .len = len,
+					 .fd = fd, .offset = off };
+	b->own[b->n++] = own;
+	return 0;
+}
+
+static void batch_free(struct batch *b)
+{
+	unsigned int i;
+
+	for (i = 0; i < b->n; i++)
+		if (b->own[i])
+			close(b->k[i].fd);
+	free(b->k);
+	free(b->own);
+}
+
+/*
+ * [start, start+len) of CUDA region @r exported one allocation at a time:
+ * a dma-buf of several allocations holds every one of them until it goes,
+ * so a page given back later would stay held by its neighbours' export.
+ */
+static int batch_export(struct kvdmabuf_region *r, struct batch *b,
+			uint64_t start, uint64_t len, const char *what)
 {
 	struct kvdmabuf_ctx *ctx = r->ctx;
+	size_t piece;
+	int fd, rc;
+
+	while (len) {
+		fd = -1;
+		rc = kvd_cuda_piece(ctx, (char *)r->addr + start, len, &piece);
+		if (!rc)
+			rc = kvd_cuda_export(ctx, (char *)r->addr + start,
+					     piece, &fd);
+		if (!rc)
+			rc = batch_add(ctx, b, start, piece, fd, 0, true);
+		if (rc) {
+			if (fd >= 0)
+				close(fd);
+			return kvd_err_prefix(ctx, rc, "%s: export of offset "
+					      "%llu", what,
+					      (unsigned long long)start);
+		}
+		start += piece;
+		len -= piece;
+	}
+	return 0;
+}
+
+static int by_offset(const void *a, const void *b)
+{
+	const struct kvd_range *x = a, *y = b;
+
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/*
+ * The first change of a CUDA region still backed by its whole export: the
+ * parts no change names are exported again, an allocation each, so that
+ * the whole export (which holds every page, the ones given back too) is
+ * no longer in the proxy once the call returns.
+ */
+static int batch_rest(struct kvdmabuf_region *r, struct batch *b)
+{
+	unsigned int i, n = b->n;
+	struct kvd_range *named;
+	uint64_t at = 0;
+	int rc = 0;
+
+	named = malloc(n * sizeof(*named));
+	if (!named)
+		return kvd_err(r->ctx, -ENOMEM, "ranges: out of memory");
+	memcpy(named, b->k, n * sizeof(*named));
+	qsort(named, n, sizeof(*named), by_offset);
+	for (i = 0; i <= n && !rc; i++) {
+		uint64_t next = i < n ? named[i].start : r->len;
+
+		if (next > at)
+			rc = batch_export(r, b, at, next - at,
+					  "the rest of the region");
+		if (i < n && named[i].start + named[i].len > at)
+			at = named[i].start + named[i].len;
+	}
+	free(named);
+	return rc;
+}
+
+static int apply(struct kvdmabuf_region *r,
+		 const struct kvdmabuf_region_range *ranges, unsigned int n)
+{
+	struct kvdmabuf_ctx *ctx = r->ctx;
+	struct batch b = { 0 };
+	struct kvd_range k = { 0 };
+	char what[32];
 	unsigned int i;
 	int rc = 0;
 
 	for (i = 0; i < n && !rc; i++) {
-		rc = range_check(r, i, &ranges[i], &k[i]);
-		if (!rc && ranges[i].fd == KVDMABUF_RANGE_EXPORT) {
-			rc = kvd_cuda_export(ctx, (char *)r->addr +
-					     ranges[i].offset, ranges[i].len,
-					     &k[i].fd);
-			if (rc)
-				kvd_err_prefix(ctx, rc, "range %u: export", i);
-		}
+		rc = range_check(r, i, &ranges[i], &k);
+		if (rc)
+			break;
+		snprintf(what, sizeof(what), "range %u", i);
+		if (ranges[i].fd == KVDMABUF_RANGE_EXPORT)
+			rc = batch_export(r, &b, k.start, k.len, what);
+		else
+			rc = batch_add(ctx, &b, k.start, k.len, k.fd, k.offset,
+				       false);
 	}
+	if (!rc && r->mem == KVDMABUF_MEM_CUDA && r->backing_fd >= 0)
+		rc = batch_rest(r, &b);
 	if (!rc)
-		rc = ctx->ops->proxy_ranges(ctx, r->proxy_fd, k, n);
+		rc = ctx->ops->proxy_ranges(ctx, r->proxy_fd, b.k, b.n);
 	/*
 	 * Changed (-ETIMEDOUT too): the module holds what it maps. The
 	 * region's own export of its whole memory would keep released pages
@@ -102,10 +223,17 @@ static int apply(struct kvdmabuf_region *r,
 		r->backing_fd = -1;
 		r->backing_off = 0;
 	}
-	for (i = 0; i < n; i++)
-		if (ranges[i].fd == KVDMABUF_RANGE_EXPORT && k[i].fd >= 0)
-			close(k[i].fd);
+	batch_free(&b);
 	return rc;
+}
+
+int kvd_region_ranges(struct kvdmabuf_region *r,
+		      const struct kvdmabuf_region_range *ranges,
+		      unsigned int n)
+{
+	int rc = region_check(r);
+
+	return rc ? rc : apply(r, ranges, n);
 }
 
 int kvdmabuf_region_ranges(struct kvdmabuf_region *r,
@@ -113,8 +241,6 @@ int kvdmabuf_region_ranges(struct kvdmabuf_region *r,
 			   unsigned int n)
 {
 	struct kvdmabuf_ctx *ctx;
-	struct kvd_range *k;
-	unsigned int i;
 	int rc;
 
 	if (!r)
@@ -125,18 +251,10 @@ int kvdmabuf_region_ranges(struct kvdmabuf_region *r,
 	rc = kvd_not_forked(ctx, "ranges");
 	if (rc)
 		return rc;
-	k = calloc(n, sizeof(*k));
-	if (!k)
-		return kvd_err(ctx, -ENOMEM, "ranges: out of memory");
-	for (i = 0; i < n; i++)
-		k[i].fd = -1;
 	pthread_mutex_lock(&ctx->lock);
 	rc = kvd_may_change(ctx, "ranges");
 	if (!rc)
-		rc = region_check(r);
-	if (!rc)
-		rc = apply(r, ranges, n, k);
+		rc = kvd_region_ranges(r, ranges, n);
 	pthread_mutex_unlock(&ctx->lock);
-	free(k);
 	return rc;
 }

@@ -42,6 +42,7 @@
 
 #define FAKE_MAX_MR 256
 #define FAKE_MAX_PROXY 64
+#define FAKE_MAX_PIECES 32
 
 struct fake_mr {
 	int used;
@@ -67,6 +68,14 @@ struct fake_proxy {
 	uint64_t notifications;
 	uint32_t revoke_reason;  /* KVD_REVOKE_* */
 	char label[32];          /* the dma-buf's name (proxy_label) */
+	uint64_t size;
+	/* after RANGES: the layout, sorted; fd a dup, -1 unbacked */
+	struct fake_piece {
+		uint64_t start, len;
+		int fd;
+	} piece[FAKE_MAX_PIECES];
+	unsigned int nr_pieces;
+	unsigned int ranges_calls;
 };
 
 enum fake_op { OP_EXPORT, OP_REG, OP_DEREG, OP_ATTACH, OP_REVOKE,
@@ -321,7 +330,6 @@ static int fake_proxy_create(struct kvdmabuf_ctx *ctx, uint64_t size,
 {
 	int i;
 
-	(void)size;
 	for (i = 0; i < FAKE_MAX_PROXY; i++)
 		if (!fw.px[i].used)
 			break;
@@ -339,9 +347,21 @@ static int fake_proxy_create(struct kvdmabuf_ctx *ctx, uint64_t size,
 	}
 	fw.px[i].used = 1;
 	fw.px[i].backing = -1;
+	fw.px[i].size = size;
 	*fd = fw.px[i].fd;
 	*id = (uint64_t)i + 1;
 	return 0;
+}
+
+/* The layout of a RANGES call goes (attach, revoke, the proxy's end). */
+static inline void fake_pieces_drop(struct fake_proxy *x)
+{
+	unsigned int i;
+
+	for (i = 0; i < x->nr_pieces; i++)
+		if (x->piece[i].fd >= 0)
+			close(x->piece[i].fd);
+	x->nr_pieces = 0;
 }
 
 /* A proxy whose fd was closed by the library is gone (dma-buf released). */
@@ -355,6 +375,7 @@ static inline void fake_proxy_gc(void)
 				      st.st_ino != fw.px[i].ino)) {
 			if (fw.px[i].backing >= 0)
 				close(fw.px[i].backing);
+			fake_pieces_drop(&fw.px[i]);
 			fw.px[i].used = 0;
 		}
 }
@@ -373,6 +394,7 @@ static int fake_proxy_attach(struct kvdmabuf_ctx *ctx, int pfd, int bfd,
 		return kvd_err(ctx, -EEXIST, "fake: proxy already backed");
 	if (fw.px[p].backing >= 0)
 		close(fw.px[p].backing);
+	fake_pieces_drop(&fw.px[p]);
 	fw.px[p].backing = fcntl(bfd, F_DUPFD_CLOEXEC, 0);
 	if (fw.px[p].backing < 0)
 		return kvd_err(ctx, -EBADF, "fake: bad backing fd");
@@ -396,6 +418,7 @@ static int fake_proxy_revoke(struct kvdmabuf_ctx *ctx, int pfd,
 	if (fw.px[p].backing >= 0)
 		close(fw.px[p].backing);
 	fw.px[p].backing = -1;
+	fake_pieces_drop(&fw.px[p]);
 	if (fw.px[p].state == KVD_PROXY_BACKED) {
 		fw.px[p].state = KVD_PROXY_REVOKED;
 		fw.px[p].gen++;
@@ -434,6 +457,102 @@ static int fake_proxy_label(struct kvdmabuf_ctx *ctx, int pfd,
 	return 0;
 }
 
+/* [s, s + l) of the layout @x cut out (pieces split, fds dup'ed). */
+static inline int fake_pieces_cut(struct fake_proxy *x, uint64_t s,
+				  uint64_t l)
+{
+	struct fake_piece out[FAKE_MAX_PIECES];
+	unsigned int i, n = 0;
+
+	for (i = 0; i < x->nr_pieces; i++) {
+		struct fake_piece c = x->piece[i];
+
+		if (c.start + c.len <= s || c.start >= s + l) {
+			out[n++] = c;
+			continue;
+		}
+		if (n + 2 > FAKE_MAX_PIECES)
+			return -E2BIG;
+		if (c.start < s)
+			out[n++] = (struct fake_piece){ c.start, s - c.start,
+				c.fd < 0 ? -1 : fcntl(c.fd, F_DUPFD_CLOEXEC, 0) };
+		if (c.start + c.len > s + l)
+			out[n++] = (struct fake_piece){ s + l,
+				c.start + c.len - s - l,
+				c.fd < 0 ? -1 : fcntl(c.fd, F_DUPFD_CLOEXEC, 0) };
+		if (c.fd >= 0)
+			close(c.fd);
+	}
+	memcpy(x->piece, out, n * sizeof(out[0]));
+	x->nr_pieces = n;
+	return 0;
+}
+
+/*
+ * As the module's RANGES: the proxy's backing becomes a layout of pieces
+ * (the named ones changed, the rest kept), in one step, one notification;
+ * a blocking pin refuses it (-EBUSY), so does a range out of the proxy.
+ */
+static int fake_proxy_ranges(struct kvdmabuf_ctx *ctx, int pfd,
+			     const struct kvd_range *r, unsigned int n)
+{
+	int p = fake_find_proxy(pfd);
+	struct fake_proxy *x;
+	unsigned int i, j;
+	int rc = 0;
+
+	if (p < 0)
+		return kvd_err(ctx, -EINVAL, "fake: not a proxy");
+	x = &fw.px[p];
+	for (i = 0; i < n; i++)
+		if (!r[i].len || r[i].start + r[i].len > x->size)
+			return kvd_err(ctx, -EINVAL, "fake: range %u out of "
+				       "the proxy", i);
+	if (x->pinned - x->revocable)
+		return kvd_err(ctx, -EBUSY, "fake: importer pins the proxy");
+	if (x->backing >= 0) {          /* whole: one piece now */
+		x->piece[0] = (struct fake_piece){ 0, x->size, x->backing };
+		x->nr_pieces = 1;
+		x->backing = -1;
+	} else if (x->state != KVD_PROXY_BACKED) {
+		x->piece[0] = (struct fake_piece){ 0, x->size, -1 };
+		x->nr_pieces = 1;
+	}
+	for (i = 0; i < n && !rc; i++)
+		rc = fake_pieces_cut(x, r[i].start, r[i].len);
+	for (i = 0; i < n && !rc; i++) {
+		if (x->nr_pieces == FAKE_MAX_PIECES) {
+			rc = -E2BIG;
+			break;
+		}
+		for (j = x->nr_pieces; j > 0 &&
+		     x->piece[j - 1].start > r[i].start; j--)
+			x->piece[j] = x->piece[j - 1];
+		x->piece[j] = (struct fake_piece){ r[i].start, r[i].len,
+			r[i].fd < 0 ? -1 : fcntl(r[i].fd, F_DUPFD_CLOEXEC, 0) };
+		x->nr_pieces++;
+	}
+	if (rc)
+		return kvd_err(ctx, rc, "fake: too many pieces");
+	x->state = KVD_PROXY_BACKED;
+	x->gen++;
+	x->notifications++;
+	x->ranges_calls++;
+	return 0;
+}
+
+/* The piece of proxy @p holding byte @at, or NULL. */
+static inline const struct fake_piece *fake_piece_at(int p, uint64_t at)
+{
+	unsigned int i;
+
+	for (i = 0; i < fw.px[p].nr_pieces; i++)
+		if (fw.px[p].piece[i].start <= at &&
+		    at < fw.px[p].piece[i].start + fw.px[p].piece[i].len)
+			return &fw.px[p].piece[i];
+	return NULL;
+}
+
 static const struct kvd_ops fake_ops = {
 	.nics_open = fake_nics_open,
 	.nics_close = fake_nics_close,
@@ -449,6 +568,7 @@ static const struct kvd_ops fake_ops = {
 	.proxy_revoke = fake_proxy_revoke,
 	.proxy_query = fake_proxy_query,
 	.proxy_label = fake_proxy_label,
+	.proxy_ranges = fake_proxy_ranges,
 };
 
 /* ---- injector: fail the n-th call of one operation ---- */
@@ -548,6 +668,14 @@ static int inj_proxy_open(struct kvdmabuf_ctx *c, int *fd)
 	return fw.inner->proxy_open(c, fd);
 }
 
+static int inj_ranges(struct kvdmabuf_ctx *c, int p, const struct kvd_range *r,
+		      unsigned int n)
+{
+	if (!fw.inner->proxy_ranges)
+		return kvd_err(c, -EOPNOTSUPP, "no ranges");
+	return fw.inner->proxy_ranges(c, p, r, n);
+}
+
 static const struct kvd_ops inj_ops = {
 	.nics_open = inj_nics_open,
 	.nics_close = inj_nics_close,
@@ -563,6 +691,7 @@ static const struct kvd_ops inj_ops = {
 	.proxy_revoke = inj_revoke,
 	.proxy_query = inj_query,
 	.proxy_label = inj_label,
+	.proxy_ranges = inj_ranges,
 };
 
 /* Reset the call counters; fail the @n-th call of @op from now on. */

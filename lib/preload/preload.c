@@ -760,7 +760,7 @@ unsigned int kp_regions_overlapping(uintptr_t a, size_t len,
 				.proxy_fd = r->proxy_fd,
 				.proxy_off = r->proxy_off,
 				.asleep = r->asleep, .has_ops = r->has_ops,
-				.ops = r->ops,
+				.ops = r->ops, .ranges = r->ranges,
 			};
 			snprintf(v[n].tag, sizeof(v[n].tag), "%s", r->tag);
 		}
@@ -811,6 +811,7 @@ int kp_region_set_ops(uintptr_t addr,
 	} else {
 		r->has_ops = ops != NULL;
 		memset(&r->ops, 0, sizeof(r->ops));
+		r->ranges = NULL;
 		if (ops)
 			r->ops = *ops;
 	}
@@ -818,7 +819,25 @@ int kp_region_set_ops(uintptr_t addr,
 	return rc;
 }
 
-int kp_region_hold(uintptr_t addr, struct kvdmabuf_preload_proxy_ops *ops)
+int kp_region_set_ranges(uintptr_t addr, kvdmabuf_preload_ranges_fn *ranges)
+{
+	struct kp_region *r;
+	int rc = 0;
+
+	pthread_mutex_lock(&kp.lock);
+	r = region_at(addr);
+	if (!r || !r->has_ops)
+		rc = -ENOENT;
+	else if (r->held)
+		rc = -EBUSY;
+	else
+		r->ranges = ranges;
+	kp_unlock();
+	return rc;
+}
+
+int kp_region_hold(uintptr_t addr, struct kvdmabuf_preload_proxy_ops *ops,
+		   kvdmabuf_preload_ranges_fn **ranges)
 {
 	struct kp_region *r;
 	int rc = 0;
@@ -830,6 +849,8 @@ int kp_region_hold(uintptr_t addr, struct kvdmabuf_preload_proxy_ops *ops)
 	} else {
 		r->held++;
 		*ops = r->ops;
+		if (ranges)
+			*ranges = r->ranges;
 	}
 	kp_unlock();
 	return rc;

@@ -102,6 +102,17 @@ struct kc_sleeper {
 	struct kc_ivs mapped, accessed;
 };
 
+/*
+ * An awake region with parts given back (an elastic pool: its ranges
+ * operation): what the engine unmapped of it and has not mapped and made
+ * accessible again. Those parts map to nothing in the proxy.
+ */
+struct kc_given {
+	uintptr_t addr;
+	size_t len;
+	struct kc_ivs out;
+};
+
 static struct {
 	pthread_mutex_t transition;
 	void *_Atomic real[S_NR];
@@ -109,6 +120,9 @@ static struct {
 	struct kc_sleeper *sleepers;    /* under transition */
 	unsigned int nr_sleepers;
 	_Atomic unsigned int nr_asleep; /* fast path of cuMemSetAccess */
+	struct kc_given *given;         /* under transition */
+	unsigned int nr_given;
+	_Atomic unsigned int nr_giving; /* nr_given, for the fast path */
 	bool pcie_refused;              /* the driver said no: flags 0 now */
 } kc = {
 	.transition = PTHREAD_MUTEX_INITIALIZER,
@@ -257,16 +271,17 @@ static bool sleeper_overlaps(const struct kc_sleeper *s, uintptr_t a,
 	return a < s->addr + s->len && s->addr < a + size;
 }
 
-/* [a, b) (clipped to @s) joins @l (@add) or leaves it; -ENOMEM. */
-static int cover(const struct kc_sleeper *s, struct kc_ivs *l, uintptr_t a,
+/* [a, b) (clipped to [@base, @base + @len)) joins @l (@add) or leaves
+ * it; -ENOMEM. */
+static int cover(uintptr_t base, size_t len, struct kc_ivs *l, uintptr_t a,
 		 uintptr_t b, bool add)
 {
 	unsigned int i, j, n = 0;
 	uintptr_t ta, tb;
 	__typeof__(l->v) v;
 
-	a = a < s->addr ? s->addr : a;
-	b = b > s->addr + s->len ? s->addr + s->len : b;
+	a = a < base ? base : a;
+	b = b > base + len ? base + len : b;
 	if (a >= b)
 		return 0;
 	v = malloc((l->n + 2) * sizeof(*v));
@@ -333,6 +348,50 @@ static int ivs_copy(struct kc_ivs *to, const struct kc_ivs *from)
 	to->v = v;
 	to->n = from->n;
 	return 0;
+}
+
+/* ---- the parts given back of awake regions ---- */
+
+static struct kc_given *given_at(uintptr_t addr)
+{
+	unsigned int i;
+
+	for (i = 0; i < kc.nr_given; i++)
+		if (kc.given[i].addr == addr)
+			return &kc.given[i];
+	return NULL;
+}
+
+/* The record of @v's parts given back, made empty where it has none;
+ * NULL: out of memory. */
+static struct kc_given *given_get(const struct kp_region_view *v)
+{
+	struct kc_given *g = given_at(v->addr);
+
+	if (g && g->len != v->len) {    /* declared again, another size */
+		free(g->out.v);
+		g->out = (struct kc_ivs){ 0 };
+		g->len = v->len;
+	}
+	if (g)
+		return g;
+	if (kc.nr_given % 16 == 0) {
+		g = realloc(kc.given, (kc.nr_given + 16) * sizeof(*g));
+		if (!g)
+			return NULL;
+		kc.given = g;
+	}
+	g = &kc.given[kc.nr_given++];
+	*g = (struct kc_given){ .addr = v->addr, .len = v->len };
+	atomic_store(&kc.nr_giving, kc.nr_given);
+	return g;
+}
+
+static void given_drop(struct kc_given *g)
+{
+	free(g->out.v);
+	*g = kc.given[--kc.nr_given];
+	atomic_store(&kc.nr_giving, kc.nr_given);
 }
 
 /* ---- export of the region's new memory ---- */
@@ -413,11 +472,13 @@ static kvd_CUresult region_sleep(const struct kp_region_view *v)
 	struct kvdmabuf_preload_proxy_ops ops;
 	char why[KC_ERRMAX - 128];
 	struct kc_sleeper *s;
+	struct kc_given *g;
+	unsigned int i;
 	bool held;
 	int rc;
 
 	/* the operations as they are now, held until they returned */
-	held = !kp_region_hold(v->addr, &ops);
+	held = !kp_region_hold(v->addr, &ops, NULL);
 	if (v->proxy_fd >= 0 && !held) {
 		fail("cuMemUnmap refused: KV region '%s' %#" PRIxPTR "+%#zx "
 		     "is awake and has a proxy dma-buf but no proxy operations "
@@ -470,7 +531,15 @@ static kvd_CUresult region_sleep(const struct kp_region_view *v)
 	 * later one while asleep) takes its range out again, so the region
 	 * wakes once what was unmapped is accessible again (out of memory:
 	 * nothing counts as mapped, a set-access over all of it wakes it) */
-	cover(s, &s->mapped, v->addr, v->addr + v->len, true);
+	cover(s->addr, s->len, &s->mapped, v->addr, v->addr + v->len, true);
+	/* the parts it gave back before are unmapped already: they too must
+	 * be mapped again before it wakes */
+	g = given_at(v->addr);
+	for (i = 0; g && i < g->out.n; i++)
+		cover(s->addr, s->len, &s->mapped, g->out.v[i].a,
+		      g->out.v[i].b, false);
+	if (g)
+		given_drop(g);
 	atomic_store(&kc.nr_asleep, kc.nr_sleepers);
 out:
 	if (held)
@@ -497,7 +566,7 @@ static kvd_CUresult region_wake(struct kc_sleeper *s, bool deferrable)
 		sleeper_drop(s);
 		return KVD_CUDA_SUCCESS;
 	}
-	if (!kp_region_hold(s->addr, &ops)) {
+	if (!kp_region_hold(s->addr, &ops, NULL)) {
 		r = kc_export(s->addr, s->len, &fd);
 		if (r != KVD_CUDA_SUCCESS) {
 			kp_region_unhold(s->addr);
@@ -533,16 +602,155 @@ static kvd_CUresult region_wake(struct kc_sleeper *s, bool deferrable)
 }
 
 /*
+ * [a, b) of awake region @v given back (@restore false) before the engine
+ * unmaps it, or brought in (@restore true: the parts of @g in it, mapped
+ * and accessible now), through the region's ranges operation.
+ * Return: 0 done; 1 the region has no ranges operation or cannot change
+ * by parts (-EOPNOTSUPP: it sleeps whole instead); -errno refused, said.
+ */
+static int region_ranges(const struct kp_region_view *v, struct kc_given *g,
+			 uintptr_t a, uintptr_t b, bool restore)
+{
+	struct kvdmabuf_preload_proxy_ops ops;
+	kvdmabuf_preload_ranges_fn *fn = NULL;
+	struct kvdmabuf_preload_range *rg;
+	struct kc_ivs next = { 0 };
+	char why[KC_ERRMAX - 160];
+	unsigned int i, n = 0;
+	int rc;
+
+	a = a < v->addr ? v->addr : a;
+	b = b > v->addr + v->len ? v->addr + v->len : b;
+	if (kp_region_hold(v->addr, &ops, &fn))
+		return 1;
+	rg = malloc((g->out.n + 1) * sizeof(*rg));
+	rc = rg ? ivs_copy(&next, &g->out) : -ENOMEM;
+	if (!rc)
+		rc = cover(v->addr, v->len, &next, a, b, !restore);
+	if (rc) {
+		fail("%s of KV region '%s' %#" PRIxPTR "+%#zx: out of memory",
+		     restore ? "cuMemSetAccess" : "cuMemUnmap", v->tag,
+		     v->addr, v->len);
+		goto out;
+	}
+	if (!fn) {
+		rc = 1;
+		goto out;
+	}
+	if (!restore)
+		rg[n++] = (struct kvdmabuf_preload_range){ a - v->addr, b - a };
+	for (i = 0; restore && i < g->out.n; i++) {
+		uintptr_t pa = g->out.v[i].a > a ? g->out.v[i].a : a;
+		uintptr_t pb = g->out.v[i].b < b ? g->out.v[i].b : b;
+
+		if (pa < pb)
+			rg[n++] = (struct kvdmabuf_preload_range){
+				pa - v->addr, pb - pa };
+	}
+	if (!n)
+		goto out;
+	why[0] = '\0';
+	kc_depth++;
+	rc = fn(ops.arg, (void *)v->addr, rg, n, restore, why, sizeof(why));
+	kc_depth--;
+	if (rc == -EOPNOTSUPP && !restore) {
+		rc = 1;
+	} else if (rc) {
+		fail("%s refused: %s %#zx bytes of KV region '%s' %#" PRIxPTR
+		     "+%#zx at offset %#zx failed (%s): %s%s",
+		     restore ? "cuMemSetAccess" : "cuMemUnmap",
+		     restore ? "bringing in" : "giving back", b - a, v->tag,
+		     v->addr, v->len, a - v->addr, strerror(rc < 0 ? -rc : rc),
+		     why, restore ? "; the part stays given back (a later "
+		     "cuMemSetAccess tries again)" : "; nothing was unmapped");
+		rc = -EIO;
+	} else {
+		free(g->out.v);
+		g->out = next;
+		next = (struct kc_ivs){ 0 };
+	}
+out:
+	kp_region_unhold(v->addr);
+	free(next.v);
+	free(rg);
+	return rc;
+}
+
+/*
+ * [a, b) of awake region @v (part of it) is about to be unmapped: given
+ * back. Return as region_ranges().
+ */
+static int region_give(const struct kp_region_view *v, uintptr_t a,
+		       uintptr_t b)
+{
+	struct kc_given *g;
+	int rc;
+
+	if (!v->ranges)
+		return 1;
+	g = given_get(v);
+	if (!g) {
+		fail("cuMemUnmap refused: out of memory");
+		return -ENOMEM;
+	}
+	rc = region_ranges(v, g, a, b, false);
+	if (!g->out.n)
+		given_drop(g);
+	return rc;
+}
+
+/*
+ * [a, b) was made accessible: the parts of awake regions given back in it
+ * are brought in. 0, or the first failure (said; others tried still).
+ */
+static int regions_take(uintptr_t a, uintptr_t b)
+{
+	struct kp_region_view v;
+	struct kc_given *g;
+	unsigned int i;
+	int rc = 0, r;
+
+	for (i = 0; i < kc.nr_given; ) {
+		g = &kc.given[i];
+		if (b <= g->addr || g->addr + g->len <= a) {
+			i++;
+			continue;
+		}
+		if (kp_regions_overlapping(g->addr, g->len, &v, 1) != 1 ||
+		    v.addr != g->addr || v.len != g->len || v.asleep) {
+			given_drop(g);  /* undeclared, or slept: not ours */
+			continue;
+		}
+		r = region_ranges(&v, g, a, b, true);
+		if (r == 1) {
+			given_drop(g);  /* its owner took the operation back */
+			continue;
+		}
+		if (r && !rc)
+			rc = r;
+		if (!g->out.n)
+			given_drop(g);  /* the last moves to i */
+		else
+			i++;
+	}
+	return rc;
+}
+
+/*
  * The regions a refused cuMemUnmap (@r) put to sleep, woken again on the
  * memory still mapped. One that cannot be stays asleep (a cuMemSetAccess
  * over it tries again), said after the first reason.
  */
 static void rollback(kvd_CUdeviceptr ptr, size_t size, kvd_CUresult r,
-		     const uintptr_t *slept, unsigned int n)
+		     const uintptr_t *slept, unsigned int n,
+		     const struct kp_region_view *const *gave,
+		     unsigned int nr_gave)
 {
+	uintptr_t a = (uintptr_t)ptr, b = a + size;
 	char first[KC_ERRMAX];
 	struct kc_sleeper *s;
-	unsigned int stuck = 0;
+	struct kc_given *g;
+	unsigned int stuck = 0, unbacked = 0;
 
 	if (r != KVD_CUDA_ERROR_NOT_PERMITTED)  /* the driver's refusal */
 		snprintf(kc_err, sizeof(kc_err), "cuMemUnmap(0x%llx, %#zx): "
@@ -554,10 +762,18 @@ static void rollback(kvd_CUdeviceptr ptr, size_t size, kvd_CUresult r,
 		if (s && region_wake(s, false) != KVD_CUDA_SUCCESS)
 			stuck++;
 	}
-	if (stuck)
-		fail("%s; %u KV region(s) it put to sleep stay asleep on memory "
-		     "still mapped (the wake failed: a cuMemSetAccess over "
-		     "them tries again)", first, stuck);
+	while (nr_gave) {
+		g = given_at(gave[--nr_gave]->addr);
+		if (g && region_ranges(gave[nr_gave], g, a, b, true))
+			unbacked++;
+		if (g && !g->out.n)
+			given_drop(g);
+	}
+	if (stuck || unbacked)
+		fail("%s; %u KV region(s) it put to sleep stay asleep and %u "
+		     "keep the part it gave back unbacked, on memory still "
+		     "mapped (the wake failed: a cuMemSetAccess over them "
+		     "tries again)", first, stuck, unbacked);
 	else
 		memcpy(kc_err, first, sizeof(first));
 }
@@ -569,8 +785,11 @@ kvd_CUresult kc_mem_unmap(kvd_CUdeviceptr ptr, size_t size)
 	kvd_cuMemUnmap_fn *f = real(S_MEM_UNMAP);
 	struct kp_region_view v[KC_MAX_REGIONS];
 	uintptr_t slept[KC_MAX_REGIONS];
-	unsigned int n, i, nr_slept = 0;
+	unsigned int n, i, nr_slept = 0, nr_gave = 0;
+	const struct kp_region_view *gave[KC_MAX_REGIONS];
+	uintptr_t a = (uintptr_t)ptr, b = a + size;
 	kvd_CUresult r = KVD_CUDA_SUCCESS;
+	int rc;
 
 	atomic_fetch_add(&kc.calls[S_MEM_UNMAP], 1);
 	if (!f)
@@ -587,10 +806,20 @@ kvd_CUresult kc_mem_unmap(kvd_CUdeviceptr ptr, size_t size)
 		r = KVD_CUDA_ERROR_NOT_PERMITTED;
 		n = 0;
 	}
-	/* every awake region first, all or nothing */
+	/* every awake region first, all or nothing: part of one with a
+	 * ranges operation is given back, else the region sleeps */
 	for (i = 0; i < n && r == KVD_CUDA_SUCCESS; i++) {
 		if (v[i].asleep)
 			continue;
+		if (a > v[i].addr || b < v[i].addr + v[i].len) {
+			rc = region_give(&v[i], a, b);
+			if (!rc)
+				gave[nr_gave++] = &v[i];
+			if (rc <= 0) {
+				r = rc ? KVD_CUDA_ERROR_NOT_PERMITTED : r;
+				continue;
+			}
+		}
 		r = region_sleep(&v[i]);
 		if (r == KVD_CUDA_SUCCESS)
 			slept[nr_slept++] = v[i].addr;
@@ -603,13 +832,14 @@ kvd_CUresult kc_mem_unmap(kvd_CUdeviceptr ptr, size_t size)
 	/* what set-access covered of a sleeping region is unmapped again
 	 * (out of memory: all of it counts as not covered) */
 	for (i = 0; r == KVD_CUDA_SUCCESS && i < kc.nr_sleepers; i++)
-		if (cover(&kc.sleepers[i], &kc.sleepers[i].mapped,
-			  (uintptr_t)ptr, (uintptr_t)ptr + size, false))
+		if (cover(kc.sleepers[i].addr, kc.sleepers[i].len,
+			  &kc.sleepers[i].mapped, (uintptr_t)ptr,
+			  (uintptr_t)ptr + size, false))
 			kc.sleepers[i].mapped.n = 0;
 	/* refused, or the driver refused the unmap: the memory is still
 	 * there, so the regions slept here wake on it again */
-	if (r != KVD_CUDA_SUCCESS && nr_slept)
-		rollback(ptr, size, r, slept, nr_slept);
+	if (r != KVD_CUDA_SUCCESS && (nr_slept || nr_gave))
+		rollback(ptr, size, r, slept, nr_slept, gave, nr_gave);
 	pthread_mutex_unlock(&kc.transition);
 	return r;
 }
@@ -637,20 +867,23 @@ kvd_CUresult kc_mem_set_access(kvd_CUdeviceptr ptr, size_t size,
 	atomic_fetch_add(&kc.calls[S_MEM_SET_ACCESS], 1);
 	if (!f)
 		return KVD_CUDA_ERROR_NOT_SUPPORTED;
-	if (kc_depth || !atomic_load(&kc.nr_asleep))
+	if (kc_depth || (!atomic_load(&kc.nr_asleep) &&
+			 !atomic_load(&kc.nr_giving)))
 		return f(ptr, size, desc, count);
 	pthread_mutex_lock(&kc.transition);
 	kc_depth++;
 	r = f(ptr, size, desc, count);
 	kc_depth--;
+	if (r == KVD_CUDA_SUCCESS && regions_take(a, a + size))
+		r = KVD_CUDA_ERROR_NOT_PERMITTED;
 	for (i = 0; r == KVD_CUDA_SUCCESS && i < kc.nr_sleepers; ) {
 		s = &kc.sleepers[i];
 		if (!sleeper_overlaps(s, a, size)) {
 			i++;
 			continue;
 		}
-		if (cover(s, &s->mapped, a, a + size, true) ||
-		    cover(s, &s->accessed, a, a + size, true)) {
+		if (cover(s->addr, s->len, &s->mapped, a, a + size, true) ||
+		    cover(s->addr, s->len, &s->accessed, a, a + size, true)) {
 			fail("wake of %#" PRIxPTR "+%#zx: out of memory",
 			     s->addr, s->len);
 			r = KVD_CUDA_ERROR_NOT_PERMITTED;
@@ -689,12 +922,20 @@ kvd_CUresult kc_address_free(kvd_CUdeviceptr ptr, size_t size)
 	atomic_fetch_add(&kc.calls[S_ADDRESS_FREE], 1);
 	if (!f)
 		return KVD_CUDA_ERROR_NOT_SUPPORTED;
-	if (kc_depth || !atomic_load(&kc.nr_asleep))
+	if (kc_depth || (!atomic_load(&kc.nr_asleep) &&
+			 !atomic_load(&kc.nr_giving)))
 		return f(ptr, size);
 	pthread_mutex_lock(&kc.transition);
 	kc_depth++;
 	r = f(ptr, size);
 	kc_depth--;
+	for (i = 0; r == KVD_CUDA_SUCCESS && i < kc.nr_given; ) {
+		if (a + size <= kc.given[i].addr ||
+		    kc.given[i].addr + kc.given[i].len <= a)
+			i++;
+		else
+			given_drop(&kc.given[i]);  /* the last moves to i */
+	}
 	for (i = 0; r == KVD_CUDA_SUCCESS && i < kc.nr_sleepers; ) {
 		s = &kc.sleepers[i];
 		if (!sleeper_overlaps(s, a, size))
@@ -1145,6 +1386,12 @@ EXPORT int kvdmabuf_preload_set_proxy_ops(void *addr,
 			fprintf(stderr, "kvdmabuf-preload: %s\n", why);
 	}
 	return rc;
+}
+
+EXPORT int kvdmabuf_preload_set_ranges_op(void *addr,
+					  kvdmabuf_preload_ranges_fn *ranges)
+{
+	return kp_region_set_ranges((uintptr_t)addr, ranges);
 }
 
 EXPORT int kvdmabuf_preload_cuda_error(char *buf, size_t len)

@@ -25,6 +25,7 @@ struct kp_region_view {
 	bool asleep;
 	bool has_ops;                   /* kvdmabuf_preload_set_proxy_ops() */
 	struct kvdmabuf_preload_proxy_ops ops;
+	kvdmabuf_preload_ranges_fn *ranges;
 };
 
 /* The declared regions overlapping [a, a+len), at most @max of them
@@ -43,18 +44,23 @@ KP_HIDDEN int kp_region_set_asleep(uintptr_t addr, bool asleep, char *err,
 				   size_t err_len);
 
 /* Set (@ops non-NULL) or clear the proxy operations of the region that
- * starts at @addr. -ENOENT: none starts there. */
+ * starts at @addr (clearing drops its ranges operation too); -ENOENT: none
+ * starts there; -EBUSY: held. The same for its ranges operation (-ENOENT
+ * also where it has no proxy operations). */
 KP_HIDDEN int kp_region_set_ops(uintptr_t addr,
 				const struct kvdmabuf_preload_proxy_ops *ops);
+KP_HIDDEN int kp_region_set_ranges(uintptr_t addr,
+				   kvdmabuf_preload_ranges_fn *ranges);
 
 /*
  * The proxy operations of the region that starts at @addr, copied to @ops
- * and held: until kp_region_unhold(), the region cannot be undeclared nor
+ * (and its ranges operation to *@ranges where not NULL) and held: until kp_region_unhold(), the region cannot be undeclared nor
  * its operations changed (-EBUSY), so that their owner never sees a call
  * after it took them back. -ENOENT: no region there, or it has none.
  */
 KP_HIDDEN int kp_region_hold(uintptr_t addr,
-			     struct kvdmabuf_preload_proxy_ops *ops);
+			     struct kvdmabuf_preload_proxy_ops *ops,
+			     kvdmabuf_preload_ranges_fn **ranges);
 KP_HIDDEN void kp_region_unhold(uintptr_t addr);
 
 /* cuda_dmabuf_mapping of $KVDMABUF_CONFIG (enum kvd_cuda_mapping of

@@ -37,6 +37,7 @@ struct kp_region {
 	bool asleep;
 	bool has_ops;                   /* set by the proxy's owner */
 	struct kvdmabuf_preload_proxy_ops ops; /* preload_cuda.c */
+	kvdmabuf_preload_ranges_fn *ranges; /* with ops.arg; NULL: none */
 	unsigned int held;              /* ops running (kp_region_hold) */
 };
 

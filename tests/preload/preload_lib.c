@@ -358,7 +358,7 @@ TEST_F(lr, the_engines_wake_is_the_librarys_own_export)
 TEST_F(lr, operations_held_while_they_run)
 {
 	ASSERT_EQ(KVD_CUDA_SUCCESS,
-		  t.unmap((kvd_CUdeviceptr)(uintptr_t)self->base, CHUNK));
+		  t.unmap((kvd_CUdeviceptr)(uintptr_t)self->base, LEN));
 	/* the sleep-start callback ran inside the preload's revoke */
 	EXPECT_EQ(1, cb.calls);
 	EXPECT_EQ(-EBUSY, cb.undeclare_rc);
@@ -393,6 +393,135 @@ TEST_F(lr, without_the_librarys_operations_the_unmap_is_refused)
 	LOG_IS("");
 	EXPECT_EQ(0, rinfo(self->r).asleep);
 	EXPECT_EQ(0x5a, self->base[LEN - 1]);
+}
+
+/* The size of what fd @fd holds (a fake export: its memfd), or -1. */
+static long fd_size(int fd)
+{
+	struct stat st;
+
+	return fd < 0 || fstat(fd, &st) ? -1 : (long)st.st_size;
+}
+
+/*
+ * An elastic pool (issue 38): the engine gives one chunk of an awake region
+ * back with its own cuMemUnmap and maps it again later. Where the NIC
+ * follows moves, the region stays awake: the chunk's range of the proxy is
+ * unbacked in one module call (one notification), the rest is backed by an
+ * export per allocation (the whole-region export, which holds every chunk,
+ * is gone), keys and MRs unchanged; the engine's cuMemSetAccess of new
+ * memory there brings that range in again (the library's export of the
+ * chunk). A driver that refuses the unmap gets the range back at once.
+ * Where the NIC pins, the region sleeps whole, as before. The fake module's
+ * RANGES (tests/lib_fake.h) stands for the real one (tests/module/
+ * proxy_ranges) and keeps the layout for the test to read.
+ */
+TEST_F(lr, an_engine_giving_back_one_chunk_keeps_the_region_awake)
+{
+	kvd_CUdeviceptr b = (kvd_CUdeviceptr)(uintptr_t)self->base;
+	int p = fake_find_proxy(self->r->proxy_fd);
+	const struct fake_piece *pc;
+	uint32_t lk0, rk0, lk, rk;
+	uint64_t gen0, gen, n0;
+
+	ASSERT_LE(0, p);
+	ASSERT_EQ(0, kvdmabuf_region_keys(self->r, 0, &lk0, &rk0, &gen0));
+	n0 = fw.px[p].notifications;
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.unmap(b + CHUNK, CHUNK));
+	if (variant->pins) {
+		/* a pinned registration cannot follow part of it: the
+		 * region sleeps whole and wakes once the chunk is back */
+		EXPECT_EQ(1, rinfo(self->r).asleep);
+		EXPECT_EQ(KVD_PROXY_REVOKED, fw.px[p].state);
+		EXPECT_EQ(0u, fw.px[p].ranges_calls);
+		ASSERT_EQ(0, map_chunk(self->base, 1, t.map, t.access));
+		EXPECT_EQ(0, rinfo(self->r).asleep);
+		return;
+	}
+	/* chunk 0 exported alone, then the engine's unmap */
+	LOG_IS("export unmap");
+	EXPECT_EQ(0, rinfo(self->r).asleep);
+	EXPECT_EQ(0u, pstate().nr_asleep);
+	EXPECT_EQ(0, cb.calls);                 /* no sleep began */
+	EXPECT_EQ(1u, fw.px[p].ranges_calls);
+	EXPECT_EQ(n0 + 1, fw.px[p].notifications);
+	pc = fake_piece_at(p, 0);
+	ASSERT_NOT_NULL(pc);
+	EXPECT_EQ((long)CHUNK, fd_size(pc->fd)); /* not the whole export */
+	pc = fake_piece_at(p, CHUNK);
+	ASSERT_NOT_NULL(pc);
+	EXPECT_EQ(-1, pc->fd);                  /* the chunk: unbacked */
+	EXPECT_EQ(1, fds_named("fake-backing")); /* chunk 0's, in the proxy */
+	EXPECT_EQ(1, fake_mrs_live());
+	ASSERT_EQ(0, kvdmabuf_region_keys(self->r, 0, &lk, &rk, &gen));
+	EXPECT_EQ(gen0, gen);
+	EXPECT_EQ(lk0, lk);
+	EXPECT_EQ(rk0, rk);
+	EXPECT_EQ(0, kvdmabuf_io_begin(self->r));       /* serving */
+	kvdmabuf_io_end(self->r);
+
+	/* new memory for the chunk: brought in, nothing else touched */
+	ASSERT_EQ(0, map_chunk(self->base, 1, t.map, t.access));
+	LOG_IS("map access export");
+	EXPECT_EQ(2u, fw.px[p].ranges_calls);
+	EXPECT_EQ(n0 + 2, fw.px[p].notifications);
+	pc = fake_piece_at(p, CHUNK);
+	ASSERT_NOT_NULL(pc);
+	EXPECT_EQ((long)CHUNK, fd_size(pc->fd));
+	EXPECT_EQ(2, fds_named("fake-backing"));
+	/* a cuMemSetAccess over it again changes nothing */
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.access(b + CHUNK, CHUNK, &rw, 1));
+	EXPECT_EQ(2u, fw.px[p].ranges_calls);
+
+	/* the driver refuses the unmap: the chunk is brought in again */
+	setenv("FAKE_CUDA_MODE", "unmap_fail", 1);
+	EXPECT_NE(KVD_CUDA_SUCCESS, t.unmap(b + CHUNK, CHUNK));
+	unsetenv("FAKE_CUDA_MODE");
+	EXPECT_EQ(4u, fw.px[p].ranges_calls);
+	pc = fake_piece_at(p, CHUNK);
+	ASSERT_NOT_NULL(pc);
+	EXPECT_EQ((long)CHUNK, fd_size(pc->fd));
+	EXPECT_EQ(0, rinfo(self->r).asleep);
+
+	/* both chunks given back, one at a time: an empty pool holds
+	 * nothing and stays awake; each comes back on its own */
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.unmap(b + CHUNK, CHUNK));
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.unmap(b, CHUNK));
+	EXPECT_EQ(0, fds_named("fake-backing"));
+	EXPECT_EQ(0, rinfo(self->r).asleep);
+	ASSERT_EQ(0, map_chunk(self->base, 0, t.map, t.access));
+	ASSERT_EQ(0, map_chunk(self->base, 1, t.map, t.access));
+	EXPECT_EQ(0, rinfo(self->r).asleep);
+	pc = fake_piece_at(p, CHUNK);
+	ASSERT_NOT_NULL(pc);
+	EXPECT_LE(0, pc->fd);
+	ASSERT_EQ(0, kvdmabuf_region_keys(self->r, 0, &lk, &rk, &gen));
+	EXPECT_EQ(lk0, lk);
+	EXPECT_EQ(rk0, rk);
+	EXPECT_EQ(1, fake_mrs_live());
+
+	/* given back again; both mapped, then one cuMemSetAccess over the
+	 * two: one export per allocation, else a dma-buf of both would hold
+	 * either chunk after the engine gives it back */
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.unmap(b, CHUNK));
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.unmap(b + CHUNK, CHUNK));
+	for (int i = 0; i < 2; i++) {
+		kvd_CUmemAllocationProp prop = { 0 };
+		kvd_CUmemGenericAllocationHandle h;
+
+		prop.type = KVD_CU_MEM_ALLOCATION_TYPE_PINNED;
+		prop.location.type = KVD_CU_MEM_LOCATION_TYPE_DEVICE;
+		prop.allocFlags.gpuDirectRDMACapable = 1;
+		ASSERT_EQ(KVD_CUDA_SUCCESS, t.d_create(&h, CHUNK, &prop, 0));
+		ASSERT_EQ(KVD_CUDA_SUCCESS, t.map(b + i * CHUNK, CHUNK, 0, h, 0));
+		t.d_release(h);
+	}
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.access(b, LEN, &rw, 1));
+	for (int i = 0; i < 2; i++) {
+		pc = fake_piece_at(p, i * CHUNK);
+		ASSERT_NOT_NULL(pc);
+		EXPECT_EQ((long)CHUNK, fd_size(pc->fd));
+	}
 }
 
 TEST_F(lr, refused_by_the_library_nothing_is_unmapped)
