@@ -276,6 +276,14 @@ int kvdmabuf_gate(const char *config_path, char *reason, size_t reason_len);
  *  memory at wake, so it goes through deregister/register like device
  *  memory (mode REREGISTER instead of HOST). */
 #define KVDMABUF_REGION_RELEASED_AT_SLEEP (1u << 0)
+/** Region flag: an elastic pool (device memory) that starts with nothing
+ *  mapped: nothing is exported at add, the proxy maps every page to the
+ *  module's zeroed scratch and the NICs register it once; pages come and go
+ *  with kvdmabuf_region_ranges() (or, under libkvdmabuf-preload.so, the
+ *  engine's own cuMemSetAccess and cuMemUnmap). Needs the module with
+ *  ranges (API 3.2) and NICs that follow moves (mode FOLLOW): -EOPNOTSUPP
+ *  otherwise, naming which. */
+#define KVDMABUF_REGION_EMPTY (1u << 1)
 
 /** Description of a region for kvdmabuf_region_add(). Zero-initialise. */
 struct kvdmabuf_region_desc {

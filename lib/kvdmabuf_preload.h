@@ -283,15 +283,23 @@ typedef int kvdmabuf_preload_ranges_fn(void *arg, void *addr,
 				       *ranges, unsigned int n, int restore,
 				       char *err, size_t err_len);
 
+/** kvdmabuf_preload_set_ranges_op() flag: all of the region is given back
+ * now (an elastic pool that starts empty): each part comes in at the
+ * engine's first cuMemSetAccess over it. */
+#define KVDMABUF_PRELOAD_RANGES_EMPTY (1u << 0)
+
 /**
  * kvdmabuf_preload_set_ranges_op() - the ranges operation of the declared
  * region that starts at @addr, called with the arg of its proxy
  * operations (NULL: none; kvdmabuf_preload_set_proxy_ops(NULL) clears it
- * too). Return: 0; -ENOENT no region starts at @addr, or it has no proxy
- * operations; -EBUSY its operations are running now.
+ * too), and @flags (KVDMABUF_PRELOAD_RANGES_*).
+ * Return: 0; -ENOENT no region starts at @addr, or it has no proxy
+ * operations; -EBUSY its operations are running now; -EINVAL unknown
+ * flags, or a flag without @ranges; -ENOMEM.
  */
 int kvdmabuf_preload_set_ranges_op(void *addr,
-				   kvdmabuf_preload_ranges_fn *ranges);
+				   kvdmabuf_preload_ranges_fn *ranges,
+				   unsigned int flags);
 
 /**
  * kvdmabuf_preload_cuda_error() - the calling thread's last refusal or

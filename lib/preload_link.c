@@ -31,7 +31,8 @@ static struct {
 	int (*set_ops)(void *addr,
 		       const struct kvdmabuf_preload_proxy_ops *ops);
 	/* preload 0.2 on: parts of an elastic pool (absent: whole sleeps) */
-	int (*set_ranges)(void *addr, kvdmabuf_preload_ranges_fn *ranges);
+	int (*set_ranges)(void *addr, kvdmabuf_preload_ranges_fn *ranges,
+			  unsigned int flags);
 } preload = { .once = PTHREAD_ONCE_INIT };
 
 static void preload_find(void)
@@ -98,7 +99,9 @@ int kvd_preload_declare(struct kvdmabuf_region *r)
 			       strerror(-rc), KVDMABUF_PRELOAD_REGIONS_ENV);
 	rc = preload.set_ops(r->addr, &ops);
 	if (!rc && preload.set_ranges)
-		rc = preload.set_ranges(r->addr, r->ctx->engine_ranges);
+		rc = preload.set_ranges(r->addr, r->ctx->engine_ranges,
+					r->flags & KVDMABUF_REGION_EMPTY ?
+					KVDMABUF_PRELOAD_RANGES_EMPTY : 0);
 	if (rc) {
 		preload.undeclare(r->addr);
 		return kvd_err(r->ctx, rc, "libkvdmabuf-preload.so refused "

@@ -265,15 +265,20 @@ static int desc_check(struct kvdmabuf_ctx *ctx,
 	if (d->mem < KVDMABUF_MEM_HOST || d->mem > KVDMABUF_MEM_DRM)
 		return kvd_err(ctx, -EINVAL, "region: unknown memory kind %d",
 			       d->mem);
-	if (d->flags & ~KVDMABUF_REGION_RELEASED_AT_SLEEP)
+	if (d->flags & ~(KVDMABUF_REGION_RELEASED_AT_SLEEP |
+			 KVDMABUF_REGION_EMPTY))
 		return kvd_err(ctx, -EINVAL, "region: unknown flags 0x%x",
 			       d->flags);
+	if ((d->flags & KVDMABUF_REGION_EMPTY) && d->mem == KVDMABUF_MEM_HOST)
+		return kvd_err(ctx, -EINVAL, "region: EMPTY is for device "
+			       "memory (an elastic pool of CUDA or DRM pages)");
 	if ((d->flags & KVDMABUF_REGION_RELEASED_AT_SLEEP) &&
 	    d->mem != KVDMABUF_MEM_HOST)
 		return kvd_err(ctx, -EINVAL, "region: RELEASED_AT_SLEEP is for "
 			       "host memory (device memory is always "
 			       "released)");
-	if (d->mem == KVDMABUF_MEM_DRM && d->drm_fd < 0)
+	if (d->mem == KVDMABUF_MEM_DRM && d->drm_fd < 0 &&
+	    !(d->flags & KVDMABUF_REGION_EMPTY))
 		return kvd_err(ctx, -EINVAL, "region: DRM memory needs drm_fd");
 	if (d->tag && strlen(d->tag) >= KVD_NAMEMAX)
 		return kvd_err(ctx, -EINVAL, "region: tag too long");
@@ -323,6 +328,42 @@ static int host_released_setup(struct kvdmabuf_region *r)
 	return kvd_region_reg_all(r);
 }
 
+/*
+ * An elastic pool that starts empty: a proxy whose one range is unbacked
+ * (the module's zeroed scratch), registered once; FOLLOW or refused, since
+ * a NIC that pins could never see the pages that come later.
+ */
+static int empty_setup(struct kvdmabuf_region *r)
+{
+	struct kvdmabuf_ctx *ctx = r->ctx;
+	const struct kvd_ops *ops = ctx->ops;
+	struct kvd_range all = { .start = 0, .len = r->len, .fd = -1 };
+	int rc;
+
+	if (ctx->module_fd < 0 || !ops->proxy_ranges)
+		return kvd_err(ctx, -EOPNOTSUPP, "an empty pool "
+			       "(KVDMABUF_REGION_EMPTY) needs the kvdmabuf "
+			       "module: its proxy maps the pages as they come");
+	rc = ops->proxy_create(ctx, r->len, &r->proxy_fd, &r->proxy_id);
+	if (rc) {
+		r->proxy_fd = -1;
+		return rc;
+	}
+	rc = ops->proxy_ranges(ctx, r->proxy_fd, &all, 1);
+	if (rc)
+		return kvd_err_prefix(ctx, rc, "empty pool");
+	r->mode = KVDMABUF_MODE_REREGISTER;
+	rc = kvd_region_reg_all(r);
+	if (!rc)
+		rc = kvd_region_measure_mode(r);
+	if (!rc && r->mode != KVDMABUF_MODE_FOLLOW)
+		rc = kvd_err(ctx, -EOPNOTSUPP, "an empty pool "
+			     "(KVDMABUF_REGION_EMPTY) needs NICs that follow "
+			     "moves: a NIC of it pins the proxy, and could "
+			     "never reach the pages mapped later");
+	return rc;
+}
+
 static int region_setup(struct kvdmabuf_region *r)
 {
 	struct kvdmabuf_ctx *ctx = r->ctx;
@@ -351,6 +392,8 @@ static int region_setup(struct kvdmabuf_region *r)
 			       "follow (the engine's MRs of it would pin it)");
 	if (r->mem == KVDMABUF_MEM_HOST)
 		return host_released_setup(r);
+	if (r->flags & KVDMABUF_REGION_EMPTY)
+		return empty_setup(r);
 	rc = ops->export_dmabuf(ctx, r, &r->backing_fd, &r->backing_off);
 	if (rc) {
 		r->backing_fd = -1;

@@ -1389,9 +1389,37 @@ EXPORT int kvdmabuf_preload_set_proxy_ops(void *addr,
 }
 
 EXPORT int kvdmabuf_preload_set_ranges_op(void *addr,
-					  kvdmabuf_preload_ranges_fn *ranges)
+					  kvdmabuf_preload_ranges_fn *ranges,
+					  unsigned int flags)
 {
-	return kp_region_set_ranges((uintptr_t)addr, ranges);
+	struct kp_region_view v;
+	struct kc_given *g;
+	uintptr_t a = (uintptr_t)addr;
+	int rc;
+
+	if ((flags & ~KVDMABUF_PRELOAD_RANGES_EMPTY) || (flags && !ranges))
+		return -EINVAL;
+	if (!kc_depth)          /* else this thread holds it: a callback */
+		pthread_mutex_lock(&kc.transition);
+	rc = kp_region_set_ranges(a, ranges);
+	g = given_at(a);
+	if (!rc && g)           /* what was given back is the old owner's */
+		given_drop(g);
+	if (!rc && (flags & KVDMABUF_PRELOAD_RANGES_EMPTY)) {
+		rc = -ENOMEM;
+		if (kp_regions_overlapping(a, 1, &v, 1) == 1 && v.addr == a &&
+		    (g = given_get(&v)) != NULL) {
+			rc = cover(v.addr, v.len, &g->out, v.addr,
+				   v.addr + v.len, true);
+			if (rc)
+				given_drop(g);
+		}
+		if (rc)
+			kp_region_set_ranges(a, NULL);
+	}
+	if (!kc_depth)
+		pthread_mutex_unlock(&kc.transition);
+	return rc;
 }
 
 EXPORT int kvdmabuf_preload_cuda_error(char *buf, size_t len)

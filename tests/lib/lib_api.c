@@ -666,6 +666,86 @@ TEST_F(api, region_ranges_refuses_before_the_module)
 	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx), "asleep"));
 }
 
+/*
+ * An elastic pool that starts empty (KVDMABUF_REGION_EMPTY): nothing
+ * exported, the proxy's one range unbacked (the module's scratch), the NIC
+ * registered once (FOLLOW); a page brought in later keeps the keys. Host
+ * memory, no module, or a NIC that pins: refused, nothing left behind.
+ */
+TEST_F(api, an_empty_pool_registers_once_on_an_unbacked_proxy)
+{
+	struct kvdmabuf_region_range rr = { .offset = 4096, .len = 4096 };
+	unsigned int exports0 = fw.exports;
+	const struct fake_piece *pc;
+	struct kvdmabuf_region_info in;
+	struct kvdmabuf_region *r, *r2;
+	uint32_t lk0, rk0, lk, rk;
+	uint64_t g0, g;
+	int p;
+
+	EXPECT_EQ(-EINVAL, add(self->ctx, self->mem, LEN, KVDMABUF_MEM_HOST,
+			       KVDMABUF_REGION_EMPTY, "h", &r));
+	ASSERT_EQ(0, add(self->ctx, self->mem, LEN, KVDMABUF_MEM_CUDA,
+			 KVDMABUF_REGION_EMPTY, "kv", &r));
+	EXPECT_EQ(exports0, fw.exports);
+	ASSERT_EQ(0, kvdmabuf_region_info(r, &in));
+	EXPECT_EQ(KVDMABUF_MODE_FOLLOW, in.mode);
+	EXPECT_EQ(1, fake_mrs_live());
+	p = fake_find_proxy(r->proxy_fd);
+	ASSERT_LE(0, p);
+	pc = fake_piece_at(p, 0);
+	ASSERT_NOT_NULL(pc);
+	EXPECT_EQ(-1, pc->fd);
+	EXPECT_EQ((uint64_t)LEN, pc->len);
+	ASSERT_EQ(0, kvdmabuf_region_keys(r, 0, &lk0, &rk0, &g0));
+
+	/* a page comes in: the caller's dma-buf backs it, keys unchanged */
+	rr.fd = memfd_create("fake-backing", MFD_CLOEXEC);
+	ASSERT_LE(0, rr.fd);
+	ASSERT_EQ(0, ftruncate(rr.fd, 4096));
+	ASSERT_EQ(0, kvdmabuf_region_ranges(r, &rr, 1));
+	close(rr.fd);
+	pc = fake_piece_at(p, 4096);
+	ASSERT_NOT_NULL(pc);
+	EXPECT_LE(0, pc->fd);
+	EXPECT_EQ(-1, fake_piece_at(p, 0)->fd);
+	ASSERT_EQ(0, kvdmabuf_region_keys(r, 0, &lk, &rk, &g));
+	EXPECT_EQ(lk0, lk);
+	EXPECT_EQ(rk0, rk);
+	EXPECT_EQ(g0, g);
+
+	/* a NIC that pins could never reach the pages mapped later */
+	fw.nic_pins[0] = 1;
+	EXPECT_EQ(-EOPNOTSUPP, add(self->ctx, self->mem + LEN, LEN,
+				   KVDMABUF_MEM_DRM, KVDMABUF_REGION_EMPTY,
+				   "kv2", &r2));
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(self->ctx), "pins"));
+	fw.nic_pins[0] = 0;
+	EXPECT_EQ(1, fake_mrs_live());
+	fake_proxy_gc();
+	EXPECT_EQ(1, fds_named("fake-proxy"));
+}
+
+/* Without the module there is no proxy to map an empty pool's pages. */
+TEST(an_empty_pool_needs_the_module)
+{
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r;
+	char err[256];
+	void *m = region_mem(LEN);
+
+	fake_reset(1);
+	ASSERT_NE(NULL, m);
+	ASSERT_EQ(0, fake_open("protocol: rdma\n", NULL, &ctx, err,
+			       sizeof(err)));
+	EXPECT_EQ(-EOPNOTSUPP, add(ctx, m, LEN, KVDMABUF_MEM_CUDA,
+				   KVDMABUF_REGION_EMPTY, "kv", &r));
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(ctx), "module"));
+	EXPECT_EQ(0, fake_mrs_live());
+	kvdmabuf_close(ctx);
+	munmap(m, LEN);
+}
+
 /* Engines that register themselves get the proxy dma-buf. */
 TEST_F(api, region_dmabuf_is_the_proxy)
 {

@@ -524,6 +524,59 @@ TEST_F(lr, an_engine_giving_back_one_chunk_keeps_the_region_awake)
 	}
 }
 
+/*
+ * An elastic pool that starts empty (KVDMABUF_REGION_EMPTY, a kvcached-
+ * shaped engine: VA reserved, nothing mapped when the transfer engine
+ * registers it): each chunk the engine maps and makes accessible comes
+ * in, each it unmaps goes, under one registration.
+ */
+TEST(an_empty_pool_brings_in_each_chunk_the_engine_maps)
+{
+	struct kvdmabuf_region_desc d = { 0 };
+	struct kvdmabuf_options o = { 0 };
+	const struct fake_piece *pc;
+	struct kvdmabuf_region *r;
+	struct kvdmabuf_ctx *ctx;
+	kvd_CUdeviceptr b;
+	char why[400];
+	int p;
+
+	if (load(why, sizeof(why)))
+		SKIP(return, "%s", why);
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.d_reserve(&b, LEN, 0, 0, 0));
+	fake_reset(1);
+	fw.module = 1;
+	ASSERT_EQ(0, fake_open("protocol: rdma\n", &o, &ctx, why,
+			       sizeof(why)));
+	d.addr = (void *)(uintptr_t)b;
+	d.len = LEN;
+	d.mem = KVDMABUF_MEM_CUDA;
+	d.flags = KVDMABUF_REGION_EMPTY;
+	d.tag = "kv_pool";
+	ASSERT_EQ(0, kvdmabuf_region_add(ctx, &d, &r));
+	p = fake_find_proxy(r->proxy_fd);
+	ASSERT_LE(0, p);
+	EXPECT_EQ(1u, fw.px[p].ranges_calls);
+	log_now();
+
+	ASSERT_EQ(0, map_chunk(d.addr, 1, t.map, t.access));
+	LOG_IS("map access export");
+	EXPECT_EQ(2u, fw.px[p].ranges_calls);
+	pc = fake_piece_at(p, CHUNK);
+	ASSERT_NOT_NULL(pc);
+	EXPECT_EQ((long)CHUNK, fd_size(pc->fd));
+	EXPECT_EQ(-1, fake_piece_at(p, 0)->fd);
+	EXPECT_EQ(0, rinfo(r).asleep);
+
+	ASSERT_EQ(KVD_CUDA_SUCCESS, t.unmap(b + CHUNK, CHUNK));
+	EXPECT_EQ(3u, fw.px[p].ranges_calls);
+	EXPECT_EQ(-1, fake_piece_at(p, CHUNK)->fd);
+	EXPECT_EQ(0, fds_named("fake-backing"));
+	EXPECT_EQ(1, fake_mrs_live());
+	EXPECT_EQ(0, kvdmabuf_close(ctx));
+	fake_proxy_gc();
+}
+
 TEST_F(lr, refused_by_the_library_nothing_is_unmapped)
 {
 	char e[512];

@@ -47,6 +47,9 @@ MEM_HOST, MEM_CUDA, MEM_DRM = 1, 2, 3
 MODE_FOLLOW, MODE_REREGISTER, MODE_HOST, MODE_NOREG, MODE_ODP = 1, 2, 3, 4, 5
 MODULE_DEFAULT, MODULE_AUTO, MODULE_REQUIRE, MODULE_OFF = 0, 1, 2, 3
 REGION_RELEASED_AT_SLEEP = 1 << 0
+# An elastic pool that starts with nothing mapped (device memory): pages
+# come in and go with Region.ranges().
+REGION_EMPTY = 1 << 1
 # Region.ranges(): a range gives its memory back, or (CUDA regions) is
 # backed by what is mapped there now, exported by the library.
 RANGE_RELEASE, RANGE_EXPORT = -1, -2
@@ -647,14 +650,17 @@ class Context:
 
     def add_region(self, addr: int, length: int, mem: Union[int, str] = MEM_HOST,
                    *, tag: str = "", released_at_sleep: bool = False,
-                   drm_fd: int = -1, drm_handle: int = 0,
+                   empty: bool = False, drm_fd: int = -1, drm_handle: int = 0,
                    nics: int = 0) -> Region:
         """Export (device memory) and register [addr, addr+length) on every
-        NIC (or the NICs of bit mask ``nics``); see ``kvdmabuf_region_add``."""
+        NIC (or the NICs of bit mask ``nics``); see ``kvdmabuf_region_add``.
+        ``empty``: an elastic pool with nothing mapped yet
+        (``KVDMABUF_REGION_EMPTY``)."""
         d = _RegionDesc()
         d.addr, d.len = addr, length
         d.mem = _MEM_NAMES.get(mem, mem) if isinstance(mem, str) else mem
-        d.flags = REGION_RELEASED_AT_SLEEP if released_at_sleep else 0
+        d.flags = ((REGION_RELEASED_AT_SLEEP if released_at_sleep else 0) |
+                   (REGION_EMPTY if empty else 0))
         d.tag = tag.encode()
         d.drm_fd, d.drm_handle, d.nics = drm_fd, drm_handle, nics
         h = ctypes.c_void_p()
