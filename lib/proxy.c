@@ -15,8 +15,8 @@
 #include "internal.h"
 
 /*
- * EINTR is retried except for ATTACH, which may have swapped the backing
- * when it is interrupted, and REVOKE, which retries within its own bound
+ * EINTR is retried except for ATTACH and RANGES, which may have swapped
+ * the backing when they are interrupted, and REVOKE, which retries within its own bound
  * (kvd_proxy_dev_revoke()).
  */
 static int xioctl(int fd, unsigned long cmd, void *arg)
@@ -26,7 +26,7 @@ static int xioctl(int fd, unsigned long cmd, void *arg)
 	do {
 		rc = ioctl(fd, cmd, arg);
 	} while (rc < 0 && errno == EINTR && cmd != KVDMABUF_IOCTL_ATTACH &&
-		 cmd != KVDMABUF_IOCTL_REVOKE);
+		 cmd != KVDMABUF_IOCTL_REVOKE && cmd != KVDMABUF_IOCTL_RANGES);
 	return rc < 0 ? -errno : 0;
 }
 
@@ -209,8 +209,7 @@ int kvd_proxy_dev_ranges(struct kvdmabuf_ctx *ctx, int proxy_fd,
 	a.ranges = (uintptr_t)r;
 	a.range_size = sizeof(*r);
 	a.timeout_ms = ctx->revoke_timeout_ms;
-	/* like ATTACH: an -EINTR may come after the swap, never retried */
-	rc = ioctl(ctx->module_fd, KVDMABUF_IOCTL_RANGES, &a) ? -errno : 0;
+	rc = xioctl(ctx->module_fd, KVDMABUF_IOCTL_RANGES, &a);
 	free(r);
 	if (rc == -ENOTTY)
 		return kvd_err(ctx, -EOPNOTSUPP, "kvdmabuf ranges: the loaded "
