@@ -369,12 +369,14 @@ def preload_report():
     return buf.value.decode(errors="replace").strip()
 
 
-def engine_main(args):
+def engine_main(args, cls=None):
+    """An engine process: @cls (Engine) driven by one JSON command a line
+    on stdin, one JSON reply a line on the original stdout."""
     ktap_out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)                    # the store's own prints: to the log
     send = lambda o: (ktap_out.write(json.dumps(o) + "\n"), ktap_out.flush())
     try:
-        e = Engine(json.loads(args))
+        e = (cls or Engine)(json.loads(args))
     except BaseException as ex:
         send({"error": "setup: %s: %s" % (type(ex).__name__, ex)})
         return 1
@@ -452,10 +454,12 @@ def show_log(path, n=40):
 
 
 class Proc:
-    def __init__(self, py, who, conf, log, env=None, expect_error=False):
+    def __init__(self, py, who, conf, log, env=None, expect_error=False,
+                 script=None):
         self.who, self.log = who, log
         self.p = subprocess.Popen(
-            [py, os.path.abspath(__file__), "--engine", json.dumps(conf)],
+            [py, script or os.path.abspath(__file__), "--engine",
+             json.dumps(conf)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=open(log, "w"), text=True,
             env=dict(engine_env(), **(env or {})))
