@@ -26,21 +26,44 @@ static inline int cmp_dbl(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* Median of any number of samples (sorts a copy); 0 when empty or OOM. */
-static inline double median(const double *v, int n)
+/* A sorted copy of @n samples (free it); NULL when empty or OOM. */
+static inline double *sorted_copy(const double *v, int n)
 {
-	double *c, m;
+	double *c;
 
 	if (n <= 0)
-		return 0;
+		return NULL;
 	c = malloc((size_t)n * sizeof(*c));
 	if (!c)
-		return 0;
+		return NULL;
 	memcpy(c, v, (size_t)n * sizeof(*c));
 	qsort(c, (size_t)n, sizeof(*c), cmp_dbl);
+	return c;
+}
+
+/* Median of any number of samples; 0 when empty or OOM. */
+static inline double median(const double *v, int n)
+{
+	double *c = sorted_copy(v, n), m;
+
+	if (!c)
+		return 0;
 	m = n % 2 ? c[n / 2] : (c[n / 2 - 1] + c[n / 2]) / 2;
 	free(c);
 	return m;
+}
+
+/* Nearest-rank percentile @p of any number of samples; 0 when empty. */
+static inline double percentile(const double *v, int n, int p)
+{
+	double *c = sorted_copy(v, n), x;
+	int k = (p * n + 99) / 100;	/* ceil(p/100 * n), 1-based */
+
+	if (!c)
+		return 0;
+	x = c[k < 1 ? 0 : k - 1];
+	free(c);
+	return x;
 }
 
 #endif /* KVDMABUF_BENCH_STATS_H */

@@ -112,25 +112,6 @@ static int bench_err(const char *fmt, ...)
 	return -1;
 }
 
-/* Nearest-rank percentile @p of any number of samples (sorts a copy). */
-static double pctl_big(const double *v, int n, int p)
-{
-	double *c, x;
-	int k;
-
-	if (n <= 0)
-		return 0;
-	c = malloc((size_t)n * sizeof(*c));
-	if (!c)
-		return 0;
-	memcpy(c, v, (size_t)n * sizeof(*c));
-	qsort(c, (size_t)n, sizeof(*c), cmp_dbl);
-	k = (p * n + 99) / 100;		/* ceil(p/100 * n), 1-based */
-	x = c[k < 1 ? 0 : k - 1];
-	free(c);
-	return x;
-}
-
 static double vmax(const double *v, int n)
 {
 	double m = 0;
@@ -1175,7 +1156,7 @@ static int run_map_size(int dev, uint64_t size)
 		}
 		for (round = 0; round < 3; round++) {
 			med[x][round] = median(v[x][round], total);
-			p99[x][round] = pctl_big(v[x][round], total, 99);
+			p99[x][round] = percentile(v[x][round], total, 99);
 		}
 	}
 	if (map_check(h[0], size, seed, "through the proxy, after the remaps") ||
@@ -2149,9 +2130,9 @@ static void report_rxe_size(const struct sz_res *s)
 	fw = median(s->x_wake, s->nx);
 	ff = median(s->x_first, s->nx);
 	fr = median(s->x_ratio, s->nx);
-	fr99 = pctl_big(s->x_ratio, s->nx, 99);
+	fr99 = percentile(s->x_ratio, s->nx, 99);
 	ov = median(s->x_over, s->nx);
-	ov99 = pctl_big(s->x_over, s->nx, 99);
+	ov99 = percentile(s->x_over, s->nx, 99);
 	fnd = median(s->x_ratio_nd, s->nx);
 	row_add("1r", "(d) re-register: dereg+export+reg_dmabuf+READ", sz,
 		"%.2f ms = %.2f ms/GiB (%.2f + %.2f + %.3f ms)", rt / 1e6,
@@ -2646,20 +2627,6 @@ static void *drain_xfer(void *arg)
  * of 100). */
 #define DRAIN_SAMPLES 100
 
-/* Nearest-rank percentile @p of @n values. */
-static double pctl(const double *v, int n, int p)
-{
-	double s[DRAIN_SAMPLES];
-	int k;
-
-	if (n <= 0 || n > DRAIN_SAMPLES)
-		return 0;
-	memcpy(s, v, sizeof(double) * (size_t)n);
-	qsort(s, (size_t)n, sizeof(double), cmp_dbl);
-	k = (p * n + 99) / 100;		/* ceil(p/100 * n), 1-based */
-	return s[k < 1 ? 0 : k - 1];
-}
-
 static int run_drain(void)
 {
 	static const int64_t holds[] = { 0, 200000, 2000000, 20000000 };
@@ -2711,12 +2678,12 @@ static int run_drain(void)
 			 holds[h] / 1e6);
 		row_add("6", what, "-", "median %.3f ms, p99 %.3f ms, max "
 			"%.3f ms (%d)", median(lat, n) / 1e6,
-			pctl(lat, n, 99) / 1e6, vmax(lat, n) / 1e6, n);
+			percentile(lat, n, 99) / 1e6, vmax(lat, n) / 1e6, n);
 		bench_line("name=drain_latency hold_ns=%" PRId64 " ns=%.0f "
 			   "p99_ns=%.0f max_ns=%.0f samples=%d", holds[h],
-			   median(lat, n), pctl(lat, n, 99), vmax(lat, n), n);
-		if (pctl(lat, n, 99) > worst_p99) {
-			worst_p99 = pctl(lat, n, 99);
+			   median(lat, n), percentile(lat, n, 99), vmax(lat, n), n);
+		if (percentile(lat, n, 99) > worst_p99) {
+			worst_p99 = percentile(lat, n, 99);
 			worst_hold = holds[h];
 		}
 		if (vmax(lat, n) > worst_max) {
@@ -2760,9 +2727,9 @@ static void report_size(struct sz_res *s)
 	fl = median(s->floor_ns, s->n);
 	flne = median(s->floor_noexp, s->n);
 	fr = median(s->f_ratio, s->n);
-	fr99 = pctl_big(s->f_ratio, s->n, 99);
+	fr99 = percentile(s->f_ratio, s->n, 99);
 	ov = median(s->f_over, s->n);
-	ov99 = pctl_big(s->f_over, s->n, 99);
+	ov99 = percentile(s->f_over, s->n, 99);
 	pw = median(s->p_wake, s->np);
 	pf = median(s->p_first, s->np);
 	if (s->nr)
