@@ -112,6 +112,27 @@ void kvd_io_quiesce(struct kvd_inflight *io);
 void kvd_io_wait_ended(struct kvd_inflight *io, uint32_t seen, int64_t ns);
 int64_t kvd_now_ns(void);
 
+/* range_io.c: transfers on parts of a region (kvdmabuf_io_begin_range()),
+ * by unit of KVD_IO_UNIT bytes (a GPU page), each unit's count and
+ * KVD_IO_CLOSED in one word. */
+#define KVD_IO_UNIT ((size_t)2 << 20)
+struct kvd_range_io {
+	_Atomic uint64_t *unit;         /* NULL: the region has no proxy */
+	size_t nr_units;
+	_Atomic uint32_t ended;         /* futex: a closed unit went idle */
+};
+int kvd_range_io_init(struct kvd_range_io *rio, size_t len);
+void kvd_range_io_free(struct kvd_range_io *rio);
+struct kvdmabuf_region;
+struct kvd_range;
+/* Close the units of @k and wait (at most @timeout_ms) until no transfer
+ * is in flight on them: 0 (closed: open them after the change) or
+ * -EAGAIN (open again, message set). */
+int kvd_range_io_drain(struct kvdmabuf_region *r, const struct kvd_range *k,
+		       unsigned int n, unsigned int timeout_ms);
+void kvd_range_io_open(struct kvdmabuf_region *r, const struct kvd_range *k,
+		       unsigned int n);
+
 /* ---- backends ---- */
 struct kvd_mr {
 	void *handle;           /* struct ibv_mr *, or the fake NIC's record */
@@ -257,6 +278,7 @@ struct kvdmabuf_preload_range;
 
 struct kvdmabuf_region {
 	struct kvd_inflight io;          /* first: the hot part */
+	struct kvd_range_io rio;         /* elastic pools: per page */
 	struct kvdmabuf_ctx *ctx;
 	void *addr;
 	size_t len;

@@ -421,8 +421,12 @@ struct kvdmabuf_region_range {
  * NIC that follows moves maps again under the same keys. When the call
  * returns, no NIC maps a released range's old memory and neither the
  * module nor the library holds it: the engine may unmap and free it.
- * Transfers on the listed ranges must have ended (the engine gives a page
- * back once no request uses it); those on the rest go on throughout.
+ * Transfers begun on the listed ranges with kvdmabuf_io_begin_range() are
+ * waited for first (new ones there are refused meanwhile), at most the
+ * context's drain timeout (-EAGAIN, nothing changed); transfers on the
+ * rest go on throughout. Transfers the library is not told of (the
+ * engine's own, kvdmabuf_io_begin() on the whole region) must have ended
+ * (an engine gives a page back once no request uses it).
  * After it the region holds no export of its own: a later sleep and wake
  * make it one range again (the wake exports the whole region).
  *
@@ -433,9 +437,10 @@ struct kvdmabuf_region_range {
  * pins (REREGISTER mode: it cannot follow a range change) or the module
  * is older than API 3.2; -EBUSY the region is asleep, or an importer's
  * pin refused the change; -EIO the region is broken; the module's and
- * the CUDA driver's errors. On failure nothing changed, except with
- * -ETIMEDOUT (changed, but an importer kept mapping what was replaced past
- * the bound).
+ * the CUDA driver's errors; -EAGAIN transfers on the ranges did not end
+ * in time (try again). On failure nothing changed, except with -ETIMEDOUT
+ * (changed, but an importer kept mapping what was replaced past the
+ * bound).
  */
 int kvdmabuf_region_ranges(struct kvdmabuf_region *region,
 			   const struct kvdmabuf_region_range *ranges,
@@ -576,6 +581,26 @@ int kvdmabuf_io_begin_many(struct kvdmabuf_region *const *regions,
 /** kvdmabuf_io_end_many() - kvdmabuf_io_end() on @n regions. */
 void kvdmabuf_io_end_many(struct kvdmabuf_region *const *regions,
 			  unsigned int n);
+
+/**
+ * kvdmabuf_io_begin_range() - a transfer touching bytes [@offset,
+ * @offset + @len) of @region starts (an elastic pool's pages). As
+ * kvdmabuf_io_begin() (a sleep waits for it too), and besides:
+ * kvdmabuf_region_ranges() waits for it before it changes any of those
+ * bytes, and refuses new ones there meanwhile. Counted per 2 MiB of the
+ * region; lock-free, any thread. Transfers begun with kvdmabuf_io_begin()
+ * are not waited for by kvdmabuf_region_ranges().
+ * Return: 0, then call kvdmabuf_io_end_range() with the same arguments
+ * exactly once when it completed; -ESHUTDOWN the region is going to sleep
+ * or asleep, or those bytes are changing now (try again after);
+ * -EINVAL outside the region.
+ */
+int kvdmabuf_io_begin_range(struct kvdmabuf_region *region, size_t offset,
+			    size_t len);
+/** kvdmabuf_io_end_range() - the transfer begun by
+ *  kvdmabuf_io_begin_range() with the same arguments ended. */
+void kvdmabuf_io_end_range(struct kvdmabuf_region *region, size_t offset,
+			   size_t len);
 
 /**
  * kvdmabuf_sleep() - release the registrations of the regions tagged @tag

@@ -192,21 +192,31 @@ static int apply(struct kvdmabuf_region *r,
 {
 	struct kvdmabuf_ctx *ctx = r->ctx;
 	struct batch b = { 0 };
-	struct kvd_range k = { 0 };
+	struct kvd_range *named;
 	char what[32];
 	unsigned int i;
 	int rc = 0;
 
+	named = calloc(n, sizeof(*named));
+	if (!named)
+		return kvd_err(ctx, -ENOMEM, "ranges: out of memory");
+	for (i = 0; i < n && !rc; i++)
+		rc = range_check(r, i, &ranges[i], &named[i]);
+	/* the transfers on those pages end first; new ones wait */
+	if (!rc)
+		rc = kvd_range_io_drain(r, named, n, ctx->drain_timeout_ms);
+	if (rc) {
+		free(named);
+		return rc;
+	}
 	for (i = 0; i < n && !rc; i++) {
-		rc = range_check(r, i, &ranges[i], &k);
-		if (rc)
-			break;
 		snprintf(what, sizeof(what), "range %u", i);
 		if (ranges[i].fd == KVDMABUF_RANGE_EXPORT)
-			rc = batch_export(r, &b, k.start, k.len, what);
+			rc = batch_export(r, &b, named[i].start, named[i].len,
+					  what);
 		else
-			rc = batch_add(ctx, &b, k.start, k.len, k.fd, k.offset,
-				       false);
+			rc = batch_add(ctx, &b, named[i].start, named[i].len,
+				       named[i].fd, named[i].offset, false);
 	}
 	if (!rc && r->mem == KVDMABUF_MEM_CUDA && r->backing_fd >= 0)
 		rc = batch_rest(r, &b);
@@ -223,7 +233,9 @@ static int apply(struct kvdmabuf_region *r,
 		r->backing_fd = -1;
 		r->backing_off = 0;
 	}
+	kvd_range_io_open(r, named, n);
 	batch_free(&b);
+	free(named);
 	return rc;
 }
 

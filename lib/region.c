@@ -226,6 +226,7 @@ void kvd_region_destroy(struct kvdmabuf_region *r)
 			break;
 		}
 	ctx->unbalanced_removed += atomic_load(&r->io.unbalanced);
+	kvd_range_io_free(&r->rio);
 	free(r->tag);
 	free(r);
 }
@@ -530,6 +531,9 @@ int kvdmabuf_region_add(struct kvdmabuf_ctx *ctx,
 	r->proxy_fd = -1;
 
 	rc = region_setup(r);
+	if (!rc && r->proxy_fd >= 0 &&
+	    kvd_range_io_init(&r->rio, r->len))
+		rc = kvd_err(ctx, -ENOMEM, "out of memory");
 	if (!rc)
 		rc = kvd_preload_declare(r);
 	if (rc) {

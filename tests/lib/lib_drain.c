@@ -562,4 +562,132 @@ TEST_TIMEOUT(revoke_interrupted_without_end_keeps_its_bound, 10)
 	close(c.module_fd);
 }
 
+/*
+ * Elastic pools: kvdmabuf_region_ranges() waits for the transfers begun on
+ * the pages it changes (kvdmabuf_io_begin_range()), refuses new ones there
+ * meanwhile and lets those on the other pages through; one that does not
+ * end in the drain bound makes it -EAGAIN with nothing changed. Transfers
+ * on the whole region (kvdmabuf_io_begin()) are not waited for.
+ */
+#define POOL_PAGE (2u << 20)
+
+struct page_transfer {
+	struct kvdmabuf_region *r;
+	int begun_efd, event_efd;
+	atomic_int ended;
+	int rc_same_page, rc_other_page;
+};
+
+static void *page_transfer(void *arg)
+{
+	struct page_transfer *w = arg;
+	uint64_t one = 1, v;
+
+	if (kvdmabuf_io_begin_range(w->r, POOL_PAGE + 4096, 8192))
+		return NULL;
+	if (write(w->begun_efd, &one, sizeof(one)) != sizeof(one) ||
+	    read(w->event_efd, &v, sizeof(v)) != sizeof(v))
+		return NULL;
+	atomic_store(&w->ended, 1);
+	kvdmabuf_io_end_range(w->r, POOL_PAGE + 4096, 8192);
+	return NULL;
+}
+
+static void *page_setter(void *arg)
+{
+	struct page_transfer *w = arg;
+	uint64_t one = 1;
+
+	usleep(150 * 1000);
+	/* the change waits: its page refuses, the others take transfers */
+	w->rc_same_page = kvdmabuf_io_begin_range(w->r, POOL_PAGE, 4096);
+	if (!w->rc_same_page)
+		kvdmabuf_io_end_range(w->r, POOL_PAGE, 4096);
+	w->rc_other_page = kvdmabuf_io_begin_range(w->r, 0, 4096);
+	if (!w->rc_other_page)
+		kvdmabuf_io_end_range(w->r, 0, 4096);
+	if (write(w->event_efd, &one, sizeof(one)) != sizeof(one))
+		w->rc_same_page = -999;
+	return NULL;
+}
+
+TEST(ranges_wait_for_transfers_on_their_pages)
+{
+	struct kvdmabuf_region_range rr = { .offset = POOL_PAGE,
+					    .len = POOL_PAGE };
+	struct page_transfer w = { 0 };
+	struct kvdmabuf_region_desc d = { 0 };
+	struct kvdmabuf_ctx *ctx;
+	pthread_t tw, ts;
+	int64_t t0, t1;
+	char err[512];
+	uint64_t v;
+	int p, rc;
+
+	fake_reset(1);
+	fw.module = 1;
+	ASSERT_EQ(0, fake_open("protocol: rdma\ndrain_timeout_s: 0.3\n", NULL,
+			       &ctx, err, sizeof(err)));
+	d.addr = region_mem(3 * POOL_PAGE);
+	ASSERT_NE(NULL, d.addr);
+	d.len = 3 * POOL_PAGE;
+	d.mem = KVDMABUF_MEM_DRM;
+	d.flags = KVDMABUF_REGION_EMPTY;
+	ASSERT_EQ(0, kvdmabuf_region_add(ctx, &d, &w.r));
+	p = fake_find_proxy(w.r->proxy_fd);
+	ASSERT_LE(0, p);
+	EXPECT_EQ(-EINVAL, kvdmabuf_io_begin_range(w.r, 3 * POOL_PAGE, 1));
+	EXPECT_EQ(-EINVAL, kvdmabuf_io_begin_range(w.r, 0, 0));
+
+	/* a transfer on page 1 ends 150 ms in: the change of page 1 waits */
+	rr.fd = memfd_create("fake-backing", MFD_CLOEXEC);
+	ASSERT_EQ(0, ftruncate(rr.fd, POOL_PAGE));
+	w.begun_efd = eventfd(0, EFD_CLOEXEC);
+	w.event_efd = eventfd(0, EFD_CLOEXEC);
+	ASSERT_EQ(0, pthread_create(&tw, NULL, page_transfer, &w));
+	ASSERT_EQ((ssize_t)sizeof(v), read(w.begun_efd, &v, sizeof(v)));
+	t0 = kvd_now_ns();
+	ASSERT_EQ(0, pthread_create(&ts, NULL, page_setter, &w));
+	rc = kvdmabuf_region_ranges(w.r, &rr, 1);
+	t1 = kvd_now_ns();
+	EXPECT_EQ(1, atomic_load(&w.ended));    /* ended before the change */
+	pthread_join(ts, NULL);
+	pthread_join(tw, NULL);
+	if (rc)
+		TH_LOG("%s", kvdmabuf_last_error(ctx));
+	ASSERT_EQ(0, rc);
+	EXPECT_GE(t1 - t0, 140 * 1000000LL);
+	EXPECT_EQ(-ESHUTDOWN, w.rc_same_page);
+	EXPECT_EQ(0, w.rc_other_page);
+	EXPECT_EQ(2u, fw.px[p].ranges_calls);   /* the add's, then this */
+	EXPECT_LE(0, fake_piece_at(p, POOL_PAGE)->fd);
+	close(rr.fd);
+
+	/* one that never ends: -EAGAIN after the bound, nothing changed,
+	 * the page open again afterwards */
+	rr.offset = 2 * POOL_PAGE;
+	rr.fd = KVDMABUF_RANGE_RELEASE;
+	ASSERT_EQ(0, kvdmabuf_io_begin_range(w.r, 2 * POOL_PAGE, 4096));
+	t0 = kvd_now_ns();
+	EXPECT_EQ(-EAGAIN, kvdmabuf_region_ranges(w.r, &rr, 1));
+	t1 = kvd_now_ns();
+	TH_LOG("%s", kvdmabuf_last_error(ctx));
+	EXPECT_NE(NULL, strstr(kvdmabuf_last_error(ctx), "still in flight"));
+	EXPECT_GE(t1 - t0, 270 * 1000000LL);
+	EXPECT_EQ(2u, fw.px[p].ranges_calls);
+	EXPECT_EQ(0, kvdmabuf_io_begin_range(w.r, 2 * POOL_PAGE, 4096));
+	kvdmabuf_io_end_range(w.r, 2 * POOL_PAGE, 4096);
+	kvdmabuf_io_end_range(w.r, 2 * POOL_PAGE, 4096);
+
+	/* a transfer on the whole region is not the change's to wait for */
+	ASSERT_EQ(0, kvdmabuf_io_begin(w.r));
+	EXPECT_EQ(0, kvdmabuf_region_ranges(w.r, &rr, 1));
+	kvdmabuf_io_end(w.r);
+	EXPECT_EQ(3u, fw.px[p].ranges_calls);
+	close(w.begun_efd);
+	close(w.event_efd);
+	kvdmabuf_close(ctx);
+	munmap(d.addr, 3 * POOL_PAGE);
+}
+
 TEST_HARNESS_MAIN

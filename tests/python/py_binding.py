@@ -177,6 +177,12 @@ def regions_sleep_and_wake():
         check("page aligned" in e.strerror, e.strerror)
         with kv.io():
             check(ctx.query().inflight == 1)
+        # a transfer on part of it counts as one on the region
+        with kv.io_range(PAGE, PAGE):
+            check(ctx.query().inflight == 1)
+        check(ctx.query().inflight == 0)
+        expect(kvdmabuf.Error, errno.EINVAL,
+               kv.io_range(PAGE, 2 * PAGE).__enter__)
         # no proxy under protocol tcp: the library's reason, not a crash
         e = expect(kvdmabuf.Error, errno.ENOENT, kv.ranges,
                    [(0, PAGE, kvdmabuf.RANGE_RELEASE)])
@@ -186,6 +192,7 @@ def regions_sleep_and_wake():
         ctx.sleep("kv_cache")
         check(kv.info().asleep and not host.info().asleep)
         expect(kvdmabuf.Error, errno.ESHUTDOWN, kv.io().__enter__)
+        expect(kvdmabuf.Error, errno.ESHUTDOWN, kv.io_range(0, PAGE).__enter__)
         with host.io():
             pass
         ctx.wake()

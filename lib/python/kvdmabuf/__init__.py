@@ -212,6 +212,10 @@ def _load() -> ctypes.CDLL:
         "kvdmabuf_io_end": (None, [VP]),
         "kvdmabuf_io_begin_many": (I, [P(VP), U]),
         "kvdmabuf_io_end_many": (None, [P(VP), U]),
+        "kvdmabuf_io_begin_range": (I, [VP, ctypes.c_size_t,
+                                        ctypes.c_size_t]),
+        "kvdmabuf_io_end_range": (None, [VP, ctypes.c_size_t,
+                                         ctypes.c_size_t]),
         "kvdmabuf_sleep": (I, [VP, ctypes.c_char_p]),
         "kvdmabuf_wake": (I, [VP, ctypes.c_char_p]),
         "kvdmabuf_nic_add": (I, [VP, VP, P(U)]),
@@ -529,6 +533,22 @@ class Region:
             yield
         finally:
             self.io_end()
+
+    @contextlib.contextmanager
+    def io_range(self, offset: int, length: int) -> Iterator[None]:
+        """``with region.io_range(off, n):`` wraps a transfer on those
+        bytes of an elastic pool (``kvdmabuf_io_begin_range``):
+        :meth:`ranges` waits for it before it changes them. Raises
+        :class:`Error` (ESHUTDOWN) while the region sleeps or those bytes
+        change, (EINVAL) outside the region."""
+        rc = _lib.kvdmabuf_io_begin_range(self._h, offset, length)
+        if rc < 0:
+            raise Error(-rc, "io_begin_range(%d, %d): %s" %
+                        (offset, length, os.strerror(-rc)))
+        try:
+            yield
+        finally:
+            _lib.kvdmabuf_io_end_range(self._h, offset, length)
 
     def remove(self) -> None:
         self._ctx._remove(self)
