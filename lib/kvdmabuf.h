@@ -47,7 +47,7 @@ extern "C" {
 
 /* Version of this header; kvdmabuf_version() gives the library's. */
 #define KVDMABUF_VERSION_MAJOR 0
-#define KVDMABUF_VERSION_MINOR 3
+#define KVDMABUF_VERSION_MINOR 4
 #define KVDMABUF_VERSION_PATCH 0
 #define KVDMABUF_VERSION_CODE(major, minor, patch) \
 	(((major) << 16) | ((minor) << 8) | (patch))
@@ -282,7 +282,7 @@ int kvdmabuf_gate(const char *config_path, char *reason, size_t reason_len);
  *  with kvdmabuf_region_ranges() (or, under libkvdmabuf-preload.so, the
  *  engine's own cuMemSetAccess and cuMemUnmap). Needs the module with
  *  ranges (API 3.2) and NICs that follow moves (mode FOLLOW): -EOPNOTSUPP
- *  otherwise, naming which. */
+ *  otherwise, naming which. Since 0.4.0. */
 #define KVDMABUF_REGION_EMPTY (1u << 1)
 
 /** Description of a region for kvdmabuf_region_add(). Zero-initialise. */
@@ -593,7 +593,7 @@ void kvdmabuf_io_end_many(struct kvdmabuf_region *const *regions,
  * Return: 0, then call kvdmabuf_io_end_range() with the same arguments
  * exactly once when it completed; -ESHUTDOWN the region is going to sleep
  * or asleep, or those bytes are changing now (try again after);
- * -EINVAL outside the region.
+ * -EINVAL outside the region. Since 0.4.0.
  */
 int kvdmabuf_io_begin_range(struct kvdmabuf_region *region, size_t offset,
 			    size_t len);

@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 #: The C library version this binding speaks (major, minor).
-BINDING_VERSION = (0, 3)
+BINDING_VERSION = (0, 4)
 SONAME = "libkvdmabuf.so.0"
 
 MEM_HOST, MEM_CUDA, MEM_DRM = 1, 2, 3
