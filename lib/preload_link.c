@@ -9,7 +9,8 @@
  * context's engine operations (interpose.c: what the preload's CUDA
  * interposer calls when the engine itself unmaps or maps the memory
  * again), and undeclared before it is freed. Found at run time with
- * dlsym(): without the preload all of it is a no-op. Calls nothing of
+ * dlvsym(), by the preload's symbol versions: without the preload all of
+ * it is a no-op. Calls nothing of
  * the library but msg.c, so verbs, regions and sleep all reach it down.
  */
 #include <dlfcn.h>
@@ -35,19 +36,32 @@ static struct {
 			  unsigned int flags);
 } preload = { .once = PTHREAD_ONCE_INIT };
 
+/*
+ * By symbol version (the preload's version script): an object that merely
+ * defines these names (another interposer, an older or newer preload with
+ * another contract) is not taken for the preload. 0.2 added the ranges.
+ */
+#define PRELOAD_V1 "KVDMABUF_PRELOAD_0.1"
+#define PRELOAD_V2 "KVDMABUF_PRELOAD_0.2"
+
 static void preload_find(void)
 {
-	*(void **)&preload.own = dlsym(RTLD_DEFAULT, "kvdmabuf_preload_own");
-	*(void **)&preload.check = dlsym(RTLD_DEFAULT,
-					 "kvdmabuf_preload_check");
-	*(void **)&preload.declare = dlsym(RTLD_DEFAULT,
-					   "kvdmabuf_preload_declare");
-	*(void **)&preload.undeclare = dlsym(RTLD_DEFAULT,
-					     "kvdmabuf_preload_undeclare");
-	*(void **)&preload.set_ops = dlsym(RTLD_DEFAULT,
-					   "kvdmabuf_preload_set_proxy_ops");
-	*(void **)&preload.set_ranges = dlsym(RTLD_DEFAULT,
-					      "kvdmabuf_preload_set_ranges_op");
+	*(void **)&preload.own = dlvsym(RTLD_DEFAULT, "kvdmabuf_preload_own",
+					PRELOAD_V1);
+	*(void **)&preload.check = dlvsym(RTLD_DEFAULT,
+					  "kvdmabuf_preload_check", PRELOAD_V1);
+	*(void **)&preload.declare = dlvsym(RTLD_DEFAULT,
+					    "kvdmabuf_preload_declare",
+					    PRELOAD_V1);
+	*(void **)&preload.undeclare = dlvsym(RTLD_DEFAULT,
+					      "kvdmabuf_preload_undeclare",
+					      PRELOAD_V1);
+	*(void **)&preload.set_ops = dlvsym(RTLD_DEFAULT,
+					    "kvdmabuf_preload_set_proxy_ops",
+					    PRELOAD_V1);
+	*(void **)&preload.set_ranges = dlvsym(RTLD_DEFAULT,
+					       "kvdmabuf_preload_set_ranges_op",
+					       PRELOAD_V2);
 }
 
 bool kvd_preload_present(void)

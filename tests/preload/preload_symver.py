@@ -585,6 +585,64 @@ print("sleep", ok, why)
     check("sleep True" in p.stdout, p.stdout)   # nothing registered there
 
 
+IMPOSTOR_C = r"""
+#include <errno.h>
+#include <stdio.h>
+#include <stddef.h>
+void kvdmabuf_preload_own(int on) { (void)on; }
+int kvdmabuf_preload_declare(void *a, size_t l, const char *t, int fd,
+                             unsigned long long o)
+{ (void)a; (void)l; (void)t; (void)fd; (void)o; return 0; }
+int kvdmabuf_preload_undeclare(void *a) { (void)a; return 0; }
+int kvdmabuf_preload_set_proxy_ops(void *a, const void *o)
+{ (void)a; (void)o; return 0; }
+int kvdmabuf_preload_check(const void *a, size_t l, char *why, size_t n)
+{ (void)a; (void)l; snprintf(why, n, "the impostor refuses"); return -EBUSY; }
+"""
+
+
+def library_takes_only_a_preload_of_its_symbol_versions():
+    """libkvdmabuf finds the preload's API by symbol version (dlvsym,
+    KVDMABUF_PRELOAD_0.1): an object that defines the same names without
+    the versions (another interposer; an incompatible build) is not taken
+    for the preload. Control: the same object with the version is, and
+    its sleep check then refuses the sleep."""
+    d = tempfile.mkdtemp()
+    try:
+        src = os.path.join(d, "impostor.c")
+        with open(src, "w") as f:
+            f.write(IMPOSTOR_C)
+        vs = os.path.join(d, "v.map")
+        with open(vs, "w") as f:
+            f.write("KVDMABUF_PRELOAD_0.1 { global: kvdmabuf_preload_*; "
+                    "local: *; };\n")
+        code = ("import kvdmabuf, os\n"
+                "c = kvdmabuf.Context(config={'protocol': 'tcp'})\n"
+                "c.add_region(%d, 4096, 'drm', tag='kv', drm_fd=0)\n"
+                "try:\n    c.sleep('kv'); print('slept')\n"
+                "except kvdmabuf.Error as e:\n    print('refused', e)\n")
+        out = {}
+        for name, extra in (("plain", []), ("versioned", ["-Wl,--version-script=" + vs])):
+            so = os.path.join(d, name + ".so")
+            subprocess.run(["cc", "-shared", "-fPIC", "-o", so, src] + extra,
+                           check=True)
+            env = dict(os.environ, LD_PRELOAD=so,
+                       PYTHONPATH=os.path.join(TOP, "lib", "python"))
+            # protocol tcp: the region is never touched, any address will do
+            p = subprocess.run([sys.executable, "-c", code % (1 << 30)],
+                               env=env,
+                capture_output=True, text=True, timeout=60)
+            print("# %s: %s %s" % (name, p.stdout.strip(),
+                                   p.stderr.strip()[-200:]))
+            out[name] = p.stdout
+        check("slept" in out["plain"], "an unversioned impostor was taken "
+              "for the preload: %r" % out["plain"])
+        check("the impostor refuses" in out["versioned"], "the control "
+              "never reached the check: %r" % out["versioned"])
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def binding_without_the_preload_says_so():
     import kvdmabuf
     if os.environ.get("LD_PRELOAD"):
@@ -629,6 +687,7 @@ if __name__ == "__main__":
         dlmopen_namespace_object_refuses_the_sleep_by_name,
         malformed_environment_refuses_sleep,
         python_declares_and_sleeps,
+        library_takes_only_a_preload_of_its_symbol_versions,
         binding_without_the_preload_says_so,
         ])
     finally:
