@@ -1164,17 +1164,23 @@ static bool from_driver(const char *name, void *f)
  * Our answer to dlsym (@version NULL) or dlvsym, or NULL: on to glibc's
  * (whose pointers are set here, first of all).
  */
-void *kc_dlsym_filter(void *handle, const char *name, const char *version)
+/* glibc's dlsym and dlvsym, where the stubs go on to (found once). */
+static void kc_glibc_lookups(void)
 {
-	void *f;
-	unsigned int i;
-
 	if (!__atomic_load_n(&kc_dlvsym_next, __ATOMIC_ACQUIRE)) {
 		__atomic_store_n(&kc_dlsym_next, kc_glibc("dlsym"),
 				 __ATOMIC_RELEASE);
 		__atomic_store_n(&kc_dlvsym_next, kc_glibc("dlvsym"),
 				 __ATOMIC_RELEASE);
 	}
+}
+
+void *kc_dlsym_filter(void *handle, const char *name, const char *version)
+{
+	void *f;
+	unsigned int i;
+
+	kc_glibc_lookups();
 	if (handle == RTLD_DEFAULT || handle == RTLD_NEXT || !name)
 		return NULL;
 	if (!strncmp(name, "ibv_", 4) || !strncmp(name, "mlx5dv_", 7)) {
@@ -1305,23 +1311,25 @@ static const char *file_of(void *f)
  * the CUDA runtime's lookups first: harmless when it hands them on to the
  * next dlsym (ours), a bypass when it goes to glibc's; a lookup of
  * cuMemUnmap on libcuda's handle through it tells which. Behind the
- * preload it is never called: ours goes on to glibc's.
+ * preload it is never called: ours goes on to glibc's. *@final: the
+ * answer holds for the life of the process (the order of LD_PRELOAD is
+ * fixed at start; the probe needs libcuda loaded).
  */
-uint32_t kp_dlsym_flags(char *why, size_t len)
+static uint32_t dlsym_flags_probe(char *why, size_t len, bool *final)
 {
-	void *(*gl)(void *, const char *) = (void *(*)(void *, const char *))
-		__atomic_load_n(&kc_dlsym_next, __ATOMIC_ACQUIRE);
+	void *(*gl)(void *, const char *);
 	void *(*reached)(void *, const char *);
 	void *h, *f;
 
-	if (!gl) {
-		gl = kc_glibc("dlsym");
-		__atomic_store_n(&kc_dlsym_next, (void *)gl, __ATOMIC_RELEASE);
-	}
+	kc_glibc_lookups();
+	gl = (void *(*)(void *, const char *))
+		__atomic_load_n(&kc_dlsym_next, __ATOMIC_ACQUIRE);
+	*final = true;
 	*(void **)&reached = gl(RTLD_DEFAULT, "dlsym");
 	if (reached && (void *)reached != (void *)kc_dlsym &&
 	    !from_glibc((void *)reached)) {
 		h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+		*final = h != NULL;
 		f = h ? reached(h, kc_symbol[S_MEM_UNMAP]) : NULL;
 		if (h)
 			dlclose(h);
@@ -1354,6 +1362,34 @@ uint32_t kp_dlsym_flags(char *why, size_t len)
 		return KVDMABUF_PRELOAD_OTHER_DLSYM;
 	}
 	return 0;
+}
+
+/* The probe's answer, kept once it is final: a query (kvdmabuf status, a
+ * sleep hook) then costs a copy, not a dlopen and lookups through
+ * another layer. */
+uint32_t kp_dlsym_flags(char *why, size_t len)
+{
+	static _Atomic int state;       /* 0 none, 1 being kept, 2 kept */
+	static char kept_why[KC_ERRMAX];
+	static uint32_t kept;
+	char w[KC_ERRMAX];
+	bool final;
+	uint32_t f;
+	int none = 0;
+
+	if (atomic_load_explicit(&state, memory_order_acquire) == 2) {
+		snprintf(why, len, "%s", kept_why);
+		return kept;
+	}
+	w[0] = '\0';
+	f = dlsym_flags_probe(w, sizeof(w), &final);
+	if (final && atomic_compare_exchange_strong(&state, &none, 1)) {
+		memcpy(kept_why, w, sizeof(w));
+		kept = f;
+		atomic_store_explicit(&state, 2, memory_order_release);
+	}
+	snprintf(why, len, "%s", w);
+	return f;
 }
 #else
 uint32_t kp_dlsym_flags(char *why, size_t len)
