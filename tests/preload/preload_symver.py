@@ -598,14 +598,19 @@ int kvdmabuf_preload_set_proxy_ops(void *a, const void *o)
 { (void)a; (void)o; return 0; }
 int kvdmabuf_preload_check(const void *a, size_t l, char *why, size_t n)
 { (void)a; (void)l; snprintf(why, n, "the impostor refuses"); return -EBUSY; }
+int kvdmabuf_preload_sleep(const char *t, char *e, size_t n)
+{ (void)t; (void)e; (void)n; return 0; }
+int kvdmabuf_preload_wake(const char *t, char *e, size_t n)
+{ (void)t; (void)e; (void)n; return 0; }
+int kvdmabuf_preload_query(void *st) { (void)st; return 0; }
 """
 
 
 def library_takes_only_a_preload_of_its_symbol_versions():
-    """libkvdmabuf finds the preload's API by symbol version (dlvsym,
-    KVDMABUF_PRELOAD_0.1): an object that defines the same names without
-    the versions (another interposer; an incompatible build) is not taken
-    for the preload. Control: the same object with the version is, and
+    """libkvdmabuf and its Python binding find the preload's API by symbol
+    version (dlvsym, KVDMABUF_PRELOAD_0.1): an object that defines the same
+    names without the versions (another interposer; an incompatible build)
+    is not taken for the preload. Control: the same object with the version is, and
     its sleep check then refuses the sleep."""
     d = tempfile.mkdtemp()
     try:
@@ -617,6 +622,7 @@ def library_takes_only_a_preload_of_its_symbol_versions():
             f.write("KVDMABUF_PRELOAD_0.1 { global: kvdmabuf_preload_*; "
                     "local: *; };\n")
         code = ("import kvdmabuf, os\n"
+                "print('binding sees a preload', kvdmabuf.preload_loaded())\n"
                 "c = kvdmabuf.Context(config={'protocol': 'tcp'})\n"
                 "c.add_region(%d, 4096, 'drm', tag='kv', drm_fd=0)\n"
                 "try:\n    c.sleep('kv'); print('slept')\n"
@@ -635,8 +641,10 @@ def library_takes_only_a_preload_of_its_symbol_versions():
             print("# %s: %s %s" % (name, p.stdout.strip(),
                                    p.stderr.strip()[-200:]))
             out[name] = p.stdout
-        check("slept" in out["plain"], "an unversioned impostor was taken "
-              "for the preload: %r" % out["plain"])
+        check("slept" in out["plain"] and "preload False" in out["plain"],
+              "an unversioned impostor was taken for the preload: %r" %
+              out["plain"])
+        check("preload True" in out["versioned"], out["versioned"])
         check("the impostor refuses" in out["versioned"], "the control "
               "never reached the check: %r" % out["versioned"])
     finally:

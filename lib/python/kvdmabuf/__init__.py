@@ -244,10 +244,15 @@ def _preload():
     # objects of the instance that made them (another CDLL(None) would
     # hand out fresh ones, and an address would go as a 32-bit int).
     g = ctypes.CDLL(None)
-    try:
-        fn = g.kvdmabuf_preload_declare
-    except AttributeError:
+    # by the preload's symbol version, as the C library finds it: an
+    # object that merely defines these names is not the preload
+    dlvsym = g.dlvsym
+    dlvsym.restype, dlvsym.argtypes = ctypes.c_void_p, [
+        ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
+    if not dlvsym(None, b"kvdmabuf_preload_declare",
+                  b"KVDMABUF_PRELOAD_0.1"):
         return None
+    fn = g.kvdmabuf_preload_declare
     cp, sz = ctypes.c_char_p, ctypes.c_size_t
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.c_void_p, sz, cp, ctypes.c_int, ctypes.c_uint64]
