@@ -294,7 +294,8 @@ typedef int kvdmabuf_preload_ranges_fn(void *arg, void *addr,
  * operations (NULL: none; kvdmabuf_preload_set_proxy_ops(NULL) clears it
  * too), and @flags (KVDMABUF_PRELOAD_RANGES_*).
  * Return: 0; -ENOENT no region starts at @addr, or it has no proxy
- * operations; -EBUSY its operations are running now; -EINVAL unknown
+ * operations; -EBUSY its operations are running now, or the call comes
+ * from inside a region's operation; -EINVAL unknown
  * flags, or a flag without @ranges; -ENOMEM.
  */
 int kvdmabuf_preload_set_ranges_op(void *addr,

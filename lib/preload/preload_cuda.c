@@ -1435,8 +1435,11 @@ EXPORT int kvdmabuf_preload_set_ranges_op(void *addr,
 
 	if ((flags & ~KVDMABUF_PRELOAD_RANGES_EMPTY) || (flags && !ranges))
 		return -EINVAL;
-	if (!kc_depth)          /* else this thread holds it: a callback */
-		pthread_mutex_lock(&kc.transition);
+	/* from inside an operation (this thread holds the lock): the
+	 * records of the parts given back are in use */
+	if (kc_depth)
+		return -EBUSY;
+	pthread_mutex_lock(&kc.transition);
 	rc = kp_region_set_ranges(a, ranges);
 	g = given_at(a);
 	if (!rc && g)           /* what was given back is the old owner's */
@@ -1453,8 +1456,7 @@ EXPORT int kvdmabuf_preload_set_ranges_op(void *addr,
 		if (rc)
 			kp_region_set_ranges(a, NULL);
 	}
-	if (!kc_depth)
-		pthread_mutex_unlock(&kc.transition);
+	pthread_mutex_unlock(&kc.transition);
 	return rc;
 }
 
