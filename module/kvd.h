@@ -224,6 +224,9 @@ struct kvd_importer_counts {
 void kvd_count_importers(struct kvd_proxy *proxy,
 			 struct kvd_importer_counts *c);
 unsigned int kvd_all_pins(struct kvd_proxy *proxy);
+long kvd_sg_window_nents(struct sg_table *sgt, u64 start, u64 len);
+struct scatterlist *kvd_sg_window_copy(struct scatterlist *dsg,
+				       struct sg_table *sgt, u64 start, u64 len);
 
 /* kvd_backing.c */
 struct kvd_slot *kvd_slot_create(struct kvd_proxy *proxy,

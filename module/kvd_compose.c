@@ -297,48 +297,6 @@ static void kvd_composite_unpin(struct dma_buf_attachment *attach)
 {
 }
 
-/* DMA segments of @sgt's window [@start, @start + @len), or -EIO if short. */
-static long kvd_window_nents(struct sg_table *sgt, u64 start, u64 len)
-{
-	struct scatterlist *sg;
-	u64 pos = 0, end = start + len;
-	unsigned int i;
-	long n = 0;
-
-	for_each_sgtable_dma_sg(sgt, sg, i) {
-		if (max(pos, start) < min(pos + sg_dma_len(sg), end))
-			n++;
-		pos += sg_dma_len(sg);
-		if (pos >= end)
-			return n;
-	}
-	return -EIO;		/* the exporter mapped less than its size */
-}
-
-static struct scatterlist *kvd_window_copy(struct scatterlist *dsg,
-					   struct sg_table *sgt,
-					   u64 start, u64 len)
-{
-	u64 pos = 0, end = start + len, s, e;
-	struct scatterlist *sg;
-	unsigned int i;
-
-	for_each_sgtable_dma_sg(sgt, sg, i) {
-		s = max(pos, start);
-		e = min(pos + sg_dma_len(sg), end);
-		if (s < e) {
-			sg_dma_address(dsg) = sg_dma_address(sg) + (s - pos);
-			sg_dma_len(dsg) = e - s;
-			kvd_sg_copy_bus_address(dsg, sg);
-			dsg = sg_next(dsg);
-		}
-		pos += sg_dma_len(sg);
-		if (pos >= end)
-			break;
-	}
-	return dsg;
-}
-
 static void kvd_cmap_free(struct kvd_cmap *m)
 {
 	unsigned int i;
@@ -399,7 +357,7 @@ static struct sg_table *kvd_composite_map(struct dma_buf_attachment *attach,
 			m->sm[i] = NULL;
 			goto err;
 		}
-		n = kvd_window_nents(m->sm[i]->sgt, p->offset, p->length);
+		n = kvd_sg_window_nents(m->sm[i]->sgt, p->offset, p->length);
 		if (n < 0) {
 			ret = -ERANGE;
 			m->nr++;
@@ -418,7 +376,7 @@ static struct sg_table *kvd_composite_map(struct dma_buf_attachment *attach,
 	for (i = 0; i < c->nr; i++) {
 		p = &c->pieces[i];
 		if (p->src) {
-			dsg = kvd_window_copy(dsg, m->sm[i]->sgt, p->offset,
+			dsg = kvd_sg_window_copy(dsg, m->sm[i]->sgt, p->offset,
 					      p->length);
 			continue;
 		}

@@ -282,6 +282,52 @@ static struct sg_table *kvd_map_lend(struct kvd_attach *ka,
 }
 
 /*
+ * A window [@start, @start + @len) of a backing's DMA table, for a proxy
+ * at an offset of its backing and for a layout's pieces: the number of
+ * segments it takes (-EIO where the exporter mapped less than its size),
+ * then the segments copied to @dsg on (returns the entry after them).
+ */
+long kvd_sg_window_nents(struct sg_table *sgt, u64 start, u64 len)
+{
+	struct scatterlist *sg;
+	u64 pos = 0, end = start + len;
+	unsigned int i;
+	long n = 0;
+
+	for_each_sgtable_dma_sg(sgt, sg, i) {
+		if (max(pos, start) < min(pos + sg_dma_len(sg), end))
+			n++;
+		pos += sg_dma_len(sg);
+		if (pos >= end)
+			return n;
+	}
+	return -EIO;		/* the exporter mapped less than its size */
+}
+
+struct scatterlist *kvd_sg_window_copy(struct scatterlist *dsg,
+				       struct sg_table *sgt, u64 start, u64 len)
+{
+	u64 pos = 0, end = start + len, s, e;
+	struct scatterlist *sg;
+	unsigned int i;
+
+	for_each_sgtable_dma_sg(sgt, sg, i) {
+		s = max(pos, start);
+		e = min(pos + sg_dma_len(sg), end);
+		if (s < e) {
+			sg_dma_address(dsg) = sg_dma_address(sg) + (s - pos);
+			sg_dma_len(dsg) = e - s;
+			kvd_sg_copy_bus_address(dsg, sg);
+			dsg = sg_next(dsg);
+		}
+		pos += sg_dma_len(sg);
+		if (pos >= end)
+			break;
+	}
+	return dsg;
+}
+
+/*
  * A copy of the proxy's window of the backing's table: DMA addresses,
  * lengths and bus-address marks, no struct page. An importer may edit
  * what it is given in place (ib_umem trims its first and last entry until
@@ -292,25 +338,12 @@ static struct sg_table *kvd_map_lend(struct kvd_attach *ka,
 static struct sg_table *kvd_map_copy(struct kvd_backing *b,
 				     struct sg_table *bsgt, u64 length)
 {
-	u64 start = b->offset, end = b->offset + length;
-	u64 pos, seg_start, seg_end;
-	struct scatterlist *sg, *dsg;
 	struct kvd_map *map;
-	unsigned int nents = 0;
-	unsigned int i;
+	long nents;
 	int ret;
 
-	pos = 0;
-	for_each_sgtable_dma_sg(bsgt, sg, i) {
-		seg_start = max(pos, start);
-		seg_end = min(pos + sg_dma_len(sg), end);
-		if (seg_start < seg_end)
-			nents++;
-		pos += sg_dma_len(sg);
-		if (pos >= end)
-			break;
-	}
-	if (pos < end || !nents)
+	nents = kvd_sg_window_nents(bsgt, b->offset, length);
+	if (nents <= 0)
 		return ERR_PTR(-EIO);	/* backing map shorter than its size */
 
 	map = kzalloc(sizeof(*map), GFP_KERNEL_ACCOUNT);
@@ -321,23 +354,7 @@ static struct sg_table *kvd_map_copy(struct kvd_backing *b,
 		kfree(map);
 		return ERR_PTR(ret);
 	}
-
-	dsg = map->sgt.sgl;
-	pos = 0;
-	for_each_sgtable_dma_sg(bsgt, sg, i) {
-		seg_start = max(pos, start);
-		seg_end = min(pos + sg_dma_len(sg), end);
-		if (seg_start < seg_end) {
-			sg_dma_address(dsg) = sg_dma_address(sg) +
-					      (seg_start - pos);
-			sg_dma_len(dsg) = seg_end - seg_start;
-			kvd_sg_copy_bus_address(dsg, sg);
-			dsg = sg_next(dsg);
-		}
-		pos += sg_dma_len(sg);
-		if (pos >= end)
-			break;
-	}
+	kvd_sg_window_copy(map->sgt.sgl, bsgt, b->offset, length);
 	map->sgt.nents = nents;
 	map->backing = b;
 	return &map->sgt;
