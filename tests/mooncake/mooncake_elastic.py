@@ -28,9 +28,7 @@ never changes and no registration is made after the first.
 """
 import ctypes
 import os
-import shutil
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -100,14 +98,9 @@ class ElasticEngine:
 
     def __init__(self, a):
         import kvdmabuf
-        from mooncake.store import MooncakeDistributedStore
         if not kvdmabuf.preload_loaded():
             raise RuntimeError("not running under the preload")
-        self.store = MooncakeDistributedStore()
-        rc = self.store.setup(a["host"], a["metadata"], a["segment"],
-                              1 << 20, "rdma", a["dev"], a["master"])
-        if rc != 0:
-            raise RuntimeError("store setup failed: %d" % rc)
+        self.store = ms.store_setup(a)
         self.kvdmabuf = kvdmabuf
         self.pool = ElasticPool()
         self.ctx = kvdmabuf.Context(a["config"])
@@ -182,37 +175,14 @@ class ElasticEngine:
 
 
 def elastic_scenario(port_base):
-    """Master, B, A; the rounds of ROUNDS. Returns (tally, A's stats per
-    round, the Shmem freed per round)."""
-    py = ms.python_of_venv()
-    master = ms.master_binary()
-    tmp = tempfile.mkdtemp(prefix="kvd-mc-el-")
-    http, rpc = port_base, port_base + 1
-    conf = os.path.join(tmp, "kvdmabuf.yaml")
-    with open(conf, "w") as f:
-        f.write("protocol: rdma\nnics: [%s]\ntransport: mooncake\n"
-                "module: require\n" % ms.IBDEV_A)
-    mlog = os.path.join(tmp, "master.log")
-    mp = ms.start_master(master, port_base, mlog)
-    engines, rounds = [], []
+    """Master, B, A; the rounds of ROUNDS. Returns (tally, A's stats before
+    the rounds, A's stats per round)."""
     t = ms.Tally()
-    try:
-        ms.wait_port(http, mp)
-        ms.wait_port(rpc, mp)
-        common = {"metadata": "http://127.0.0.1:%d/metadata" % http,
-                  "master": "127.0.0.1:%d" % rpc, "config": conf}
-        b = ms.Proc(py, "B", dict(common, who="B", mode="baseline",
-                                  host="%s:%d" % (ms.IP_B, port_base + 10),
-                                  dev=ms.IBDEV_B, segment=ms.SEGMENT),
-                    os.path.join(tmp, "engine-B.log"))
-        engines.append(b)
-        a = ms.Proc(py, "A", dict(common, who="A", mode="elastic",
-                                  host="%s:%d" % (ms.IP_A, port_base + 20),
-                                  dev=ms.IBDEV_A, segment=0),
-                    os.path.join(tmp, "engine-A.log"),
-                    env={"LD_PRELOAD": ms.PRELOAD},
-                    script=os.path.abspath(__file__))
-        engines.append(a)
+    rounds = []
+    with ms.StoreRun(port_base, "kvd-mc-el-") as run:
+        a = run.engine_a(os.path.abspath(__file__),
+                         {"LD_PRELOAD": ms.PRELOAD}, mode="elastic")
+        b = run.b
         first = a.call("stats")
         for r, (free, new) in enumerate(ROUNDS, 1):
             st = a.call("change", free=list(free), map=list(new))
@@ -250,13 +220,6 @@ def elastic_scenario(port_base):
                 for rc, h in zip(got["rc"], got["sha"]):
                     t.add("gone_zeros", rc == BS and h == ms.sha(bytes(BS)))
         rounds.append(a.call("stats"))
-    finally:
-        for e in reversed(engines):
-            e.stop()
-        ms.stop_master(mp)
-        if sys.exc_info()[0] is not None:
-            ms.show_log(mlog, 10)
-    shutil.rmtree(tmp, ignore_errors=True)
     return t, first, rounds
 
 

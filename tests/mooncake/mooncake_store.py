@@ -172,17 +172,24 @@ class VgemVMM(HostVMM):
 
 # ---- an engine: one MooncakeDistributedStore client, by command ----
 
+def store_setup(a):
+    """An engine's MooncakeDistributedStore client over RDMA, set up as
+    the scenario's arguments @a say."""
+    from mooncake.store import MooncakeDistributedStore
+    store = MooncakeDistributedStore()
+    rc = store.setup(a["host"], a["metadata"], a["segment"], 1 << 20,
+                     "rdma", a["dev"], a["master"])
+    if rc != 0:
+        raise RuntimeError("store setup failed: %d" % rc)
+    return store
+
+
 class Engine:
     """Runs in its own process under the venv's python3 (mooncake.store)."""
 
     def __init__(self, a):
-        from mooncake.store import MooncakeDistributedStore
         self.who, self.mode = a["who"], a["mode"]
-        self.store = MooncakeDistributedStore()
-        rc = self.store.setup(a["host"], a["metadata"], a["segment"],
-                              1 << 20, "rdma", a["dev"], a["master"])
-        if rc != 0:
-            raise RuntimeError("store setup failed: %d" % rc)
+        self.store = store_setup(a)
         self.pin_base = vm_kib("VmPin")
         self.hooks = self.region = self.ctx = None
         self.bg = None
@@ -568,6 +575,62 @@ def stop_master(mp):
     except subprocess.TimeoutExpired:
         mp.kill()
         mp.wait()
+
+
+class StoreRun:
+    """For a scenario of another engine A (mooncake_elastic.py,
+    mooncake_vllm.py): mooncake_master and engine B (this file's Engine,
+    host memory, holding the store's segment), a configuration for A that
+    requires the module; A added with :meth:`engine_a`. Stops them all
+    again (the master's log shown on a failure)."""
+
+    def __init__(self, port_base, prefix):
+        self.port_base, self.prefix = port_base, prefix
+
+    def __enter__(self):
+        self.py = python_of_venv()
+        master = master_binary()
+        self.tmp = tempfile.mkdtemp(prefix=self.prefix)
+        http, rpc = self.port_base, self.port_base + 1
+        self.conf = os.path.join(self.tmp, "kvdmabuf.yaml")
+        with open(self.conf, "w") as f:
+            f.write("protocol: rdma\nnics: [%s]\ntransport: mooncake\n"
+                    "module: require\n" % IBDEV_A)
+        self.mlog = os.path.join(self.tmp, "master.log")
+        self.mp = start_master(master, self.port_base, self.mlog)
+        self.engines = []
+        try:
+            wait_port(http, self.mp)
+            wait_port(rpc, self.mp)
+            self.common = {"metadata": "http://127.0.0.1:%d/metadata" % http,
+                           "master": "127.0.0.1:%d" % rpc,
+                           "config": self.conf}
+            self.b = Proc(self.py, "B", dict(
+                self.common, who="B", mode="baseline",
+                host="%s:%d" % (IP_B, self.port_base + 10), dev=IBDEV_B,
+                segment=SEGMENT), os.path.join(self.tmp, "engine-B.log"))
+            self.engines.append(self.b)
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+        return self
+
+    def engine_a(self, script, env, **conf):
+        """Engine A: @script's engine on rxe0 under @env (no segment)."""
+        a = Proc(self.py, "A", dict(
+            self.common, who="A", host="%s:%d" % (IP_A, self.port_base + 20),
+            dev=IBDEV_A, segment=0, **conf),
+            os.path.join(self.tmp, "engine-A.log"), env=env, script=script)
+        self.engines.append(a)
+        return a
+
+    def __exit__(self, *exc):
+        for e in reversed(self.engines):
+            e.stop()
+        stop_master(self.mp)
+        if exc[0] is not None:
+            show_log(self.mlog, 10)
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def scenario(mode, port_base):
