@@ -33,8 +33,8 @@
  *  - fakecu_map() (host tests): anonymous shared memory; an export is a
  *    new memfd named "fake-backing" of the requested size (no aliasing of
  *    the memory: enough for the library's control path);
- *  - fakecu_alloc()/fakecu_remap() (VM): a vgem dumb buffer mapped at the
- *    address; an export is the PRIME dma-buf of the buffer. vgem cannot
+ *  - fakecu_alloc()/fakecu_remap() (VM), and cuMemMap with FAKE_CUDA_VGEM=1:
+ *    a vgem dumb buffer mapped at the address; an export is the PRIME dma-buf of the buffer. vgem cannot
  *    make a dma-buf of part of a buffer or of several buffers, so in this
  *    mode only a range that is exactly one buffer is exported (anything
  *    else: CUDA_ERROR_NOT_SUPPORTED and a line on stderr) - a limit of
@@ -804,7 +804,8 @@ EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 }
 
 /* The whole allocation, at offset 0 (all the fake models); new anonymous
- * memory, no access until cuMemSetAccess. */
+ * memory (FAKE_CUDA_VGEM=1, in the VM: a vgem buffer, whose export is a
+ * real dma-buf), no access until cuMemSetAccess. */
 EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 			 CUmemGenericAllocationHandle handle,
 			 unsigned long long flags)
@@ -819,7 +820,9 @@ EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 	rc = allocs[handle - 1].size == size ? 0 : -EINVAL;
 	pthread_mutex_unlock(&lock);
 	if (!rc)
-		rc = map_new((void *)(uintptr_t)ptr, size, dev, gdr, 0);
+		rc = map_new((void *)(uintptr_t)ptr, size, dev, gdr,
+			     getenv("FAKE_CUDA_VGEM") &&
+			     !strcmp(getenv("FAKE_CUDA_VGEM"), "1"));
 	if (rc)
 		return CUDA_ERROR_INVALID_VALUE;
 	fakecu_note("map");

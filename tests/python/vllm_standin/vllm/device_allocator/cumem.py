@@ -4,7 +4,8 @@ by tag (use_memory_pool), sleep(offload_tags) copies the offload tags to
 host memory and then unmaps every allocation, wake_up(tags) maps the tags
 again (create_and_map: cuMemCreate, cuMemMap, then cuMemSetAccess) and
 copies the host copies back, discard(tags) unmaps those tags alone.
-Host memory (hostvmm.HostVMM) stands for the CUDA allocations; each
+Host memory (hostvmm.HostVMM) stands for the CUDA allocations, or the
+CUDA driver API (driver_vmm.py, KVDMABUF_STANDIN_MEM=cuda); each
 driver step is reported to the functions in ``observers`` as
 (step, tag): "unmap", "map", "set_access". Where the package has the tag
 hooks (vllm/device_allocator/__init__.py), sleep and discard run
@@ -21,9 +22,19 @@ range is still unmapped, then the memory is mapped; a free calls the free
 callback first (it drops the record and returns the handle), then unmaps
 and frees the range."""
 import contextlib
+import os
 
 import vllm.device_allocator as _hooks
 from hostvmm import HostVMM
+
+
+def _memory(length):
+    """An allocation's memory: host memory standing for CUDA's, or
+    (KVDMABUF_STANDIN_MEM=cuda) the CUDA driver API's (driver_vmm.py)."""
+    if os.environ.get("KVDMABUF_STANDIN_MEM") == "cuda":
+        from vllm.device_allocator.driver_vmm import DriverVMM
+        return DriverVMM(length)
+    return HostVMM(length)
 
 observers = []
 
@@ -85,7 +96,7 @@ class CuMemAllocator:
     def malloc(self, length):
         """my_malloc, in use_memory_pool(): reserve, the malloc callback,
         then map (create_and_map)."""
-        mem = HostVMM(length)
+        mem = _memory(length)
         mem.release()                   # reserved, not mapped yet
         self._reserved[mem.addr] = mem
         self.python_malloc_callback((0, length, mem.addr, 0))
