@@ -107,12 +107,8 @@ class ElasticEngine:
         self.region = self.ctx.add_region(self.pool.addr, POOL,
                                           kvdmabuf.MEM_DRM, tag="kv_pool",
                                           empty=True, drm_fd=self.pool.drm)
-        kvdmabuf.preload_declare(self.pool.addr, POOL, "kv_pool",
-                                 dmabuf=self.region.dmabuf())
-        rc = self.store.register_buffer(self.pool.addr, POOL)
-        if rc != 0:
-            raise RuntimeError("register_buffer failed: %d (preload: %s)" %
-                               (rc, kvdmabuf.preload_state()))
+        ms.declare_and_register(self.store, self.region, self.pool.addr,
+                                POOL, "kv_pool")
 
     def stats(self):
         return {"mrs": ms.preload_report(), "reg_calls": ms.preload_reg_calls(),
@@ -227,14 +223,7 @@ def elastic_pool_under_the_preload_one_registration_right_blocks():
     """The kvcached-shaped engine's pool under the preload and the real
     store: right blocks in live pages, zeros from freed ones, freed pages'
     memory back at once, one MR with the same keys throughout."""
-    why = ktap.rxe_dmabuf_missing()
-    if why:
-        raise Skip(why)
-    if not os.path.isdir("/sys/devices/system/node"):
-        raise Skip("Mooncake's topology discovery finds no RNIC without "
-                   "/sys/devices/system/node (CONFIG_NUMA not set)")
-    ms.python_of_venv()
-    check(os.path.exists(ms.PRELOAD), "%s not built" % ms.PRELOAD)
+    ms.need_follow_lane()
     import kvdmabuf
     t0 = time.monotonic()
     with ms.Network():

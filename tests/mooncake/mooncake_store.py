@@ -221,12 +221,8 @@ class Engine:
         self.region = self.ctx.add_region(
             self.mem.addr, KV, kvdmabuf.MEM_DRM, tag="kv_cache",
             drm_fd=self.mem.drm, drm_handle=self.mem.handle)
-        kvdmabuf.preload_declare(self.mem.addr, KV, "kv_cache",
-                                 dmabuf=self.region.dmabuf())
-        rc = self.store.register_buffer(self.mem.addr, KV)
-        if rc != 0:
-            raise RuntimeError("register_buffer failed: %d (preload: %s)" %
-                               (rc, kvdmabuf.preload_state()))
+        declare_and_register(self.store, self.region, self.mem.addr, KV,
+                             "kv_cache")
 
     def stats(self):
         out = {"pin_kib": vm_kib("VmPin") - self.pin_base,
@@ -806,11 +802,9 @@ def seed_with_kvdmabuf_every_block_right():
               "calls at wakes" % (c, wk["registrations"]))
 
 
-def follow_under_the_preload_every_block_right_keys_unchanged():
-    """Mooncake unmodified under libkvdmabuf-preload.so, A's KV in vgem
-    behind a proxy (FOLLOW): right blocks after every wake with Mooncake's
-    registration untouched (its MR and keys the same), A's KV freed
-    while A sleeps."""
+def need_follow_lane():
+    """Skip where soft-RoCE has no dma-buf MRs or Mooncake finds no RNIC;
+    the venv and the preload must be there."""
     why = ktap.rxe_dmabuf_missing()
     if why:
         raise Skip(why)
@@ -819,6 +813,25 @@ def follow_under_the_preload_every_block_right_keys_unchanged():
                    "/sys/devices/system/node (CONFIG_NUMA not set)")
     python_of_venv()
     check(os.path.exists(PRELOAD), "%s not built" % PRELOAD)
+
+
+def declare_and_register(store, region, addr, length, tag):
+    """@region's proxy declared to the preload at [@addr, +@length), then
+    the store's own register_buffer of that memory (made on the proxy)."""
+    import kvdmabuf
+    kvdmabuf.preload_declare(addr, length, tag, dmabuf=region.dmabuf())
+    rc = store.register_buffer(addr, length)
+    if rc != 0:
+        raise RuntimeError("register_buffer failed: %d (preload: %s)" %
+                           (rc, kvdmabuf.preload_state()))
+
+
+def follow_under_the_preload_every_block_right_keys_unchanged():
+    """Mooncake unmodified under libkvdmabuf-preload.so, A's KV in vgem
+    behind a proxy (FOLLOW): right blocks after every wake with Mooncake's
+    registration untouched (its MR and keys the same), A's KV freed
+    while A sleeps."""
+    need_follow_lane()
     import kvdmabuf
     t0 = time.monotonic()
     with Network():

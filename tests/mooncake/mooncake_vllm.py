@@ -217,17 +217,6 @@ def vllm_scenario(port_base, plugin):
     return t, mem
 
 
-def need_lane():
-    why = ktap.rxe_dmabuf_missing()
-    if why:
-        raise Skip(why)
-    if not os.path.isdir("/sys/devices/system/node"):
-        raise Skip("Mooncake's topology discovery finds no RNIC without "
-                   "/sys/devices/system/node (CONFIG_NUMA not set)")
-    ms.python_of_venv()
-    check(os.path.exists(ms.PRELOAD), "%s not built" % ms.PRELOAD)
-
-
 ROWS = ("pre", "b_while", "a_post_b", "a_post_a")
 
 
@@ -235,7 +224,7 @@ def vllm_with_the_plugin_every_block_right_nothing_held_keys_unchanged():
     """The stand-in vLLM with the plugin, the real store, LD_PRELOAD: every
     block right after each wake, the KV freed while asleep, no
     registration at sleep or wake, the store's MR unchanged."""
-    need_lane()
+    ms.need_follow_lane()
     import kvdmabuf
     t0 = time.monotonic()
     with ms.Network():
@@ -273,7 +262,7 @@ def vllm_with_the_plugin_every_block_right_nothing_held_keys_unchanged():
 def vllm_without_the_plugin_is_silently_wrong():
     """Control: the same engine without the plugin: after the first wake
     every block moved is wrong, with no transfer error."""
-    need_lane()
+    ms.need_follow_lane()
     with ms.Network():
         t, mem = vllm_scenario(18800, False)
     n = CYCLES * BLOCKS
