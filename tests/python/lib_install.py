@@ -137,6 +137,11 @@ def vllm_plugin_hooks_run_in_vllms_order():
     p = run("%s/v/bin/pip install --no-index --no-build-isolation %s/src/"
             "examples/vllm_plugin" % (d, d), env=e)
     check(p.returncode == 0, "pip install of the plugin failed")
+    # nothing pip would resolve by name on a public index (issue 36)
+    p = run("%s/v/bin/python -c 'import importlib.metadata as m; "
+            "print(m.requires(\"kvdmabuf-vllm\"))'" % d, env=e, cwd="/")
+    check(p.returncode == 0 and p.stdout.strip() == "None",
+          "the plugin declares dependencies: %r" % p.stdout)
     conf = os.path.join(d, "kvdmabuf.yaml")
     with open(conf, "w") as f:
         f.write("protocol: tcp\n")

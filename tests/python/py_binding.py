@@ -324,6 +324,48 @@ def pd_pointer_takes_pointers_and_refuses_the_rest():
         kvdmabuf.rdma_core_release = saved[1]
 
 
+def import_without_a_dependency_names_it():
+    """A C library whose dependency is not installed: the import says which
+    one and what to install (Debian's package for the library's own:
+    libyaml, libdrm, libibverbs), never a bare OSError; a library that is
+    not there says how to build or find it."""
+    import subprocess
+    d = tempfile.mkdtemp()
+    try:
+        run = lambda c: subprocess.run(["cc", "-shared", "-fPIC"] + c,
+                                       cwd=d, check=True)
+        with open(os.path.join(d, "m.c"), "w") as f:
+            f.write("int kvdt_missing(void) { return 0; }\n")
+        with open(os.path.join(d, "s.c"), "w") as f:
+            f.write("int kvdt_missing(void);\n"
+                    "int f(void) { return kvdt_missing(); }\n")
+        run(["-o", "libkvdtmissing.so.1", "-Wl,-soname,libkvdtmissing.so.1",
+             "m.c"])
+        run(["-o", "stub.so", "s.c", "-L.", "-l:libkvdtmissing.so.1"])
+        os.unlink(os.path.join(d, "libkvdtmissing.so.1"))
+        out = {}
+        for name in ("stub.so", "absent.so.0"):
+            p = subprocess.run(
+                [sys.executable, "-c", "import kvdmabuf"],
+                env=dict(os.environ, KVDMABUF_LIBRARY=os.path.join(d, name),
+                         PYTHONPATH=os.path.dirname(os.path.dirname(
+                             kvdmabuf.__file__))),
+                capture_output=True, text=True, timeout=60)
+            out[name] = p.stderr.strip().splitlines()[-1:] or [""]
+            print("# %s: %s" % (name, out[name][0][:200]))
+        check(out["stub.so"][0].startswith("ImportError:") and
+              "needs libkvdtmissing.so.1" in out["stub.so"][0] and
+              "system package" in out["stub.so"][0], out["stub.so"])
+        check(out["absent.so.0"][0].startswith("ImportError:") and
+              "make lib" in out["absent.so.0"][0], out["absent.so.0"])
+    finally:
+        import shutil
+        shutil.rmtree(d, ignore_errors=True)
+    m = kvdmabuf._load_error("/x/libkvdmabuf.so.0", OSError(
+        "libyaml-0.so.2: cannot open shared object file: No such file"))
+    check("libyaml-0-2" in m, m)
+
+
 def expect_exc(exc, fn, *args, **kw):
     try:
         fn(*args, **kw)
@@ -344,4 +386,5 @@ if __name__ == "__main__":
         hooks_gate_answers_without_raising,
         hooks_callback_error_wakes_every_tag_and_undoes_nothing,
         pd_pointer_takes_pointers_and_refuses_the_rest,
+        import_without_a_dependency_names_it,
     ]))

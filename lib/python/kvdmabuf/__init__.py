@@ -186,8 +186,35 @@ def _library_path() -> str:
     return SONAME
 
 
+#: the library's run-time dependencies and the Debian packages that hold them
+_DEPENDS = {"libibverbs.so.1": "libibverbs1", "libdrm.so.2": "libdrm2",
+            "libyaml-0.so.2": "libyaml-0-2"}
+
+
+def _load_error(path: str, e: OSError) -> str:
+    """What to do when @path does not load (@e: dlopen's message)."""
+    why = str(e)
+    m = re.search(r"([^ :/]+\.so[.0-9]*): cannot open shared object file",
+                  why)
+    if m and os.path.basename(path) != m.group(1) and \
+            not path.endswith("/" + m.group(1)):
+        need = m.group(1)
+        pkg = _DEPENDS.get(need)
+        return ("kvdmabuf: %s needs %s, which is not installed: install "
+                "the system package that has it%s (%s)" %
+                (path, need, " (Debian and Ubuntu: %s)" % pkg if pkg else "",
+                 why))
+    return ("kvdmabuf: the C library %s does not load (%s): build it (make "
+            "lib) and install it, or set KVDMABUF_LIBRARY to its path" %
+            (path, why))
+
+
 def _load() -> ctypes.CDLL:
-    lib = ctypes.CDLL(_library_path())
+    path = _library_path()
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise ImportError(_load_error(path, e)) from e
     P, I, U, VP = (ctypes.POINTER, ctypes.c_int, ctypes.c_uint,
                    ctypes.c_void_p)
     sig = {
