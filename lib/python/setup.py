@@ -27,4 +27,30 @@ class BuildWithLibrary(build_py):
         shutil.copyfile(os.path.realpath(src), dst)
 
 
-setup(cmdclass={"build_py": BuildWithLibrary})
+def _platform_wheel():
+    """bdist_wheel that tags the wheel for this platform (py3-none-<plat>):
+    it carries an x86-64 (or whatever was built) shared library, so it is
+    not py3-none-any. Where wheel's command is not there, None."""
+    try:
+        from setuptools.command.bdist_wheel import bdist_wheel
+    except ImportError:
+        try:
+            from wheel.bdist_wheel import bdist_wheel
+        except ImportError:
+            return None
+
+    class PlatformWheel(bdist_wheel):
+        def finalize_options(self):
+            super().finalize_options()
+            self.root_is_pure = False
+
+        def get_tag(self):
+            return ("py3", "none") + tuple(super().get_tag()[2:])
+
+    return PlatformWheel
+
+
+_cmds = {"build_py": BuildWithLibrary}
+if _platform_wheel() is not None:
+    _cmds["bdist_wheel"] = _platform_wheel()
+setup(cmdclass=_cmds)

@@ -117,6 +117,14 @@ def pip_install_into_a_venv_offline():
             "print(kvdmabuf._lib._name, kvdmabuf.version())'" % d, env=e,
             cwd="/")
     check(p.returncode == 0 and p.stdout.startswith(d + "/v/"), p.stdout)
+    # it carries a compiled library: its wheel is this platform's
+    p = run("%s/v/bin/python -c 'import importlib.metadata as m; "
+            "print(m.distribution(\"kvdmabuf\").read_text(\"WHEEL\"))'" % d,
+            env=e, cwd="/")
+    print("# " + " | ".join(p.stdout.split("\n")))
+    check("Root-Is-Purelib: false" in p.stdout and "Tag: py3-none-linux_"
+          in p.stdout, "the wheel is not tagged for the platform: %r" %
+          p.stdout)
 
 
 def vllm_plugin_hooks_run_in_vllms_order():
