@@ -68,6 +68,7 @@ struct kvd_use {
 	struct list_head node;		/* source->users */
 	struct kvd_composite *c;
 	struct kvd_source *src;		/* reference held */
+	u64 bytes;			/* of the layout it backs */
 };
 
 struct kvd_composite {
@@ -77,7 +78,7 @@ struct kvd_composite {
 	struct page *scratch;		/* NULL: no unbacked piece */
 	unsigned int scratch_order;
 	unsigned int nr_uses;
-	struct kvd_use *uses;		/* one per distinct source, by address */
+	struct kvd_use *uses;		/* one per distinct source, by dma-buf */
 	struct iosys_map *src_vmaps;	/* per use, while CPU-mapped; resv */
 	void *vaddr;			/* the layout's CPU mapping; resv */
 	unsigned int nr;
@@ -259,6 +260,21 @@ static void kvd_source_map_put(struct kvd_source_map *sm)
 
 /* ---- the composite's dma_buf_ops ---- */
 
+static int kvd_use_cmp(const void *key, const void *elt)
+{
+	unsigned long x = (unsigned long)key;
+	unsigned long y = (unsigned long)((const struct kvd_use *)elt)->src->dmabuf;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The use of @dmabuf's source among @n uses (in dma-buf order), or NULL. */
+static struct kvd_use *kvd_use_find(struct kvd_use *u, unsigned int n,
+				    const struct dma_buf *dmabuf)
+{
+	return bsearch(dmabuf, u, n, sizeof(*u), kvd_use_cmp);
+}
+
 static int kvd_composite_attach(struct dma_buf *dmabuf,
 				struct dma_buf_attachment *attach)
 {
@@ -405,14 +421,6 @@ static void kvd_composite_unmap(struct dma_buf_attachment *attach,
 }
 
 #ifdef KVD_HAVE_VMAP_UNLOCKED
-static int kvd_use_cmp(const void *key, const void *elt)
-{
-	unsigned long x = (unsigned long)key;
-	unsigned long y = (unsigned long)((const struct kvd_use *)elt)->src;
-
-	return x < y ? -1 : x > y;
-}
-
 /* The page behind a source's kernel mapping at @addr, if it has one. */
 static struct page *kvd_mapped_page(void *addr)
 {
@@ -475,8 +483,7 @@ static int kvd_composite_vmap(struct dma_buf *dmabuf, struct iosys_map *map)
 					    (k & ((1UL << c->scratch_order) - 1));
 				continue;
 			}
-			u = bsearch(p->src, c->uses, c->nr_uses,
-				    sizeof(*c->uses), kvd_use_cmp);
+			u = kvd_use_find(c->uses, c->nr_uses, p->src->dmabuf);
 			pages[pg] = kvd_mapped_page(c->src_vmaps[u - c->uses].vaddr +
 						    p->offset + k * PAGE_SIZE);
 			if (!pages[pg])
@@ -627,58 +634,6 @@ static int kvd_layout_keep(struct kvd_layout *l, const struct kvd_piece *base,
 	return 0;
 }
 
-static int kvd_src_cmp(const void *a, const void *b)
-{
-	unsigned long x = (unsigned long)*(struct kvd_source * const *)a;
-	unsigned long y = (unsigned long)*(struct kvd_source * const *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* The distinct sources of @c's pieces, each with a reference and a use. */
-static int kvd_composite_uses(struct kvd_composite *c)
-{
-	struct kvd_source **all;
-	unsigned int i, n = 0;
-
-	all = kvmalloc_array(c->nr, sizeof(*all), GFP_KERNEL_ACCOUNT);
-	if (!all)
-		return -ENOMEM;
-	for (i = 0; i < c->nr; i++)
-		if (c->pieces[i].src)
-			all[n++] = c->pieces[i].src;
-	sort(all, n, sizeof(*all), kvd_src_cmp, NULL);
-	c->uses = kvcalloc(max(n, 1U), sizeof(*c->uses), GFP_KERNEL_ACCOUNT);
-	if (!c->uses) {
-		kvfree(all);
-		return -ENOMEM;
-	}
-	for (i = 0; i < n; i++) {
-		if (i && all[i] == all[i - 1])
-			continue;
-		c->uses[c->nr_uses].c = c;
-		c->uses[c->nr_uses].src = all[i];
-		kref_get(&all[i]->ref);
-		c->nr_uses++;
-	}
-	kvfree(all);
-	return 0;
-}
-
-/* A source of the base layout, by its dma-buf. */
-struct kvd_known {
-	struct dma_buf *dmabuf;
-	struct kvd_source *src;
-};
-
-static int kvd_known_cmp(const void *a, const void *b)
-{
-	unsigned long x = (unsigned long)((const struct kvd_known *)a)->dmabuf;
-	unsigned long y = (unsigned long)((const struct kvd_known *)b)->dmabuf;
-
-	return x < y ? -1 : x > y;
-}
-
 static int kvd_change_cmp(const void *a, const void *b)
 {
 	unsigned long x = (unsigned long)(*(struct kvd_change * const *)a)->dmabuf;
@@ -689,33 +644,24 @@ static int kvd_change_cmp(const void *a, const void *b)
 
 /*
  * A source for each change's backing: the base layout's source of that
- * dma-buf, so that its mappings are shared, or a new one, shared by the
- * batch's changes with that dma-buf. Sorted lookups: a batch and a layout
- * may each have KVDMABUF_MAX_RANGES entries.
+ * dma-buf (@bu, its uses), so that its mappings are shared, or a new one,
+ * shared by the batch's changes with that dma-buf and put in @fresh (in
+ * dma-buf order). Only the batch is sorted: a lookup in the base costs
+ * the log of its sources, not a sort of them.
  */
 static int kvd_change_sources(struct kvd_change *ch, unsigned int nr,
-			      struct kvd_composite *base_c,
-			      struct kvd_source *plain)
+			      struct kvd_use *bu, unsigned int bun,
+			      struct kvd_source **fresh, unsigned int *nfresh)
 {
-	unsigned int nk = 0, nc = 0, i;
-	struct kvd_known *k, key, *hit;
-	struct kvd_change **c;
 	struct kvd_source *src = NULL;
+	unsigned int nc = 0, i;
+	struct kvd_change **c;
+	struct kvd_use *hit;
 	int ret = 0;
 
-	k = kvmalloc_array((base_c ? base_c->nr_uses : 0) + 1, sizeof(*k),
-			   GFP_KERNEL_ACCOUNT);
 	c = kvmalloc_array(nr, sizeof(*c), GFP_KERNEL_ACCOUNT);
-	if (!k || !c) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	for (i = 0; base_c && i < base_c->nr_uses; i++)
-		k[nk++] = (struct kvd_known){ base_c->uses[i].src->dmabuf,
-					      base_c->uses[i].src };
-	if (plain)
-		k[nk++] = (struct kvd_known){ plain->dmabuf, plain };
-	sort(k, nk, sizeof(*k), kvd_known_cmp, NULL);
+	if (!c)
+		return -ENOMEM;
 	for (i = 0; i < nr; i++)
 		if (ch[i].dmabuf)
 			c[nc++] = &ch[i];
@@ -723,27 +669,106 @@ static int kvd_change_sources(struct kvd_change *ch, unsigned int nr,
 
 	/* Changes with one dma-buf are adjacent now: one source each. */
 	for (i = 0; i < nc; i++) {
-		if (!src || c[i]->dmabuf != src->dmabuf) {
-			key.dmabuf = c[i]->dmabuf;
-			hit = bsearch(&key, k, nk, sizeof(*k), kvd_known_cmp);
-			src = hit ? hit->src : kvd_source_new(c[i]->dmabuf);
+		if (src && c[i]->dmabuf == src->dmabuf) {
+			kref_get(&src->ref);
+		} else if ((hit = kvd_use_find(bu, bun, c[i]->dmabuf))) {
+			src = hit->src;
+			kref_get(&src->ref);
+		} else {
+			src = kvd_source_new(c[i]->dmabuf);
 			if (!src) {
 				ret = -ENOMEM;
-				goto out;
+				break;
 			}
-			if (hit)
-				kref_get(&src->ref);
-			else
-				c[i]->dmabuf = NULL;	/* the source holds it */
-		} else {
-			kref_get(&src->ref);
+			c[i]->dmabuf = NULL;	/* the source holds it */
+			fresh[(*nfresh)++] = src;
 		}
 		c[i]->src = src;
 	}
-out:
 	kvfree(c);
-	kvfree(k);
 	return ret;
+}
+
+/* The index of the piece of @p (covering the proxy in order) at @pos. */
+static unsigned int kvd_piece_at(const struct kvd_piece *p, unsigned int nr,
+				 u64 pos)
+{
+	unsigned int lo = 0, hi = nr - 1, mid;
+
+	while (lo < hi) {
+		mid = lo + (hi - lo + 1) / 2;
+		if (p[mid].start <= pos)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
+/*
+ * The uses of the new layout @c: the base's (@bu, in dma-buf order) and
+ * the batch's new sources merged, each with the bytes it backs after the
+ * batch, those left with none dropped. Only the changed ranges are looked
+ * at: the pieces kept keep their sources' counts.
+ */
+static int kvd_layout_uses(struct kvd_composite *c, u64 length,
+			   const struct kvd_piece *bp, unsigned int bnr,
+			   struct kvd_use *bu, unsigned int bun,
+			   struct kvd_source **fresh, unsigned int nfresh,
+			   const struct kvd_change *ch, unsigned int nr)
+{
+	unsigned int i = 0, j = 0, n = 0, k;
+	const struct kvd_piece *b;
+	struct kvd_use *u, *hit;
+	u64 end;
+
+	u = kvcalloc(max(bun + nfresh, 1U), sizeof(*u), GFP_KERNEL_ACCOUNT);
+	if (!u)
+		return -ENOMEM;
+	while (i < bun || j < nfresh) {
+		if (j == nfresh || (i < bun && (unsigned long)bu[i].src->dmabuf <
+					      (unsigned long)fresh[j]->dmabuf)) {
+			u[n].src = bu[i].src;
+			u[n++].bytes = bu[i++].bytes;
+		} else {
+			u[n++].src = fresh[j++];
+		}
+	}
+	for (i = 0; i < nr; i++) {
+		end = ch[i].start + ch[i].length;
+		for (k = kvd_piece_at(bp, bnr, ch[i].start);
+		     k < bnr && bp[k].start < end; k++) {
+			b = &bp[k];
+			if (!b->src)
+				continue;
+			hit = kvd_use_find(u, n, b->src->dmabuf);
+			if (WARN_ON_ONCE(!hit))
+				goto err;
+			hit->bytes -= min(end, b->start + b->length) -
+				      max(ch[i].start, b->start);
+		}
+		if (!ch[i].src)
+			continue;
+		hit = kvd_use_find(u, n, ch[i].src->dmabuf);
+		if (WARN_ON_ONCE(!hit))
+			goto err;
+		hit->bytes += ch[i].length;
+	}
+	for (i = 0; i < n; i++) {
+		if (WARN_ON_ONCE(u[i].bytes > length))
+			goto err;
+		if (!u[i].bytes)
+			continue;
+		u[c->nr_uses] = u[i];
+		u[c->nr_uses].c = c;
+		kref_get(&u[i].src->ref);
+		c->nr_uses++;
+	}
+	c->uses = u;
+	return 0;
+err:
+	kvfree(u);
+	return -EINVAL;
 }
 
 static struct page *kvd_scratch_alloc(u64 length, unsigned int *order)
@@ -773,18 +798,22 @@ static struct page *kvd_scratch_alloc(u64 length, unsigned int *order)
  * @nr: their number
  *
  * Return: the new composite's dma-buf (one reference), or an ERR_PTR:
- * -ENOMEM, -E2BIG (more than KVDMABUF_MAX_RANGES pieces).
+ * -ENOMEM, -E2BIG (more than KVDMABUF_MAX_RANGES pieces), -EINVAL (the
+ * bytes counted per backing disagree with the pieces: a bug, warned).
  */
 struct dma_buf *kvd_compose(u64 length, struct dma_buf *base, u64 base_offset,
 			    struct kvd_change *ch, unsigned int nr)
 {
 	DEFINE_DMA_BUF_EXPORT_INFO(exp_info);
 	struct kvd_piece whole = { 0, length, NULL, base_offset };
+	struct kvd_use plain_use = { .bytes = length };
 	const struct kvd_piece *bp = &whole;
 	struct kvd_composite *base_c = NULL, *c;
+	struct kvd_source **fresh = NULL;
 	struct kvd_layout l = { 0 };
 	struct kvd_source *plain = NULL;
-	unsigned int bnr = 1, bi = 0, i;
+	unsigned int bnr = 1, bi = 0, bun = 0, nfresh = 0, i;
+	struct kvd_use *bu = NULL;
 	struct dma_buf *dmabuf;
 	bool holes = false;
 	u64 pos = 0;
@@ -794,6 +823,8 @@ struct dma_buf *kvd_compose(u64 length, struct dma_buf *base, u64 base_offset,
 		base_c = base->priv;
 		bp = base_c->pieces;
 		bnr = base_c->nr;
+		bu = base_c->uses;
+		bun = base_c->nr_uses;
 	} else if (base) {
 		get_dma_buf(base);
 		plain = kvd_source_new(base);
@@ -803,6 +834,9 @@ struct dma_buf *kvd_compose(u64 length, struct dma_buf *base, u64 base_offset,
 			goto err_changes;
 		}
 		whole.src = plain;
+		plain_use.src = plain;
+		bu = &plain_use;
+		bun = 1;
 	}
 
 	/* Each change can split one kept piece in two. */
@@ -814,7 +848,12 @@ struct dma_buf *kvd_compose(u64 length, struct dma_buf *base, u64 base_offset,
 	}
 	l.p = c->pieces;
 
-	ret = kvd_change_sources(ch, nr, base_c, plain);
+	fresh = kvmalloc_array(nr, sizeof(*fresh), GFP_KERNEL_ACCOUNT);
+	if (!fresh) {
+		ret = -ENOMEM;
+		goto err_c;
+	}
+	ret = kvd_change_sources(ch, nr, bu, bun, fresh, &nfresh);
 	if (ret)
 		goto err_c;
 
@@ -834,7 +873,8 @@ struct dma_buf *kvd_compose(u64 length, struct dma_buf *base, u64 base_offset,
 	for (i = 0; i < c->nr; i++)
 		holes |= !c->pieces[i].src;
 
-	ret = kvd_composite_uses(c);
+	ret = kvd_layout_uses(c, length, bp, bnr, bu, bun, fresh, nfresh,
+			      ch, nr);
 	if (ret)
 		goto err_c;
 	if (holes) {
@@ -895,5 +935,6 @@ out:
 	}
 	if (plain)
 		kvd_source_put(plain);
+	kvfree(fresh);
 	return dmabuf;
 }
