@@ -41,7 +41,19 @@
 /* The largest configuration read, file or text. */
 #define CONFIG_MAX (1u << 20)
 
+/* libyaml's parser, loaded at first use (syslib.c). */
+struct yaml_api {
+	int (*parser_initialize)(yaml_parser_t *parser);
+	void (*parser_set_input_string)(yaml_parser_t *parser,
+					const unsigned char *input,
+					size_t size);
+	int (*parser_parse)(yaml_parser_t *parser, yaml_event_t *event);
+	void (*event_delete)(yaml_event_t *event);
+	void (*parser_delete)(yaml_parser_t *parser);
+};
+
 struct parse {
+	const struct yaml_api *y;
 	yaml_parser_t parser;
 	const char *name;
 	char *err;
@@ -74,7 +86,7 @@ static int perr(struct parse *p, const yaml_mark_t *m, const char *fmt, ...)
 
 static int next(struct parse *p, yaml_event_t *ev)
 {
-	if (!yaml_parser_parse(&p->parser, ev)) {
+	if (!p->y->parser_parse(&p->parser, ev)) {
 		const yaml_mark_t *m = &p->parser.problem_mark;
 
 		return perr(p, m, "malformed YAML: %s%s%s",
@@ -119,11 +131,11 @@ static int each_item(struct parse *p, yaml_event_t *ev, struct kvd_config *c,
 		if (rc)
 			return rc;
 		if (item.type == YAML_SEQUENCE_END_EVENT) {
-			yaml_event_delete(&item);
+			p->y->event_delete(&item);
 			return 0;
 		}
 		rc = fn(p, &item, c);
-		yaml_event_delete(&item);
+		p->y->event_delete(&item);
 		if (rc)
 			return rc;
 	}
@@ -364,50 +376,50 @@ static int parse_doc(struct parse *p, struct kvd_config *c)
 	rc = next(p, &ev);
 	if (rc)
 		return rc;
-	yaml_event_delete(&ev);
+	p->y->event_delete(&ev);
 	rc = next(p, &ev);
 	if (rc)
 		return rc;
 	if (ev.type != YAML_DOCUMENT_START_EVENT) {
 		rc = perr(p, &ev.start_mark, "empty config");
-		yaml_event_delete(&ev);
+		p->y->event_delete(&ev);
 		return rc;
 	}
-	yaml_event_delete(&ev);
+	p->y->event_delete(&ev);
 	rc = next(p, &ev);
 	if (rc)
 		return rc;
 	if (ev.type != YAML_MAPPING_START_EVENT) {
 		rc = perr(p, &ev.start_mark,
 			  "top level must be a mapping of key: value");
-		yaml_event_delete(&ev);
+		p->y->event_delete(&ev);
 		return rc;
 	}
-	yaml_event_delete(&ev);
+	p->y->event_delete(&ev);
 
 	for (;;) {
 		rc = next(p, &ev);
 		if (rc)
 			return rc;
 		if (ev.type == YAML_MAPPING_END_EVENT) {
-			yaml_event_delete(&ev);
+			p->y->event_delete(&ev);
 			break;
 		}
 		if (ev.type != YAML_SCALAR_EVENT) {
 			rc = perr(p, &ev.start_mark, "keys must be scalars");
-			yaml_event_delete(&ev);
+			p->y->event_delete(&ev);
 			return rc;
 		}
 		snprintf(key, sizeof(key), "%.*s",
 			 (int)ev.data.scalar.length,
 			 (const char *)ev.data.scalar.value);
 		kmark = ev.start_mark;
-		yaml_event_delete(&ev);
+		p->y->event_delete(&ev);
 		rc = next(p, &val);
 		if (rc)
 			return rc;
 		rc = parse_value(p, key, &kmark, &val, c);
-		yaml_event_delete(&val);
+		p->y->event_delete(&val);
 		if (rc)
 			return rc;
 	}
@@ -415,13 +427,13 @@ static int parse_doc(struct parse *p, struct kvd_config *c)
 	rc = next(p, &ev);
 	if (rc)
 		return rc;
-	yaml_event_delete(&ev);
+	p->y->event_delete(&ev);
 	rc = next(p, &ev);
 	if (rc)
 		return rc;
 	if (ev.type != YAML_STREAM_END_EVENT)
 		rc = perr(p, &ev.start_mark, "only one YAML document allowed");
-	yaml_event_delete(&ev);
+	p->y->event_delete(&ev);
 	if (rc)
 		return rc;
 	if (!p->overlay && !(p->seen & SEEN_PROTOCOL)) {
@@ -433,14 +445,42 @@ static int parse_doc(struct parse *p, struct kvd_config *c)
 	return 0;
 }
 
-/* What is used when no config is named at all. */
-#define DEFAULT_CONFIG "protocol: rdma\n"
-
+/* The settings of an empty configuration. */
 static void config_defaults(struct kvd_config *c)
 {
 	memset(c, 0, sizeof(*c));
 	c->drain_timeout_ms = KVDMABUF_DRAIN_TIMEOUT_S_DEFAULT * 1000u;
 	c->module = KVDMABUF_MODULE_AUTO;
+}
+
+/* What is used when no configuration is named: protocol rdma, no YAML. */
+static void config_builtin(struct kvd_config *c)
+{
+	config_defaults(c);
+	snprintf(c->path, sizeof(c->path), "built-in defaults (no %s)",
+		 KVDMABUF_CONFIG_ENV);
+	snprintf(c->protocol, sizeof(c->protocol), "rdma");
+	c->proto = KVD_PROTO_RDMA;
+}
+
+static int yaml_api_get(struct yaml_api *y, const char *name, char *err,
+			size_t errlen)
+{
+	char use[160];
+
+	snprintf(use, sizeof(use), "reading %s", name);
+#define SYM(field)							\
+	if (!(*(void **)&y->field = kvd_syslib_sym(KVD_SYSLIB_YAML,	\
+						   "yaml_" #field, use,	\
+						   err, errlen)))	\
+		return -ELIBACC;
+	SYM(parser_initialize)
+	SYM(parser_set_input_string)
+	SYM(parser_parse)
+	SYM(event_delete)
+	SYM(parser_delete)
+#undef SYM
+	return 0;
 }
 
 /*
@@ -453,16 +493,21 @@ static int parse_over(const char *text, size_t len, const char *name,
 {
 	struct parse p = { .name = name, .err = err, .errlen = errlen,
 			   .overlay = overlay };
+	struct yaml_api y;
 	int rc;
 
-	if (!yaml_parser_initialize(&p.parser)) {
+	rc = yaml_api_get(&y, name, err, errlen);
+	if (rc)
+		return rc;
+	p.y = &y;
+	if (!y.parser_initialize(&p.parser)) {
 		snprintf(err, errlen, "%s: out of memory", name);
 		return -ENOMEM;
 	}
-	yaml_parser_set_input_string(&p.parser, (const unsigned char *)text,
-				     len);
+	y.parser_set_input_string(&p.parser, (const unsigned char *)text,
+				  len);
 	rc = parse_doc(&p, cfg);
-	yaml_parser_delete(&p.parser);
+	y.parser_delete(&p.parser);
 	return rc;
 }
 
@@ -532,12 +577,10 @@ static int config_load_file(const char *path, struct kvd_config *cfg,
 		/* No file is needed to start: the defaults are those of an
 		 * empty config but for the protocol, rdma (the gate still
 		 * reads the environment). A file only changes them. */
-		if (!path || !*path)
-			return kvd_config_parse(DEFAULT_CONFIG,
-						sizeof(DEFAULT_CONFIG) - 1,
-						"built-in defaults (no "
-						KVDMABUF_CONFIG_ENV ")", cfg,
-						err, errlen);
+		if (!path || !*path) {
+			config_builtin(cfg);
+			return 0;
+		}
 	}
 	f = fopen(path, "re");
 	if (!f) {

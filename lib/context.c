@@ -292,11 +292,13 @@ int kvdmabuf_close(struct kvdmabuf_ctx *ctx)
 	return 0;
 }
 
-int kvdmabuf_query(struct kvdmabuf_ctx *ctx, struct kvdmabuf_state *st)
+/* The first @size bytes of the context's state into @out. */
+static int query(struct kvdmabuf_ctx *ctx, void *out, size_t size)
 {
+	struct kvdmabuf_state state, *st = &state;
 	unsigned int i;
 
-	if (!ctx || !st)
+	if (!ctx || !out)
 		return -EINVAL;
 	memset(st, 0, sizeof(*st));
 	pthread_mutex_lock(&ctx->lock);
@@ -322,7 +324,20 @@ int kvdmabuf_query(struct kvdmabuf_ctx *ctx, struct kvdmabuf_state *st)
 		st->unbalanced_io_end += atomic_load(&r->io.unbalanced);
 	}
 	pthread_mutex_unlock(&ctx->lock);
+	memcpy(out, st, size);
 	return 0;
+}
+
+KVD_SYMVER_DEFAULT(kvdmabuf_query, "KVDMABUF_0.5")
+int kvd_query_0_5(struct kvdmabuf_ctx *ctx, struct kvdmabuf_state *st)
+{
+	return query(ctx, st, sizeof(*st));
+}
+
+KVD_SYMVER_OLD(kvdmabuf_query, "KVDMABUF_0.2")
+int kvd_query_0_2(struct kvdmabuf_ctx *ctx, struct kvdmabuf_state *st)
+{
+	return query(ctx, st, KVD_STATE_SIZE_0_2);
 }
 
 /* Under the lock: NICs join and leave (kvdmabuf_nic_add/remove). */

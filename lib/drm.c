@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * drm.c - export a DRM buffer (GEM handle) as a dma-buf with PRIME, and the
- * export dispatch by memory kind.
+ * drm.c - export a DRM buffer (GEM handle) as a dma-buf with PRIME (libdrm,
+ * loaded at the first DRM export), and the export dispatch by memory kind.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -13,10 +13,16 @@
 int kvd_drm_export(struct kvdmabuf_ctx *ctx, int drm_fd, uint32_t handle,
 		   int *fd)
 {
+	int (*prime)(int fd, uint32_t handle, uint32_t flags, int *prime_fd);
+	char why[KVD_ERRMAX - 64];
 	int out = -1;
 
-	if (drmPrimeHandleToFD(drm_fd, handle, DRM_CLOEXEC | DRM_RDWR,
-			       &out)) {
+	*(void **)&prime = kvd_syslib_sym(KVD_SYSLIB_DRM, "drmPrimeHandleToFD",
+					  "a DRM region's export", why,
+					  sizeof(why));
+	if (!prime)
+		return kvd_err(ctx, -ELIBACC, "%s", why);
+	if (prime(drm_fd, handle, DRM_CLOEXEC | DRM_RDWR, &out)) {
 		int rc = errno ? -errno : -EIO;
 
 		return kvd_err(ctx, rc, "drmPrimeHandleToFD(fd %d, handle %u) "

@@ -16,6 +16,34 @@
 #include "kvdmabuf.h"
 
 #define KVD_ERRMAX 512
+
+/*
+ * Entry points of two symbol versions (libkvdmabuf.map): name@@ver, the
+ * default, which programs link against now, and name@ver, kept for those
+ * built before. Static archives take the default.
+ */
+#define KVD_SYMVER_DEFAULT(name, ver) __attribute__((symver(#name "@@" ver)))
+#define KVD_SYMVER_OLD(name, ver) __attribute__((symver(#name "@" ver)))
+
+/* syslib.c: libraries loaded at first use, by the calls that need them. */
+enum kvd_syslib { KVD_SYSLIB_YAML, KVD_SYSLIB_DRM };
+/*
+ * Symbol @name of library @id, or NULL with @err saying that @use needs
+ * it and which package to install (the caller returns -ELIBACC).
+ */
+void *kvd_syslib_sym(enum kvd_syslib id, const char *name, const char *use,
+		     char *err, size_t errlen);
+
+/* The output structs as 0.2-0.4 had them: without the reserved tail. */
+#define KVD_REGION_INFO_SIZE_0_2 \
+	offsetof(struct kvdmabuf_region_info, reserved)
+#define KVD_STATE_SIZE_0_2 offsetof(struct kvdmabuf_state, reserved)
+int kvd_region_info_0_2(struct kvdmabuf_region *r,
+			struct kvdmabuf_region_info *info);
+int kvd_region_info_0_5(struct kvdmabuf_region *r,
+			struct kvdmabuf_region_info *info);
+int kvd_query_0_2(struct kvdmabuf_ctx *ctx, struct kvdmabuf_state *st);
+int kvd_query_0_5(struct kvdmabuf_ctx *ctx, struct kvdmabuf_state *st);
 #define KVD_NAMEMAX 64
 #define KVD_MAX_KV_REGIONS 64
 

@@ -47,7 +47,7 @@ extern "C" {
 
 /* Version of this header; kvdmabuf_version() gives the library's. */
 #define KVDMABUF_VERSION_MAJOR 0
-#define KVDMABUF_VERSION_MINOR 4
+#define KVDMABUF_VERSION_MINOR 5
 #define KVDMABUF_VERSION_PATCH 0
 #define KVDMABUF_VERSION_CODE(major, minor, patch) \
 	(((major) << 16) | ((minor) << 8) | (patch))
@@ -221,7 +221,9 @@ struct kvdmabuf_options {
  * (option or $KVDMABUF_CONFIG) does not exist;
  * -EPROTONOSUPPORT sleep refused by the gate (reason in @err); -ENODEV no
  * verbs device for protocol rdma, or module required and absent;
- * -ENOMEM; other negative errno from verbs or the module.
+ * -ELIBACC a configuration to read (file, config_yaml, $KVDMABUF_<KEY>)
+ * and libyaml not installed; -ENOMEM; other negative errno from verbs or
+ * the module.
  */
 int kvdmabuf_open(const struct kvdmabuf_options *opts,
 		  struct kvdmabuf_ctx **ctxp, char *err, size_t errlen);
@@ -326,7 +328,7 @@ struct kvdmabuf_region_desc {
  * -EFBIG longer than a NIC's max_mr_size (the message names the NIC and
  * its limit: add it as several regions);
  * -EOPNOTSUPP no way to register this memory; -ELIBACC CUDA driver
- * library cannot be loaded; -ENODEV device without dma-buf support;
+ * library (CUDA) or libdrm (DRM) cannot be loaded; -ENODEV device without dma-buf support;
  * -EDEADLK from a callback; other negative errno.
  */
 int kvdmabuf_region_add(struct kvdmabuf_ctx *ctx,
@@ -490,6 +492,12 @@ struct kvdmabuf_region_info {
 	 * is seen (on GH200/GB200 a PCIe NIC needs the PCIe mapping).
 	 */
 	int mapping;
+	/**
+	 * Zero. Later versions fill fields in here: a program built with
+	 * this header gets the struct it was built with, whatever the
+	 * library (from 0.5.0 on; before, the struct had no tail).
+	 */
+	uint64_t reserved[8];
 };
 int kvdmabuf_region_info(struct kvdmabuf_region *region,
 			 struct kvdmabuf_region_info *info);
@@ -510,6 +518,8 @@ struct kvdmabuf_state {
 	uint64_t inflight;        /**< sum over regions */
 	uint64_t sleeps, wakes;   /**< successful calls that did work */
 	uint64_t unbalanced_io_end; /**< io_end without io_begin (ignored) */
+	/** Zero: room for later versions, as in kvdmabuf_region_info. */
+	uint64_t reserved[8];
 };
 int kvdmabuf_query(struct kvdmabuf_ctx *ctx, struct kvdmabuf_state *state);
 

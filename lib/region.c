@@ -704,31 +704,47 @@ static int region_backing_lost(struct kvdmabuf_region *r)
 	       pi.revoke_reason == KVD_REVOKE_EXPORTER;
 }
 
-int kvdmabuf_region_info(struct kvdmabuf_region *r,
-			 struct kvdmabuf_region_info *info)
+/* The first @size bytes of the region's info into @out. */
+static int region_info(struct kvdmabuf_region *r, void *out, size_t size)
 {
+	struct kvdmabuf_region_info info, *i = &info;
 	struct kvdmabuf_ctx *ctx;
 
-	if (!r || !info)
+	if (!r || !out)
 		return -EINVAL;
 	ctx = r->ctx;
-	memset(info, 0, sizeof(*info));
+	memset(i, 0, sizeof(*i));
 	pthread_mutex_lock(&ctx->lock);
-	info->addr = r->addr;
-	info->len = r->len;
-	info->mem = r->mem;
-	info->mode = r->mode;
-	info->asleep = r->asleep;
-	info->proxied = r->proxy_fd >= 0;
-	info->tag = r->tag;
-	info->key_gen = r->key_gen;
-	info->inflight = kvd_io_count(&r->io);
-	info->proxy_id = r->proxy_id;
-	info->broken = r->broken;
-	info->backing_lost = region_backing_lost(r);
-	info->mapping = r->mapping;
+	i->addr = r->addr;
+	i->len = r->len;
+	i->mem = r->mem;
+	i->mode = r->mode;
+	i->asleep = r->asleep;
+	i->proxied = r->proxy_fd >= 0;
+	i->tag = r->tag;
+	i->key_gen = r->key_gen;
+	i->inflight = kvd_io_count(&r->io);
+	i->proxy_id = r->proxy_id;
+	i->broken = r->broken;
+	i->backing_lost = region_backing_lost(r);
+	i->mapping = r->mapping;
 	pthread_mutex_unlock(&ctx->lock);
+	memcpy(out, i, size);
 	return 0;
+}
+
+KVD_SYMVER_DEFAULT(kvdmabuf_region_info, "KVDMABUF_0.5")
+int kvd_region_info_0_5(struct kvdmabuf_region *r,
+			struct kvdmabuf_region_info *info)
+{
+	return region_info(r, info, sizeof(*info));
+}
+
+KVD_SYMVER_OLD(kvdmabuf_region_info, "KVDMABUF_0.2")
+int kvd_region_info_0_2(struct kvdmabuf_region *r,
+			struct kvdmabuf_region_info *info)
+{
+	return region_info(r, info, KVD_REGION_INFO_SIZE_0_2);
 }
 
 void kvd_fire_key_callbacks(struct kvdmabuf_ctx *ctx,

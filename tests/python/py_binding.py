@@ -12,6 +12,8 @@ import errno
 import mmap
 import os
 import re
+import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -51,6 +53,55 @@ def expect(exc, errno_, fn, *args, **kw):
 def version_matches_the_library():
     check(kvdmabuf.version()[:2] == kvdmabuf.BINDING_VERSION,
           str(kvdmabuf.version()))
+    # the promise: same major, this minor or a later one
+    check(kvdmabuf._compatible((0, 9), (0, 5)))
+    check(kvdmabuf._compatible((0, 5), (0, 5)))
+    check(not kvdmabuf._compatible((0, 4), (0, 5)))
+    check(not kvdmabuf._compatible((1, 5), (0, 5)))
+
+
+def programs_built_before_get_their_structs():
+    """kvdmabuf_region_info and kvdmabuf_query at KVDMABUF_0.2, what a
+    program built against 0.2-0.4 calls, fill the struct as it had it and
+    write nothing past it; at 0.5 (the default) the same fields and a
+    zeroed reserved tail."""
+    import ctypes
+    libc = ctypes.CDLL(None)
+    libc.dlvsym.restype = ctypes.c_void_p
+    libc.dlvsym.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
+    call = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+    m, addr = buf(2 * PAGE)
+    with kvdmabuf.Context(config("protocol: tcp\n")) as ctx:
+        kv = ctx.add_region(addr, PAGE, "drm", tag="kv_cache", drm_fd=0)
+        ctx.sleep("kv_cache")
+        for name, h, cls in (("kvdmabuf_region_info", kv._h,
+                              kvdmabuf._RegionInfo),
+                             ("kvdmabuf_query", ctx._h, kvdmabuf._State)):
+            full = ctypes.sizeof(cls)
+            old = cls.reserved.offset
+            got = {}
+            for ver in ("KVDMABUF_0.2", "KVDMABUF_0.5"):
+                fn = libc.dlvsym(kvdmabuf._lib._handle, name.encode(),
+                                 ver.encode())
+                check(fn, "%s@%s not exported" % (name, ver))
+                b = (ctypes.c_ubyte * (full + 64))(*([0xA5] * (full + 64)))
+                check(call(fn)(h, b) == 0, "%s@%s failed" % (name, ver))
+                got[ver] = bytes(b)
+            check(got["KVDMABUF_0.2"][old:] == b"\xa5" * (full + 64 - old),
+                  "%s@KVDMABUF_0.2 wrote past the %d bytes of 0.4's struct"
+                  % (name, old))
+            check(got["KVDMABUF_0.5"][old:full] == bytes(full - old),
+                  "%s@KVDMABUF_0.5: reserved tail not zero" % name)
+            check(got["KVDMABUF_0.5"][full:] == b"\xa5" * 64,
+                  "%s@KVDMABUF_0.5 wrote past its struct" % name)
+            check(got["KVDMABUF_0.2"][:old] == got["KVDMABUF_0.5"][:old],
+                  "%s: the two versions disagree on the fields" % name)
+            # a field that tells: the region is asleep, one sleep done
+            c = cls.from_buffer_copy(got["KVDMABUF_0.5"][:full])
+            check(c.asleep == 1 if cls is kvdmabuf._RegionInfo
+                  else c.sleeps == 1, name)
+        ctx.wake()
+    m.close()
 
 
 def struct_layouts_match_the_header():
@@ -366,6 +417,51 @@ def import_without_a_dependency_names_it():
     check("libyaml-0-2" in m, m)
 
 
+def _installed(soname):
+    out = subprocess.run(["ldconfig", "-p"], capture_output=True,
+                         text=True).stdout
+    m = re.search(r"^\s*%s \(libc6,x86-64\) => (\S+)$" % re.escape(soname),
+                  out, re.M)
+    return m.group(1) if m else None
+
+
+def libyaml_and_libdrm_only_where_needed():
+    """On a machine without libyaml and libdrm (each hidden by /dev/null
+    bound over it, in a mount namespace of the test's own): the binding
+    imports, the built-in configuration and a DRM region that exports
+    nothing (protocol tcp) work; reading configuration text fails with
+    ELIBACC naming libyaml's Debian package. The same text reads with
+    them there."""
+    hide = [_installed("libyaml-0.so.2"), _installed("libdrm.so.2")]
+    if os.geteuid() != 0 or not shutil.which("unshare") or None in hide:
+        raise ktap.Skip("needs root, unshare and both libraries installed")
+    code = ("import errno, mmap, sys, kvdmabuf\n"
+            "print('gate', kvdmabuf.gate(None)[0])\n"
+            "m = mmap.mmap(-1, 4096)\n"
+            "try:\n"
+            "    kvdmabuf.Context(config={'protocol': 'tcp'})\n"
+            "    print('config read')\n"
+            "except kvdmabuf.Error as e:\n"
+            "    print('config', errno.errorcode[e.errno], e.strerror)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env.pop("KVDMABUF_CONFIG", None)
+    script = "".join("mount --bind /dev/null %s && " % p for p in hide)
+    hidden = subprocess.run(["unshare", "-m", "--propagation", "private",
+                             "sh", "-c", script + 'exec "$0" -c "$1"',
+                             sys.executable, code], env=env,
+                            capture_output=True, text=True, timeout=60)
+    plain = subprocess.run([sys.executable, "-c", code], env=env,
+                           capture_output=True, text=True, timeout=60)
+    for name, p in (("hidden", hidden), ("installed", plain)):
+        for line in (p.stdout + p.stderr).splitlines():
+            print("# %s: %s" % (name, line))
+        check(p.returncode == 0, "%s: status %d" % (name, p.returncode))
+    check("gate True" in hidden.stdout, hidden.stdout)
+    check("config ELIBACC" in hidden.stdout and
+          "install libyaml-0-2" in hidden.stdout, hidden.stdout)
+    check("config read" in plain.stdout, plain.stdout)
+
+
 def expect_exc(exc, fn, *args, **kw):
     try:
         fn(*args, **kw)
@@ -377,6 +473,7 @@ def expect_exc(exc, fn, *args, **kw):
 if __name__ == "__main__":
     raise SystemExit(ktap.main([
         version_matches_the_library,
+        programs_built_before_get_their_structs,
         struct_layouts_match_the_header,
         configuration_as_a_dict,
         constants_match_the_header,
@@ -387,4 +484,5 @@ if __name__ == "__main__":
         hooks_callback_error_wakes_every_tag_and_undoes_nothing,
         pd_pointer_takes_pointers_and_refuses_the_rest,
         import_without_a_dependency_names_it,
+        libyaml_and_libdrm_only_where_needed,
     ]))
