@@ -41,7 +41,11 @@ override CFLAGS += -std=c11 -Wall -Wextra -Werror -fPIC
 # -Ilib first: <kvdmabuf.h> is the library's public header, as installed;
 # the uapi header is included by path (installed as <linux/kvdmabuf.h>).
 override CPPFLAGS += -D_GNU_SOURCE -Ilib -Iuapi -Itests -I/usr/include/libdrm
-LDLIBS := -libverbs -ldrm -lyaml -lpthread -ldl
+# The library needs libibverbs; libyaml (configuration text) and libdrm
+# (DRM regions) are loaded at first use (lib/syslib.c). The tests' vgem
+# helpers call libdrm themselves.
+LIB_LDLIBS := -libverbs -lpthread -ldl
+LDLIBS := $(LIB_LDLIBS) -ldrm
 
 # The CUDA toolkit, where one is installed (nvcc on PATH, or CUDA_HOME):
 # tests/lib/cuda_abi checks lib/cuda_api.h against its cuda.h, the fake libcuda
@@ -118,7 +122,7 @@ PRELOAD_BENCH := $(if $(wildcard tests/bench/preload-bench.c),tests/bench/preloa
 RANGES_BENCH := $(if $(wildcard tests/bench/ranges-bench.c),tests/bench/ranges-bench)
 CYCLES ?= 3
 
-.PHONY: all lib cli tests asan modules rxe dkms-src clean check check-unit check-vm demo demo-2node demo-mooncake bench deps fuzz \
+.PHONY: all lib cli tests asan modules rxe dkms-src deb clean check check-unit check-vm demo demo-2node demo-mooncake bench deps fuzz \
 	install uninstall modules_install mutants mutants-random update-counts
 
 all: lib cli tests modules rxe
@@ -135,13 +139,13 @@ lib: $(LIB_A) $(LIB_SO) $(PRELOAD_SO)
 # dependency); lib/cuda_export.c: the library's CUDA export, the same code;
 # lib/proc_start.c: a process's start time (its state file).
 PRELOAD_SRCS := $(sort $(wildcard lib/preload/*.c)) lib/config.c lib/cuda_export.c \
-	lib/proc_start.c
+	lib/proc_start.c lib/syslib.c
 $(PRELOAD_SO): $(PRELOAD_SRCS) $(wildcard lib/preload/*.h) lib/kvdmabuf_preload.h \
 		lib/cuda_api.h lib/cuda_export.h lib/internal.h lib/kvdmabuf.h $(PRELOAD_MAP)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -shared -Wl,-z,defs \
 		-Wl,--version-script=$(PRELOAD_MAP) -o $@ $(PRELOAD_SRCS) \
-		-lyaml -lpthread -lm -ldl
+		-lpthread -lm -ldl
 
 # The preload as built for other architectures than x86-64 (dlsym and
 # dlvsym not interposed), for tests/preload/preload_cuda on this one.
@@ -151,7 +155,7 @@ tests/preload/nodlsym/libkvdmabuf-preload.so: $(PRELOAD_SRCS) $(wildcard lib/pre
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CPPFLAGS) -DKVD_PRELOAD_NO_DLSYM $(CFLAGS) -shared -Wl,-z,defs \
 		-Wl,--version-script=$(PRELOAD_MAP) -o $@ $(PRELOAD_SRCS) \
-		-lyaml -lpthread -lm -ldl
+		-lpthread -lm -ldl
 
 # The admin's command, built from lib/ and installed with the library.
 CLI_SRCS := $(sort $(wildcard lib/cli/*.c))
@@ -265,7 +269,7 @@ tests/asan/libkvdmabuf-preload.so tests/tsan/libkvdmabuf-preload.so: \
 	$(Q)mkdir -p $(@D)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(if $(findstring tsan,$@),$(TSAN_FLAGS),$(ASAN_FLAGS)) \
 		-shared -Wl,--version-script=$(PRELOAD_MAP) -o $@ $(PRELOAD_SRCS) \
-		-lyaml -lpthread -lm -ldl
+		-lpthread -lm -ldl
 
 # tests/preload/preload_lib: the library (linked) under the preload and the fake
 # libcuda (dlopen()ed): built with what it loads.
@@ -283,7 +287,7 @@ $(LIB_SO): $(LIB_OBJS) $(LIB_MAP)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) -shared -Wl,-soname,$(LIB_SONAME) -Wl,-z,defs \
 		$(if $(LIB_MAP),-Wl$(comma)--version-script=$(LIB_MAP)) \
-		-o $@ $(LIB_OBJS) $(LDLIBS)
+		-o $@ $(LIB_OBJS) $(LIB_LDLIBS)
 	$(Q)ln -sf $(notdir $@) lib/$(LIB_SONAME)
 	$(Q)ln -sf $(LIB_SONAME) lib/libkvdmabuf.so
 
@@ -548,6 +552,11 @@ install: lib cli tests
 	printf '%s\n' $(SELFTESTS_VM) >$(DESTDIR)$(SELFTESTDIR)/selftest-vm.list
 	$(if $(wildcard tests/kmod/*.ko),install -m 0644 $(wildcard tests/kmod/*.ko) \
 		$(DESTDIR)$(SELFTESTDIR)/)
+
+# Debian packages (lib/deb.sh: dpkg-deb over a staged install) in DEBDIR.
+DEBDIR ?= build/deb
+deb: lib cli tests
+	CC="$(CC)" ./lib/deb.sh "$(CURDIR)" "$(abspath $(DEBDIR))" "$(VERSION)"
 
 # What install put there, removed, with the same variables (the module:
 # rm /lib/modules/*/extra/kvdmabuf.ko and depmod, or dkms remove).

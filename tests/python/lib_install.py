@@ -97,13 +97,16 @@ def venv():
         e = dict(os.environ, PIP_NO_INDEX="1",
                  PIP_DISABLE_PIP_VERSION_CHECK="1",
                  KVDMABUF_LIBRARY_FILE=os.path.join(TOP, "lib",
-                                                    "libkvdmabuf.so.0"))
+                                                    "libkvdmabuf.so.0"),
+                 KVDMABUF_PRELOAD_FILE=os.path.join(
+                     TOP, "lib", "libkvdmabuf-preload.so"))
         e.pop("KVDMABUF_LIBRARY", None)
         e.pop("PYTHONPATH", None)
         p = run("%s/v/bin/pip install --no-index --no-build-isolation %s/src"
                 % (d, d), env=e)
         check(p.returncode == 0, "pip install failed")
-        for k in ("KVDMABUF_LIBRARY_FILE", "LD_LIBRARY_PATH"):
+        for k in ("KVDMABUF_LIBRARY_FILE", "KVDMABUF_PRELOAD_FILE",
+                  "LD_LIBRARY_PATH"):
             e.pop(k, None)
         VENV_ENV.update(e)
     check(VENV_ENV, "making the virtual environment failed (see the first "
@@ -125,6 +128,34 @@ def pip_install_into_a_venv_offline():
     check("Root-Is-Purelib: false" in p.stdout and "Tag: py3-none-linux_"
           in p.stdout, "the wheel is not tagged for the platform: %r" %
           p.stdout)
+    # the licence, in the form this setuptools writes (setup.py's choice)
+    p = run("%s/v/bin/python -c 'import importlib.metadata as m; "
+            "md = m.metadata(\"kvdmabuf\"); "
+            "print(md.get(\"License-Expression\") or md.get(\"License\"))'"
+            % d, env=e, cwd="/")
+    check(p.stdout.strip() == "MIT", "licence in the metadata: %r" % p.stdout)
+
+
+def wheel_carries_a_working_preload():
+    """The installed package has its libkvdmabuf-preload.so, named by
+    `python -m kvdmabuf preload-path`; a process started with it in
+    LD_PRELOAD runs under it (the library and the binding find it by its
+    symbol versions), one without does not."""
+    d, e = venv()
+    p = run("%s/v/bin/python -m kvdmabuf preload-path" % d, env=e, cwd="/")
+    path = p.stdout.strip()
+    check(p.returncode == 0 and path.startswith(d + "/v/") and
+          os.path.isfile(path), "preload-path: %d %r %r" %
+          (p.returncode, p.stdout, p.stderr))
+    ask = ("%s/v/bin/python -c 'import kvdmabuf; "
+           "print(kvdmabuf.preload_loaded())'" % d)
+    p = run(ask, env=dict(e, LD_PRELOAD=path), cwd="/")
+    check(p.returncode == 0 and p.stdout.strip() == "True",
+          "under the wheel's preload: %r %r" % (p.stdout, p.stderr))
+    p = run(ask, env=e, cwd="/")
+    check(p.stdout.strip() == "False", "without it: %r" % p.stdout)
+    p = run("%s/v/bin/python -m kvdmabuf preload-pth" % d, env=e, cwd="/")
+    check(p.returncode == 2 and "usage" in p.stderr, p.stderr)
 
 
 def vllm_plugin_hooks_run_in_vllms_order():
@@ -321,6 +352,76 @@ def man_pages_lint_clean_and_cross_referenced():
                   "%s refers to %s(%s), not installed" % (page, name, sec))
 
 
+def debian_packages_hold_the_tree_and_work_from_their_files():
+    """make deb: six packages, each file of the install in exactly one;
+    unpacked into an empty root, the Python package loads the packaged
+    library and names the packaged preload, a C program builds against the
+    -dev package and runs on the library package, the command runs; apt
+    resolves their dependencies (simulated where apt-get is)."""
+    out = tempfile.mkdtemp(prefix="kvd-deb.")
+    p = run("make -s -C %s deb DEBDIR=%s" % (TOP, out))
+    check(p.returncode == 0, "make deb failed")
+    debs = sorted(f for f in os.listdir(out) if f.endswith(".deb"))
+    names = [d.split("_")[0] for d in debs]
+    check(names == ["kvdmabuf-dkms", "kvdmabuf-tools", "libkvdmabuf-dev",
+                    "libkvdmabuf-preload", "libkvdmabuf0",
+                    "python3-kvdmabuf"], str(debs))
+    owner = {}
+    for d in debs:
+        listing = subprocess.run(["dpkg-deb", "-c", os.path.join(out, d)],
+                                 capture_output=True, text=True,
+                                 check=True).stdout
+        for line in listing.splitlines():
+            if line.startswith("d"):
+                continue
+            path = line.split()[5]
+            check(path not in owner, "%s in %s and %s" % (path, owner.get(
+                path), d))
+            owner[path] = d
+    for want, pkg in (("libkvdmabuf.so.0", "libkvdmabuf0"),
+                      ("libkvdmabuf-preload.so", "libkvdmabuf-preload"),
+                      ("include/kvdmabuf.h", "libkvdmabuf-dev"),
+                      ("bin/kvdmabuf", "kvdmabuf-tools"),
+                      ("dkms.conf", "kvdmabuf-dkms"),
+                      ("kvdmabuf/__init__.py", "python3-kvdmabuf")):
+        hit = [d for path, d in owner.items() if path.endswith(want)]
+        check(len(hit) == 1 and hit[0].startswith(pkg + "_"),
+              "%s: %s" % (want, hit))
+    root = os.path.join(out, "root")
+    for d in debs:
+        subprocess.run(["dpkg", "-x", os.path.join(out, d), root], check=True)
+    ma = subprocess.run(["cc", "-print-multiarch"], capture_output=True,
+                        text=True, check=True).stdout.strip()
+    e = dict(os.environ, PYTHONPATH=root + "/usr/lib/python3/dist-packages")
+    for k in ("KVDMABUF_LIBRARY", "LD_LIBRARY_PATH"):
+        e.pop(k, None)
+    p = run("python3 -c 'import kvdmabuf; print(kvdmabuf._lib._name); "
+            "print(kvdmabuf.preload_path()); print(kvdmabuf.version())'",
+            env=e, cwd="/")
+    lines = p.stdout.splitlines()
+    check(p.returncode == 0 and len(lines) == 3, p.stdout + p.stderr)
+    check(lines[0] == "%s/usr/lib/%s/libkvdmabuf.so.0" % (root, ma) and
+          lines[1] == "%s/usr/lib/%s/libkvdmabuf-preload.so" % (root, ma),
+          str(lines))
+    e = dict(os.environ, LD_LIBRARY_PATH="%s/usr/lib/%s" % (root, ma),
+             PKG_CONFIG_PATH="%s/usr/lib/%s/pkgconfig" % (root, ma),
+             PKG_CONFIG_SYSROOT_DIR=root)
+    exe = os.path.join(out, "hello")
+    p = run("cc -Wall -Werror -o %s %s/tests/install/hello.c $(pkg-config "
+            "--cflags --libs kvdmabuf)" % (exe, TOP), env=e)
+    check(p.returncode == 0, "build against the -dev package failed")
+    p = run(exe, env=e)
+    check(p.returncode == 0, "the packaged library disagrees with its header")
+    p = run("%s/usr/bin/kvdmabuf --version" % root)
+    check(p.returncode == 0 and p.stdout.startswith("kvdmabuf "), p.stdout)
+    if shutil.which("apt-get"):
+        p = run("apt-get install -s %s" % " ".join(
+            os.path.join(out, d) for d in debs))
+        check(p.returncode == 0, "apt cannot resolve the packages' "
+              "dependencies")
+    shutil.rmtree(out, ignore_errors=True)
+
+
 def udev_rule_installed():
     check(os.path.exists(staged() + "/usr/lib/udev/rules.d/70-kvdmabuf.rules"))
 
@@ -358,6 +459,8 @@ if __name__ == "__main__":
         c_program_builds_with_pkg_config,
         python_package_imports_the_installed_library,
         pip_install_into_a_venv_offline,
+        wheel_carries_a_working_preload,
+        debian_packages_hold_the_tree_and_work_from_their_files,
         vllm_plugin_hooks_run_in_vllms_order,
         command_runs_and_finds_its_selftests,
         selftest_runs_the_node_list_unless_asked_for_the_vm_suite,

@@ -34,13 +34,13 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence, Union
 __all__ = [
     "Context", "Region", "RegionInfo", "State", "Error", "GateRefused",
     "DrainTimeout", "Busy", "Broken", "gate", "version", "pd_pointer",
-    "rdma_core_release",
+    "rdma_core_release", "preload_path",
     "MEM_HOST", "MEM_CUDA", "MEM_DRM", "MODE_FOLLOW", "MODE_REREGISTER",
     "MODE_HOST", "MODE_NOREG", "MODE_ODP", "MODULE_AUTO", "MODULE_REQUIRE", "MODULE_OFF",
 ]
 
 #: The C library version this binding speaks (major, minor).
-BINDING_VERSION = (0, 4)
+BINDING_VERSION = (0, 5)
 SONAME = "libkvdmabuf.so.0"
 
 MEM_HOST, MEM_CUDA, MEM_DRM = 1, 2, 3
@@ -151,6 +151,7 @@ class _RegionInfo(ctypes.Structure):
         ("broken", ctypes.c_int),
         ("backing_lost", ctypes.c_int),
         ("mapping", ctypes.c_int),
+        ("reserved", ctypes.c_uint64 * 8),
     ]
 
 
@@ -164,26 +165,38 @@ class _State(ctypes.Structure):
         ("sleeps", ctypes.c_uint64),
         ("wakes", ctypes.c_uint64),
         ("unbalanced_io_end", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 8),
     ]
 
 
-def _library_path() -> str:
-    """The library this package was installed with (see the module doc)."""
-    env = os.environ.get("KVDMABUF_LIBRARY")
-    if env:
-        return env
+def _installed_file(name: str) -> Optional[str]:
+    """@name as installed with this package: beside it (pip's wheel), or
+    in the library folder `make install` wrote down (_libdir.py)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    beside = os.path.join(here, SONAME)
+    beside = os.path.join(here, name)
     if os.path.exists(beside):
         return beside
     try:
         from ._libdir import LIBDIR_FROM_PACKAGE
-        installed = os.path.join(here, LIBDIR_FROM_PACKAGE, SONAME)
+        installed = os.path.join(here, LIBDIR_FROM_PACKAGE, name)
         if os.path.exists(installed):
             return os.path.normpath(installed)
     except ImportError:
         pass
-    return SONAME
+    return None
+
+
+def _library_path() -> str:
+    """The library this package was installed with (see the module doc)."""
+    return os.environ.get("KVDMABUF_LIBRARY") or \
+        _installed_file(SONAME) or SONAME
+
+
+def preload_path() -> Optional[str]:
+    """The libkvdmabuf-preload.so installed with this package (the wheel
+    carries one), for LD_PRELOAD; None where it has none. From a shell:
+    ``LD_PRELOAD=$(python3 -m kvdmabuf preload-path)``."""
+    return _installed_file("libkvdmabuf-preload.so")
 
 
 #: the library's run-time dependencies and the Debian packages that hold them
@@ -349,9 +362,18 @@ def version() -> tuple[int, int, int]:
     return (v >> 16, (v >> 8) & 0xff, v & 0xff)
 
 
-if version()[:2] != BINDING_VERSION:
+def _compatible(lib: tuple, binding: tuple = BINDING_VERSION) -> bool:
+    """The C library's promise (its soname and symbol versions): a library
+    of the same major and this minor or a later one serves what was built
+    for this one; output structs grow only into their reserved tails."""
+    return lib[0] == binding[0] and lib[1] >= binding[1]
+
+
+if not _compatible(version()):
     raise ImportError("kvdmabuf: %s is version %d.%d.%d, this binding needs "
-                      "%d.%d" % ((SONAME,) + version() + BINDING_VERSION))
+                      "%d.%d or a later %d.x" % ((SONAME,) + version() +
+                                                 BINDING_VERSION +
+                                                 BINDING_VERSION[:1]))
 
 
 #: The rdma-core release from which pyverbs' ``PD.pd`` is the
@@ -482,7 +504,8 @@ class State:
 
     def __init__(self, c: _State):
         for name, _ in _State._fields_:
-            setattr(self, name, getattr(c, name))
+            if name != "reserved":
+                setattr(self, name, getattr(c, name))
 
     def __repr__(self) -> str:
         return "State(%s)" % ", ".join("%s=%r" % kv for kv in vars(self).items())
