@@ -3,7 +3,7 @@
  * kvdmabuf - the admin's command: is this node ready (check), what do
  * the proxies look like (status), do the checks pass on this hardware
  * (selftest: what is safe on a serving node; --vm-suite: the VM suite,
- * for test machines). Options are parsed with getopt_long, per command; anything
+ * for test machines), a CDI spec for containers (cdi). Options are parsed with getopt_long, per command; anything
  * it does not know is named and nothing runs (exit status 2).
  */
 #include <getopt.h>
@@ -27,6 +27,10 @@ static int usage(FILE *f)
 		"loads test\n"
 		"                                  modules, sets up soft-RoCE; "
 		"test machines only\n"
+		"       kvdmabuf cdi [--group NAME]  a CDI spec of the device "
+		"for\n"
+		"                                  container runtimes "
+		"(/etc/cdi)\n"
 		"       kvdmabuf --version | --help\n"
 		"exit status: 0 pass, 1 something failed, 2 usage or setup "
 		"error\n");
@@ -35,7 +39,7 @@ static int usage(FILE *f)
 
 /* The options of each command (and --help, which every one takes). */
 enum { O_HELP = 'h', O_JSON = 'j', O_PRELOAD = 'p', O_LIST = 'l',
-       O_VM_SUITE = 'v' };
+       O_VM_SUITE = 'v', O_GROUP = 'g' };
 
 static const struct command {
 	const char *name;
@@ -49,6 +53,8 @@ static const struct command {
 	{ "selftest", { { "list", no_argument, NULL, O_LIST },
 			{ "vm-suite", no_argument, NULL, O_VM_SUITE },
 			{ "help", no_argument, NULL, O_HELP }, { 0 } } },
+	{ "cdi", { { "group", required_argument, NULL, O_GROUP },
+		   { "help", no_argument, NULL, O_HELP }, { 0 } } },
 };
 
 static int usage_error(const char *what, const char *arg)
@@ -68,6 +74,7 @@ static int version(void)
 int main(int argc, char **argv)
 {
 	bool json = false, preload = false, list = false, vm_suite = false;
+	const char *group = "kvdmabuf";	/* the udev rule's */
 	const struct command *c = NULL;
 	char what[64];
 	size_t i;
@@ -89,7 +96,7 @@ int main(int argc, char **argv)
 	/* the command's own options, after its name; errors are ours */
 	opterr = 0;
 	optind = 1;
-	while ((o = getopt_long(argc - 1, argv + 1, "+", c->opts, NULL)) != -1) {
+	while ((o = getopt_long(argc - 1, argv + 1, "+:", c->opts, NULL)) != -1) {
 		switch (o) {
 		case O_HELP:
 			return usage(stdout);
@@ -105,6 +112,13 @@ int main(int argc, char **argv)
 		case O_VM_SUITE:
 			vm_suite = true;
 			break;
+		case O_GROUP:
+			group = optarg;
+			break;
+		case ':':
+			snprintf(what, sizeof(what), "%s: option needs an "
+				 "argument", c->name);
+			return usage_error(what, argv[optind]);
 		default:
 			snprintf(what, sizeof(what), "%s: unknown option",
 				 c->name);
@@ -120,5 +134,7 @@ int main(int argc, char **argv)
 		return cmd_check(json);
 	if (!strcmp(c->name, "status"))
 		return cmd_status(json, preload);
+	if (!strcmp(c->name, "cdi"))
+		return cmd_cdi(group);
 	return cmd_selftest(list, vm_suite);
 }

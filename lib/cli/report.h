@@ -31,6 +31,8 @@ void json_str(const char *s);
 int cmd_check(bool json);
 int cmd_status(bool json, bool only_preload);
 int cmd_selftest(bool list_only, bool vm_suite);
+/* cdi.c: the CDI spec of /dev/kvdmabuf on stdout; @group's id added. */
+int cmd_cdi(const char *group);
 /* preload.c: live processes under libkvdmabuf-preload.so; how many. */
 int preload_status(bool json);
 

@@ -37,7 +37,7 @@ def version_is_the_librarys():
 
 
 def help_of_a_command_runs_nothing():
-    for cmd in ("check", "status", "selftest"):
+    for cmd in ("check", "status", "selftest", "cdi"):
         p = run(cmd, "--help")
         check(p.returncode == 0 and p.stdout.startswith("usage:") and
               not p.stderr, "%s --help: %d %r %r" %
@@ -56,12 +56,52 @@ def unknown_words_are_named_and_nothing_runs():
              (("--frob",), "kvdmabuf: unknown option '--frob'"),
              (("status", "--json", "extra"), "kvdmabuf: status: unexpected "
               "argument 'extra'"),
-             (("--version", "x"), "kvdmabuf: unexpected argument 'x'")]
+             (("--version", "x"), "kvdmabuf: unexpected argument 'x'"),
+             (("cdi", "--group"), "kvdmabuf: cdi: option needs an "
+              "argument '--group'")]
     for args, msg in cases:
         p = run(*args)
         check(p.returncode == 2, "%s: exit %d" % (args, p.returncode))
         check(p.stderr.startswith(msg + "\n"), "%s: %r" % (args, p.stderr))
         check(not p.stdout, "%s ran something: %r" % (args, p.stdout))
+
+
+def cdi_spec_names_the_device_and_its_group():
+    """kvdmabuf cdi: a CDI spec (JSON a runtime reads from /etc/cdi) of
+    /dev/kvdmabuf, kind kvdmabuf/proxy, device kvdmabuf: the node 0660 in
+    the group the udev rule gives the device, that group added to the
+    container's processes, where the node has the group (--group: another
+    name; here root, which every node has), else a node for root alone;
+    what is missing on the node (the device, the group) said on stderr,
+    the spec still made."""
+    import grp
+    import json
+    p = run("cdi", "--group", "root")
+    check(p.returncode == 0, p.stderr)
+    spec = json.loads(p.stdout)
+    # the lowest version with what it uses: 0.7.0 added additionalGids
+    check(spec["cdiVersion"] == "0.7.0" and spec["kind"] == "kvdmabuf/proxy",
+          str(spec))
+    dev = spec["devices"]
+    check(len(dev) == 1 and dev[0]["name"] == "kvdmabuf", str(dev))
+    edits = dev[0]["containerEdits"]
+    gid = grp.getgrnam("root").gr_gid
+    check(edits["deviceNodes"] == [{"path": "/dev/kvdmabuf",
+                                    "permissions": "rw", "fileMode": 0o660,
+                                    "uid": 0, "gid": gid}], str(edits))
+    check(edits["additionalGids"] == [gid], str(edits))
+    check(("/dev/kvdmabuf is not here" in p.stderr) !=
+          os.path.exists("/dev/kvdmabuf"), p.stderr)
+    p = run("cdi", "--group", "no-such-group-kvd")
+    check(p.returncode == 0 and "no group 'no-such-group-kvd'" in p.stderr,
+          p.stderr)
+    spec = json.loads(p.stdout)
+    edits = spec["devices"][0]["containerEdits"]
+    check("additionalGids" not in edits and spec["cdiVersion"] == "0.6.0",
+          p.stdout)
+    # no group: a node only the container's root may open
+    check(edits["deviceNodes"][0]["fileMode"] == 0o600 and
+          edits["deviceNodes"][0]["gid"] == 0, p.stdout)
 
 
 def no_command_is_a_usage_error():
@@ -75,4 +115,5 @@ if __name__ == "__main__":
         help_of_a_command_runs_nothing,
         unknown_words_are_named_and_nothing_runs,
         no_command_is_a_usage_error,
+        cdi_spec_names_the_device_and_its_group,
     ]))

@@ -127,9 +127,10 @@ BPO_DEBUG_PKGS="flex bison bc libelf-dev libssl-dev cpio xz-utils"
 # The rxe patch series, one folder per kernel X.Y (tests/rxe/build.sh).
 RXE_SERIES=$(cd "$(dirname "$0")/../rxe/patches" && pwd)
 # Added to that root in place too (stamped the same way): what the Python
-# tests run on (python3, rdma-core's pyverbs) and DKMS (tests/vm/dkms.sh).
-ROOT_EXTRA_PKGS="python3 python3-pyverbs dkms perftest"
-ROOT_EXTRA_STAMP=$TRIXIE_ROOT/.kvdmabuf-root-extras-v3
+# tests run on (python3, rdma-core's pyverbs), DKMS (tests/vm/dkms.sh) and
+# an OCI runtime that reads CDI specs (tests/module/cdi_container.py).
+ROOT_EXTRA_PKGS="python3 python3-pyverbs dkms perftest podman crun"
+ROOT_EXTRA_STAMP=$TRIXIE_ROOT/.kvdmabuf-root-extras-v4
 # Mooncake's run-time libraries and python3's venv in that root (Debian 13
 # names libcurl4 libcurl4t64); its venv, at this path inside the root.
 ROOT_MOONCAKE_PKGS="python3-venv libnuma1 libcurl4t64"
