@@ -25,7 +25,12 @@ memory), gets B's blocks, puts new ones, and both read them back. Checked:
 every block right, A's KV memory freed while it sleeps (Shmem), no
 registration call at sleep or wake, Mooncake's MR (its keys) unchanged.
 
-Control: the same engine without the plugin (VLLM_PLUGINS empty). vgem
+A's connector has sleep support of its own (release unregisters the KV
+cache from the store, restore registers it again, through the tag hooks):
+with the plugin and the KV cache following, it is skipped, never called.
+
+Control: the same engine without the plugin (VLLM_PLUGINS empty) and with
+the seed's connector (no sleep support). vgem
 memory cannot be registered by address, so its KV is host memory there
 (KVDMABUF_STANDIN_MEM=host): the seed's failure, every block moved after
 the first wake wrong with no transfer error.
@@ -54,15 +59,40 @@ CYCLES = 2
 
 
 class StoreConnector:
-    """Stands for the register_kv_caches of vLLM's Mooncake connectors: the
-    KV cache's memory registered with the store."""
+    """Stands for the register_kv_caches of vLLM's Mooncake connectors as
+    the seed had them (no sleep support): the KV cache's memory registered
+    with the store."""
 
     def __init__(self, store):
-        self.store, self.rcs = store, []
+        self.store, self.rcs, self.kv, self.calls = store, [], [], []
 
     def register_kv_caches(self, kv_caches):
+        self.kv = list(kv_caches.values())
         self.rcs = [self.store.register_buffer(addr, n)
-                    for addr, n in kv_caches.values()]
+                    for addr, n in self.kv]
+
+
+class SleepyStoreConnector(StoreConnector):
+    """The same with sleep support of its own, as issue 31 describes
+    today's (supports_sleep_mode, release_kv_caches, restore_kv_caches
+    through the tag hooks of kv_cache): release unregisters the KV cache
+    from the store, restore registers it again (the engine-side fix: new
+    keys). Under the plugin, with the KV cache following, both are
+    skipped."""
+
+    @classmethod
+    def supports_sleep_mode(cls, config):
+        return True
+
+    def release_kv_caches(self):
+        self.calls.append("release")
+        for addr, _ in self.kv:
+            self.store.unregister_buffer(addr)
+
+    def restore_kv_caches(self):
+        self.calls.append("restore")
+        self.rcs = [self.store.register_buffer(addr, n)
+                    for addr, n in self.kv]
 
 
 class VllmEngine:
@@ -74,7 +104,9 @@ class VllmEngine:
         # the connector vLLM's configuration names, made by the factory
         # (which the plugin wraps when vLLM loads it)
         from vllm.distributed.kv_transfer.kv_connector import factory
-        conn = StoreConnector(self.store)
+        plugin = os.environ.get("VLLM_PLUGINS") != ""
+        self.conn = conn = (SleepyStoreConnector if plugin
+                            else StoreConnector)(self.store)
         factory.KVConnectorFactory.create_connector = classmethod(
             lambda cls, config=None, role="worker": conn)
         from vllm.plugins import load_general_plugins, loaded
@@ -94,7 +126,7 @@ class VllmEngine:
 
     def stats(self):
         out = {"plugins": self.plugins, "reg_calls": ms.preload_reg_calls(),
-               "mrs": ms.preload_report(),
+               "mrs": ms.preload_report(), "connector": list(self.conn.calls),
                "pin_kib": ms.vm_kib("VmPin") - self.pin_base}
         try:
             import kvdmabuf_vllm
@@ -257,6 +289,9 @@ def vllm_with_the_plugin_every_block_right_nothing_held_keys_unchanged():
         check(aw["reg_calls"] == sl["reg_calls"] == wk["reg_calls"] ==
               end["reg_calls"], "cycle %d: registrations at sleep or wake: "
               "%s" % (c, [x["reg_calls"] for x in (aw, sl, wk, end)]))
+        # the connector's own release/restore: skipped, the KV follows
+        check(end["connector"] == [], "cycle %d: the connector released "
+              "and restored: %s" % (c, end["connector"]))
 
 
 def vllm_without_the_plugin_is_silently_wrong():

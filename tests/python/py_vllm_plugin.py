@@ -193,6 +193,74 @@ def connector_hooks_run_after_kvdmabufs():
           str(calls))
 
 
+SLEEPY = """
+import json, sys
+sys.path.insert(0, %r)
+import ktap
+ktap.use_build_tree()
+from vllm.distributed.kv_transfer.kv_connector import factory
+
+class SleepyConnector:
+    # stands for a connector with sleep support of its own (vLLM's
+    # Mooncake connectors as issue 31 describes them): its release
+    # deregisters the KV cache, its restore registers it again
+    calls = []
+
+    @classmethod
+    def supports_sleep_mode(cls, config):
+        return SUPPORTS
+
+    def register_kv_caches(self, kv_caches):
+        pass
+
+    def release_kv_caches(self):
+        self.calls.append("release")
+
+    def restore_kv_caches(self):
+        self.calls.append("restore")
+
+conn = SleepyConnector()
+factory.KVConnectorFactory.create_connector = classmethod(
+    lambda cls, config=None, role="worker": conn)
+import kvdmabuf_vllm
+kvdmabuf_vllm.register()
+from vllm.v1.worker.gpu_worker import Worker
+w = Worker()
+w.load_model([4096])
+w.initialize_from_config([4096, 4096])
+w.sleep(1)
+w.wake_up()
+print(json.dumps({"calls": conn.calls, "supports": conn.supports_sleep_mode(None),
+                  "follows": kvdmabuf_vllm.kv_cache_follows()}))
+""" % os.path.join(HERE, "..")
+
+
+def connectors_keep_their_release_unless_the_kv_cache_follows():
+    """A connector's own release_kv_caches / restore_kv_caches run (through
+    the tag hooks) where the KV cache does not follow: here its regions are
+    host memory and no preload is loaded (the skip itself, with FOLLOW
+    regions under the preload, is mooncake_vllm's, in the VM). Its
+    supports_sleep_mode is its own without the preload, yes under it."""
+    preload = os.path.join(TOP, "lib", "libkvdmabuf-preload.so")
+    want = {("True", False): (["release", "restore"], True),
+            ("False", False): ([], False),
+            ("False", True): (["release", "restore"], True)}
+    for (supports, under), (calls, says) in want.items():
+        extra = {"LD_PRELOAD": preload} if under else {}
+        with tempfile.TemporaryDirectory() as d:
+            conf = os.path.join(d, "kvdmabuf.yaml")
+            with open(conf, "w") as f:
+                f.write("protocol: tcp\n")
+            p = run(os.path.join(HERE, "vllm_standin"),
+                    SLEEPY.replace("return SUPPORTS", "return " + supports),
+                    KVDMABUF_CONFIG=conf, KVDMABUF_VLLM_MEM="host", **extra)
+        check(p.returncode == 0, p.stderr)
+        out = json.loads(p.stdout.splitlines()[-1])
+        print("# supports %s, preload %s: %s" % (supports, under, out))
+        check(out == {"calls": calls, "supports": says, "follows": False},
+              "supports %s, preload %s: %s" % (supports, under, out))
+
+
 if __name__ == "__main__":
     sys.exit(ktap.main([
         broken_vllm_does_not_stop_the_engine,
@@ -200,4 +268,5 @@ if __name__ == "__main__":
         kv_cache_is_regions_before_the_connector_sees_it,
         kv_cache_without_a_context_starts_the_engine,
         connector_hooks_run_after_kvdmabufs,
+        connectors_keep_their_release_unless_the_kv_cache_follows,
     ]))

@@ -278,9 +278,69 @@ def _registering_first(connector):
     return connector
 
 
+def kv_cache_follows() -> bool:
+    """Does every registration of the KV cache stay valid through sleep
+    and wake by itself? True when every KV region the plugin made follows
+    (FOLLOW: on a proxy, keys never change) and the process runs under
+    libkvdmabuf-preload.so, so that a transfer engine's registrations of
+    that memory are on the same proxies (one that could not follow makes
+    every sleep fail, naming it)."""
+    regions = list(_kv_regions.values())
+    try:
+        from kvdmabuf import MODE_FOLLOW, preload_loaded
+        return bool(regions) and preload_loaded() and \
+            all(r.info().mode == MODE_FOLLOW for r in regions)
+    except Exception as e:              # noqa: BLE001: never stop vLLM
+        log.warning("kvdmabuf_vllm: %s: %s; the connector's own release "
+                    "and restore run", type(e).__name__, e)
+        return False
+
+
+def _skipping_when_following(connector):
+    """@connector's own ``release_kv_caches`` / ``restore_kv_caches``
+    (vLLM's tag hooks call them around a sleep of ``kv_cache``, after the
+    plugin's) are skipped while :func:`kv_cache_follows`: its registrations
+    are on the proxies, keep their keys (a P/D peer's cached rkey works
+    again after the wake) and need no deregistration, and registering
+    again would only cost time and new keys. Otherwise they run. Its
+    ``supports_sleep_mode`` answers yes under the preload as well: there a
+    registration of KV memory that cannot follow makes the sleep fail,
+    naming it, instead of going stale."""
+    ask = getattr(connector, "supports_sleep_mode", None)
+    if ask is not None and not getattr(ask, _WRAPPED, False):
+        def supports(*args, _ask=ask, **kw):
+            if _ask(*args, **kw):
+                return True
+            try:
+                from kvdmabuf import preload_loaded
+                return preload_loaded()
+            except Exception:           # noqa: BLE001: never stop vLLM
+                return False
+        supports = functools.wraps(ask)(supports)
+        setattr(supports, _WRAPPED, True)
+        connector.supports_sleep_mode = supports
+    for name in ("release_kv_caches", "restore_kv_caches"):
+        fn = getattr(connector, name, None)
+        if fn is None or getattr(fn, _WRAPPED, False):
+            continue
+
+        def skipped(*args, _fn=fn, _name=name, **kw):
+            if kv_cache_follows():
+                log.info("kvdmabuf_vllm: %s.%s skipped: every KV region "
+                         "follows (its registrations keep their keys)",
+                         type(connector).__name__, _name)
+                return None
+            return _fn(*args, **kw)
+        skipped = functools.wraps(fn)(skipped)
+        setattr(skipped, _WRAPPED, True)
+        setattr(connector, name, skipped)
+    return connector
+
+
 def _wrap_factory(factory) -> bool:
     """Every connector the factory makes registers the plugin's regions
-    first; False when done before or the factory has no such method."""
+    first, and skips its own release/restore where they follow; False
+    when done before or the factory has no such method."""
     if getattr(factory, _TRACKED, False):
         return False
     names = [n for n in ("create_connector", "create_connector_v1")
@@ -289,7 +349,8 @@ def _wrap_factory(factory) -> bool:
         make = getattr(factory, name)   # bound to the class
 
         def created(cls, *args, _make=make, **kw):
-            return _registering_first(_make(*args, **kw))
+            return _skipping_when_following(
+                _registering_first(_make(*args, **kw)))
         setattr(factory, name, classmethod(functools.wraps(make)(created)))
     setattr(factory, _TRACKED, True)
     return bool(names)

@@ -7,7 +7,9 @@ of the platform (CUDA: CuMemAllocator), and the tag hooks of newer vLLM
 before the allocator unmaps mapped allocations of that tag (sleep,
 discard) and the idempotent ``after_map`` after every wake-up that leaves
 all of them mapped. serve.py deletes the three names to stand for a vLLM
-from before them."""
+from before them.
+
+Read at vllm-project/vllm e5337d96 (vllm/device_allocator/__init__.py)."""
 
 #: tag -> [(before_unmap, after_map)], in registration order
 _tag_hooks = {}

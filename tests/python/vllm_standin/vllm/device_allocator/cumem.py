@@ -20,7 +20,9 @@ the range is reserved, the malloc callback records the handle (device,
 aligned size, address, memory handle) under the current tag while the
 range is still unmapped, then the memory is mapped; a free calls the free
 callback first (it drops the record and returns the handle), then unmaps
-and frees the range."""
+and frees the range.
+
+Read at vllm-project/vllm 9ac96588 (vllm/device_allocator/cumem.py)."""
 import contextlib
 import os
 

@@ -7,7 +7,9 @@ kept). With the HostVMM interface (addr, length, release, remap, read,
 write, close), for cumem.py when KVDMABUF_STANDIN_MEM=cuda. In the VM the
 libcuda is tests/fake_cuda's with FAKE_CUDA_VGEM=1: each allocation a vgem
 buffer, its export a real dma-buf. Under libkvdmabuf-preload.so these
-calls go through the preload's CUDA interposer, as vLLM's do."""
+calls go through the preload's CUDA interposer, as vLLM's do.
+
+Read at vllm-project/vllm 619e4b31 (csrc/cumem_allocator.cpp)."""
 import ctypes
 
 _cu = None

@@ -2,7 +2,9 @@
 """Stands for vllm/device_allocator/sleep_mode_backend.py: CuMemBackend,
 the default sleep-mode backend, maps suspend(level) to the allocator's
 sleep (offload tags ("weights",) at level 1, none at level 2), resume(tags)
-to wake_up(tags) and discard(tags) to discard(tags)."""
+to wake_up(tags) and discard(tags) to discard(tags).
+
+Read at vllm-project/vllm 0ffa2a24 (vllm/device_allocator/sleep_mode_backend.py)."""
 from vllm.device_allocator import get_mem_allocator_instance
 
 

@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: MIT
 """Stands for vllm/plugins/__init__.py: load_general_plugins() calls every
 entry point of the group vllm.general_plugins (VLLM_PLUGINS, when set,
-names the ones allowed), once per process."""
+names the ones allowed), once per process.
+
+Read at vllm-project/vllm a27dcf13 (vllm/plugins/__init__.py)."""
 import os
 from importlib.metadata import entry_points
 

@@ -7,7 +7,9 @@ allocated them, inside the allocator's "kv_cache" pool (vllm/v1/worker/
 gpu_model_runner.py, initialize_kv_cache). The stand-in's connector
 records, for each KV allocation it is handed, whether kvdmabuf had made it
 a region by then (what a transfer engine under libkvdmabuf-preload.so
-needs to register on the region's proxy)."""
+needs to register on the region's proxy).
+
+Read at vllm-project/vllm a4cd9d0d (vllm/distributed/kv_transfer/kv_connector/factory.py)."""
 
 
 class RecordingConnector:
