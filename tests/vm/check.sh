@@ -281,9 +281,10 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 				{ grep -v -E '^(\[[12]\] )?\[ *[0-9]+\.[0-9]+\]' || true; }
 			rc=${PIPESTATUS[0]}
 			# A guest that died before its first line of ours (TCG
-			# has crashed early boot, in text patching), or failed
-			# only on a report of the kernel's own start-up, ran
-			# none of our code: boot once more. Anything later
+			# has crashed early boot, in text patching; a single
+			# guest stops there itself on a report of the kernel's
+			# own start-up, guest-run.sh), or failed only on such a
+			# report, ran none of our code: boot once more. Anything later
 			# counts. Of two nodes, each must have started: the
 			# other one only waited for its peer.
 			[ "$rc" != 0 ] && [ "$boot" = 1 ] &&
