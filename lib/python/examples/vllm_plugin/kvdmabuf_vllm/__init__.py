@@ -264,17 +264,26 @@ def _track(allocator_class) -> bool:
     return True
 
 
+def _wrap_method(obj, name: str, make: Callable) -> None:
+    """@obj's method @name replaced, once, by ``make(method)`` (which
+    keeps its name and docstring); a missing method is left missing."""
+    fn = getattr(obj, name, None)
+    if fn is None or getattr(fn, _WRAPPED, False):
+        return
+    wrapper = functools.wraps(fn)(make(fn))
+    setattr(wrapper, _WRAPPED, True)
+    setattr(obj, name, wrapper)
+
+
 def _registering_first(connector):
     """@connector's KV registrations, after the plugin's own."""
-    for name in ("register_kv_caches", "register_cross_layers_kv_cache"):
-        fn = getattr(connector, name, None)
-        if fn is None:
-            continue
-
-        def first(*args, _fn=fn, **kw):
+    def make(fn):
+        def first(*args, **kw):
             register_kv_allocations()
-            return _fn(*args, **kw)
-        setattr(connector, name, functools.wraps(fn)(first))
+            return fn(*args, **kw)
+        return first
+    for name in ("register_kv_caches", "register_cross_layers_kv_cache"):
+        _wrap_method(connector, name, make)
     return connector
 
 
@@ -306,34 +315,32 @@ def _skipping_when_following(connector):
     ``supports_sleep_mode`` answers yes under the preload as well: there a
     registration of KV memory that cannot follow makes the sleep fail,
     naming it, instead of going stale."""
-    ask = getattr(connector, "supports_sleep_mode", None)
-    if ask is not None and not getattr(ask, _WRAPPED, False):
-        def supports(*args, _ask=ask, **kw):
-            if _ask(*args, **kw):
+    def supports_under_the_preload(ask):
+        def supports(*args, **kw):
+            if ask(*args, **kw):
                 return True
             try:
                 from kvdmabuf import preload_loaded
                 return preload_loaded()
             except Exception:           # noqa: BLE001: never stop vLLM
                 return False
-        supports = functools.wraps(ask)(supports)
-        setattr(supports, _WRAPPED, True)
-        connector.supports_sleep_mode = supports
-    for name in ("release_kv_caches", "restore_kv_caches"):
-        fn = getattr(connector, name, None)
-        if fn is None or getattr(fn, _WRAPPED, False):
-            continue
+        return supports
 
-        def skipped(*args, _fn=fn, _name=name, **kw):
-            if kv_cache_follows():
-                log.info("kvdmabuf_vllm: %s.%s skipped: every KV region "
-                         "follows (its registrations keep their keys)",
-                         type(connector).__name__, _name)
-                return None
-            return _fn(*args, **kw)
-        skipped = functools.wraps(fn)(skipped)
-        setattr(skipped, _WRAPPED, True)
-        setattr(connector, name, skipped)
+    def skipped_while_following(name):
+        def make(fn):
+            def skipped(*args, **kw):
+                if kv_cache_follows():
+                    log.info("kvdmabuf_vllm: %s.%s skipped: every KV "
+                             "region follows (its registrations keep "
+                             "their keys)", type(connector).__name__, name)
+                    return None
+                return fn(*args, **kw)
+            return skipped
+        return make
+
+    _wrap_method(connector, "supports_sleep_mode", supports_under_the_preload)
+    for name in ("release_kv_caches", "restore_kv_caches"):
+        _wrap_method(connector, name, skipped_while_following(name))
     return connector
 
 
