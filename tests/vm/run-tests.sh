@@ -26,8 +26,11 @@ while read -r name _; do
 		failed=1
 		continue
 	fi
+	t0=$SECONDS
 	timeout -k 5 "$per_program_timeout" "$bindir/$name" 2>&1 | tee "$out"
 	rc=${PIPESTATUS[0]}
+	# where a lane's time goes (docs/testing.md)
+	echo "# time: $name $((SECONDS - t0)) s"
 	case $rc in
 	0 | 4) ;;
 	*)
