@@ -35,19 +35,28 @@ memory cannot be registered by address, so its KV is host memory there
 (KVDMABUF_STANDIN_MEM=host): the seed's failure, every block moved after
 the first wake wrong with no transfer error.
 
+Two nodes (tests/vm/check.sh twonode: KVDMABUF_NODE set): engine A with
+the plugin on node 1, driven over a TCP connection by the scenario on node
+2, which runs the master and B; every put and get crosses the wire between
+the two guests' soft-RoCE, judged as on one node.
+
 The plugin is laid out as pip would install it (its dist-info with the
 entry point, on PYTHONPATH): the guest's Python has no setuptools to
 build it; the pip path itself is lib_install's test (host).
 """
+import json
 import os
 import shutil
+import socket
+import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import mooncake_store as ms  # noqa: E402
-from mooncake_store import ktap, Skip, check  # noqa: E402
+from mooncake_store import ktap, check  # noqa: E402
 
 TOP = ms.TOP
 STANDIN = os.path.join(TOP, "tests", "python", "vllm_standin")
@@ -197,59 +206,112 @@ def plugin_site(d):
     return d
 
 
-def vllm_scenario(port_base, plugin):
-    """Master, B, A (the vLLM stand-in, with the plugin or without); the
-    cycles. Returns the tally and A's figures per cycle."""
+def a_env(tmp, conf, plugin):
+    """Engine A's environment: the plugin as pip lays it out (in @tmp),
+    the preload with kvdmabuf configuration @conf, the fake libcuda on
+    vgem; without @plugin, no plugin (VLLM_PLUGINS empty) and host KV."""
+    site = plugin_site(os.path.join(tmp, "site"))
+    env = {"LD_PRELOAD": ms.PRELOAD, "KVDMABUF_CONFIG": conf,
+           "LD_LIBRARY_PATH": FAKE_CUDA, "FAKE_CUDA_VGEM": "1",
+           "KVDMABUF_STANDIN_MEM": "cuda" if plugin else "host",
+           "PYTHONPATH": os.pathsep.join([
+               site, STANDIN, os.path.join(TOP, "lib", "python"),
+               os.path.join(TOP, "lib", "python", "examples"), HERE])}
+    if not plugin:
+        env["VLLM_PLUGINS"] = ""
+    return env
+
+
+def seed_cycles(a, b, plugin):
+    """The seed's cycles between engine A (the vLLM stand-in) and B.
+    Returns the tally and A's figures per cycle."""
     t = ms.Tally()
     mem = []
-    with ms.StoreRun(port_base, "kvd-mc-vllm-") as run:
-        site = plugin_site(os.path.join(run.tmp, "site"))
-        env = {"LD_PRELOAD": ms.PRELOAD, "KVDMABUF_CONFIG": run.conf,
-               "LD_LIBRARY_PATH": FAKE_CUDA, "FAKE_CUDA_VGEM": "1",
-               "KVDMABUF_STANDIN_MEM": "cuda" if plugin else "host",
-               "PYTHONPATH": os.pathsep.join([
-                   site, STANDIN, os.path.join(TOP, "lib", "python"),
-                   os.path.join(TOP, "lib", "python", "examples"), HERE])}
-        if not plugin:
-            env["VLLM_PLUGINS"] = ""
-        a = run.engine_a(os.path.abspath(__file__), env)
-        b = run.b
-        blocks = list(range(BLOCKS))
+    blocks = list(range(BLOCKS))
 
-        def keys(tag, c):
-            return ["vllm%d-%s-c%d-%d" % (plugin, tag, c, i) for i in blocks]
+    def keys(tag, c):
+        return ["vllm%d-%s-c%d-%d" % (plugin, tag, c, i) for i in blocks]
 
-        def ok_puts(r):
-            t.errors += sum(1 for x in r["rc"] if x != 0)
+    def ok_puts(r):
+        t.errors += sum(1 for x in r["rc"] if x != 0)
 
-        def judge(row, r, c, who):
-            for i, (rc, h) in enumerate(zip(r["rc"], r["sha"])):
-                t.errors += rc < 0
-                t.add(row, rc == BS and h == ms.sha(ms.pattern(c, who, i)))
+    def judge(row, r, c, who):
+        for i, (rc, h) in enumerate(zip(r["rc"], r["sha"])):
+            t.errors += rc < 0
+            t.add(row, rc == BS and h == ms.sha(ms.pattern(c, who, i)))
 
-        for c in range(1, CYCLES + 1):
-            awake = a.call("stats")
-            a.call("fill", cycle=c)
-            ok_puts(a.call("put", keys=keys("pre", c), blocks=blocks))
-            judge("pre", b.call("get", keys=keys("pre", c), blocks=blocks),
-                  c, "A")
-            asleep = a.call("sleep")
-            b.call("fill", cycle=c)
-            ok_puts(b.call("put", keys=keys("B", c), blocks=blocks))
-            woke = a.call("wake")
-            judge("b_while", a.call("get", keys=keys("B", c), blocks=blocks),
-                  c, "B")
-            a.call("fill", cycle=100 + c)
-            ok_puts(a.call("put", keys=keys("post", c), blocks=blocks))
-            judge("a_post_b", b.call("get", keys=keys("post", c),
-                                     blocks=blocks), 100 + c, "A")
-            judge("a_post_a", a.call("get", keys=keys("post", c),
-                                     blocks=blocks), 100 + c, "A")
-            mem.append((awake, asleep, woke, a.call("stats")))
+    for c in range(1, CYCLES + 1):
+        awake = a.call("stats")
+        a.call("fill", cycle=c)
+        ok_puts(a.call("put", keys=keys("pre", c), blocks=blocks))
+        judge("pre", b.call("get", keys=keys("pre", c), blocks=blocks),
+              c, "A")
+        asleep = a.call("sleep")
+        b.call("fill", cycle=c)
+        ok_puts(b.call("put", keys=keys("B", c), blocks=blocks))
+        woke = a.call("wake")
+        judge("b_while", a.call("get", keys=keys("B", c), blocks=blocks),
+              c, "B")
+        a.call("fill", cycle=100 + c)
+        ok_puts(a.call("put", keys=keys("post", c), blocks=blocks))
+        judge("a_post_b", b.call("get", keys=keys("post", c),
+                                 blocks=blocks), 100 + c, "A")
+        judge("a_post_a", a.call("get", keys=keys("post", c),
+                                 blocks=blocks), 100 + c, "A")
+        mem.append((awake, asleep, woke, a.call("stats")))
     return t, mem
 
 
+def vllm_scenario(port_base, plugin):
+    """Master, B, A (the vLLM stand-in, with the plugin or without) on
+    this node; the cycles."""
+    with ms.StoreRun(port_base, "kvd-mc-vllm-") as run:
+        a = run.engine_a(os.path.abspath(__file__),
+                         a_env(run.tmp, run.conf, plugin))
+        return seed_cycles(a, run.b, plugin)
+
+
 ROWS = ("pre", "b_while", "a_post_b", "a_post_a")
+
+
+def judge_with_the_plugin(t, mem, where):
+    """Every block right, the KV freed while asleep, no registration at
+    sleep or wake, the store's MR on the proxy and unchanged, the
+    connector's own release/restore never called."""
+    import kvdmabuf
+    n = CYCLES * BLOCKS
+    for key in ROWS:
+        print("#   %-10s %d/%d" % (key, t.rows[key][0], t.rows[key][1]))
+    print("#   plugins %s, regions' modes %s, MR %s" % (
+        mem[0][0]["plugins"], mem[0][0]["modes"], mem[0][0]["mrs"]))
+    check(mem[0][0]["plugins"] == ["kvdmabuf"], "%s: plugins loaded: %s" %
+          (where, mem[0][0]["plugins"]))
+    check(mem[0][0]["modes"] == [kvdmabuf.MODE_FOLLOW], "%s: the KV "
+          "region: %s" % (where, mem[0][0]["modes"]))
+    for key in ROWS:
+        check(t.rows[key] == [n, n], "%s: %s: %s" % (where, key,
+                                                   t.rows[key]))
+    check(t.errors == 0, "%s: %d transfer errors" % (where, t.errors))
+    mr0 = mem[0][0]["mrs"]
+    check(len(mr0.splitlines()) == 1 and " on-proxy" in mr0,
+          "%s: the store's MR of the KV cache is not on the proxy: %r" %
+          (where, mr0))
+    for c, (aw, sl, wk, end) in enumerate(mem, 1):
+        print("#   cycle %d: Shmem down by %d KiB at sleep (KV %d KiB)" %
+              (c, sl["shmem_freed_kib"], KV >> 10))
+        check(sl["shmem_freed_kib"] >= (KV >> 10) * 3 // 4, "%s, cycle %d: "
+              "the KV held while asleep: %d KiB freed" %
+              (where, c, sl["shmem_freed_kib"]))
+        check(all(x["mrs"] == mr0 for x in (aw, sl, wk, end)), "%s, cycle "
+              "%d: the store's MR changed: %s" % (where, c, [
+                  x["mrs"] for x in (aw, sl, wk, end)]))
+        check(aw["reg_calls"] == sl["reg_calls"] == wk["reg_calls"] ==
+              end["reg_calls"], "%s, cycle %d: registrations at sleep or "
+              "wake: %s" % (where, c, [x["reg_calls"] for x in
+                                       (aw, sl, wk, end)]))
+        # the connector's own release/restore: skipped, the KV follows
+        check(end["connector"] == [], "%s, cycle %d: the connector "
+              "released and restored: %s" % (where, c, end["connector"]))
 
 
 def vllm_with_the_plugin_every_block_right_nothing_held_keys_unchanged():
@@ -257,47 +319,20 @@ def vllm_with_the_plugin_every_block_right_nothing_held_keys_unchanged():
     block right after each wake, the KV freed while asleep, no
     registration at sleep or wake, the store's MR unchanged."""
     ms.need_follow_lane()
-    import kvdmabuf
     t0 = time.monotonic()
     with ms.Network():
         t, mem = vllm_scenario(18700, True)
-    n = CYCLES * BLOCKS
     print("# vLLM stand-in + plugin + Mooncake store: %d cycles, %.1f s" %
           (CYCLES, time.monotonic() - t0))
-    for key in ROWS:
-        print("#   %-10s %d/%d" % (key, t.rows[key][0], t.rows[key][1]))
-    print("#   plugins %s, regions' modes %s, MR %s" % (
-        mem[0][0]["plugins"], mem[0][0]["modes"], mem[0][0]["mrs"]))
-    check(mem[0][0]["plugins"] == ["kvdmabuf"], "plugins loaded: %s" %
-          mem[0][0]["plugins"])
-    check(mem[0][0]["modes"] == [kvdmabuf.MODE_FOLLOW], "the KV region: %s"
-          % mem[0][0]["modes"])
-    for key in ROWS:
-        check(t.rows[key] == [n, n], "%s: %s" % (key, t.rows[key]))
-    check(t.errors == 0, "%d transfer errors" % t.errors)
-    mr0 = mem[0][0]["mrs"]
-    check(len(mr0.splitlines()) == 1 and " on-proxy" in mr0,
-          "the store's MR of the KV cache is not on the proxy: %r" % mr0)
-    for c, (aw, sl, wk, end) in enumerate(mem, 1):
-        print("#   cycle %d: Shmem down by %d KiB at sleep (KV %d KiB)" %
-              (c, sl["shmem_freed_kib"], KV >> 10))
-        check(sl["shmem_freed_kib"] >= (KV >> 10) * 3 // 4, "cycle %d: the "
-              "KV held while asleep: %d KiB freed" % (c, sl["shmem_freed_kib"]))
-        check(all(x["mrs"] == mr0 for x in (aw, sl, wk, end)), "cycle %d: "
-              "the store's MR changed: %s" % (c, [x["mrs"] for x in
-                                                   (aw, sl, wk, end)]))
-        check(aw["reg_calls"] == sl["reg_calls"] == wk["reg_calls"] ==
-              end["reg_calls"], "cycle %d: registrations at sleep or wake: "
-              "%s" % (c, [x["reg_calls"] for x in (aw, sl, wk, end)]))
-        # the connector's own release/restore: skipped, the KV follows
-        check(end["connector"] == [], "cycle %d: the connector released "
-              "and restored: %s" % (c, end["connector"]))
+    judge_with_the_plugin(t, mem, "one node")
 
 
 def vllm_without_the_plugin_is_silently_wrong():
     """Control: the same engine without the plugin: after the first wake
-    every block moved is wrong, with no transfer error."""
+    every block moved is wrong, with no transfer error. User space only
+    (host KV, no proxy): where the store's scenarios run."""
     ms.need_follow_lane()
+    ms.need_scenarios()
     with ms.Network():
         t, mem = vllm_scenario(18800, False)
     n = CYCLES * BLOCKS
@@ -312,9 +347,111 @@ def vllm_without_the_plugin_is_silently_wrong():
               "(expected none)" % (key, t.rows[key]))
 
 
+# ---- two nodes (tests/vm/two-node.sh): A on node 1; B, the master and
+# the scenario on node 2, every transfer over the wire between them ----
+
+TWO_NODE_PORTS = 18900      # the master, B and A as vllm_scenario's
+CTL_PORT = 18990            # node 1's: node 2 drives engine A through it
+
+
+class RemoteEngine(ms.Proc):
+    """Engine A on node 1 (two_node_engine_a), driven over a TCP
+    connection as ms.Proc drives an engine of this node over pipes; the
+    first line sent is the engine's arguments."""
+
+    def __init__(self, peer, conf):
+        self.who, self.log = "A (node 1)", None
+        end = time.monotonic() + ktap.scaled(300)
+        while True:
+            try:
+                self.sock = socket.create_connection((peer, CTL_PORT), 5)
+                break
+            except OSError as e:
+                check(time.monotonic() < end, "node 1 (%s:%d) does not "
+                      "answer: %s" % (peer, CTL_PORT, e))
+                time.sleep(1)
+        self.sock.settimeout(None)
+        # one file each way: select() needs the reader's fileno()
+        self.rx, self.tx = self.sock.makefile("r"), self.sock.makefile("w")
+        self.tx.write(json.dumps(conf) + "\n")
+        self.tx.flush()
+        self._ready()
+
+    def status(self):
+        return None if self.sock.fileno() >= 0 else "closed"
+
+    def _end(self):
+        self.rx.close()
+        self.tx.close()
+        self.sock.close()
+
+
+def two_node_engine_a():
+    """Node 1 of two: engine A, the vLLM stand-in with the plugin under
+    the preload on this node's rxe0, served to node 2's scenario over one
+    TCP connection; passes when the engine ran to node 2's close."""
+    ms.need_follow_lane()
+    py = ms.python_of_venv()
+    tmp = tempfile.mkdtemp(prefix="kvd-mc-2node-a-")
+    try:
+        conf = ms.a_config(tmp)
+        env = dict(ms.engine_env(), **a_env(tmp, conf, True))
+        log = os.path.join(tmp, "engine-A.log")
+        with socket.create_server(("", CTL_PORT)) as srv:
+            srv.settimeout(ktap.scaled(600))
+            conn, peer = srv.accept()
+        with conn:
+            conn.settimeout(ktap.scaled(600))
+            line = b""
+            while not line.endswith(b"\n"):
+                got = conn.recv(1)
+                check(got, "node 2 closed before naming the engine")
+                line += got
+            conn.settimeout(None)
+            a = dict(json.loads(line), config=conf)
+            print("# node 1: engine A for %s, on %s" % (peer[0], a["host"]))
+            p = subprocess.Popen([py, os.path.abspath(__file__), "--engine",
+                                  json.dumps(a)], stdin=conn, stdout=conn,
+                                 stderr=open(log, "w"), env=env)
+            try:
+                rc = p.wait(timeout=ms.REPLY_TIMEOUT * 4)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                rc = p.wait()
+        if rc != 0:
+            ms.show_log(log)
+        check(rc == 0, "engine A exited with status %s" % rc)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def two_node_vllm_with_the_plugin_every_block_right():
+    """Node 2 of two: the master and B here, engine A on node 1 (the
+    stand-in vLLM with the plugin under the preload): the seed's cycles
+    over the wire, judged as on one node."""
+    ms.need_follow_lane()
+    peer, me = os.environ["KVDMABUF_NODE_PEER"], "10.77.0.2"
+    ms.ip("link", "set", "lo", "up")
+    t0 = time.monotonic()
+    with ms.StoreRun(TWO_NODE_PORTS, "kvd-mc-2node-", ip_b=me,
+                     dev_b=ms.IBDEV_A, master_ip=me) as run:
+        a = RemoteEngine(peer, dict(
+            run.common, who="A", host="%s:%d" % (peer, TWO_NODE_PORTS + 20),
+            dev=ms.IBDEV_A, segment=0))
+        run.engines.append(a)
+        t, mem = seed_cycles(a, run.b, True)
+    print("# two nodes: vLLM stand-in + plugin on node 1, Mooncake store "
+          "on node 2: %d cycles, %.1f s" % (CYCLES, time.monotonic() - t0))
+    judge_with_the_plugin(t, mem, "two nodes")
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--engine"]:
         sys.exit(ms.engine_main(sys.argv[2], VllmEngine))
+    node = os.environ.get("KVDMABUF_NODE")
+    if node:
+        sys.exit(ktap.main([two_node_engine_a] if node == "1" else
+                           [two_node_vllm_with_the_plugin_every_block_right]))
     sys.exit(ktap.main([
         vllm_with_the_plugin_every_block_right_nothing_held_keys_unchanged,
         vllm_without_the_plugin_is_silently_wrong,

@@ -9,7 +9,9 @@
 #                          the newest 7.x kernel of trixie-backports), debug
 #                          (that kernel's source with lockdep, KASAN, DMA API
 #                          and dma-buf debugging, 2 CPUs)
-#   check.sh twonode LANE  make demo NODES=2 once (one cycle) on LANE
+#   check.sh twonode LANE  make demo NODES=2 once (one cycle) on LANE, then
+#                          the vLLM stand-in with the plugin on node 1 and
+#                          the Mooncake store on node 2 (mooncake_vllm.py)
 #   check.sh all           unit + every lane (6.1, 6.12, 7.3, debug), then
 #                          twonode on 6.12
 #   check.sh run LANE PROG ARGS  one program of the build tree in a VM of LANE
@@ -34,7 +36,7 @@ mkdir -p "$logs"
 # the checkout, which may lie in /tmp or /run (the guest mounts tmpfs
 # there), but in the cache, one folder per checkout.
 lanes=$cache/lanes/$(printf '%s' "$repo" | sha1sum | cut -c1-12)
-total_pass=0 total_fail=0 total_skip=0 stage_failed=0 run_mode= nodes=1
+total_pass=0 total_fail=0 total_skip=0 stage_failed=0 run_mode= nodes=1 twonode_part=
 # Every failing line of every stage, repeated at the end: CI shows only a
 # run's last lines.
 failures=
@@ -144,7 +146,7 @@ stage_unit() {
 stage_vm() { # lane [-- command to run instead of tests/vm.list]
 	local lane=$1
 	local name=vm-$lane
-	[ "$nodes" = 2 ] && name=2node-$lane
+	[ "$nodes" = 2 ] && name=2node-$lane${twonode_part:+-$twonode_part}
 	local log=$logs/$name.log t0=$SECONDS rc=0
 	local kver kernel moddir root build guest_build blog=$logs/build-$lane.log
 	local modroot= dk machine=pc iommu=0 append=${KVDMABUF_VM_APPEND:-}
@@ -164,8 +166,11 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		build=$lanes/lane-6.1 guest_build=$build
 		# The IOMMU variant (tests/module/proxy_edu) on every kernel.
 		machine=q35 iommu=1
-		# Mooncake's wheel, in a venv of this root (deps.sh host).
+		# Mooncake's wheel, in a venv of this root (deps.sh host); its
+		# user-space scenarios run once, on 6.12 (mooncake_store.py),
+		# and wherever one program runs alone (check.sh run).
 		guest_env+=(KVDMABUF_MOONCAKE_VENV=$cache/mooncake-venv)
+		[ -n "$run_mode" ] || guest_env+=(KVDMABUF_MOONCAKE_SCENARIOS=0)
 		sync_tree "$repo" "$build"
 		make -C "$build" -j"$jobs" all KDIR="$moddir/build" ${KVDMABUF_MAKE_ARGS:-} >"$blog" 2>&1 || rc=1
 		# Debian 12's DKMS builds and installs the helper module for
@@ -186,8 +191,12 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		# The IOMMU variant (tests/module/proxy_edu) on every kernel.
 		machine=q35 iommu=1
 		kver=$(basename "$kver")
-		# Mooncake's wheel, in a venv of that root (deps.sh).
+		# Mooncake's wheel, in a venv of that root (deps.sh); its
+		# user-space scenarios run once, on 6.12 (mooncake_store.py),
+		# and wherever one program runs alone (check.sh run).
 		guest_env+=(KVDMABUF_MOONCAKE_VENV=/opt/kvdmabuf-mooncake-venv)
+		[ "$lane" = 6.12 ] || [ -n "$run_mode" ] ||
+			guest_env+=(KVDMABUF_MOONCAKE_SCENARIOS=0)
 		# One build tree per checkout and lane, as for the other lanes.
 		guest_build=/kvdmabuf-lanes/${lanes##*/}/lane-$lane
 		kernel=$root/boot/vmlinuz-$kver moddir=$root/lib/modules/$kver
@@ -219,8 +228,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		# kmemleak: scanned at the end of the suite (guest-run.sh)
 		append="$append kmemleak=on"
 		# KASAN and lockdep under TCG: slower, and the fuzzer's full run;
-		# Mooncake's store scenarios left out but FOLLOW (see
-		# tests/vm/expected-skips).
+		# Mooncake's user-space scenarios left out (as on 6.1 and 7.3).
 		guest_env=(KVDMABUF_TIMEOUT_SCALE=4 KVDMABUF_PROGRAM_TIMEOUT=3600
 			KVDMABUF_FUZZ_SECONDS=60 KVDMABUF_FUZZ_SEEDS=12345
 			KVDMABUF_MOONCAKE_VENV=/opt/kvdmabuf-mooncake-venv
@@ -334,10 +342,15 @@ boot_report_only() { # log
 
 # make demo NODES=2 once, one cycle, on a lane whose tree is built already
 # in make check: two guests on a socket network, RDMA between them
-# (tests/twonode; about 100 s).
+# (tests/twonode; about 100 s). Then, booted again, the vLLM stand-in with
+# the plugin on node 1, the Mooncake store's master and segment on node 2
+# (tests/mooncake/mooncake_vllm.py picks its part by KVDMABUF_NODE).
 stage_twonode() { # lane
 	nodes=2
 	stage_vm "$1" -- tests/twonode/kvdmabuf-twonode --cycles 1
+	twonode_part=mooncake-vllm
+	stage_vm "$1" -- tests/mooncake/mooncake_vllm.py
+	twonode_part=
 	nodes=1
 }
 
