@@ -506,7 +506,7 @@ under_prefix = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
 # load test modules and set up soft-RoCE (selftest-vm.list). The Python
 # tests need this tree.
 SELFTESTS_NODE = $(HW_BINS:tests/%=%)
-SELFTESTS_VM = $(filter-out %.py,$(shell sed -e 's/\#.*//' tests/vm.list))
+SELFTESTS_VM = $(filter-out %.py,$(shell sed -e 's/[[:space:]].*//' -e 's/\#.*//' tests/vm.list))
 SELFTESTS = $(SELFTESTS_NODE) $(SELFTESTS_VM)
 
 install: lib cli tests

@@ -246,6 +246,8 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		return
 		;;
 	esac
+	# The lists' "!LANE" marks leave programs out (tests/vm/run-tests.sh).
+	guest_env+=(KVDMABUF_LANE=$lane)
 	# Soft-RoCE with dma-buf MRs (tests/rxe): where the lane built the
 	# patched rdma_rxe, rdma-core's rxe provider for the root's libibverbs.
 	[ $rc = 0 ] && [ -f "$build/tests/rxe/build/rdma_rxe.ko" ] && {

@@ -1,7 +1,9 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # Runs the test programs named in a list file (one name per line, '#'
-# comments), streaming their TAP output. A program that ends with a status
+# comments), streaming their TAP output. A name may be followed by
+# "!LANE[,LANE..]": the lanes that leave the program out (KVDMABUF_LANE,
+# set by tests/vm/check.sh; the list says why), with a "# omitted" line. A program that ends with a status
 # other than pass (0) or skip (4) without reporting a failing test itself,
 # or that is missing, is reported as one failing test, so that a crash can
 # never look like a pass.
@@ -18,8 +20,16 @@ out=$(mktemp /tmp/kvd-test.XXXXXX)
 trap 'rm -f "$out"' EXIT
 failed=0
 
-while read -r name _; do
+while read -r name not _; do
 	case "$name" in '' | '#'*) continue ;; esac
+	case "$not" in
+	'!'*)
+		if [[ -n "${KVDMABUF_LANE:-}" && ",${not#!}," == *",$KVDMABUF_LANE,"* ]]; then
+			echo "# omitted on lane $KVDMABUF_LANE: $name ($list)"
+			continue
+		fi
+		;;
+	esac
 	echo "# ===== $name"
 	if [ ! -x "$bindir/$name" ]; then
 		echo "not ok - $name: not built ($bindir/$name)"
