@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 """demo_once - make demo's job, one cycle, its verdict counted by make check
 (tests/vm-6.12.list: make demo's default lane, whose move-capable column is
-soft-RoCE with dma-buf MRs; tests/vm-6.1.list: kvd_umem in that column, as
+soft-RoCE with dma-buf MRs; tests/vm-debug.list: the same under the debug
+kernel; tests/vm-6.1.list: kvd_umem in that column, as
 6.1 has no dma-buf rxe; after the VM suite in the same guest). Runs
 tests/demo/kvdmabuf-demo --cycles 1 and passes only when it exits 0 with
 "verdict: PASS": kvdmabuf's blocks all correct with no transfer error and
@@ -29,8 +30,8 @@ DEMO = os.path.join(HERE, "kvdmabuf-demo")
 
 def demo_one_cycle_verdict_pass():
     if not os.path.exists("/dev/kvdmabuf"):
-        raise Skip("/dev/kvdmabuf absent: the 6.1 and 6.12 VM lanes "
-                   "run this")
+        raise Skip("/dev/kvdmabuf absent: the 6.1, 6.12 and debug VM "
+                   "lanes run this")
     check(os.access(DEMO, os.X_OK), "%s not built" % DEMO)
     # the demo's own test (tests/rxe_env.h)
     rxedb = ktap.rxe_dmabuf_missing() is None

@@ -265,7 +265,8 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		return
 		;;
 	esac
-	# and the lane's own list after it (tests/vm-6.1.list, vm-6.12.list: the demo)
+	# and the lane's own list after it (tests/vm-6.1.list, vm-6.12.list,
+	# vm-debug.list: the demo)
 	local run=("$guest_build/tests/vm.list")
 	[ -f "$repo/tests/vm-$lane.list" ] && run+=("$guest_build/tests/vm-$lane.list")
 	if [ "${2:-}" = -- ]; then
