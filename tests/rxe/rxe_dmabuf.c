@@ -10,7 +10,8 @@
  * bytes; a revoked proxy gives a completion error, never old bytes; the
  * pinned mode (rdma_rxe's dmabuf_pinned parameter) makes a swap fail
  * cleanly with EBUSY. ATOMIC WRITE and compare-and-swap follow the swap
- * and fail while revoked as well. Under traffic (a thread reading and writing through
+ * and fail while revoked as well; ibv_advise_mr() prefetch maps the new
+ * backing before the first access. Under traffic (a thread reading and writing through
  * the rkey without pause), no byte moves to or from a backing once the
  * swap or revoke that let it go has returned: the test poisons it then.
  */
@@ -418,6 +419,80 @@ TEST_F(rxe, atomic_write_follows_the_swap_and_fails_while_revoked)
 	EXPECT_EQ(IBV_WC_REM_ACCESS_ERR, st);
 	EXPECT_EQ(a24, dmabuf_u64(a, 24));
 	EXPECT_EQ(b24, dmabuf_u64(b, 24));
+
+	EXPECT_EQ(0, ibv_dereg_mr(mr));
+	close(proxy);
+	close(a);
+	close(b);
+}
+
+/* The proxy's live mappings: rxe's kernel mapping of it counts as one. */
+static uint32_t live_maps(struct __test_metadata *_metadata, int dev,
+			  int proxy)
+{
+	struct kvdmabuf_query q;
+
+	EXPECT_EQ(0, kvd_query(dev, proxy, &q));
+	return q.live_mappings;
+}
+
+/* ibv_advise_mr() of one SGE over all of @mr: 0 or its errno. */
+static int advise(struct ibv_mr *mr, enum ibv_advise_mr_advice advice,
+		  uint64_t addr, uint32_t len)
+{
+	struct ibv_sge sge = { .addr = addr, .length = len, .lkey = mr->lkey };
+
+	return ibv_advise_mr(mr->pd, advice, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1);
+}
+
+/*
+ * ibv_advise_mr() PREFETCH_WRITE after a swap maps the new backing before
+ * any access (the proxy counts rxe's mapping), so the first READ does not
+ * pay for it (the library's prefetch at wake); a READ then brings the new
+ * bytes. PREFETCH_NO_FAULT maps nothing; a range beyond the MR, write
+ * prefetch of a read-only MR, and a revoked proxy are refused.
+ */
+TEST_F(rxe, prefetch_maps_the_new_backing_before_the_first_access)
+{
+	struct ibv_mr *mr, *ro;
+	int a, b, proxy;
+
+	KVD_OPEN_DEV(self->dev);
+	a = vgem_pattern_buf(self->drm, LEN, 61);
+	b = vgem_pattern_buf(self->drm, LEN, 62);
+	ASSERT_GE(a, 0);
+	ASSERT_GE(b, 0);
+	ASSERT_EQ(0, proxy_mr(_metadata, self, a, 0, &proxy, &mr));
+
+	ASSERT_EQ(0, kvd_replace(self->dev, proxy, b, 0));
+	EXPECT_EQ(0, live_maps(_metadata, self->dev, proxy));
+	EXPECT_EQ(0, advise(mr, IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT, IOVA,
+			    LEN));
+	EXPECT_EQ(0, live_maps(_metadata, self->dev, proxy));
+	EXPECT_EQ(EINVAL, advise(mr, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE,
+				 IOVA + 1, LEN));
+	EXPECT_EQ(0, live_maps(_metadata, self->dev, proxy));
+	ASSERT_EQ(0, advise(mr, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IOVA,
+			    LEN));
+	EXPECT_EQ(1, live_maps(_metadata, self->dev, proxy));
+	memset(self->abuf, 0, LEN);
+	ASSERT_EQ(0, OP(IBV_WR_RDMA_READ, 0, LEN, IOVA, mr->rkey, NULL));
+	EXPECT_EQ(-1, pattern_check(self->abuf, LEN, 62));
+
+	/* Write prefetch needs local write access; read prefetch does not. */
+	ro = ibv_reg_dmabuf_mr(self->b.pd, 0, LEN, IOVA, proxy,
+			       IBV_ACCESS_REMOTE_READ);
+	ASSERT_NOT_NULL(ro);
+	EXPECT_EQ(EPERM, advise(ro, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IOVA,
+				LEN));
+	EXPECT_EQ(0, advise(ro, IBV_ADVISE_MR_ADVICE_PREFETCH, IOVA, LEN));
+	EXPECT_EQ(0, ibv_dereg_mr(ro));
+
+	/* Revoked: nothing to map, nothing mapped. */
+	ASSERT_EQ(0, kvd_revoke(self->dev, proxy, 2000));
+	EXPECT_NE(0, advise(mr, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IOVA,
+			    LEN));
+	EXPECT_EQ(0, live_maps(_metadata, self->dev, proxy));
 
 	EXPECT_EQ(0, ibv_dereg_mr(mr));
 	close(proxy);
