@@ -13,6 +13,8 @@
  *                             # released at sleep where every NIC has it
  *   registrations: library    # library | engine: under libkvdmabuf-preload.so
  *                             # the engine's own MRs only (proxy-only)
+ *   prefetch_at_wake: off     # off | on: ibv_advise_mr() prefetch of the
+ *                             # MRs that follow (FOLLOW, ODP) at each wake
  *   kv_regions: [0x7e0000000000+0x40000000:kv_cache]
  *                             # KV memory by address, ADDR+LEN[:TAG] (a list
  *                             # or one): for libkvdmabuf-preload.so
@@ -65,7 +67,7 @@ struct parse {
 enum { SEEN_PROTOCOL = 1, SEEN_NICS = 2, SEEN_DRAIN = 4, SEEN_MODULE = 8,
        SEEN_CUDA = 16, SEEN_CUDA_MAPPING = 32, SEEN_TRANSPORT = 64,
        SEEN_KV_REGIONS = 128, SEEN_HOST_ODP = 256,
-       SEEN_REGISTRATIONS = 512 };
+       SEEN_REGISTRATIONS = 512, SEEN_PREFETCH = 1024 };
 
 static int perr(struct parse *p, const yaml_mark_t *m, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -280,6 +282,9 @@ static const struct word registrations_words[] = {
 	{ "library", KVD_REGISTRATIONS_LIBRARY },
 	{ "engine", KVD_REGISTRATIONS_ENGINE },
 };
+static const struct word prefetch_words[] = {
+	{ "off", 0 }, { "on", 1 },
+};
 
 static int parse_value(struct parse *p, const char *key, yaml_mark_t *kmark,
 		       yaml_event_t *ev, struct kvd_config *c)
@@ -310,11 +315,14 @@ static int parse_value(struct parse *p, const char *key, yaml_mark_t *kmark,
 		bit = SEEN_HOST_ODP;
 	else if (!strcmp(key, "registrations"))
 		bit = SEEN_REGISTRATIONS;
+	else if (!strcmp(key, "prefetch_at_wake"))
+		bit = SEEN_PREFETCH;
 	else
 		return perr(p, kmark, "unknown key '%s' (known: protocol, nics, "
 			    "drain_timeout_s, module, cuda_library, "
 			    "cuda_dmabuf_mapping, transport, kv_regions, "
-			    "host_on_demand, registrations)", key);
+			    "host_on_demand, registrations, "
+			    "prefetch_at_wake)", key);
 	if (p->seen & bit)
 		return perr(p, kmark, "duplicate key '%s'", key);
 	p->seen |= bit;
@@ -359,6 +367,9 @@ static int parse_value(struct parse *p, const char *key, yaml_mark_t *kmark,
 	case SEEN_REGISTRATIONS:
 		return ONE_OF(p, ev, key, registrations_words,
 			      &c->registrations);
+	case SEEN_PREFETCH:
+		return ONE_OF(p, ev, key, prefetch_words,
+			      &c->prefetch_at_wake);
 	default:
 		return scalar_copy(p, ev, key, c->cuda_library,
 				   sizeof(c->cuda_library));
@@ -523,6 +534,7 @@ int kvd_config_parse(const char *text, size_t len, const char *name,
 static const char *const env_keys[] = {
 	"protocol", "nics", "drain_timeout_s", "module", "cuda_library",
 	"cuda_dmabuf_mapping", "transport", "host_on_demand", "registrations",
+	"prefetch_at_wake",
 };
 
 /* The environment's keys over @cfg; @cfg->path says which came from it. */

@@ -22,6 +22,7 @@ const struct kvd_ops kvd_default_ops = {
 	.reg_dmabuf = kvd_verbs_reg_dmabuf,
 	.reg_addr = kvd_verbs_reg_addr,
 	.dereg = kvd_verbs_dereg,
+	.prefetch = kvd_verbs_prefetch,
 	.proxy_open = kvd_proxy_dev_open,
 	.proxy_create = kvd_proxy_dev_create,
 	.proxy_attach = kvd_proxy_dev_attach,
@@ -308,6 +309,8 @@ static int query(struct kvdmabuf_ctx *ctx, void *out, size_t size)
 	st->protocol_rdma = ctx->cfg.proto == KVD_PROTO_RDMA;
 	st->sleeps = ctx->sleeps;
 	st->wakes = ctx->wakes;
+	st->prefetches = ctx->prefetches;
+	st->prefetch_failures = ctx->prefetch_failures;
 	st->unbalanced_io_end = ctx->unbalanced_removed;
 	for (i = 0; i < ctx->nr_regions; i++) {
 		struct kvdmabuf_region *r = ctx->regions[i];

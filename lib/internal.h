@@ -85,6 +85,9 @@ struct kvd_config {
 	char transport[KVD_NAMEMAX];
 	int host_odp;                    /* enum kvd_host_odp */
 	int registrations;               /* enum kvd_registrations */
+	/* prefetch_at_wake: after a wake, ask the NICs to map what FOLLOW
+	 * and ODP MRs will read (ibv_advise_mr) before the first transfer */
+	int prefetch_at_wake;
 	char path[256];                  /* file it came from */
 	/* kv_regions: KV memory by address for libkvdmabuf-preload.so
 	 * (engines without hooks); the library itself does not use them. */
@@ -237,6 +240,10 @@ struct kvd_ops {
 			struct kvd_mr *mr);
 	int (*dereg)(struct kvdmabuf_ctx *ctx, unsigned int nic,
 		     struct kvd_mr *mr);
+	/* Optional (NULL: -EOPNOTSUPP): have the NIC map all of @mr now
+	 * (ibv_advise_mr PREFETCH_WRITE, synchronous); a hint, no message. */
+	int (*prefetch)(struct kvdmabuf_ctx *ctx, unsigned int nic,
+			struct kvd_mr *mr);
 	/* Open the module's device: -ENOENT/-ENODEV when absent. */
 	int (*proxy_open)(struct kvdmabuf_ctx *ctx, int *devfd);
 	int (*proxy_create)(struct kvdmabuf_ctx *ctx, uint64_t size,
@@ -273,6 +280,8 @@ int kvd_verbs_reg_addr(struct kvdmabuf_ctx *ctx, unsigned int nic,
 		       struct kvd_mr *mr);
 int kvd_verbs_dereg(struct kvdmabuf_ctx *ctx, unsigned int nic,
 		    struct kvd_mr *mr);
+int kvd_verbs_prefetch(struct kvdmabuf_ctx *ctx, unsigned int nic,
+		       struct kvd_mr *mr);
 int kvd_export_dmabuf(struct kvdmabuf_ctx *ctx, struct kvdmabuf_region *r,
 		      int *fd, uint64_t *offset);
 int kvd_cuda_export(struct kvdmabuf_ctx *ctx, void *addr, size_t len,
@@ -381,6 +390,7 @@ struct kvdmabuf_ctx {
 	struct kvdmabuf_region **regions;
 	unsigned int nr_regions, cap_regions;
 	uint64_t sleeps, wakes;
+	uint64_t prefetches, prefetch_failures; /* prefetch_at_wake, per MR */
 	uint64_t unbalanced_removed;     /* from removed regions */
 };
 

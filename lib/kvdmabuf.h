@@ -47,7 +47,7 @@ extern "C" {
 
 /* Version of this header; kvdmabuf_version() gives the library's. */
 #define KVDMABUF_VERSION_MAJOR 0
-#define KVDMABUF_VERSION_MINOR 5
+#define KVDMABUF_VERSION_MINOR 6
 #define KVDMABUF_VERSION_PATCH 0
 #define KVDMABUF_VERSION_CODE(major, minor, patch) \
 	(((major) << 16) | ((minor) << 8) | (patch))
@@ -518,8 +518,12 @@ struct kvdmabuf_state {
 	uint64_t inflight;        /**< sum over regions */
 	uint64_t sleeps, wakes;   /**< successful calls that did work */
 	uint64_t unbalanced_io_end; /**< io_end without io_begin (ignored) */
+	/** prefetch_at_wake (0.6): MRs the NICs were asked to map at a wake,
+	 *  and of those the ones a NIC could not (mapped at the first
+	 *  transfer instead: EOPNOTSUPP where the NIC has no prefetch). */
+	uint64_t prefetches, prefetch_failures;
 	/** Zero: room for later versions, as in kvdmabuf_region_info. */
-	uint64_t reserved[8];
+	uint64_t reserved[6];
 };
 int kvdmabuf_query(struct kvdmabuf_ctx *ctx, struct kvdmabuf_state *state);
 

@@ -10,6 +10,9 @@
 
 #include "internal.h"
 
+/* SGEs of one ibv_advise_mr() call (a GiB each). */
+#define KVD_PREFETCH_SGES	16u
+
 /* soft-RoCE (rxe_param.h's RXE_VENDOR_ID) */
 #define KVD_RXE_VENDOR_ID	0xffffffu
 
@@ -218,6 +221,40 @@ int kvd_verbs_reg_addr(struct kvdmabuf_ctx *ctx, unsigned int nic,
 	mr->handle = m;
 	mr->lkey = m->lkey;
 	mr->rkey = m->rkey;
+	return 0;
+}
+
+/*
+ * The NIC maps all of @mr now rather than at the first transfer after a
+ * move (mlx5: dma-buf and ODP MRs; tests/rxe's soft-RoCE: dma-buf MRs).
+ * Synchronous (FLUSH): done when the wake returns. One SGE per GiB, as
+ * an SGE's length is 32 bits.
+ */
+int kvd_verbs_prefetch(struct kvdmabuf_ctx *ctx, unsigned int nic,
+		       struct kvd_mr *mr)
+{
+	struct ibv_sge sge[KVD_PREFETCH_SGES];
+	const uint64_t step = 1ull << 30;
+	struct ibv_mr *m = mr->handle;
+	uint64_t addr = (uintptr_t)m->addr, end = addr + m->length;
+	unsigned int n;
+	int rc;
+
+	(void)ctx;
+	(void)nic;
+	while (addr < end) {
+		for (n = 0; n < KVD_PREFETCH_SGES && addr < end; n++) {
+			sge[n].addr = addr;
+			sge[n].length = (uint32_t)(end - addr < step ?
+						   end - addr : step);
+			sge[n].lkey = m->lkey;
+			addr += sge[n].length;
+		}
+		rc = ibv_advise_mr(m->pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE,
+				   IBV_ADVISE_MR_FLAG_FLUSH, sge, n);
+		if (rc)
+			return rc > 0 ? -rc : rc;
+	}
 	return 0;
 }
 

@@ -54,6 +54,12 @@ struct fake_mr {
 	int pins;
 	int on_demand;       /* KVD_REG_ON_DEMAND: follows the page tables */
 	uint32_t key;
+	/* prefetches asked (ibv_advise_mr), and the proxy's generation and
+	 * state at the last: what the NIC would have mapped */
+	unsigned int prefetched;
+	uint64_t prefetch_gen;
+	int prefetch_state;
+	int prefetch_io_rc;  /* kvdmabuf_io_begin(fw.io_probe) then */
 };
 
 struct fake_proxy {
@@ -93,6 +99,9 @@ struct fake_world {
 	/* on-demand paging: 1 advertised and taken, 2 advertised but an
 	 * on-demand registration refused (-EOPNOTSUPP) */
 	int nic_odp[KVDMABUF_MAX_NICS];
+	/* ibv_advise_mr prefetch: 0 -EOPNOTSUPP (not every NIC has it) */
+	int nic_prefetch[KVDMABUF_MAX_NICS];
+	struct kvdmabuf_region *io_probe;    /* tried at each prefetch */
 	int module;                          /* fake module present */
 	int real_export;                     /* CUDA/DRM through the library */
 	struct fake_mr mr[FAKE_MAX_MR];
@@ -314,6 +323,27 @@ static int fake_dereg(struct kvdmabuf_ctx *ctx, unsigned int nic,
 		close(m->ref_fd);
 	m->used = 0;
 	memset(mr, 0, sizeof(*mr));
+	return 0;
+}
+
+static int fake_prefetch(struct kvdmabuf_ctx *ctx, unsigned int nic,
+			 struct kvd_mr *mr)
+{
+	struct fake_mr *m = mr->handle;
+
+	(void)ctx;
+	if (!m || !m->used || m->nic != nic)
+		return -EINVAL;
+	if (!fw.nic_prefetch[nic])
+		return -EOPNOTSUPP;
+	m->prefetched++;
+	if (m->proxy >= 0) {
+		m->prefetch_gen = fw.px[m->proxy].gen;
+		m->prefetch_state = fw.px[m->proxy].state;
+	}
+	m->prefetch_io_rc = fw.io_probe ? kvdmabuf_io_begin(fw.io_probe) : 0;
+	if (fw.io_probe && !m->prefetch_io_rc)
+		kvdmabuf_io_end(fw.io_probe);
 	return 0;
 }
 
@@ -562,6 +592,7 @@ static const struct kvd_ops fake_ops = {
 	.reg_dmabuf = fake_reg_dmabuf,
 	.reg_addr = fake_reg_addr,
 	.dereg = fake_dereg,
+	.prefetch = fake_prefetch,
 	.proxy_open = fake_proxy_open,
 	.proxy_create = fake_proxy_create,
 	.proxy_attach = fake_proxy_attach,
@@ -676,6 +707,13 @@ static int inj_ranges(struct kvdmabuf_ctx *c, int p, const struct kvd_range *r,
 	return fw.inner->proxy_ranges(c, p, r, n);
 }
 
+static int inj_prefetch(struct kvdmabuf_ctx *c, unsigned int nic,
+			struct kvd_mr *mr)
+{
+	return fw.inner->prefetch ? fw.inner->prefetch(c, nic, mr) :
+	       -EOPNOTSUPP;
+}
+
 static const struct kvd_ops inj_ops = {
 	.nics_open = inj_nics_open,
 	.nics_close = inj_nics_close,
@@ -685,6 +723,7 @@ static const struct kvd_ops inj_ops = {
 	.reg_dmabuf = inj_reg_dmabuf,
 	.reg_addr = inj_reg_addr,
 	.dereg = inj_dereg,
+	.prefetch = inj_prefetch,
 	.proxy_open = inj_proxy_open,
 	.proxy_create = inj_create,
 	.proxy_attach = inj_attach,

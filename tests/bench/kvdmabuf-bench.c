@@ -446,6 +446,8 @@ struct sz_res {
 	double x_rtotal[MAX_SAMPLES], x_wake[MAX_SAMPLES], x_first[MAX_SAMPLES];
 	double x_ratio[MAX_SAMPLES], x_over[MAX_SAMPLES];
 	double x_ratio_nd[MAX_SAMPLES];	/* (e) / (d) without the dereg */
+	/* (f) FOLLOW with prefetch_at_wake: wake (and prefetch), first READ */
+	double x_pwake[MAX_SAMPLES], x_pfirst[MAX_SAMPLES];
 };
 
 /* g_imp: /dev/kvd_umem (the kvd_importer ABI) */
@@ -1869,13 +1871,16 @@ static void rxe_nic_close(struct rxe_nic *x)
 	x->up = false;
 }
 
-/* kvdmabuf_open() on rxe0 with the engine's PD: the public path. */
-static int rxe_lib_open(struct rxe_nic *x, struct kvdmabuf_ctx **ctx)
+/* kvdmabuf_open() on rxe0 with the engine's PD: the public path; with
+ * prefetch_at_wake if @prefetch. */
+static int rxe_lib_open(struct rxe_nic *x, struct kvdmabuf_ctx **ctx,
+			bool prefetch)
 {
-	char yaml[160], err[512];
+	char yaml[200], err[512];
 
 	snprintf(yaml, sizeof(yaml), "protocol: rdma\nnics: [%s]\n"
-		 "module: require\ndrain_timeout_s: 5\n", vp_dev_name(0));
+		 "module: require\ndrain_timeout_s: 5\nprefetch_at_wake: %s\n",
+		 vp_dev_name(0), prefetch ? "on" : "off");
 	if (lib_open_cfg(yaml, x->a.pd, ctx, err, sizeof(err)))
 		return ERR("kvdmabuf open (%s): %s", vp_dev_name(0), err);
 	return 0;
@@ -2023,56 +2028,108 @@ static int rxe_follow(struct rxe_nic *x, struct kvdmabuf_ctx *ctx,
 			      "FOLLOW on rxe, last page after wake");
 }
 
+/* A FOLLOW region of fig 1r: its context, buffer and rkey. */
+struct rxe_follow_side {
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r;
+	struct dbuf b;
+	uint32_t rkey;
+};
+
+static int rxe_side_open(struct rxe_nic *x, struct rxe_follow_side *f,
+			 size_t size, unsigned int gen, bool prefetch)
+{
+	return rxe_lib_open(x, &f->ctx, prefetch) ||
+	       dbuf_new(&f->b, g_drm, size, NULL, gen) ||
+	       rxe_region_add(f->ctx, &f->b, &f->r, &f->rkey) ? -1 : 0;
+}
+
+/* Sleep, free the buffer, map generation @gen's at the same address
+ * (exported once untimed: DRM caches the dma-buf). */
+static int rxe_side_sleep(struct rxe_follow_side *f, unsigned int gen)
+{
+	char *addr = f->b.addr;
+	size_t len = f->b.len;
+	int efd;
+
+	if (kvdmabuf_sleep(f->ctx, NULL))
+		return ERR("rxe sleep: %s", kvdmabuf_last_error(f->ctx));
+	dbuf_free(&f->b);
+	if (dbuf_new(&f->b, g_drm, len, addr, gen))
+		return -1;
+	if (drmPrimeHandleToFD(g_drm, f->b.h, DRM_CLOEXEC | DRM_RDWR, &efd))
+		return ERR("prime export: %s", strerror(errno));
+	close(efd);
+	if (kvdmabuf_region_set_drm_handle(f->r, g_drm, f->b.h))
+		return ERR("set_drm_handle: %s", kvdmabuf_last_error(f->ctx));
+	return 0;
+}
+
+static int rxe_side_wake(struct rxe_nic *x, struct rxe_follow_side *f,
+			 unsigned int gen, double ns[2])
+{
+	return rxe_follow(x, f->ctx, f->r, f->b.addr, f->b.len, f->rkey, gen,
+			  ns);
+}
+
+static int rxe_side_close(struct rxe_follow_side *f, int rc)
+{
+	if (f->r && kvdmabuf_region_remove(f->r) && !rc)
+		rc = ERR("rxe region remove: %s", kvdmabuf_last_error(f->ctx));
+	dbuf_free(&f->b);
+	if (f->ctx)
+		kvdmabuf_close(f->ctx);
+	return rc;
+}
+
+/* The NIC mapped every MR prefetch_at_wake asked for. */
+static int rxe_prefetched(struct rxe_follow_side *f)
+{
+	struct kvdmabuf_state st;
+
+	if (kvdmabuf_query(f->ctx, &st))
+		return ERR("query: %s", kvdmabuf_last_error(f->ctx));
+	if (!st.prefetches || st.prefetch_failures)
+		return ERR("prefetch_at_wake: %" PRIu64 " of %" PRIu64
+			   " prefetches refused by %s (its advise_mr)",
+			   st.prefetch_failures, st.prefetches,
+			   vp_dev_name(0));
+	return 0;
+}
+
 /*
  * Fig 1r at one size: a vgem region on rxe0 behind a proxy (FOLLOW) and
- * an engine's own dma-buf MR on the same buffer; per cycle, sleep, the
- * engine frees the buffer and maps a new one at the same address (next
- * generation's bytes, exported once untimed: DRM caches the dma-buf), then
- * (d) and (e), (d) first on even cycles and second on odd.
+ * an engine's own dma-buf MR on the same buffer, and a second FOLLOW
+ * region whose context has prefetch_at_wake; per cycle, sleep, the
+ * engine frees each buffer and maps a new one at the same address (the
+ * next generation's bytes), then (d), (e) and (f), in that order on even
+ * cycles and the reverse on odd ones.
  */
 static int run_rxe_dmabuf(struct rxe_nic *x, struct sz_res *s, int reps)
 {
-	struct kvdmabuf_ctx *ctx = NULL;
-	struct kvdmabuf_region *r = NULL;
+	struct rxe_follow_side e = { 0 }, pf = { 0 };
 	struct ibv_mr *mr = NULL;
-	struct dbuf b = { 0 };
 	unsigned int gen = ++g_gen;
-	uint32_t rkey0;
-	int rep, n = 0, rc = -1, efd;
-	char *addr;
+	int rep, n = 0, rc = -1;
 
-	if (rxe_lib_open(x, &ctx) ||
-	    dbuf_new(&b, g_drm, s->size, NULL, gen) ||
-	    rxe_region_add(ctx, &b, &r, &rkey0))
+	if (rxe_side_open(x, &e, s->size, gen, false) ||
+	    rxe_side_open(x, &pf, s->size, gen, true))
 		goto out;
-	addr = b.addr;
-	mr = rxe_reg_buf(x, &b, addr);
+	mr = rxe_reg_buf(x, &e.b, e.b.addr);
 	if (!mr)
 		goto out;
 	for (rep = -1; rep < reps * g_inner; rep++) {
-		double d[3] = { 0 }, f[2] = { 0 };
+		double d[3] = { 0 }, f[2] = { 0 }, p[2] = { 0 };
+		bool odd = rep & 1;
 
-		if (kvdmabuf_sleep(ctx, NULL)) {
-			ERR("rxe sleep: %s", kvdmabuf_last_error(ctx));
-			goto out;
-		}
 		gen = ++g_gen;
-		dbuf_free(&b);
-		if (dbuf_new(&b, g_drm, s->size, addr, gen))
+		if (rxe_side_sleep(&e, gen) || rxe_side_sleep(&pf, gen))
 			goto out;
-		if (drmPrimeHandleToFD(g_drm, b.h, DRM_CLOEXEC | DRM_RDWR,
-				       &efd)) {
-			ERR("prime export: %s", strerror(errno));
-			goto out;
-		}
-		close(efd);
-		if (kvdmabuf_region_set_drm_handle(r, g_drm, b.h)) {
-			ERR("set_drm_handle: %s", kvdmabuf_last_error(ctx));
-			goto out;
-		}
-		if ((!(rep & 1) && rxe_rereg(x, &mr, &b, addr, gen, d)) ||
-		    rxe_follow(x, ctx, r, addr, s->size, rkey0, gen, f) ||
-		    ((rep & 1) && rxe_rereg(x, &mr, &b, addr, gen, d)))
+		if ((!odd && rxe_rereg(x, &mr, &e.b, e.b.addr, gen, d)) ||
+		    (odd && rxe_side_wake(x, &pf, gen, p)) ||
+		    rxe_side_wake(x, &e, gen, f) ||
+		    (!odd && rxe_side_wake(x, &pf, gen, p)) ||
+		    (odd && rxe_rereg(x, &mr, &e.b, e.b.addr, gen, d)))
 			goto out;
 		if (rep < 0)
 			continue;
@@ -2085,32 +2142,32 @@ static int run_rxe_dmabuf(struct rxe_nic *x, struct sz_res *s, int reps)
 		s->x_ratio[n] = (f[0] + f[1]) / s->x_rtotal[n];
 		s->x_over[n] = f[0] + f[1] - s->x_rtotal[n];
 		s->x_ratio_nd[n] = (f[0] + f[1]) / (d[1] + d[2]);
+		s->x_pwake[n] = p[0];
+		s->x_pfirst[n] = p[1];
 		if (verbose)
 			printf("# cycle rxe %zu MiB: re-register %.3f (dereg "
 			       "%.3f reg %.3f first %.3f) FOLLOW %.3f (wake %.3f "
-			       "first %.3f) ms\n", s->size >> 20,
+			       "first %.3f) with prefetch %.3f (wake %.3f first "
+			       "%.3f) ms\n", s->size >> 20,
 			       s->x_rtotal[n] / 1e6, d[0] / 1e6, d[1] / 1e6,
 			       d[2] / 1e6, (f[0] + f[1]) / 1e6, f[0] / 1e6,
-			       f[1] / 1e6);
+			       f[1] / 1e6, (p[0] + p[1]) / 1e6, p[0] / 1e6,
+			       p[1] / 1e6);
 		n++;
 	}
 	s->nx = n;
-	rc = 0;
+	rc = rxe_prefetched(&pf);
 out:
 	if (mr && ibv_dereg_mr(mr) && !rc)
 		rc = ERR("ibv_dereg_mr: %s", strerror(errno));
-	if (r && kvdmabuf_region_remove(r) && !rc)
-		rc = ERR("rxe region remove: %s", kvdmabuf_last_error(ctx));
-	dbuf_free(&b);
-	if (ctx)
-		kvdmabuf_close(ctx);
-	return rc;
+	rc = rxe_side_close(&e, rc);
+	return rxe_side_close(&pf, rc);
 }
 
 static void report_rxe_size(const struct sz_res *s)
 {
 	double gib = (double)s->size / GIB, rt, rd, rg, rf, fw, ff, fr, fr99,
-	       ov, ov99, fnd;
+	       ov, ov99, fnd, pw, pff;
 	char sz[24];
 
 	size_name(s->size, sz, sizeof(sz));
@@ -2134,6 +2191,8 @@ static void report_rxe_size(const struct sz_res *s)
 	ov = median(s->x_over, s->nx);
 	ov99 = percentile(s->x_over, s->nx, 99);
 	fnd = median(s->x_ratio_nd, s->nx);
+	pw = median(s->x_pwake, s->nx);
+	pff = median(s->x_pfirst, s->nx);
 	row_add("1r", "(d) re-register: dereg+export+reg_dmabuf+READ", sz,
 		"%.2f ms = %.2f ms/GiB (%.2f + %.2f + %.3f ms)", rt / 1e6,
 		rt / 1e6 / gib, rd / 1e6, rg / 1e6, rf / 1e6);
@@ -2148,6 +2207,9 @@ static void report_rxe_size(const struct sz_res *s)
 	row_add("1r", "FOLLOW - re-register per wake per region", sz,
 		"%.0f us median, p99 %.0f us ((e) - (d) per cycle)", ov / 1e3,
 		ov99 / 1e3);
+	row_add("1r", "(f) FOLLOW + prefetch_at_wake: wake + first READ", sz,
+		"%.2f ms (%.2f + %.3f ms; (e): %.2f + %.3f ms)",
+		(pw + pff) / 1e6, pw / 1e6, pff / 1e6, fw / 1e6, ff / 1e6);
 	bench_line("name=rxe_dmabuf size=%" PRIu64 " measured=1", s->size);
 	bench_line("name=rxe_rereg_dmabuf size=%" PRIu64 " ns=%.0f "
 		   "ns_per_gib=%.0f dereg_ns=%.0f reg_ns=%.0f "
@@ -2155,6 +2217,8 @@ static void report_rxe_size(const struct sz_res *s)
 		   rg, rf, s->nx);
 	bench_line("name=rxe_follow size=%" PRIu64 " wake_ns=%.0f "
 		   "first_access_ns=%.0f reps=%d", s->size, fw, ff, s->nx);
+	bench_line("name=rxe_follow_prefetch size=%" PRIu64 " wake_ns=%.0f "
+		   "first_access_ns=%.0f reps=%d", s->size, pw, pff, s->nx);
 	bench_line("name=rxe_follow_vs_rereg size=%" PRIu64 " ratio=%.4f "
 		   "ratio_p99=%.4f ratio_medians=%.4f ratio_without_dereg=%.4f "
 		   "overhead_ns=%.0f overhead_p99_ns=%.0f", s->size, fr, fr99,
@@ -2226,7 +2290,7 @@ static int rxe_scale_init(struct rxe_nic *x, struct rxe_scale *s, int n,
 	if (!s->r || !s->b[0] || !s->b[1] || !s->mr || !s->rkey0 || !s->fw ||
 	    !s->ff || !s->rr)
 		return ERR("out of memory");
-	if (rxe_lib_open(x, &s->ctx))
+	if (rxe_lib_open(x, &s->ctx, false))
 		return -1;
 	for (i = 0; i < n; i++) {
 		if (dbuf_new(&s->b[0][i], g_drm, SCALE_REGION, NULL,

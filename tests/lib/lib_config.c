@@ -38,6 +38,8 @@ static const struct cfg_case cases[] = {
 	  "'drain_timeout_s' must be" },
 	{ "protocol: rdma\nmodule: maybe\n", -EINVAL,
 	  "t.yaml:2:9: 'module' must be auto, require or off" },
+	{ "protocol: rdma\nprefetch_at_wake: yes\n", -EINVAL,
+	  "t.yaml:2:19: 'prefetch_at_wake' must be off or on" },
 	{ "drain_timeout_s: 3\n", -EINVAL, "missing key 'protocol'" },
 	{ "protocol: rdma\nnics: {a: b}\n", -EINVAL, "'nics' must be" },
 	{ "protocol: rdma\n---\nprotocol: tcp\n", -EINVAL,
@@ -89,6 +91,7 @@ TEST(config_every_key)
 		"nics: [rxe0, rxe1]\n"
 		"drain_timeout_s: 2.5\n"
 		"module: require\n"
+		"prefetch_at_wake: on\n"
 		"cuda_library: /opt/x/libcuda.so.1\n"
 		"kv_regions:\n"
 		"  - 0x7e0000000000+0x40000000:kv_cache\n"
@@ -104,6 +107,7 @@ TEST(config_every_key)
 	EXPECT_EQ(0, strcmp(c.nics[1], "rxe1"));
 	EXPECT_EQ(2500u, c.drain_timeout_ms);
 	EXPECT_EQ(KVDMABUF_MODULE_REQUIRE, c.module);
+	EXPECT_EQ(1, c.prefetch_at_wake);
 	EXPECT_EQ(0, strcmp(c.cuda_library, "/opt/x/libcuda.so.1"));
 	ASSERT_EQ(2u, c.nr_kv_regions);
 	EXPECT_EQ(0x7e0000000000ull, c.kv_regions[0].addr);
@@ -123,6 +127,7 @@ TEST(config_defaults)
 				      err, sizeof(err)));
 	EXPECT_EQ(KVDMABUF_DRAIN_TIMEOUT_S_DEFAULT * 1000u, c.drain_timeout_ms);
 	EXPECT_EQ(KVDMABUF_MODULE_AUTO, c.module);
+	EXPECT_EQ(0, c.prefetch_at_wake);
 	EXPECT_EQ(0u, c.nr_nics);
 	EXPECT_EQ('\0', c.cuda_library[0]);
 }

@@ -3,7 +3,8 @@
  * lib_roundtrip - regions round-trip exactly through two sleep/wake cycles:
  * same addresses and lengths registered again, keys unchanged for FOLLOW
  * and new (generation + 1, callback) for REREGISTER, host regions
- * untouched, nothing holding old memory while asleep, nothing leaked.
+ * untouched, nothing holding old memory while asleep, nothing leaked;
+ * prefetch_at_wake asks the NICs to map FOLLOW MRs' new memory at a wake.
  * Host-only: fake NICs / exporter / module (tests/lib_fake.h).
  */
 #include "harness.h"
@@ -266,6 +267,71 @@ TEST(tcp_regions_are_noreg)
 	EXPECT_EQ(0, kvdmabuf_io_begin(r));
 	kvdmabuf_io_end(r);
 	kvdmabuf_close(ctx);
+	munmap(m, 2 * LEN);
+}
+
+/*
+ * prefetch_at_wake: each wake asks every NIC to map a FOLLOW region's MR
+ * (the proxy backed again, its new generation, I/O not yet open), never
+ * a REREGISTER one (registered anew: mapped) and never at sleep; a NIC
+ * without prefetch is counted and the wake goes on. Off: never asked.
+ */
+TEST(prefetch_at_wake_maps_follow_mrs_before_io_opens)
+{
+	static const char *const yaml[2] = {
+		"protocol: rdma\n", "protocol: rdma\nprefetch_at_wake: on\n",
+	};
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r, *h;
+	struct kvdmabuf_state st;
+	struct fake_mr *m0, *m1, *hm;
+	void *m = region_mem(2 * LEN);
+	char err[256];
+	int on, cycle;
+
+	ASSERT_NE(NULL, m);
+	for (on = 0; on < 2; on++) {
+		struct kvdmabuf_region_desc d = { .addr = m, .len = LEN,
+						  .mem = KVDMABUF_MEM_DRM };
+
+		fake_reset(2);
+		fw.module = 1;
+		fw.nic_prefetch[0] = 1;         /* NIC 1 cannot */
+		ASSERT_EQ(0, fake_open(yaml[on], NULL, &ctx, err,
+				       sizeof(err)));
+		ASSERT_EQ(0, kvdmabuf_region_add(ctx, &d, &r));
+		EXPECT_EQ(KVDMABUF_MODE_FOLLOW, mode_of(r));
+		d.addr = (char *)m + LEN;
+		d.mem = KVDMABUF_MEM_HOST;
+		d.flags = KVDMABUF_REGION_RELEASED_AT_SLEEP;
+		ASSERT_EQ(0, kvdmabuf_region_add(ctx, &d, &h));
+		EXPECT_EQ(KVDMABUF_MODE_REREGISTER, mode_of(h));
+		m0 = r->mr[0].handle;
+		m1 = r->mr[1].handle;
+		fw.io_probe = r;
+		for (cycle = 1; cycle <= 2; cycle++) {
+			ASSERT_EQ(0, kvdmabuf_sleep(ctx, NULL));
+			EXPECT_EQ((unsigned int)on * (cycle - 1), m0->prefetched);
+			ASSERT_EQ(0, kvdmabuf_wake(ctx, NULL));
+			hm = h->mr[0].handle;
+			EXPECT_EQ(0u, hm->prefetched);
+			EXPECT_EQ(0u, m1->prefetched);
+			EXPECT_EQ((unsigned int)on * cycle, m0->prefetched);
+			if (!on)
+				continue;
+			EXPECT_EQ(fw.px[m0->proxy].gen, m0->prefetch_gen);
+			EXPECT_EQ(KVD_PROXY_BACKED, m0->prefetch_state);
+			EXPECT_EQ(-ESHUTDOWN, m0->prefetch_io_rc);
+		}
+		fw.io_probe = NULL;
+		ASSERT_EQ(0, kvdmabuf_query(ctx, &st));
+		/* two wakes, two NICs; NIC 1's counted as failed */
+		EXPECT_EQ(4u * on, st.prefetches);
+		EXPECT_EQ(2u * on, st.prefetch_failures);
+		kvdmabuf_close(ctx);
+		fake_proxy_gc();
+		EXPECT_EQ(0, fake_mrs_live());
+	}
 	munmap(m, 2 * LEN);
 }
 

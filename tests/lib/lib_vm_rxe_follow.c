@@ -15,6 +15,7 @@
  * and revokes the proxy (nothing holds the old buffer, nothing pinned), the
  * old rkey is refused; wake registers the new buffer with a new rkey, which
  * the key-change callback republishes and which reads the new bytes.
+ * With prefetch_at_wake the NIC maps the new memory during the wake.
  */
 #include <sys/mman.h>
 #include <sys/utsname.h>
@@ -311,6 +312,51 @@ TEST_F_TIMEOUT(rf, drm_region_follows_on_real_verbs, 120)
 	peer_refused(_metadata, self, addr, self->peer_mr->rkey);
 
 	rf_remove(_metadata, self, r, addr, h);
+}
+
+/*
+ * prefetch_at_wake: on, the library asks rxe0 to map the region's new
+ * memory before the wake returns (ibv_advise_mr; tests/rxe's advise_mr):
+ * the proxy counts rxe's mapping before any transfer, the peer reads the
+ * new bytes through the same rkey, and the state counts the prefetches,
+ * none refused. Off (the default), the mapping waits for the first access.
+ */
+TEST_F_TIMEOUT(rf, prefetch_at_wake_maps_before_the_first_transfer, 120)
+{
+	struct kvdmabuf_region *r;
+	struct kvdmabuf_state st;
+	struct kvdmabuf_query q;
+	uint32_t rkey0, rkey, h = 0;
+	char *addr;
+	FILE *f;
+	int on;
+
+	for (on = 0; on < 2; on++) {
+		if (on) {
+			f = fopen(self->cfg, "a");
+			ASSERT_NE(NULL, f);
+			fputs("prefetch_at_wake: on\n", f);
+			ASSERT_EQ(0, fclose(f));
+		}
+		rf_open(_metadata, self, 0);
+		r = rf_add(_metadata, self, KVDMABUF_MODE_FOLLOW, &addr, &h);
+		ASSERT_EQ(0, kvdmabuf_region_keys(r, 0, NULL, &rkey0, NULL));
+		rf_sleep(_metadata, self);
+		rf_remap_wake(_metadata, self, r, addr, 700 + on, &h);
+		rf_query(_metadata, self, r, &q);
+		EXPECT_EQ((uint32_t)on, q.live_mappings);
+		ASSERT_EQ(0, kvdmabuf_query(self->ctx, &st));
+		EXPECT_EQ((uint64_t)on, st.prefetches);
+		EXPECT_EQ(0u, st.prefetch_failures);
+		ASSERT_EQ(0, kvdmabuf_region_keys(r, 0, NULL, &rkey, NULL));
+		EXPECT_EQ(rkey0, rkey);
+		peer_reads_writes(_metadata, self, addr, rkey0, 700 + on);
+		rf_query(_metadata, self, r, &q);
+		EXPECT_EQ(1u, q.live_mappings);
+		rf_remove(_metadata, self, r, addr, h);
+		kvdmabuf_close(self->ctx);
+		self->ctx = NULL;
+	}
 }
 
 /*

@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 #: The C library version this binding speaks (major, minor).
-BINDING_VERSION = (0, 5)
+BINDING_VERSION = (0, 6)
 SONAME = "libkvdmabuf.so.0"
 
 MEM_HOST, MEM_CUDA, MEM_DRM = 1, 2, 3
@@ -165,7 +165,9 @@ class _State(ctypes.Structure):
         ("sleeps", ctypes.c_uint64),
         ("wakes", ctypes.c_uint64),
         ("unbalanced_io_end", ctypes.c_uint64),
-        ("reserved", ctypes.c_uint64 * 8),
+        ("prefetches", ctypes.c_uint64),
+        ("prefetch_failures", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 6),
     ]
 
 
