@@ -275,7 +275,7 @@ def bench_vm():
     targets(lines, ["wake_overhead@64MiB<=1.10x", "wake_overhead@64MiB<=200us",
                     "held_bytes_follow",
                     "held_bytes_rereg_umem", "held_bytes_rereg_rxe",
-                    "held_bytes_noreg", "scale_per_region<=1.5x",
+                    "scale_per_region<=1.5x",
                     "scale_per_region_alone<=1.5x",
                     "drain_latency_p99<1ms"])
     check("==== targets (vm) ====" in out, "no targets table")

@@ -66,4 +66,11 @@ static inline double percentile(const double *v, int n, int p)
 	return x;
 }
 
+/* What percentile(v, n, 99) is: below 100 samples the nearest rank of
+ * p99 is the largest, and the rows say so. */
+static inline const char *p99_name(int n)
+{
+	return n >= 100 ? "p99" : "max";
+}
+
 #endif /* KVDMABUF_BENCH_STATS_H */

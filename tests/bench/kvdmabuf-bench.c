@@ -148,6 +148,8 @@ struct row {
 #define MAX_ROWS 160
 static struct row rows[MAX_ROWS];
 static int nr_rows;
+/* rows and targets beyond their tables: a bench that lost some fails */
+static int nr_dropped;
 
 static void row_add(const char *fig, const char *what, const char *size,
 		    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -157,8 +159,10 @@ static void row_add(const char *fig, const char *what, const char *size,
 	struct row *r;
 	va_list ap;
 
-	if (nr_rows == MAX_ROWS)
+	if (nr_rows == MAX_ROWS) {
+		nr_dropped++;
 		return;
+	}
 	r = &rows[nr_rows++];
 	snprintf(r->fig, sizeof(r->fig), "%s", fig);
 	snprintf(r->what, sizeof(r->what), "%s", what);
@@ -190,7 +194,7 @@ struct target {
 	char text[200];
 };
 
-#define MAX_TARGETS 24
+#define MAX_TARGETS 64
 static struct target targets[MAX_TARGETS];
 static int nr_targets;
 
@@ -201,8 +205,10 @@ static void target(int status, const char *name, const char *fmt, ...)
 	struct target *t;
 	va_list ap;
 
-	if (nr_targets == MAX_TARGETS)
+	if (nr_targets == MAX_TARGETS) {
+		nr_dropped++;
 		return;
+	}
 	t = &targets[nr_targets++];
 	t->status = status;
 	snprintf(t->name, sizeof(t->name), "%s", name);
@@ -236,6 +242,12 @@ static int targets_rc(int rc)
 	}
 	if (failed && !g_sanity)	/* --sanity: timings not judged */
 		rc = 1;
+	if (nr_dropped) {
+		printf("# %d rows or targets beyond the tables (MAX_ROWS %d, "
+		       "MAX_TARGETS %d): exit status 1\n", nr_dropped,
+		       MAX_ROWS, MAX_TARGETS);
+		rc = 1;
+	}
 	return rc;
 }
 
@@ -998,16 +1010,13 @@ static int run_host_noreg(uint64_t size, int reps)
 		} else {
 			uint64_t held = pin > pin0 ? (uint64_t)(pin - pin0) * 1024 : 0;
 
+			/* Bookkeeping, not a target: under tcp no NIC is
+			 * opened, so nothing can be pinned. */
 			row_add("5", "held after sleep NOREG (VmPin)", sz,
-				"%" PRIu64 " bytes", held);
+				"%" PRIu64 " bytes (nothing registered under "
+				"tcp)", held);
 			bench_line("name=held_noreg size=%" PRIu64 " bytes=%" PRIu64,
 				   size, held);
-			if (held)
-				target(T_FAIL, "held_bytes_noreg",
-				       "%" PRIu64 " bytes pinned", held);
-			else
-				target(T_PASS, "held_bytes_noreg",
-				       "0 bytes pinned while asleep (VmPin)");
 		}
 next:
 		if (r && kvdmabuf_region_remove(r))
@@ -1165,15 +1174,15 @@ static int run_map_size(int dev, uint64_t size)
 	    map_check(h[1], size, seed, "direct, after the remaps"))
 		goto out;
 	row_add("3", "unmap+map proxy / direct (kernel-timed)", sz,
-		"%.1f / %.1f us = %.3f x (p99 %.1f / %.1f us; %d each)",
+		"%.1f / %.1f us = %.3f x (%s %.1f / %.1f us; %d each)",
 		med[0][2] / 1e3, med[1][2] / 1e3, med[0][2] / med[1][2],
-		p99[0][2] / 1e3, p99[1][2] / 1e3, total);
-	row_add("3", "  map: proxy / direct", sz, "%.1f / %.1f us (p99 %.1f / "
+		p99_name(total), p99[0][2] / 1e3, p99[1][2] / 1e3, total);
+	row_add("3", "  map: proxy / direct", sz, "%.1f / %.1f us (%s %.1f / "
 		"%.1f); %u / %u DMA entries", med[0][1] / 1e3, med[1][1] / 1e3,
-		p99[0][1] / 1e3, p99[1][1] / 1e3, nm[0], nm[1]);
-	row_add("3", "  unmap: proxy / direct", sz, "%.1f / %.1f us (p99 %.1f "
-		"/ %.1f)", med[0][0] / 1e3, med[1][0] / 1e3, p99[0][0] / 1e3,
-		p99[1][0] / 1e3);
+		p99_name(total), p99[0][1] / 1e3, p99[1][1] / 1e3, nm[0], nm[1]);
+	row_add("3", "  unmap: proxy / direct", sz, "%.1f / %.1f us (%s %.1f "
+		"/ %.1f)", med[0][0] / 1e3, med[1][0] / 1e3, p99_name(total),
+		p99[0][0] / 1e3, p99[1][0] / 1e3);
 	bench_line("name=map_unmap size=%" PRIu64 " proxy_ns=%.0f "
 		   "proxy_p99_ns=%.0f direct_ns=%.0f direct_p99_ns=%.0f "
 		   "ratio=%.4f proxy_map_ns=%.0f direct_map_ns=%.0f "
@@ -2200,13 +2209,13 @@ static void report_rxe_size(const struct sz_res *s)
 		"%.2f ms = %.2f ms/GiB (%.2f + %.3f ms)", (fw + ff) / 1e6,
 		(fw + ff) / 1e6 / gib, fw / 1e6, ff / 1e6);
 	row_add("1r", "FOLLOW (e) / re-register (d)", sz,
-		"%.3f x median (%+.0f us per wake), p99 %.3f x (per-cycle, %d)",
-		fr, ov / 1e3, fr99, s->nx);
+		"%.3f x median (%+.0f us per wake), %s %.3f x (per-cycle, %d)",
+		fr, ov / 1e3, p99_name(s->nx), fr99, s->nx);
 	row_add("1r", "FOLLOW (e) / (d) without its dereg", sz,
 		"%.3f x median (an engine that deregisters at sleep)", fnd);
 	row_add("1r", "FOLLOW - re-register per wake per region", sz,
-		"%.0f us median, p99 %.0f us ((e) - (d) per cycle)", ov / 1e3,
-		ov99 / 1e3);
+		"%.0f us median, %s %.0f us ((e) - (d) per cycle)", ov / 1e3,
+		p99_name(s->nx), ov99 / 1e3);
 	row_add("1r", "(f) FOLLOW + prefetch_at_wake: wake + first READ", sz,
 		"%.2f ms (%.2f + %.3f ms; (e): %.2f + %.3f ms)",
 		(pw + pff) / 1e6, pw / 1e6, pff / 1e6, fw / 1e6, ff / 1e6);
@@ -2813,11 +2822,11 @@ static void report_size(struct sz_res *s)
 	row_add("1c", "FOLLOW first access (the MR's re-map)", sz,
 		"%.2f ms = %.2f ms/GiB", MS(ff));
 	row_add("1", "FOLLOW (wake+first) / (b)", sz,
-		"%.3f x median (+%.0f us per wake), p99 %.3f x (per-cycle, %d)",
-		fr, ov / 1e3, fr99, s->n);
+		"%.3f x median (+%.0f us per wake), %s %.3f x (per-cycle, %d)",
+		fr, ov / 1e3, p99_name(s->n), fr99, s->n);
 	row_add("1", "FOLLOW overhead per wake per region", sz,
-		"%.0f us median, p99 %.0f us ((c) - (b) per cycle)", ov / 1e3,
-		ov99 / 1e3);
+		"%.0f us median, %s %.0f us ((c) - (b) per cycle)", ov / 1e3,
+		p99_name(s->n), ov99 / 1e3);
 	if (s->nr)
 		row_add("1", "FOLLOW (wake+first) / (a) rxe ibv_reg_mr", sz,
 			"%.3f x (medians, separate runs)", (fw + ff) / rw);
