@@ -363,7 +363,7 @@ $(PRELOAD_BENCH): tests/bench/preload-bench.c tests/bench/bench_stats.h $(FAKE_C
 
 $(BENCH): $(BENCH_SRCS) $(wildcard tests/bench/*.h tests/*.h) $(LIB_A) $(LIB_HDRS)
 	@$(if $(Q),echo "  CC      $@")
-	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(BENCH_SRCS) $(LIB_A) $(LDLIBS)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $(BENCH_SRCS) $(LIB_A) $(LDLIBS) -lm
 
 $(RANGES_BENCH): tests/bench/ranges-bench.c tests/bench/bench_stats.h $(wildcard tests/*.h tests/kmod/*.h) uapi/kvdmabuf.h
 	@$(if $(Q),echo "  CC      $@")

@@ -156,7 +156,11 @@ def check_rxe(lines, out):
     vs = need(lines, "rxe_follow_vs_rereg", 1,
               size + ("ratio", "ratio_p99", "ratio_medians",
                       "ratio_without_dereg", "overhead_ns",
-                      "overhead_p99_ns"))[0]
+                      "overhead_p99_ns", "without_dereg_geomean",
+                      "without_dereg_ci_lo", "without_dereg_ci_hi"))[0]
+    check(0 < vs["without_dereg_ci_lo"] <= vs["without_dereg_geomean"]
+          <= vs["without_dereg_ci_hi"], "rxe geometric mean and its "
+          "interval: %r" % vs)
     # (f): prefetch_at_wake's context (the bench fails when the NIC
     # refused a prefetch: rxe's advise_mr, tests/rxe)
     pf = need(lines, "rxe_follow_prefetch", 1,
@@ -211,8 +215,12 @@ def bench_vm():
     need(lines, "cold_export", 1, size + ("ns",))
     vs = need(lines, "follow_vs_register", 1,
               size + ("ratio", "ratio_p99", "overhead_ns",
-                      "overhead_p99_ns", "overhead_max_ns"))[0]
+                      "overhead_p99_ns", "overhead_max_ns", "geomean",
+                      "ci_lo", "ci_hi"))[0]
     check(vs["ratio"] <= vs["ratio_p99"], "median ratio <= p99: %r" % vs)
+    # bookkeeping: a geometric mean inside its interval
+    check(0 < vs["ci_lo"] <= vs["geomean"] <= vs["ci_hi"],
+          "geometric mean and its 95%% interval: %r" % vs)
     check(fl["ns_without_export"] <= fl["ns"], "(b) without export <= (b)")
     need(lines, "rereg_umem_pinned_wake", 1, size + ("ns",))
     rw = need(lines, "rereg_rxe_wake", 1, size + ("ns",))[0]

@@ -2176,7 +2176,7 @@ out:
 static void report_rxe_size(const struct sz_res *s)
 {
 	double gib = (double)s->size / GIB, rt, rd, rg, rf, fw, ff, fr, fr99,
-	       ov, ov99, fnd, pw, pff;
+	       ov, ov99, fnd, pw, pff, gm, lo, hi;
 	char sz[24];
 
 	size_name(s->size, sz, sizeof(sz));
@@ -2213,6 +2213,10 @@ static void report_rxe_size(const struct sz_res *s)
 		fr, ov / 1e3, p99_name(s->nx), fr99, s->nx);
 	row_add("1r", "FOLLOW (e) / (d) without its dereg", sz,
 		"%.3f x median (an engine that deregisters at sleep)", fnd);
+	gm = geomean_ci(s->x_ratio_nd, s->nx, &lo, &hi);
+	row_add("1r", "  the same, geometric mean, 95% interval", sz,
+		"%.3f x [%.3f, %.3f] (per-cycle pairs, %d)", gm, lo, hi,
+		s->nx);
 	row_add("1r", "FOLLOW - re-register per wake per region", sz,
 		"%.0f us median, %s %.0f us ((e) - (d) per cycle)", ov / 1e3,
 		p99_name(s->nx), ov99 / 1e3);
@@ -2230,8 +2234,10 @@ static void report_rxe_size(const struct sz_res *s)
 		   "first_access_ns=%.0f reps=%d", s->size, pw, pff, s->nx);
 	bench_line("name=rxe_follow_vs_rereg size=%" PRIu64 " ratio=%.4f "
 		   "ratio_p99=%.4f ratio_medians=%.4f ratio_without_dereg=%.4f "
-		   "overhead_ns=%.0f overhead_p99_ns=%.0f", s->size, fr, fr99,
-		   (fw + ff) / rt, fnd, ov, ov99);
+		   "overhead_ns=%.0f overhead_p99_ns=%.0f "
+		   "without_dereg_geomean=%.4f without_dereg_ci_lo=%.4f "
+		   "without_dereg_ci_hi=%.4f", s->size, fr, fr99,
+		   (fw + ff) / rt, fnd, ov, ov99, gm, lo, hi);
 }
 
 /*
@@ -2786,7 +2792,7 @@ static int run_drain(void)
 static void report_size(struct sz_res *s)
 {
 	double gib = (double)s->size / GIB, fw, ff, fl, flne, pw, pf, fr, ov,
-	       ov99, fr99, rw = 0;
+	       ov99, fr99, rw = 0, gm, lo, hi;
 	char sz[24];
 
 	size_name(s->size, sz, sizeof(sz));
@@ -2824,6 +2830,9 @@ static void report_size(struct sz_res *s)
 	row_add("1", "FOLLOW (wake+first) / (b)", sz,
 		"%.3f x median (+%.0f us per wake), %s %.3f x (per-cycle, %d)",
 		fr, ov / 1e3, p99_name(s->n), fr99, s->n);
+	gm = geomean_ci(s->f_ratio, s->n, &lo, &hi);
+	row_add("1", "  the same, geometric mean, 95% interval", sz,
+		"%.3f x [%.3f, %.3f] (per-cycle pairs, %d)", gm, lo, hi, s->n);
 	row_add("1", "FOLLOW overhead per wake per region", sz,
 		"%.0f us median, %s %.0f us ((c) - (b) per cycle)", ov / 1e3,
 		p99_name(s->n), ov99 / 1e3);
@@ -2864,8 +2873,9 @@ static void report_size(struct sz_res *s)
 		   median(s->f_export, s->ne) / gib);
 	bench_line("name=follow_vs_register size=%" PRIu64 " ratio=%.4f "
 		   "ratio_p99=%.4f overhead_ns=%.0f overhead_p99_ns=%.0f "
-		   "overhead_max_ns=%.0f", s->size, fr, fr99, ov, ov99,
-		   WAKE_OVERHEAD_MAX_US * 1e3);
+		   "overhead_max_ns=%.0f geomean=%.4f ci_lo=%.4f ci_hi=%.4f",
+		   s->size, fr, fr99, ov, ov99, WAKE_OVERHEAD_MAX_US * 1e3, gm,
+		   lo, hi);
 	bench_line("name=rereg_umem_pinned_wake size=%" PRIu64 " ns=%.0f "
 		   "ns_per_gib=%.0f first_access_ns=%.0f", s->size, pw,
 		   pw / gib, pf);
