@@ -2767,14 +2767,27 @@ static long module_holds(char *text, size_t len)
 	return sum;
 }
 
+/*
+ * Unload and load the module again. Its stats reach zero in the proxies'
+ * release callbacks, before the dma-buf core drops the module reference
+ * (dma_buf_release(), from a delayed fput): the unload may meet that
+ * reference for a moment (EAGAIN), so it is tried for up to 5 s; one kept
+ * longer is a leak.
+ */
 static int reload_module(void)
 {
 	const char *build = getenv("KVDMABUF_BUILD");
 	char ko[4096];
-	int fd, ret;
+	int fd, ret, i;
 
-	if (syscall(SYS_delete_module, "kvdmabuf", O_NONBLOCK))
-		return -errno;
+	for (i = 0; syscall(SYS_delete_module, "kvdmabuf", O_NONBLOCK); i++) {
+		if (errno != EAGAIN || i == kvd_scaled_ms(5000) / 10)
+			return -errno;
+		usleep(10000);
+	}
+	if (i)
+		printf("# unload waited %d ms for the last module reference\n",
+		       i * 10);
 	if (!build)
 		return -ENOENT;
 	snprintf(ko, sizeof(ko), "%s/module/kvdmabuf.ko", build);
