@@ -10,9 +10,17 @@
  * began may show only what ops a..b + 1 made current (a backing an
  * importer kept after a REPLACE or REVOKE is caught); writes land only in
  * the region they target.
+ *
+ * The same with three controllers at once on the one proxy (revoke,
+ * attach, replace, query, close of a dup), the module ordering them: each
+ * logs when its operations began and returned, and a read of backing B is
+ * right only if some operation that made B current began before the read
+ * ended and no operation that made something else current began after it
+ * returned and returned before the read began.
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 
 #include "harness.h"
 #include "proxy_common.h"
@@ -182,6 +190,177 @@ static void *controller(void *arg)
 	return NULL;
 }
 
+/* ---- several controllers at once ---- */
+
+#define NCTL		3
+#define MAXLOG		(1 << 15)	/* operations and reads logged */
+
+struct op_rec {
+	int target;			/* what it made current; NONE: revoked */
+	int64_t t0, t1;			/* began, returned */
+};
+
+struct read_rec {
+	int got;			/* the backing its bytes are */
+	int64_t t0, t1;
+};
+
+struct multi {
+	struct race *r;
+	struct op_rec op[MAXLOG];	/* op[0]: the first attach */
+	atomic_int nops;
+	struct read_rec rd[MAXLOG];
+	atomic_int nreads;
+	atomic_long allowed;		/* -EEXIST, -EAGAIN: nothing changed */
+};
+
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void log_op(struct multi *m, int target, int64_t t0)
+{
+	int k = atomic_fetch_add(&m->nops, 1);
+
+	if (k < MAXLOG)
+		m->op[k] = (struct op_rec){ target, t0, mono_ns() };
+}
+
+static void *multi_controller(void *arg)
+{
+	struct multi *m = arg;
+	struct race *r = m->r;
+	unsigned int seed = (unsigned int)(uintptr_t)&seed;
+	struct kvdmabuf_query q;
+	int ret, i, fd;
+	int64_t t0;
+
+	while (!atomic_load(&r->stop)) {
+		i = rand_r(&seed) % NBACK;
+		t0 = mono_ns();
+		switch (rand_r(&seed) % 5) {
+		case 0:
+			ret = kvd_revoke(r->dev, r->proxy, 2000);
+			if (!ret)
+				log_op(m, NONE, t0);
+			else
+				note_error(r, "revoke", ret);
+			break;
+		case 1:
+			ret = kvd_attach(r->dev, r->proxy, r->backing[i], 0);
+			if (!ret)
+				log_op(m, i, t0);
+			else if (ret == -EEXIST || ret == -EAGAIN)
+				atomic_fetch_add(&m->allowed, 1);
+			else
+				note_error(r, "attach", ret);
+			break;
+		case 2:
+			ret = kvd_replace(r->dev, r->proxy, r->backing[i], 0);
+			if (!ret)
+				log_op(m, i, t0);
+			else if (ret == -EAGAIN)
+				atomic_fetch_add(&m->allowed, 1);
+			else
+				note_error(r, "replace", ret);
+			break;
+		case 3:
+			ret = kvd_query(r->dev, r->proxy, &q);
+			if (ret)
+				note_error(r, "query", ret);
+			break;
+		default:
+			/* a second fd of the proxy comes and goes */
+			fd = dup(r->proxy);
+			ret = fd < 0 ? -errno : kvd_query(r->dev, fd, &q);
+			if (ret)
+				note_error(r, "query of a dup", ret);
+			if (fd >= 0)
+				close(fd);
+			break;
+		}
+		atomic_fetch_add(&r->ops, 1);
+	}
+	return NULL;
+}
+
+static void *multi_reader(void *arg)
+{
+	struct multi *m = arg;
+	struct race *r = m->r;
+	unsigned int seed = (unsigned int)(uintptr_t)&seed;
+	char *buf = malloc(CHUNK);
+	int imp = imp_open(), h, ret, i, match, k;
+	int64_t t0, t1;
+
+	h = imp < 0 ? imp : imp_import(imp, r->proxy, 0);
+	if (!buf || h < 0) {
+		note_error(r, "reader setup", h < 0 ? h : -ENOMEM);
+		free(buf);
+		return NULL;
+	}
+	while (!atomic_load(&r->stop)) {
+		uint64_t off = (rand_r(&seed) % (WPAGE - CHUNK / KVD_PAGE + 1)) *
+			       KVD_PAGE;
+
+		t0 = mono_ns();
+		ret = imp_read(imp, h, off, buf, CHUNK);
+		t1 = mono_ns();
+		if (ret == -ENODEV) {
+			atomic_fetch_add(&r->reads_revoked, 1);
+			continue;
+		}
+		if (ret) {
+			note_error(r, "read", ret);
+			continue;
+		}
+		match = -1;
+		for (i = 0; i < NBACK; i++)
+			if (check_at(buf, CHUNK, SEED(i), off) < 0)
+				match = i;
+		if (match < 0) {
+			atomic_fetch_add(&r->bad_bytes, 1);
+			continue;
+		}
+		k = atomic_fetch_add(&m->nreads, 1);
+		if (k < MAXLOG)
+			m->rd[k] = (struct read_rec){ match, t0, t1 };
+		atomic_fetch_add(&r->reads_ok, 1);
+	}
+	imp_release(imp, h);
+	close(imp);
+	free(buf);
+	return NULL;
+}
+
+/*
+ * Was @rd's backing current at some moment of the read? The operation
+ * that made it current last, among those begun before the read ended
+ * (the latest to return: an earlier one is superseded whenever it is),
+ * must not be followed, entirely before the read began, by one that made
+ * something else current.
+ */
+static bool read_in_window(const struct multi *m, int nops,
+			   const struct read_rec *rd)
+{
+	int64_t made = -1, other = -1;
+	int k;
+
+	for (k = 0; k < nops; k++) {
+		const struct op_rec *o = &m->op[k];
+
+		if (o->target == rd->got && o->t0 < rd->t1 && o->t1 > made)
+			made = o->t1;
+		if (o->target != rd->got && o->t1 < rd->t0 && o->t0 > other)
+			other = o->t0;
+	}
+	return made >= 0 && other <= made;
+}
+
 static void *querier(void *arg)
 {
 	struct race *r = arg;
@@ -267,6 +446,89 @@ TEST_TIMEOUT(churn_while_importers_access, 120)
 	free(expect);
 
 	/* Every importer went away with its mapping; revoke leaves nothing. */
+	ASSERT_EQ(0, kvd_revoke(r.dev, r.proxy, 1000));
+	ASSERT_EQ(0, kvd_query(r.dev, r.proxy, &q));
+	EXPECT_EQ(0, q.live_mappings);
+	EXPECT_EQ(0, q.backing_attachments);
+	EXPECT_EQ(0, q.stale_backings);
+	EXPECT_EQ(0, q.dynamic_importers + q.pinned_importers);
+	close(r.proxy);
+	for (i = 0; i < NBACK; i++)
+		close(r.backing[i]);
+	close(r.drm);
+	close(r.dev);
+}
+
+/*
+ * Three controllers on one proxy at once, two readers and a writer: every
+ * read one backing's bytes, and one the proxy had during the read.
+ */
+TEST_TIMEOUT(concurrent_controllers_while_importers_access, 120)
+{
+	static struct race r;
+	static struct multi m;
+	pthread_t th[NCTL + 3];
+	struct kvdmabuf_query q;
+	int i, k, n = 0, nops, nreads;
+	long stale = 0;
+
+	r.dev = kvd_dev_open();
+	if (r.dev < 0)
+		SKIP(return, "%s: %s (kvdmabuf module not loaded)",
+		     KVDMABUF_DEVICE_PATH, strerror(-r.dev));
+	i = imp_open();
+	if (i < 0)
+		SKIP(return, "%s: %s (%s test module not loaded)",
+		     KVD_IMP_PATH, strerror(-i), KVD_IMP_MODULE);
+	close(i);
+	r.drm = vgem_open();
+	if (r.drm < 0)
+		SKIP(return, "no vgem device (modprobe vgem)");
+	for (i = 0; i < NBACK; i++) {
+		r.backing[i] = vgem_pattern_buf(r.drm, SIZE, SEED(i));
+		ASSERT_GE(r.backing[i], 0);
+	}
+	r.proxy = kvd_create(r.dev, SIZE, NULL);
+	ASSERT_GE(r.proxy, 0);
+	m.r = &r;
+	m.op[0] = (struct op_rec){ 0, mono_ns(), 0 };
+	ASSERT_EQ(0, kvd_attach(r.dev, r.proxy, r.backing[0], 0));
+	m.op[0].t1 = mono_ns();
+	atomic_store(&m.nops, 1);
+
+	for (i = 0; i < NCTL; i++)
+		ASSERT_EQ(0, pthread_create(&th[n++], NULL, multi_controller,
+					    &m));
+	ASSERT_EQ(0, pthread_create(&th[n++], NULL, multi_reader, &m));
+	ASSERT_EQ(0, pthread_create(&th[n++], NULL, multi_reader, &m));
+	ASSERT_EQ(0, pthread_create(&th[n++], NULL, writer, &r));
+	sleep(SECONDS);
+	atomic_store(&r.stop, 1);
+	for (i = 0; i < n; i++)
+		pthread_join(th[i], NULL);
+
+	nops = atomic_load(&m.nops);
+	nreads = atomic_load(&m.nreads);
+	ASSERT_LE(nops, MAXLOG);
+	if (nreads > MAXLOG)
+		nreads = MAXLOG;
+	for (k = 0; k < nreads; k++)
+		if (!read_in_window(&m, nops, &m.rd[k]))
+			stale++;
+	TH_LOG("reads ok %ld (judged %d, of a backing not current then: %ld) "
+	       "revoked %ld, writes %ld; control ops %ld (%d changed the "
+	       "backing, %ld refused as the uapi allows)",
+	       atomic_load(&r.reads_ok), nreads, stale,
+	       atomic_load(&r.reads_revoked), atomic_load(&r.writes_ok),
+	       atomic_load(&r.ops), nops - 1, atomic_load(&m.allowed));
+	if (atomic_load(&r.bad_errors))
+		TH_LOG("last unexpected error: %s", r.last_error);
+	EXPECT_EQ(0, atomic_load(&r.bad_bytes));
+	EXPECT_EQ(0, stale);
+	EXPECT_EQ(0, atomic_load(&r.bad_errors));
+	EXPECT_GT(nreads, 0);
+	EXPECT_GT(nops, 10);
+
 	ASSERT_EQ(0, kvd_revoke(r.dev, r.proxy, 1000));
 	ASSERT_EQ(0, kvd_query(r.dev, r.proxy, &q));
 	EXPECT_EQ(0, q.live_mappings);
