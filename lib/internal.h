@@ -168,6 +168,9 @@ void kvd_range_io_open(struct kvdmabuf_region *r, const struct kvd_range *k,
 struct kvd_mr {
 	void *handle;           /* struct ibv_mr *, or the fake NIC's record */
 	uint32_t lkey, rkey;
+	/* where the MR starts for the NIC: libibverbs' ibv_mr.addr of a
+	 * dma-buf MR is its offset in the dma-buf, not this */
+	uint64_t iova;
 };
 
 struct kvd_nic {

@@ -194,6 +194,7 @@ int kvd_verbs_reg_dmabuf(struct kvdmabuf_ctx *ctx, unsigned int nic, int fd,
 	mr->handle = m;
 	mr->lkey = m->lkey;
 	mr->rkey = m->rkey;
+	mr->iova = iova;
 	return 0;
 }
 
@@ -221,6 +222,7 @@ int kvd_verbs_reg_addr(struct kvdmabuf_ctx *ctx, unsigned int nic,
 	mr->handle = m;
 	mr->lkey = m->lkey;
 	mr->rkey = m->rkey;
+	mr->iova = (uintptr_t)addr;
 	return 0;
 }
 
@@ -236,7 +238,7 @@ int kvd_verbs_prefetch(struct kvdmabuf_ctx *ctx, unsigned int nic,
 	struct ibv_sge sge[KVD_PREFETCH_SGES];
 	const uint64_t step = 1ull << 30;
 	struct ibv_mr *m = mr->handle;
-	uint64_t addr = (uintptr_t)m->addr, end = addr + m->length;
+	uint64_t addr = mr->iova, end = addr + m->length;
 	unsigned int n;
 	int rc;
 
