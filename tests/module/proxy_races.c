@@ -382,32 +382,71 @@ static void *querier(void *arg)
 	return NULL;
 }
 
+/*
+ * The device, the test importer, NBACK vgem backings of their own
+ * patterns and an unbacked proxy of SIZE: NULL, or why the test skips.
+ */
+static const char *race_open(struct __test_metadata *_metadata,
+			     struct race *r)
+{
+	static char why[160];
+	int i;
+
+	r->dev = kvd_dev_open();
+	if (r->dev < 0) {
+		snprintf(why, sizeof(why), "%s: %s (kvdmabuf module not loaded)",
+			 KVDMABUF_DEVICE_PATH, strerror(-r->dev));
+		return why;
+	}
+	i = imp_open();
+	if (i < 0) {
+		snprintf(why, sizeof(why), "%s: %s (%s test module not loaded)",
+			 KVD_IMP_PATH, strerror(-i), KVD_IMP_MODULE);
+		return why;
+	}
+	close(i);
+	r->drm = vgem_open();
+	if (r->drm < 0)
+		return "no vgem device (modprobe vgem)";
+	for (i = 0; i < NBACK; i++) {
+		r->backing[i] = vgem_pattern_buf(r->drm, SIZE, SEED(i));
+		ASSERT_GE(r->backing[i], 0);
+	}
+	r->proxy = kvd_create(r->dev, SIZE, NULL);
+	ASSERT_GE(r->proxy, 0);
+	return NULL;
+}
+
+/* Every importer went away with its mapping; a revoke leaves nothing. */
+static void race_close(struct __test_metadata *_metadata, struct race *r)
+{
+	struct kvdmabuf_query q;
+	int i;
+
+	ASSERT_EQ(0, kvd_revoke(r->dev, r->proxy, 1000));
+	ASSERT_EQ(0, kvd_query(r->dev, r->proxy, &q));
+	EXPECT_EQ(0, q.live_mappings);
+	EXPECT_EQ(0, q.backing_attachments);
+	EXPECT_EQ(0, q.stale_backings);
+	EXPECT_EQ(0, q.dynamic_importers + q.pinned_importers);
+	close(r->proxy);
+	for (i = 0; i < NBACK; i++)
+		close(r->backing[i]);
+	close(r->drm);
+	close(r->dev);
+}
+
 TEST_TIMEOUT(churn_while_importers_access, 120)
 {
 	static struct race r;
 	pthread_t th[5];
-	struct kvdmabuf_query q;
+	const char *why;
 	char *expect;
 	int i, n = 0;
 
-	r.dev = kvd_dev_open();
-	if (r.dev < 0)
-		SKIP(return, "%s: %s (kvdmabuf module not loaded)",
-		     KVDMABUF_DEVICE_PATH, strerror(-r.dev));
-	i = imp_open();
-	if (i < 0)
-		SKIP(return, "%s: %s (%s test module not loaded)",
-		     KVD_IMP_PATH, strerror(-i), KVD_IMP_MODULE);
-	close(i);
-	r.drm = vgem_open();
-	if (r.drm < 0)
-		SKIP(return, "no vgem device (modprobe vgem)");
-	for (i = 0; i < NBACK; i++) {
-		r.backing[i] = vgem_pattern_buf(r.drm, SIZE, SEED(i));
-		ASSERT_GE(r.backing[i], 0);
-	}
-	r.proxy = kvd_create(r.dev, SIZE, NULL);
-	ASSERT_GE(r.proxy, 0);
+	why = race_open(_metadata, &r);
+	if (why)
+		SKIP(return, "%s", why);
 	ASSERT_EQ(0, kvd_attach(r.dev, r.proxy, r.backing[0], 0));
 	r.current[0] = 0;
 	atomic_store(&r.next, 0);
@@ -445,18 +484,7 @@ TEST_TIMEOUT(churn_while_importers_access, 120)
 	}
 	free(expect);
 
-	/* Every importer went away with its mapping; revoke leaves nothing. */
-	ASSERT_EQ(0, kvd_revoke(r.dev, r.proxy, 1000));
-	ASSERT_EQ(0, kvd_query(r.dev, r.proxy, &q));
-	EXPECT_EQ(0, q.live_mappings);
-	EXPECT_EQ(0, q.backing_attachments);
-	EXPECT_EQ(0, q.stale_backings);
-	EXPECT_EQ(0, q.dynamic_importers + q.pinned_importers);
-	close(r.proxy);
-	for (i = 0; i < NBACK; i++)
-		close(r.backing[i]);
-	close(r.drm);
-	close(r.dev);
+	race_close(_metadata, &r);
 }
 
 /*
@@ -468,28 +496,13 @@ TEST_TIMEOUT(concurrent_controllers_while_importers_access, 120)
 	static struct race r;
 	static struct multi m;
 	pthread_t th[NCTL + 3];
-	struct kvdmabuf_query q;
+	const char *why;
 	int i, k, n = 0, nops, nreads;
 	long stale = 0;
 
-	r.dev = kvd_dev_open();
-	if (r.dev < 0)
-		SKIP(return, "%s: %s (kvdmabuf module not loaded)",
-		     KVDMABUF_DEVICE_PATH, strerror(-r.dev));
-	i = imp_open();
-	if (i < 0)
-		SKIP(return, "%s: %s (%s test module not loaded)",
-		     KVD_IMP_PATH, strerror(-i), KVD_IMP_MODULE);
-	close(i);
-	r.drm = vgem_open();
-	if (r.drm < 0)
-		SKIP(return, "no vgem device (modprobe vgem)");
-	for (i = 0; i < NBACK; i++) {
-		r.backing[i] = vgem_pattern_buf(r.drm, SIZE, SEED(i));
-		ASSERT_GE(r.backing[i], 0);
-	}
-	r.proxy = kvd_create(r.dev, SIZE, NULL);
-	ASSERT_GE(r.proxy, 0);
+	why = race_open(_metadata, &r);
+	if (why)
+		SKIP(return, "%s", why);
 	m.r = &r;
 	m.op[0] = (struct op_rec){ 0, mono_ns(), 0 };
 	ASSERT_EQ(0, kvd_attach(r.dev, r.proxy, r.backing[0], 0));
@@ -529,17 +542,7 @@ TEST_TIMEOUT(concurrent_controllers_while_importers_access, 120)
 	EXPECT_GT(nreads, 0);
 	EXPECT_GT(nops, 10);
 
-	ASSERT_EQ(0, kvd_revoke(r.dev, r.proxy, 1000));
-	ASSERT_EQ(0, kvd_query(r.dev, r.proxy, &q));
-	EXPECT_EQ(0, q.live_mappings);
-	EXPECT_EQ(0, q.backing_attachments);
-	EXPECT_EQ(0, q.stale_backings);
-	EXPECT_EQ(0, q.dynamic_importers + q.pinned_importers);
-	close(r.proxy);
-	for (i = 0; i < NBACK; i++)
-		close(r.backing[i]);
-	close(r.drm);
-	close(r.dev);
+	race_close(_metadata, &r);
 }
 
 TEST_HARNESS_MAIN
