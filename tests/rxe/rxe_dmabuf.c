@@ -1005,9 +1005,10 @@ TEST_F(rxe, revoke_under_traffic_errors_and_leaves_nothing_behind)
 /*
  * REPLACE in a loop from a thread of its own, until told to stop; a pause
  * of 0.2 ms after each, so that the guest's two CPUs are not both spent on
- * this thread and on the test's CQ polling while rxe's tasks wait for one
- * (once on 6.12 a READ then got no completion in 10 s); still thousands of
- * swaps per test.
+ * this thread and on the test's CQ polling while rxe's tasks wait for one;
+ * still thousands of swaps per test. The READs that once got no completion
+ * (6.12, and the debug lane twice) were answered more slowly than the
+ * QP's ack timeout: see vp_ack_timeout().
  */
 struct swapper {
 	int dev, proxy, buf[2], stop, swaps, err;
