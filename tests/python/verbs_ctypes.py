@@ -156,8 +156,9 @@ class RCQueuePair:
                      DEST_RD_ATOMIC | MIN_RNR, qp_state=RTR,
                      path_mtu=MTU_1024, dest_qp_num=qpn, rq_psn=0,
                      max_dest_rd_atomic=4, min_rnr_timer=12, ah_attr=ah)
+        # Ack timeout of 1 s and 6 retries, as tests/verbs_pair.h says why.
         self._modify("RTS", STATE | TIMEOUT | RETRY | RNR_RETRY | SQ_PSN |
-                     RD_ATOMIC, qp_state=RTS, timeout=14, retry_cnt=7,
+                     RD_ATOMIC, qp_state=RTS, timeout=18, retry_cnt=6,
                      rnr_retry=7, sq_psn=0, max_rd_atomic=4)
 
     def close(self):
