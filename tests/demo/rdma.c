@@ -224,23 +224,39 @@ int demo_qp_in_error(struct demo_qp *q)
 	return a.qp_state == IBV_QPS_ERR;
 }
 
+/*
+ * RESET, the CQ polled empty, INIT. rxe's completer moves a QP to the error
+ * state after it has posted the failed completion that the caller polled,
+ * so that move can land after our RESET (seen once on the debug lane: INIT
+ * then refused with -EINVAL): then the whole reset once more, a few times.
+ */
 int demo_qp_reset(struct demo_qp *q)
 {
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RESET };
+	struct timespec nap = { 0, 100 * 1000 * 1000 };
+	struct ibv_qp_attr a;
 	struct ibv_wc wc;
-	int rc;
+	int rc, tries;
 
-	rc = ibv_modify_qp(q->qp, &a, IBV_QP_STATE);
-	if (rc)
-		return rc > 0 ? -rc : -EIO;
-	while (ibv_poll_cq(q->cq, 1, &wc) > 0)
-		;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-			    IBV_ACCESS_REMOTE_READ;
-	rc = ibv_modify_qp(q->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-			   IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+	for (tries = 0; tries < 5; tries++) {
+		if (tries)
+			nanosleep(&nap, NULL);
+		memset(&a, 0, sizeof(a));
+		a.qp_state = IBV_QPS_RESET;
+		rc = ibv_modify_qp(q->qp, &a, IBV_QP_STATE);
+		if (rc)
+			return rc > 0 ? -rc : -EIO;
+		while (ibv_poll_cq(q->cq, 1, &wc) > 0)
+			;
+		memset(&a, 0, sizeof(a));
+		a.qp_state = IBV_QPS_INIT;
+		a.port_num = 1;
+		a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE |
+				    IBV_ACCESS_REMOTE_WRITE |
+				    IBV_ACCESS_REMOTE_READ;
+		rc = ibv_modify_qp(q->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+				   IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+		if (rc != EINVAL || demo_qp_in_error(q) != 1)
+			break;
+	}
 	return rc ? (rc > 0 ? -rc : -EIO) : 0;
 }
