@@ -55,6 +55,7 @@ struct kvd_exp_buf {
 	bool bus_addr;			/* nopages: segments marked bus addresses */
 	bool slow_map;
 	bool slow_unmap;
+	unsigned int slow_ms;
 	bool move_on_pin;
 	bool move_on_unpin;
 	bool async_move;
@@ -348,7 +349,7 @@ static struct sg_table *kvd_exp_map(struct dma_buf_attachment *attach,
 	if (buf->revoked)
 		return ERR_PTR(-ENODEV);
 	if (buf->slow_map)
-		msleep(KVD_EXP_SLOW_MAP_MS);
+		msleep(buf->slow_ms);
 	map = kzalloc(sizeof(*map), GFP_KERNEL);
 	if (!map)
 		return ERR_PTR(-ENOMEM);
@@ -401,7 +402,7 @@ static void kvd_exp_unmap(struct dma_buf_attachment *attach,
 
 	dma_resv_assert_held(attach->dmabuf->resv);
 	if (buf->slow_unmap)
-		msleep(KVD_EXP_SLOW_MAP_MS);
+		msleep(buf->slow_ms);
 	if (buf->nopages)
 		kvd_exp_unmap_pages(map, sgt->orig_nents, dir);
 	else
@@ -455,7 +456,10 @@ static long kvd_exp_create(void __user *uarg)
 			  KVD_EXP_CREATE_REVOKE_FENCED |
 			  KVD_EXP_CREATE_REVOCABLE_ONLY |
 			  KVD_EXP_CREATE_ASYNC_MOVE) ||
-	    arg.pad || arg.pad2)
+	    arg.pad)
+		return -EINVAL;
+	if (arg.flags & (KVD_EXP_CREATE_SLOW_MAP | KVD_EXP_CREATE_SLOW_UNMAP) ?
+	    !arg.slow_ms || arg.slow_ms > KVD_EXP_SLOW_MAX_MS : arg.slow_ms)
 		return -EINVAL;
 #ifndef KVD_HAVE_ATTACH_REVOCABLE
 	if (arg.flags & KVD_EXP_CREATE_REVOCABLE_ONLY)
@@ -477,6 +481,7 @@ static long kvd_exp_create(void __user *uarg)
 	buf->bus_addr = arg.flags & KVD_EXP_CREATE_BUS_ADDR;
 	buf->slow_map = arg.flags & KVD_EXP_CREATE_SLOW_MAP;
 	buf->slow_unmap = arg.flags & KVD_EXP_CREATE_SLOW_UNMAP;
+	buf->slow_ms = arg.slow_ms;
 	buf->move_on_pin = arg.flags & KVD_EXP_CREATE_MOVE_ON_PIN;
 	buf->move_on_unpin = arg.flags & KVD_EXP_CREATE_MOVE_ON_UNPIN;
 	buf->pin_busy = arg.flags & KVD_EXP_CREATE_PIN_BUSY;

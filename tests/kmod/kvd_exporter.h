@@ -25,13 +25,13 @@
  */
 #define KVD_EXP_CREATE_BUS_ADDR		(1U << 1)
 /*
- * Every map sleeps KVD_EXP_SLOW_MAP_MS first: an exporter whose map is
- * slow (amdgpu migrating a buffer into place).
+ * Every map sleeps @slow_ms of struct kvd_exp_create first: an exporter
+ * whose map is slow (amdgpu migrating a buffer into place).
  */
 #define KVD_EXP_CREATE_SLOW_MAP		(1U << 2)
-#define KVD_EXP_SLOW_MAP_MS		1500
-/* Every unmap sleeps KVD_EXP_SLOW_MAP_MS first (an exporter evicting). */
+/* Every unmap sleeps @slow_ms first (an exporter evicting). */
 #define KVD_EXP_CREATE_SLOW_UNMAP	(1U << 5)
+#define KVD_EXP_SLOW_MAX_MS		10000
 /*
  * The last unpin moves the buffer (TTM may evict what nobody pins any
  * more), notifying every attachment, the unpinning one too.
@@ -94,14 +94,16 @@
  *	KVD_EXP_CREATE_REVOKE_ON_PIN, KVD_EXP_CREATE_REVOKE_FENCED,
  *	KVD_EXP_CREATE_REVOCABLE_ONLY, or 0
  * @fd: out: the dma-buf fd (O_CLOEXEC)
+ * @slow_ms: in: with KVD_EXP_CREATE_SLOW_MAP or KVD_EXP_CREATE_SLOW_UNMAP,
+ *	how long each map or unmap sleeps, 1 to KVD_EXP_SLOW_MAX_MS; else 0
  * @pad: must be 0
  */
 struct kvd_exp_create {
 	__u64 size;
 	__u32 flags;
 	__u32 fd;
+	__u32 slow_ms;
 	__u32 pad;
-	__u32 pad2;
 };
 
 /**

@@ -486,7 +486,7 @@ TEST_F(exp, revoke_waits_for_the_exporter_revokes_teardown)
 	 * of CLOCK_MONOTONIC (1498 ms measured once). A REVOKE that did not
 	 * wait returns in a few ms.
 	 */
-	EXPECT_GE(now_ms() - t0, (uint64_t)KVD_EXP_SLOW_MAP_MS * 9 / 10);
+	EXPECT_GE(now_ms() - t0, (uint64_t)exp_slow_ms() * 9 / 10);
 	ASSERT_EQ(0, exp_info(self->exp, e, &i));
 	EXPECT_EQ(0, i.live_maps);
 	EXPECT_EQ(0, i.attachments);
@@ -746,8 +746,8 @@ static void *slow_replace_fn(void *p)
 
 /*
  * The exporter's attach, pin and map of a new backing run without the
- * proxy's lock: while a replace waits for a slow map (1.5 s per importer),
- * importers attach (MR registration) and detach (deregistration, exit)
+ * proxy's lock: while a replace waits for a slow map (exp_slow_ms() per
+ * importer), importers attach (MR registration) and detach (deregistration, exit)
  * and QUERY answers, all before the replace ends. The importer that
  * attached meanwhile follows the new backing too; the one that detached
  * leaves nothing behind.
@@ -1024,7 +1024,7 @@ TEST_F(exp, ebusy_names_its_source)
 	/*
 	 * An importer's pin is seen before any allocation or exporter work
 	 * (so memory pressure cannot turn it into -ENOMEM): c's exporter,
-	 * whose maps sleep 1.5 s, is never attached.
+	 * whose maps are slow, is never attached.
 	 */
 	hp = imp_import(self->imp, self->proxy, KVD_IMP_IMPORT_PINNED);
 	ASSERT_GE(hp, 0);
@@ -1035,7 +1035,7 @@ TEST_F(exp, ebusy_names_its_source)
 	a.pins = 0;
 	t0 = now_ms();
 	EXPECT_EQ(-EBUSY, kvd_ioctl(self->dev, KVDMABUF_IOCTL_ATTACH, &a));
-	EXPECT_LT(now_ms() - t0, (uint64_t)KVD_EXP_SLOW_MAP_MS / 2);
+	EXPECT_LT(now_ms() - t0, (uint64_t)exp_slow_ms() / 2);
 	EXPECT_LE(1, a.pins);		/* the pinned importer's */
 	ASSERT_EQ(0, exp_info(self->exp, c, &i));
 	EXPECT_EQ(0, i.attachments);
@@ -1103,7 +1103,7 @@ TEST_F_TIMEOUT(exp, exporter_move_during_build_revokes_after_publish, 60)
 	int h2, h3, n;
 
 	/*
-	 * Three slots, 1.5 s of map each: a mutex hands itself to a waiter
+	 * Three slots, a slow map each: a mutex hands itself to a waiter
 	 * that lost once, so the move comes before the last slot is built.
 	 */
 	h2 = imp_import(self->imp, self->proxy, 0);
@@ -1162,8 +1162,8 @@ static void *query_loop_fn(void *p)
 
 /*
  * Tearing a backing down calls its exporter's unmap, unpin and detach,
- * which may be slow (1.5 s per unmap here: an exporter evicting). The
- * module does it with no lock of its own held, so QUERY and importer
+ * which may be slow (exp_slow_ms() per unmap here: an exporter
+ * evicting). The module does it with no lock of its own held, so QUERY and importer
  * attaches and detaches (MR registration, deregistration) answer
  * meanwhile, each in a thread of its own. The slow unmap is the old
  * backing's, after a replace; who tears it down depends on @by:
@@ -1182,7 +1182,7 @@ static void slow_unmap_blocks_nothing(struct __test_metadata *_metadata,
 	struct slow_replace r = { .dev = self->dev, .proxy = self->proxy };
 	struct query_loop l = {
 		.dev = self->dev, .proxy = self->proxy,
-		.ms = 2 * KVD_EXP_SLOW_MAP_MS,
+		.ms = 2 * exp_slow_ms(),
 	};
 	uint64_t t0, t, dt, gen, worst = 0;
 	struct kvdmabuf_query q;
@@ -1237,13 +1237,13 @@ static void slow_unmap_blocks_nothing(struct __test_metadata *_metadata,
 	ASSERT_EQ(0, pthread_join(tid, NULL));
 	EXPECT_EQ(0, r.ret);
 	EXPECT_EQ(0, l.err);
-	TH_LOG("longest QUERY %llu ms, importer attach + detach %llu ms (unmap sleeps %d ms)",
+	TH_LOG("longest QUERY %llu ms, importer attach + detach %llu ms (unmap sleeps %u ms)",
 	       (unsigned long long)l.worst, (unsigned long long)worst,
-	       KVD_EXP_SLOW_MAP_MS);
-	EXPECT_LT(l.worst, KVD_EXP_SLOW_MAP_MS / 2);
-	EXPECT_LT(worst, KVD_EXP_SLOW_MAP_MS / 2);
+	       exp_slow_ms());
+	EXPECT_LT(l.worst, exp_slow_ms() / 2);
+	EXPECT_LT(worst, exp_slow_ms() / 2);
 	/* The slow teardown did happen. */
-	EXPECT_EQ(0, exp_let_go(_metadata, self->exp, b, 2 * KVD_EXP_SLOW_MAP_MS));
+	EXPECT_EQ(0, exp_let_go(_metadata, self->exp, b, 2 * exp_slow_ms()));
 	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
 	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_C));
 	close(r.backing);
@@ -1267,7 +1267,7 @@ TEST_F_TIMEOUT(exp, slow_unmap_by_the_drain_blocks_no_query, 60)
  * never calls their exporter itself. QUERY is the one that finds one here:
  * the reap work is busy tearing a first slow backing down when a lazy
  * importer's unmap leaves a second idle, and no drain runs. (A QUERY that
- * tore it down itself takes the exporter's 1.5 s unmap.)
+ * tore it down itself takes the exporter's slow unmap.)
  */
 TEST_F_TIMEOUT(exp, slow_unmap_found_by_query_blocks_no_query, 60)
 {
@@ -1302,19 +1302,19 @@ TEST_F_TIMEOUT(exp, slow_unmap_found_by_query_blocks_no_query, 60)
 	/* l1 lets b1 go: the reap work takes it and sits in its slow unmap. */
 	ASSERT_EQ(0, imp_read(self->imp, l1, 0, self->buf, SIZE));
 	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_A));
-	usleep(kvd_scaled_ms(200) * 1000);
+	usleep(exp_slow_ms() / 3 * 1000);
 	/* l2 lets b2 go while it does: QUERY finds b2 idle. */
 	ASSERT_EQ(0, imp_read(self->imp, l2, 0, self->buf, SIZE));
 	t = now_ms();
 	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
 	t = now_ms() - t;
-	TH_LOG("QUERY that dropped b2: %llu ms (unmaps sleep %d ms)",
-	       (unsigned long long)t, KVD_EXP_SLOW_MAP_MS);
+	TH_LOG("QUERY that dropped b2: %llu ms (unmaps sleep %u ms)",
+	       (unsigned long long)t, exp_slow_ms());
 	EXPECT_EQ(0, q.stale_backings);
-	EXPECT_LT(t, KVD_EXP_SLOW_MAP_MS / 2);
+	EXPECT_LT(t, exp_slow_ms() / 2);
 	/* Both slow teardowns did happen. */
-	EXPECT_EQ(0, exp_let_go(_metadata, self->exp, b1, 3 * KVD_EXP_SLOW_MAP_MS));
-	EXPECT_EQ(0, exp_let_go(_metadata, self->exp, b2, 3 * KVD_EXP_SLOW_MAP_MS));
+	EXPECT_EQ(0, exp_let_go(_metadata, self->exp, b1, 3 * exp_slow_ms()));
+	EXPECT_EQ(0, exp_let_go(_metadata, self->exp, b2, 3 * exp_slow_ms()));
 	EXPECT_EQ(0, imp_release(self->imp, l1));
 	EXPECT_EQ(0, imp_release(self->imp, l2));
 	close(c);
