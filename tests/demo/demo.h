@@ -250,6 +250,7 @@ struct demo_memrow {
 	struct demo_mem m[DEMO_NR_PASSES][DEMO_NR_M];	/* [pass][point] */
 	long expect_asleep_pin_kb[DEMO_NR_NICS];	/* regions that stay */
 	long expect_asleep_res_kb[DEMO_NR_NICS];	/* awake */
+	long sleep_kb;		/* A's regions the cycle puts to sleep */
 };
 
 struct demo_stress {

@@ -76,6 +76,7 @@ static void good_mem_run(struct demo_results *r)
 
 	good_run(r);
 	m = demo_memrow(r, "sleep/wake cycle 1");
+	m->sleep_kb = 81920;
 	for (p = 0; p < DEMO_NR_PASSES; p++) {
 		struct demo_mem *x = m->m[p];
 
@@ -326,8 +327,22 @@ TEST(memory_held_while_asleep_judged)
 	/* kvdmabuf on the move-capable NIC: free memory not back */
 	good_mem_run(&r);
 	r.mem[0].m[2][DEMO_M_ASLEEP].held_kb = 81920;
-	FAILS_WITH(&r, false, "umem kvdmabuf: sleep/wake cycle 1: free "
-			      "memory still 81920 KiB lower while asleep");
+	FAILS_WITH(&r, false, "umem kvdmabuf: sleep/wake cycle 1: the sleep "
+			      "gave 0 KiB back to free memory of the 81920 "
+			      "KiB that sleep");
+	/* judged against the sleep, within half a MiB either way */
+	good_mem_run(&r);
+	r.mem[0].m[2][DEMO_M_AWAKE].held_kb = 81920 + 4096;
+	r.mem[0].m[2][DEMO_M_ASLEEP].held_kb = 4096 + 512;
+	ASSERT_TRUE(verdict(&r, line, sizeof(line)));
+	r.mem[0].m[2][DEMO_M_ASLEEP].held_kb = 4096 + 513;
+	FAILS_WITH(&r, false, "umem kvdmabuf: sleep/wake cycle 1: the sleep "
+			      "gave 81407 KiB back");
+	/* a baseline whose sleep gave the memory back did not show the bug */
+	good_mem_run(&r);
+	r.mem[0].m[3][DEMO_M_ASLEEP].held_kb = 512;
+	FAILS_WITH(&r, false, "umem baseline: sleep/wake cycle 1: nothing "
+			      "held while asleep");
 	/* a baseline that held nothing did not show the bug */
 	good_mem_run(&r);
 	r.mem[0].m[1][DEMO_M_ASLEEP].pin_kb = 0;

@@ -447,6 +447,7 @@ static int cycle(struct pass *p, int kind, unsigned int n, unsigned int of)
 	} else if (kind == CYC_KVONLY) {
 		mr = demo_memrow(p->res, "KV-only release");
 		if (mr) {
+			mr->sleep_kb = DEMO_KV_LEN / 1024;
 			/* weights stay awake (pinned only by the NIC that
 			 * pins) */
 			mr->expect_asleep_pin_kb[DEMO_NIC_RXE] =
@@ -457,10 +458,13 @@ static int cycle(struct pass *p, int kind, unsigned int n, unsigned int of)
 				DEMO_W_LEN / 1024;
 		}
 	}
+	if (mr && kind != CYC_KVONLY)
+		mr->sleep_kb = (DEMO_KV_LEN + DEMO_W_LEN) / 1024;
 	memset(scratch, 0, sizeof(scratch));
 	mm = mr ? mr->m[p->idx] : scratch;
 
-	rc = measure(p, &mm[DEMO_M_AWAKE], false);
+	/* settled: the sleep's figure is the difference of two */
+	rc = measure(p, &mm[DEMO_M_AWAKE], true);
 	if (rc)
 		return rc;
 	if (p->stress && p->mode == DEMO_KVDMABUF) {

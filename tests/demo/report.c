@@ -232,8 +232,19 @@ static void print_rows(struct demo_results *r, struct verdict *v,
 	}
 }
 
-/* free memory is a system-wide figure: small noise from other activity */
-#define HELD_SLACK_KB (8 * 1024)
+/*
+ * Free memory is a system-wide figure. A sleep is judged by what it gave
+ * back: the rise of settled free memory from just before the sleep to
+ * asleep, against the bytes of A's regions that sleep. Between those two
+ * reads only the sleep runs (the kernel's own bookkeeping of the MRs,
+ * QPs and proxies it drops moves free memory by tens of KiB).
+ */
+#define FREED_SLACK_KB 512
+/*
+ * The stress run's drift: free memory after its first and its last wake,
+ * minutes of transfers apart (page cache and slab of the whole guest).
+ */
+#define STRESS_HELD_SLACK_KB (8 * 1024)
 
 static void print_mem(struct demo_results *r, struct verdict *v,
 		      long *asleep_base)
@@ -255,27 +266,29 @@ static void print_mem(struct demo_results *r, struct verdict *v,
 			unsigned int nic = p / 2;
 			long exp_pin = m->expect_asleep_pin_kb[nic];
 			long exp_res = m->expect_asleep_res_kb[nic];
+			long kept;
 
 			memcell(a, sizeof(a), &x[DEMO_M_AWAKE]);
 			memcell(s, sizeof(s), &x[DEMO_M_ASLEEP]);
 			memcell(w, sizeof(w), &x[DEMO_M_WOKE]);
 			printf("%-22s %-14s %-16s %-16s %-16s\n",
 			       p ? "" : m->label, pass_name(r, p), a, s, w);
-			if (!x[DEMO_M_ASLEEP].valid)
+			if (!x[DEMO_M_ASLEEP].valid || !x[DEMO_M_AWAKE].valid)
 				continue;
 			if (p % 2) {
-				/* baseline: the old memory stays */
+				/* baseline: the old memory stays, pinned on
+				 * rxe; on the move-capable NIC the first
+				 * cycle's is still held in later cycles,
+				 * whose sleeps free their own memory */
 				long extra = nic == DEMO_NIC_RXE ?
 					x[DEMO_M_ASLEEP].pin_kb - exp_pin :
-					x[DEMO_M_ASLEEP].held_kb - exp_res -
-					HELD_SLACK_KB;
+					x[DEMO_M_ASLEEP].held_kb - exp_res;
 
-				if (extra <= 0)
+				if (extra <= (nic == DEMO_NIC_RXE ? 0 :
+					      m->sleep_kb / 2))
 					fail(v, "%s: %s: nothing held while "
 					     "asleep (bug not reproduced)",
 					     pass_name(r, p), m->label);
-				if (nic == DEMO_NIC_UMEM)
-					extra += HELD_SLACK_KB;
 				if (extra > asleep_base[nic])
 					asleep_base[nic] = extra;
 				continue;
@@ -305,11 +318,14 @@ static void print_mem(struct demo_results *r, struct verdict *v,
 				     x[DEMO_M_WOKE].res_kb,
 				     x[DEMO_M_AWAKE].pin_kb,
 				     x[DEMO_M_AWAKE].res_kb);
-			if (x[DEMO_M_ASLEEP].held_kb > exp_res + HELD_SLACK_KB)
-				fail(v, "%s: %s: free memory still %ld KiB "
-				     "lower while asleep (expected %ld)",
+			/* what free memory did not get back of them */
+			kept = m->sleep_kb - (x[DEMO_M_AWAKE].held_kb -
+					      x[DEMO_M_ASLEEP].held_kb);
+			if (kept > FREED_SLACK_KB)
+				fail(v, "%s: %s: the sleep gave %ld KiB back "
+				     "to free memory of the %ld KiB that sleep",
 				     pass_name(r, p), m->label,
-				     x[DEMO_M_ASLEEP].held_kb, exp_res);
+				     m->sleep_kb - kept, m->sleep_kb);
 		}
 	}
 }
@@ -431,7 +447,7 @@ static void print_stress(struct demo_results *r, struct verdict *v,
 	if (s->pin_first_kb != s->pin_last_kb ||
 	    (nic == DEMO_NIC_RXE ? s->res_first_kb != s->res_last_kb :
 	     !within_mib(s->res_first_kb, s->res_last_kb)) ||
-	    labs(s->held_last_kb - s->held_first_kb) > HELD_SLACK_KB)
+	    labs(s->held_last_kb - s->held_first_kb) > STRESS_HELD_SLACK_KB)
 		fail(v, "%s: stress: memory drifted (pinned %ld -> %ld KiB, "
 		     "resident %ld -> %ld KiB, held %ld -> %ld KiB)", name,
 		     s->pin_first_kb, s->pin_last_kb, s->res_first_kb,
