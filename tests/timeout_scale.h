@@ -19,4 +19,25 @@ static inline int kvd_scaled_ms(int ms)
 	return ms * (k < 1 ? 1 : k);
 }
 
+/*
+ * The QPs' ack timeout (4.096 us << value): about 1 s, 4 s on the debug
+ * lane (KVDMABUF_TIMEOUT_SCALE 4). Soft-RoCE under TCG can take longer
+ * than 67 ms (the old 14) to send a 64 KiB READ's responses while a
+ * swapper holds the buffer's lock; the requester then sends the READ
+ * again, and when the test has deregistered that READ's MR meanwhile,
+ * rxe's responder answers the duplicate with an access error that moves
+ * its QP to the error state, after which it drops every request silently.
+ * With 6 retries (7 would be for ever) a QP whose peer stopped answering
+ * ends in IBV_WC_RETRY_EXC_ERR within the caller's bound instead
+ * (tests/verbs_pair.h, the demo's QPs).
+ */
+static inline int kvd_ack_timeout(void)
+{
+	int t = 18, s;
+
+	for (s = kvd_scaled_ms(1); s > 1; s >>= 1)
+		t++;
+	return t;
+}
+
 #endif

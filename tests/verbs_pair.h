@@ -102,26 +102,6 @@ err:
 }
 
 /*
- * The QPs' ack timeout (4.096 us << value): about 1 s, 4 s on the debug
- * lane (KVDMABUF_TIMEOUT_SCALE 4). Soft-RoCE under TCG can take longer
- * than 67 ms (the old 14) to send a 64 KiB READ's responses while a
- * swapper holds the buffer's lock; the requester then sends the READ
- * again, and when the test has deregistered that READ's MR meanwhile,
- * rxe's responder answers the duplicate with an access error that moves
- * its QP to the error state, after which it drops every request silently.
- * With 6 retries (7 would be for ever) a QP whose peer stopped answering
- * ends in IBV_WC_RETRY_EXC_ERR within vp_wait()'s bound instead.
- */
-static inline int vp_ack_timeout(void)
-{
-	int t = 18, s;
-
-	for (s = kvd_scaled_ms(1); s > 1; s >>= 1)
-		t++;
-	return t;
-}
-
-/*
  * @e's QP to RTS towards the remote QP @dest_qpn at @dgid (in one process,
  * the other vp_end; across nodes, what the peer published).
  */
@@ -155,7 +135,7 @@ static inline int vp_to_rts_remote(struct vp_end *e, uint32_t dest_qpn,
 		return -errno;
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
-	a.timeout = vp_ack_timeout();
+	a.timeout = kvd_ack_timeout();
 	a.retry_cnt = 6;
 	a.rnr_retry = 7;
 	a.max_rd_atomic = 4;

@@ -12,6 +12,7 @@
 #include <infiniband/verbs.h>
 
 #include "demo.h"
+#include "timeout_scale.h"
 
 int demo_nic_open(struct demo_nic *n, const char *name, char *err,
 		  size_t errlen)
@@ -129,10 +130,9 @@ int demo_qp_connect(struct demo_qp *q, const struct demo_qp_info *peer)
 		return rc > 0 ? -rc : -EIO;
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
-	/* ~1 s local ACK timeout: no spurious retransmits on slow kernels
-	 * (soft-RoCE under KASAN and TCG), 7 retries */
-	a.timeout = 18;
-	a.retry_cnt = 7;
+	/* ~1 s local ACK timeout, scaled; 6 retries, not for ever */
+	a.timeout = kvd_ack_timeout();
+	a.retry_cnt = 6;
 	a.rnr_retry = 7;
 	a.max_rd_atomic = 4;
 	rc = ibv_modify_qp(q->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |

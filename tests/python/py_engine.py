@@ -105,7 +105,7 @@ class Endpoint:
         a.dest_qp_num = peer["qpn"]
         a.rq_psn = a.sq_psn = 0
         a.max_dest_rd_atomic = a.max_rd_atomic = 4
-        # ack timeout of 1 s and 6 retries: tests/verbs_pair.h says why
+        # ack timeout of 1 s and 6 retries: tests/timeout_scale.h says why
         a.min_rnr_timer, a.timeout, a.retry_cnt, a.rnr_retry = 12, 18, 6, 7
         gr = GlobalRoute(dgid=GID(peer["gid"]), sgid_index=0, hop_limit=1)
         a.ah_attr = AHAttr(gr=gr, is_global=1, port_num=1)

@@ -156,7 +156,8 @@ class RCQueuePair:
                      DEST_RD_ATOMIC | MIN_RNR, qp_state=RTR,
                      path_mtu=MTU_1024, dest_qp_num=qpn, rq_psn=0,
                      max_dest_rd_atomic=4, min_rnr_timer=12, ah_attr=ah)
-        # Ack timeout of 1 s and 6 retries, as tests/verbs_pair.h says why.
+        # Ack timeout of 1 s and 6 retries: kvd_ack_timeout() in
+        # tests/timeout_scale.h says why.
         self._modify("RTS", STATE | TIMEOUT | RETRY | RNR_RETRY | SQ_PSN |
                      RD_ATOMIC, qp_state=RTS, timeout=18, retry_cnt=6,
                      rnr_retry=7, sq_psn=0, max_rd_atomic=4)

@@ -1008,7 +1008,7 @@ TEST_F(rxe, revoke_under_traffic_errors_and_leaves_nothing_behind)
  * this thread and on the test's CQ polling while rxe's tasks wait for one;
  * still thousands of swaps per test. The READs that once got no completion
  * (6.12, and the debug lane twice) were answered more slowly than the
- * QP's ack timeout: see vp_ack_timeout().
+ * QP's ack timeout: see kvd_ack_timeout().
  */
 struct swapper {
 	int dev, proxy, buf[2], stop, swaps, err;
