@@ -441,6 +441,7 @@ static long kvd_exp_create(void __user *uarg)
 	struct kvd_exp_create arg;
 	struct kvd_exp_buf *buf;
 	struct dma_buf *dmabuf;
+	bool slow_ok;
 	int fd;
 
 	if (copy_from_user(&arg, uarg, sizeof(arg)))
@@ -458,8 +459,12 @@ static long kvd_exp_create(void __user *uarg)
 			  KVD_EXP_CREATE_ASYNC_MOVE) ||
 	    arg.pad)
 		return -EINVAL;
-	if (arg.flags & (KVD_EXP_CREATE_SLOW_MAP | KVD_EXP_CREATE_SLOW_UNMAP) ?
-	    !arg.slow_ms || arg.slow_ms > KVD_EXP_SLOW_MAX_MS : arg.slow_ms)
+	/* a sleep, 1 ms to 10 s, with the slow flags; none without them */
+	if (!(arg.flags & (KVD_EXP_CREATE_SLOW_MAP | KVD_EXP_CREATE_SLOW_UNMAP)))
+		slow_ok = !arg.slow_ms;
+	else
+		slow_ok = arg.slow_ms && arg.slow_ms <= KVD_EXP_SLOW_MAX_MS;
+	if (!slow_ok)
 		return -EINVAL;
 #ifndef KVD_HAVE_ATTACH_REVOCABLE
 	if (arg.flags & KVD_EXP_CREATE_REVOCABLE_ONLY)
