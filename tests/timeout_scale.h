@@ -27,10 +27,12 @@ static inline int kvd_scaled_ms(int ms)
  * again, and when the test has deregistered that READ's MR meanwhile,
  * rxe's responder answers the duplicate with an access error that moves
  * its QP to the error state, after which it drops every request silently.
- * With 6 retries (7 would be for ever) a QP whose peer stopped answering
- * ends in IBV_WC_RETRY_EXC_ERR within the caller's bound instead
+ * With KVD_RETRY_CNT retries (7 would be for ever) a QP whose peer stopped
+ * answering ends in IBV_WC_RETRY_EXC_ERR within the caller's bound instead
  * (tests/verbs_pair.h, the demo's QPs).
  */
+#define KVD_RETRY_CNT 6
+
 static inline int kvd_ack_timeout(void)
 {
 	int t = 18, s;

@@ -136,7 +136,7 @@ static inline int vp_to_rts_remote(struct vp_end *e, uint32_t dest_qpn,
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
 	a.timeout = kvd_ack_timeout();
-	a.retry_cnt = 6;
+	a.retry_cnt = KVD_RETRY_CNT;
 	a.rnr_retry = 7;
 	a.max_rd_atomic = 4;
 	if (ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |

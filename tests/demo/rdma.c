@@ -130,9 +130,9 @@ int demo_qp_connect(struct demo_qp *q, const struct demo_qp_info *peer)
 		return rc > 0 ? -rc : -EIO;
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
-	/* ~1 s local ACK timeout, scaled; 6 retries, not for ever */
+	/* ~1 s local ACK timeout, scaled; a bounded number of retries */
 	a.timeout = kvd_ack_timeout();
-	a.retry_cnt = 6;
+	a.retry_cnt = KVD_RETRY_CNT;
 	a.rnr_retry = 7;
 	a.max_rd_atomic = 4;
 	rc = ibv_modify_qp(q->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
