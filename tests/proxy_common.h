@@ -390,7 +390,6 @@ static inline int exp_buf(int exp, uint64_t size, uint32_t flags,
 	if (flags & (KVD_EXP_CREATE_SLOW_MAP | KVD_EXP_CREATE_SLOW_UNMAP))
 		c.slow_ms = exp_slow_ms();
 	ret = kvd_ioctl(exp, KVD_EXP_IOCTL_CREATE, &c);
-
 	if (ret)
 		return ret;
 	f.fd = c.fd;

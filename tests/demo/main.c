@@ -447,7 +447,6 @@ static int cycle(struct pass *p, int kind, unsigned int n, unsigned int of)
 	} else if (kind == CYC_KVONLY) {
 		mr = demo_memrow(p->res, "KV-only release");
 		if (mr) {
-			mr->sleep_kb = DEMO_KV_LEN / 1024;
 			/* weights stay awake (pinned only by the NIC that
 			 * pins) */
 			mr->expect_asleep_pin_kb[DEMO_NIC_RXE] =
@@ -458,8 +457,9 @@ static int cycle(struct pass *p, int kind, unsigned int n, unsigned int of)
 				DEMO_W_LEN / 1024;
 		}
 	}
-	if (mr && kind != CYC_KVONLY)
-		mr->sleep_kb = (DEMO_KV_LEN + DEMO_W_LEN) / 1024;
+	if (mr)
+		mr->sleep_kb = (DEMO_KV_LEN + (kind == CYC_KVONLY ? 0 :
+					       DEMO_W_LEN)) / 1024;
 	memset(scratch, 0, sizeof(scratch));
 	mm = mr ? mr->m[p->idx] : scratch;
 
