@@ -123,9 +123,9 @@ RANGES_BENCH := $(if $(wildcard tests/bench/ranges-bench.c),tests/bench/ranges-b
 CYCLES ?= 3
 
 .PHONY: all lib cli tests asan modules rxe dkms-src deb clean check check-unit check-vm demo demo-2node demo-mooncake bench deps fuzz \
-	install uninstall modules_install mutants mutants-random update-counts
+	install uninstall modules_install mutants mutants-random mutant-modules update-counts
 
-all: lib cli tests modules rxe
+all: lib cli tests modules rxe $(if $(MUTANT_TREES),mutant-modules)
 
 lib: $(LIB_A) $(LIB_SO) $(PRELOAD_SO)
 
@@ -374,6 +374,16 @@ modules:
 		echo "kvdmabuf: no kernel build tree; install linux-headers-\$$(uname -r) or pass KDIR=" >&2; \
 		exit 1; }
 	$(Q)$(MAKE) -C $(KDIR) M=$(CURDIR) W=1 $(if $(Q),,V=1) modules
+
+# make mutants' batches (tests/mutants/run.py): each breakage's copy of the
+# module, MUTANT_TREES/NAME/module, built for KDIR as well; one that does not
+# build is left without its .ko (the guest says so) and stops nothing else.
+MUTANT_TREES ?=
+mutant-modules: modules
+	$(Q)for t in $(patsubst %/module,%,$(wildcard $(MUTANT_TREES)/*/module)); do \
+		$(MAKE) -C $(KDIR) M=$(CURDIR)/$$t modules || \
+			echo "kvdmabuf: $$t does not build" >&2; \
+	done
 
 # Soft-RoCE with dma-buf MRs for the VM lanes, from KDIR's own rxe source
 # and tests/rxe/patches (tests/rxe/README.md); says why where it is not built.

@@ -5,10 +5,20 @@ scratch copy of the tree (git archive of HEAD), built, and run against the
 tests that must catch it; a table of what was caught.
 
     run.py [--list FILE] [--only NAME]... [--baseline] [--keep] [--table FILE]
+           [--single]
 
-A VM test runs with tests/vm/check.sh run LANE PROGRAM ARGS from the scratch
-copy (one guest per breakage; the VM lock serializes it with other runs), a
-unit test is the scratch copy's program run on this machine. A breakage is
+--single runs module breakages one guest each, against their own tests only.
+
+A module breakage (every edit under module/, its tests on one VM lane) runs
+in a batch with the lane's other module breakages: each one's copy of the
+module is built for the lane in one scratch tree (make MUTANT_TREES), and
+one guest loads them in turn, each against its own tests first and then the
+lane's whole list, up to the first failure (tests/mutants/guest_batch.sh);
+a breakage that leaves the kernel unfit (a report, a stuck program, a module
+that does not unload) ends the guest and the rest go on in a fresh one.
+Any other VM test runs with tests/vm/check.sh run LANE PROGRAM ARGS from its
+own scratch copy (one guest per breakage; the VM lock serializes it with
+other runs), a unit test is the scratch copy's program run on this machine. A breakage is
 caught when its test run fails: a failing TAP line, a kernel log report, a
 test that crashed or timed out. It SURVIVED when the tests passed. A
 breakage whose text is not found exactly once, a tree that does not build,
@@ -231,6 +241,85 @@ def run_tests(tree, entry, log):
     return verdict
 
 
+def batchable(entry):
+    """A module breakage whose tests are on one VM lane."""
+    lanes = {w[0] for w in entry["tests"]}
+    return (all(ed[0].startswith("module/") for ed in entry["edits"]) and
+            len(lanes) == 1 and "unit" not in lanes)
+
+
+def batch_tree(commit, entries, baseline):
+    """One scratch copy with mutants/NAME/{Kbuild,module,uapi} per breakage
+    (the unbroken module as "baseline" first when asked); the breakages that
+    apply, and {name: error} for those that do not."""
+    tree = scratch_copy(commit)
+    errors, todo = {}, []
+    pseudo = [{"name": "baseline", "edits": [], "tests": []}] if baseline else []
+    for e in pseudo + entries:
+        d = os.path.join(tree, "mutants", e["name"])
+        for part in ("module", "uapi"):
+            shutil.copytree(os.path.join(tree, part), os.path.join(d, part))
+        with open(os.path.join(d, "Kbuild"), "w") as f:
+            f.write("obj-m += module/\n")
+        err = apply(d, e)
+        if err:
+            errors[e["name"]] = "does not apply: " + err
+        else:
+            todo.append(e)
+    return tree, todo, errors
+
+
+def run_batch(commit, lane, entries, baseline, logdir, keep, done):
+    """The module breakages of one lane in as few guests as they allow;
+    done(name, verdict, detail, secs) for each (the baseline too)."""
+    tree, todo, errors = batch_tree(commit, entries, baseline)
+    for name, err in errors.items():
+        done(name, "ERROR", err, 0)
+    env = dict(os.environ, KVDMABUF_JOBS=JOBS,
+               KVDMABUF_MAKE_ARGS="MUTANT_TREES=mutants")
+    boot = 0
+    while todo:
+        boot += 1
+        with open(os.path.join(tree, "mutants", "batch.list"), "w") as f:
+            for e in todo:
+                f.write("mutant %s\n" % e["name"])
+                for w in e["tests"]:
+                    f.write("run %s\n" % " ".join(w[1:]))
+        logpath = os.path.join(logdir, "batch-%s-%d.log" % (lane, boot))
+        print("# lane %s, guest %d: %d breakages (%s)" %
+              (lane, boot, len(todo), logpath), flush=True)
+        rc, out = run_child([os.path.join(tree, "tests/vm/check.sh"), "run",
+                             lane, "tests/mutants/guest_batch.sh",
+                             "mutants/batch.list"], cwd=tree, env=env)
+        with open(logpath, "w") as log:
+            log.write(out)
+        if re.search(r"^# build for lane \S+ failed", out, re.M):
+            for e in todo:
+                done(e["name"], "ERROR", "the lane does not build", 0)
+            break
+        seen = re.findall(r"^# mutant-verdict (\S+) (\S+) (\d+) (.*)$", out,
+                          re.M)
+        for name, v, secs, detail in seen:
+            done(name, v, detail, int(secs))
+        names = {n for n, _, _, _ in seen}
+        rest = [e for e in todo if e["name"] not in names]
+        if rest and not (seen and "# mutant-batch-stopped" in out):
+            if "# ===== mutant %s:" % rest[0]["name"] in out:
+                # it ended the guest (a panic, a hang up to the time-out)
+                done(rest[0]["name"], "caught",
+                     "the guest ended during its run (see %s)" % logpath, 0)
+                rest = rest[1:]
+            else:
+                for e in rest:
+                    done(e["name"], "ERROR",
+                         "the guest ended before it ran (see %s)" % logpath, 0)
+                rest = []
+        todo = rest
+    if keep:
+        print("# lane %s: scratch copy %s" % (lane, tree))
+    cleanup(tree, keep)
+
+
 def cleanup(tree, keep):
     if keep:
         return
@@ -250,6 +339,8 @@ def main():
     ap.add_argument("--keep", action="store_true",
                     help="keep the scratch copies (their paths are printed)")
     ap.add_argument("--table", default=os.path.join(REPO, "build/mutants/table.md"))
+    ap.add_argument("--single", action="store_true",
+                    help="module breakages one guest each, own tests only")
     ap.add_argument("--check-list", action="store_true",
                     help="only check that every breakage applies to HEAD")
     a = ap.parse_args()
@@ -282,9 +373,16 @@ def main():
             bad |= bool(err)
         return 1 if bad else 0
 
-    if a.baseline:
-        groups = {}
+    batches = {}
+    if not a.single:
         for e in entries:
+            if batchable(e):
+                batches.setdefault(e["tests"][0][0], []).append(e)
+    singles = [e for e in entries if not any(e in b for b in batches.values())]
+
+    if a.baseline and singles:
+        groups = {}
+        for e in singles:
             for w in e["tests"]:
                 key = tuple(w[:2])
                 groups.setdefault(key, []).extend(w[2:])
@@ -309,12 +407,16 @@ def main():
             return 2
 
     rows = []
+    batched = [e for b in batches.values() for e in b]
+    by_name = {e["name"]: e for e in entries}
+    baseline_failed = []
     t_all = time.time()
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
     def tests_of(e):
-        return "; ".join(" ".join(w) for w in e["tests"])
+        t = "; ".join(" ".join(w) for w in e["tests"])
+        return t + (", then the lane's list" if e in batched else "")
 
     def write_table(pending):
         """The table so far (written after each breakage), not-run rows last."""
@@ -338,7 +440,26 @@ def main():
 
     interrupted = False
     table = write_table(entries)
-    for k, e in enumerate(entries):
+
+    def done(name, v, d, secs):
+        nonlocal table
+        print("# %-28s %-8s %4ds  %s" % (name, v, secs, d), flush=True)
+        if name == "baseline" and name not in by_name:
+            if v != "SURVIVED":
+                baseline_failed.append(d)
+            return
+        e = by_name[name]
+        rows.append((name, e["what"], tests_of(e), v, d, secs))
+        table = write_table([x for x in entries
+                             if x["name"] not in {r[0] for r in rows}])
+
+    for lane, group in batches.items():
+        try:
+            run_batch(commit, lane, group, a.baseline, logdir, a.keep, done)
+        except KeyboardInterrupt:
+            interrupted = True
+            break
+    for k, e in enumerate([] if interrupted else singles):
         t0 = time.time()
         tree = scratch_copy(commit)
         logpath = os.path.join(logdir, e["name"] + ".log")
@@ -355,24 +476,23 @@ def main():
             print("# %s: scratch copy %s" % (e["name"], tree))
         cleanup(tree, a.keep)
         if interrupted:
-            table = write_table(entries[k:])
             break
-        secs = int(time.time() - t0)
-        rows.append((e["name"], e["what"], tests_of(e), verdict[0], verdict[1],
-                     secs))
-        print("# %-28s %-8s %4ds  %s" % (e["name"], verdict[0], secs,
-                                         verdict[1]), flush=True)
-        table = write_table(entries[k + 1:])
+        done(e["name"], verdict[0], verdict[1], int(time.time() - t0))
 
+    table = write_table([x for x in entries
+                         if x["name"] not in {r[0] for r in rows}])
     print()
     print(table)
+    for d in baseline_failed:
+        print("mutants: the unbroken module fails in a batch: %s" % d)
     survived = sum(r[3] == "SURVIVED" for r in rows)
     errors = sum(r[3] == "ERROR" for r in rows)
     print("%d caught, %d survived, %d errors%s (logs in %s)" %
           (len(rows) - survived - errors, survived, errors,
            ", interrupted: %d not run" % (len(entries) - len(rows))
            if interrupted else "", logdir))
-    return 0 if not survived and not errors and not interrupted else 1
+    return 0 if not (survived or errors or interrupted or
+                     baseline_failed) else 1
 
 
 if __name__ == "__main__":
