@@ -95,7 +95,7 @@ verdict() { # name verdict detail
 
 # One breakage; sets $stop when this kernel must not run another.
 one() { # name programs-file
-	local name=$1 words prog res rc first detail ran=0
+	local name=$1 words prog res rc first detail t0 ran=0
 	t_mutant=$SECONDS
 	echo "kvd-mutant-begin $name" >/dev/kmsg
 	if [ -d /sys/module/kvdmabuf ] && ! rmmod kvdmabuf; then
@@ -120,8 +120,10 @@ one() { # name programs-file
 	while [ -z "$detail" ] && read -r words; do
 		read -r -a prog <<<"$words"
 		echo "# ===== mutant $name: ${prog[*]}"
+		t0=$SECONDS
 		res=$(run_prog "${prog[@]}")
 		echo "$res" | head -n -1
+		echo "# time: mutant $name: ${prog[0]} $((SECONDS - t0)) s"
 		rc=${res##*$'\n'}
 		ran=$((ran + 1))
 		case $rc in

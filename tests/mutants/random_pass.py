@@ -1,57 +1,94 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
 """make mutants-random: breakages that nobody chose for their test. From a
-seed, picks COUNT sites in lib/*.c and lib/preload/*.c and applies one
-mechanical mutation at each:
+seed, picks COUNT sites in lib/*.c, lib/preload/*.c and module/*.c and
+applies one mechanical mutation at each:
 
   cmp      a comparison flipped (== and !=, < and >=, > and <=)
   logic    && and || swapped
   not      an if condition negated
   call     a call statement whose result is not used, deleted
   const    an integer constant changed (0 and 1 swapped, N to N + 1)
-  lock     a pthread_mutex_lock/unlock pair deleted
+  lock     a lock/unlock pair deleted (pthread mutex; kernel mutex,
+           spinlock, dma_resv)
 
-then writes them as a tests/mutants list (each with the host programs of
-its part as the tests that must catch it) and runs tests/mutants/run.py on
-it. The module is left out: each of its breakages needs a guest boot (use
-the chosen list, make mutants, for it). A SURVIVED row is a breakage that
-every listed program passed: a missing test, or an equivalent mutation
-(one that changes nothing observable); the table says which it is only
-after someone looked.
+then writes them as a tests/mutants list and runs tests/mutants/run.py on
+it: a lib or preload breakage against the host programs of its part, a
+module breakage against the whole list of lane LANE (6.1: this machine's
+headers), in one guest with the others (run.py's batches). A module
+breakage whose object code for that lane is the unbroken one's (a site in
+code the lane does not compile, or one the compiler folds away) is not
+run: another site is taken instead, and the list says how many were.
+A SURVIVED row is a breakage that every program passed: a missing test,
+or an equivalent mutation (one that changes nothing observable); the
+table says which it is only after someone looked.
 
-    random_pass.py [--seed N] [--count K] [--list-only] [--out FILE]
+    random_pass.py [--seed N] [--count K] [--parts lib,preload,module]
+                   [--lane LANE] [--list-only] [--out FILE]
 """
 import argparse
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+JOBS = os.environ.get("KVDMABUF_JOBS", "2")
 
-# The host programs that must catch a breakage of each part (unit.list;
-# the C ones in their ASan and UBSan builds, which also see memory errors
-# and leaks).
+# The test lines of each part: for lib and preload the host programs that
+# must catch a breakage (unit.list; the C ones in their ASan and UBSan
+# builds, which also see memory errors and leaks); for the module the
+# lane's first program, after which run.py's batch runs the lane's list.
 TESTS = {
-    "lib": ["asan/lib/lib_roundtrip", "asan/lib/lib_rollback",
-            "asan/lib/lib_drain", "asan/lib/lib_api", "asan/lib/lib_cuda",
-            "asan/lib/lib_config", "asan/preload/preload_lib",
-            "python/py_binding.py"],
-    "preload": ["asan/preload/preload_cuda", "asan/preload/preload_lib",
-                "preload/preload_symver.py"],
+    "lib": ["unit asan/lib/lib_roundtrip", "unit asan/lib/lib_rollback",
+            "unit asan/lib/lib_drain", "unit asan/lib/lib_api",
+            "unit asan/lib/lib_cuda", "unit asan/lib/lib_config",
+            "unit asan/preload/preload_lib", "unit python/py_binding.py"],
+    "preload": ["unit asan/preload/preload_cuda",
+                "unit asan/preload/preload_lib",
+                "unit preload/preload_symver.py"],
+    "module": ["LANE module/smoke_module"],
 }
 
 CMP = [("==", "!="), ("!=", "=="), ("<=", ">"), (">=", "<"), ("<", ">="),
        (">", "<=")]
 SKIP_LINE = re.compile(r"^\s*(#|/?\*|//)|\bfprintf\b|\bsnprintf\b|"
-                       r"\bkvd_err\w*\(|\bfail\(|\bmsg\(|\bTH_LOG\b")
+                       r"\bkvd_err\w*\(|\bfail\(|\bmsg\(|\bTH_LOG\b|"
+                       r"\bpr_\w+\(|\bdev_(err|warn|info|dbg)\w*\(")
+# lock call -> the unlock that closes it (its first argument)
+LOCKS = {"pthread_mutex_lock": "pthread_mutex_unlock",
+         "mutex_lock": "mutex_unlock", "spin_lock": "spin_unlock",
+         "spin_lock_irq": "spin_unlock_irq", "dma_resv_lock": "dma_resv_unlock"}
 
 
-def sources():
+def lane_kdir(lane):
+    """The kernel build tree a lane's module is built against, as
+    tests/vm/check.sh picks it (6.1: this machine's Debian 12 headers;
+    6.12 and 7.3: the Debian 13 root's)."""
+    import glob
+    cache = os.environ.get("KVDMABUF_CACHE", "/var/cache/kvdmabuf")
+    pattern = {"6.1": "/lib/modules/6.1.*-amd64/build",
+               "6.12": cache + "/trixie-root/lib/modules/6.12.*/build",
+               "7.3": cache + "/trixie-root/lib/modules/7.*-amd64/build"}
+    if lane not in pattern:
+        raise SystemExit("random_pass: --lane is 6.1, 6.12 or 7.3")
+    found = sorted(glob.glob(pattern[lane]))
+    if not found:
+        raise SystemExit("random_pass: no kernel build tree for lane %s "
+                         "(make deps)" % lane)
+    return found[-1]
+
+
+def sources(parts):
     out = []
-    for part, pattern in (("lib", "lib"), ("preload", "lib/preload")):
+    for part, pattern in (("lib", "lib"), ("preload", "lib/preload"),
+                          ("module", "module")):
+        if part not in parts:
+            continue
         d = os.path.join(REPO, pattern)
         for f in sorted(os.listdir(d)):
             if f.endswith(".c"):
@@ -113,10 +150,10 @@ def mutations(lines, i):
         out.append(("const", [line[:m.start()] + str(1 if n == 0 else
                                                       0 if n == 1 else n + 1)
                               + line[m.end():]], 1))
-    m = re.match(r"^\s*pthread_mutex_lock\((.*)\);$", line)
+    m = re.match(r"^\s*(%s)\(([^,]*)(, NULL)?\);$" % "|".join(LOCKS), line)
     if m:
         for j in range(i + 1, min(i + 80, len(lines))):
-            if lines[j].strip() == "pthread_mutex_unlock(%s);" % m.group(1):
+            if lines[j].strip() == "%s(%s);" % (LOCKS[m.group(1)], m.group(2)):
                 body = lines[i + 1:j]
                 out.append(("lock", body, j - i + 1))
                 break
@@ -136,10 +173,64 @@ def unique_block(lines, i, n, text):
     return None
 
 
-def pick(seed, count):
+class ObjectCheck:
+    """Whether a module breakage changes the object code built for KDIR:
+    one scratch build of HEAD's module, each breakage's file rebuilt in
+    place (the same path: the same strings and debug paths) and its
+    disassembly, relocations included, compared with the unbroken one."""
+
+    def __init__(self, kdir):
+        self.kdir = kdir
+        self.tree = tempfile.mkdtemp(prefix="kvd-random.")
+        ar = subprocess.Popen(["git", "-C", REPO, "archive", "HEAD"],
+                              stdout=subprocess.PIPE)
+        subprocess.run(["tar", "-x", "-C", self.tree], stdin=ar.stdout,
+                       check=True)
+        ar.wait()
+        self.base = {}
+        if self.make():
+            raise RuntimeError("HEAD's module does not build for " + kdir)
+
+    def make(self, *targets):
+        return subprocess.run(["make", "-s", "-C", self.kdir, "-j" + JOBS,
+                               "M=" + self.tree] + (list(targets) or
+                                                    ["modules"]),
+                              stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL).returncode
+
+    def dump(self, obj):
+        out = subprocess.run(["objdump", "-dr", "--no-show-raw-insn",
+                              os.path.join(self.tree, obj)],
+                             stdout=subprocess.PIPE, check=True).stdout
+        return out.split(b"\n", 3)[-1]
+
+    def changes(self, path, old, new):
+        """True when the breakage builds and changes the code."""
+        obj = path[:-2] + ".o"
+        if obj not in self.base:
+            self.base[obj] = self.dump(obj)
+        p = os.path.join(self.tree, path)
+        with open(p) as f:
+            text = f.read()
+        with open(p, "w") as f:
+            f.write(text.replace("\n".join(old) + "\n",
+                                 "\n".join(new) + ("\n" if new else ""), 1))
+        try:
+            return not self.make(obj) and self.dump(obj) != self.base[obj]
+        finally:
+            with open(p, "w") as f:
+                f.write(text)
+
+    def close(self):
+        shutil.rmtree(self.tree, ignore_errors=True)
+
+
+def pick(seed, count, parts, check):
+    """COUNT breakages; module ones only where check.changes() (their
+    number of sites passed over is the second value)."""
     rnd = random.Random(seed)
     cands = []
-    for part, path in sources():
+    for part, path in sources(parts):
         with open(os.path.join(REPO, path)) as f:
             text = f.read()
         lines, ok = code_lines(text)
@@ -147,7 +238,7 @@ def pick(seed, count):
             for kind, new, n in mutations(lines, i):
                 cands.append((part, path, i, kind, new, n))
     rnd.shuffle(cands)
-    chosen, used = [], set()
+    chosen, used, folded = [], set(), 0
     for part, path, i, kind, new, n in cands:
         if (path, i) in used:
             continue
@@ -158,17 +249,21 @@ def pick(seed, count):
         if k is None:
             continue
         used.add((path, i))
-        chosen.append((part, path, i, kind, lines[i - k:i + n],
-                       lines[i - k:i] + new))
+        old, repl = lines[i - k:i + n], lines[i - k:i] + new
+        if part == "module" and not check.changes(path, old, repl):
+            folded += 1
+            continue
+        chosen.append((part, path, i, kind, old, repl))
         if len(chosen) == count:
             break
-    return chosen
+    return chosen, folded
 
 
-def write_list(chosen, seed, out):
+def write_list(chosen, folded, seed, lane, out):
     with open(out, "w") as f:
         f.write("# tests/mutants/random_pass.py --seed %d: %d mechanical "
-                "breakages\n\n" % (seed, len(chosen)))
+                "breakages (%d module sites passed over: the same object "
+                "code on lane %s)\n\n" % (seed, len(chosen), folded, lane))
         for n, (part, path, i, kind, old, new) in enumerate(chosen, 1):
             f.write("== r%d-%s-%s-%d: %s at %s:%d\n" % (
                 seed, kind, os.path.basename(path)[:-2], i + 1, kind,
@@ -176,7 +271,7 @@ def write_list(chosen, seed, out):
             f.write("file: %s\nreplace:\n%s\nwith:\n%s\n" % (
                 path, "\n".join(old), "\n".join(new)))
             for t in TESTS[part]:
-                f.write("test: unit %s\n" % t)
+                f.write("test: %s\n" % t.replace("LANE", lane))
             f.write("\n")
 
 
@@ -187,11 +282,23 @@ def main():
     ap.add_argument("--out", default=os.path.join(REPO, "build/mutants/"
                                                   "random.list"))
     ap.add_argument("--list-only", action="store_true")
+    ap.add_argument("--parts", default="lib,preload,module")
+    ap.add_argument("--lane", default="6.1",
+                    help="the VM lane of the module's breakages")
     a = ap.parse_args()
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    chosen = pick(a.seed, a.count)
-    write_list(chosen, a.seed, a.out)
-    print("# %d breakages (seed %d) in %s" % (len(chosen), a.seed, a.out))
+    parts = a.parts.split(",")
+    check = None
+    if "module" in parts:
+        check = ObjectCheck(lane_kdir(a.lane))
+    try:
+        chosen, folded = pick(a.seed, a.count, parts, check)
+    finally:
+        if check:
+            check.close()
+    write_list(chosen, folded, a.seed, a.lane, a.out)
+    print("# %d breakages (seed %d) in %s; %d module sites passed over "
+          "(the same object code)" % (len(chosen), a.seed, a.out, folded))
     if a.list_only:
         return 0
     # --baseline: every named program passes on the unmutated copy first

@@ -129,6 +129,9 @@ def parse(path):
 
 def scratch_copy(commit):
     d = tempfile.mkdtemp(prefix="kvd-mutant.")
+    # as a checkout's folder is: the guest's tests run programs of the tree
+    # as an unprivileged user as well
+    os.chmod(d, 0o755)
     ar = subprocess.Popen(["git", "-C", REPO, "archive", commit],
                           stdout=subprocess.PIPE)
     subprocess.run(["tar", "-x", "-C", d], stdin=ar.stdout, check=True)
