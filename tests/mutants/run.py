@@ -4,8 +4,8 @@
 scratch copy of the tree (git archive of HEAD), built, and run against the
 tests that must catch it; a table of what was caught.
 
-    run.py [--list FILE] [--only NAME]... [--baseline] [--keep] [--table FILE]
-           [--single]
+    run.py [--list FILE] [--only NAME]... [--lane LANE]... [--baseline]
+           [--keep] [--table FILE] [--single]
 
 --single runs module breakages one guest each, against their own tests only.
 
@@ -342,6 +342,9 @@ def main():
     ap.add_argument("--keep", action="store_true",
                     help="keep the scratch copies (their paths are printed)")
     ap.add_argument("--table", default=os.path.join(REPO, "build/mutants/table.md"))
+    ap.add_argument("--lane", action="append", default=[],
+                    help="only breakages with a test on this lane "
+                         "(repeatable; unit: the host's)")
     ap.add_argument("--single", action="store_true",
                     help="module breakages one guest each, own tests only")
     ap.add_argument("--check-list", action="store_true",
@@ -360,6 +363,9 @@ def main():
         return 2
     if a.only:
         entries = [e for e in entries if e["name"] in a.only]
+    if a.lane:
+        entries = [e for e in entries
+                   if any(w[0] in a.lane for w in e["tests"])]
     commit = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"],
                             stdout=subprocess.PIPE, check=True
                             ).stdout.decode().strip()
