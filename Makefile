@@ -410,18 +410,20 @@ update-counts:
 
 # Each breakage of tests/mutants/mutants.list in a scratch copy of HEAD,
 # against the tests that must catch it; a table (build/mutants/table.md).
-# Not part of make check: one VM boot per module breakage (about 3 min on
-# 2 cores). MUTANTS_ARGS: --only NAME, --baseline, --keep.
+# Module breakages run in batches, one guest per lane, each against the
+# lane's whole list. Not part of make check. MUTANTS_ARGS: --only NAME,
+# --lane LANE, --baseline, --single, --keep.
 mutants:
 	$(Q)tests/mutants/run.py $(MUTANTS_ARGS)
 
 # Breakages nobody chose for their test: COUNT mechanical mutations of
-# lib/ and lib/preload/ from SEED, each against its part's host programs
+# lib/, lib/preload/ and module/ from SEED, each against its part's host
+# programs or, for the module, lane KERNEL's whole list
 # (build/mutants/random-table.md). Not part of make check.
 SEED ?= 1
 COUNT ?= 40
 mutants-random:
-	$(Q)tests/mutants/random_pass.py --seed $(SEED) --count $(COUNT)
+	$(Q)tests/mutants/random_pass.py --seed $(SEED) --count $(COUNT) --lane $(KERNEL)
 
 # The demonstration runs in a VM of lane DEMO_KERNEL: 6.12, whose
 # soft-RoCE has dma-buf MRs (tests/rxe), unless KERNEL is given (6.1: the
