@@ -379,11 +379,10 @@ modules:
 # module, MUTANT_TREES/NAME/module, built for KDIR as well; one that does not
 # build is left without its .ko (the guest says so) and stops nothing else.
 MUTANT_TREES ?=
-mutant-modules: modules
-	$(Q)for t in $(patsubst %/module,%,$(wildcard $(MUTANT_TREES)/*/module)); do \
-		$(MAKE) -C $(KDIR) M=$(CURDIR)/$$t modules || \
-			echo "kvdmabuf: $$t does not build" >&2; \
-	done
+mutant-modules: $(addprefix mutant-module/,$(patsubst %/module,%,$(wildcard $(MUTANT_TREES)/*/module)))
+mutant-module/%: modules
+	$(Q)$(MAKE) -C $(KDIR) M=$(CURDIR)/$* modules || \
+		echo "kvdmabuf: $* does not build" >&2
 
 # Soft-RoCE with dma-buf MRs for the VM lanes, from KDIR's own rxe source
 # and tests/rxe/patches (tests/rxe/README.md); says why where it is not built.
