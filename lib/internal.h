@@ -298,6 +298,7 @@ int kvd_cuda_survey(const char *path, unsigned int *ndev, uint64_t *dmabuf,
 int kvd_drm_export(struct kvdmabuf_ctx *ctx, int drm_fd, uint32_t handle,
 		   int *fd);
 int kvd_proxy_dev_open(struct kvdmabuf_ctx *ctx, int *devfd);
+int kvd_proxy_dev_check(struct kvdmabuf_ctx *ctx, int fd);
 int kvd_proxy_dev_create(struct kvdmabuf_ctx *ctx, uint64_t size,
 			 int *proxy_fd, uint64_t *id);
 int kvd_proxy_dev_attach(struct kvdmabuf_ctx *ctx, int proxy_fd,

@@ -30,9 +30,29 @@ static int xioctl(int fd, unsigned long cmd, void *arg)
 	return rc < 0 ? -errno : 0;
 }
 
-int kvd_proxy_dev_open(struct kvdmabuf_ctx *ctx, int *devfd)
+/* The module behind @fd speaks this library's API major (a minor adds
+ * only what a size-versioned struct or a feature bit announces). */
+int kvd_proxy_dev_check(struct kvdmabuf_ctx *ctx, int fd)
 {
 	struct kvdmabuf_version v;
+	int rc;
+
+	memset(&v, 0, sizeof(v));
+	v.size = sizeof(v);
+	rc = xioctl(fd, KVDMABUF_IOCTL_VERSION, &v);
+	if (rc)
+		return kvd_err(ctx, rc, "%s: version ioctl failed: %s",
+			       KVDMABUF_DEVICE_PATH, strerror(-rc));
+	if ((v.version >> 16) != KVDMABUF_API_VERSION_MAJOR)
+		return kvd_err(ctx, -EPROTO, "%s speaks API %u.%u, this library "
+			       "needs %u.x", KVDMABUF_DEVICE_PATH,
+			       v.version >> 16, v.version & 0xffff,
+			       KVDMABUF_API_VERSION_MAJOR);
+	return 0;
+}
+
+int kvd_proxy_dev_open(struct kvdmabuf_ctx *ctx, int *devfd)
+{
 	int fd, rc;
 
 	fd = open(KVDMABUF_DEVICE_PATH, O_RDWR | O_CLOEXEC);
@@ -42,20 +62,10 @@ int kvd_proxy_dev_open(struct kvdmabuf_ctx *ctx, int *devfd)
 			       "kvdmabuf module loaded?)",
 			       KVDMABUF_DEVICE_PATH, strerror(-rc));
 	}
-	memset(&v, 0, sizeof(v));
-	v.size = sizeof(v);
-	rc = xioctl(fd, KVDMABUF_IOCTL_VERSION, &v);
+	rc = kvd_proxy_dev_check(ctx, fd);
 	if (rc) {
 		close(fd);
-		return kvd_err(ctx, rc, "%s: version ioctl failed: %s",
-			       KVDMABUF_DEVICE_PATH, strerror(-rc));
-	}
-	if ((v.version >> 16) != KVDMABUF_API_VERSION_MAJOR) {
-		close(fd);
-		return kvd_err(ctx, -EPROTO, "%s speaks API %u.%u, this library "
-			       "needs %u.x", KVDMABUF_DEVICE_PATH,
-			       v.version >> 16, v.version & 0xffff,
-			       KVDMABUF_API_VERSION_MAJOR);
+		return rc;
 	}
 	*devfd = fd;
 	return 0;

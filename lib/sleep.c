@@ -127,12 +127,16 @@ static int drain(struct kvdmabuf_ctx *ctx, struct kvdmabuf_region **t,
 		now = kvd_now_ns();
 		if (now >= deadline)
 			break;
-		/* Woken by the last io_end of a busy region; the engine's
-		 * callback, if any, is asked again every millisecond. */
+		/* Woken by the last io_end of a busy region, with no bound
+		 * but the drain's own: the count only falls once sleep closed
+		 * the region. The engine's callback, if any, is asked again
+		 * every millisecond. */
 		if (wait_io) {
+			int64_t left = deadline - now;
+
 			kvd_io_wait_ended(wait_io, wait_seen,
-					  deadline - now < DRAIN_POLL_NS ?
-					  deadline - now : DRAIN_POLL_NS);
+					  ctx->drain && left > DRAIN_POLL_NS ?
+					  DRAIN_POLL_NS : left);
 		} else {
 			struct timespec ts = { 0, DRAIN_POLL_NS };
 

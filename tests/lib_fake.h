@@ -73,6 +73,11 @@ struct fake_proxy {
 	uint32_t revocable;  /* of pinned: revocable pins (nic_pins 2) */
 	uint64_t notifications;
 	uint32_t revoke_reason;  /* KVD_REVOKE_* */
+	/* an importer that lets go of the old backing this long after a
+	 * revoke or replace asks (its fences, a stale mapping): the module
+	 * waits up to the call's timeout, then answers -ETIMEDOUT with the
+	 * proxy revoked all the same */
+	unsigned int unmap_ms;
 	char label[32];          /* the dma-buf's name (proxy_label) */
 	uint64_t size;
 	/* after RANGES: the layout, sorted; fd a dup, -1 unbacked */
@@ -439,12 +444,18 @@ static int fake_proxy_revoke(struct kvdmabuf_ctx *ctx, int pfd,
 {
 	int p = fake_find_proxy(pfd);
 
-	(void)timeout_ms;
 	if (p < 0)
 		return kvd_err(ctx, -EINVAL, "fake: not a proxy");
 	/* As the module (API 2.2): revocable pins do not block a revoke. */
 	if (fw.px[p].pinned - fw.px[p].revocable)
 		return kvd_err(ctx, -EBUSY, "fake: importer pins the proxy");
+	if (fw.px[p].unmap_ms) {
+		unsigned int ms = fw.px[p].unmap_ms < timeout_ms ?
+				  fw.px[p].unmap_ms : timeout_ms;
+		struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+		nanosleep(&ts, NULL);
+	}
 	if (fw.px[p].backing >= 0)
 		close(fw.px[p].backing);
 	fw.px[p].backing = -1;
@@ -454,6 +465,9 @@ static int fake_proxy_revoke(struct kvdmabuf_ctx *ctx, int pfd,
 		fw.px[p].gen++;
 		fw.px[p].notifications++;
 	}
+	if (fw.px[p].unmap_ms > timeout_ms)
+		return kvd_err(ctx, -ETIMEDOUT, "fake: an importer still maps "
+			       "the old backing after %u ms", timeout_ms);
 	return 0;
 }
 

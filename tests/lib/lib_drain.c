@@ -337,6 +337,51 @@ static void *getter_transfer(void *arg)
 	return NULL;
 }
 
+/* With no engine callback the drain has nothing to poll: it sleeps until
+ * the last io_end wakes it (a lost wake-up would make it wait out the
+ * whole 10 s bound, far beyond the 5 s allowed here on a loaded host). */
+static void *end_after_100ms(void *arg)
+{
+	usleep(100 * 1000);
+	kvdmabuf_io_end(arg);
+	return NULL;
+}
+
+TEST_TIMEOUT(drain_without_callback_ends_at_the_last_io_end, 60)
+{
+	struct kvdmabuf_options o = { 0 };
+	struct kvdmabuf_region_desc d = { 0 };
+	struct kvdmabuf_ctx *ctx;
+	struct kvdmabuf_region *r;
+	pthread_t th;
+	char err[512];
+	int64_t t0, ms;
+	void *mem;
+	int rc;
+
+	fake_reset(1);
+	ASSERT_EQ(0, fake_open("protocol: rdma\ndrain_timeout_s: 10\n", &o,
+			       &ctx, err, sizeof(err)));
+	mem = region_mem(LEN);
+	d.addr = mem;
+	d.len = LEN;
+	d.mem = KVDMABUF_MEM_HOST;
+	d.flags = KVDMABUF_REGION_RELEASED_AT_SLEEP;
+	ASSERT_EQ(0, kvdmabuf_region_add(ctx, &d, &r));
+	ASSERT_EQ(0, kvdmabuf_io_begin(r));
+	ASSERT_EQ(0, pthread_create(&th, NULL, end_after_100ms, r));
+	t0 = kvd_now_ns();
+	rc = kvdmabuf_sleep(ctx, NULL);
+	ms = (kvd_now_ns() - t0) / 1000000;
+	pthread_join(th, NULL);
+	TH_LOG("sleep %d after %lld ms", rc, (long long)ms);
+	EXPECT_EQ(0, rc);
+	EXPECT_GE(ms, 90);
+	EXPECT_LT(ms, 5000);
+	kvdmabuf_close(ctx);
+	munmap(mem, LEN);
+}
+
 TEST(keys_read_inside_a_transfer_do_not_block_the_drain)
 {
 	struct kvdmabuf_options o = { 0 };
@@ -496,16 +541,23 @@ TEST_F_TIMEOUT(dr, remove_right_after_sleep_races_the_last_io_end, 120)
 }
 
 /*
- * A module whose REVOKE wait a signal interrupts every time: ioctl() of
- * this program (it comes before the C library's for the library linked
- * in) answers REVOKE on eintr.fd after 20 ms, or the timeout asked if
- * shorter, with EINTR; everything else goes to the kernel.
+ * The module as this program plays it: ioctl() of this program (it comes
+ * before the C library's for the library linked in) answers REVOKE on
+ * eintr.fd after 20 ms, or the timeout asked if shorter, with EINTR (a
+ * REVOKE wait a signal interrupts every time), and VERSION on version.fd
+ * with version.answer (a module of another API); everything else goes
+ * to the kernel.
  */
 static struct {
 	int fd;
 	unsigned int calls;
 	unsigned int first_ms, last_ms;
 } eintr = { .fd = -1 };
+
+static struct {
+	int fd;
+	uint32_t answer;
+} version = { .fd = -1 };
 
 int ioctl(int fd, unsigned long req, ...);
 int ioctl(int fd, unsigned long req, ...)
@@ -518,6 +570,14 @@ int ioctl(int fd, unsigned long req, ...)
 	va_start(ap, req);
 	arg = va_arg(ap, void *);
 	va_end(ap);
+	if (fd == version.fd && version.fd >= 0 &&
+	    req == KVDMABUF_IOCTL_VERSION) {
+		struct kvdmabuf_version *v = arg;
+
+		v->version = version.answer;
+		v->features = 0;
+		return 0;
+	}
 	if (fd != eintr.fd || eintr.fd < 0 || req != KVDMABUF_IOCTL_REVOKE)
 		return (int)syscall(SYS_ioctl, fd, req, arg);
 	r = arg;
@@ -609,6 +669,30 @@ static void *page_setter(void *arg)
 	if (write(w->event_efd, &one, sizeof(one)) != sizeof(one))
 		w->rc_same_page = -999;
 	return NULL;
+}
+
+/* A module of another API major is refused (-EPROTO, both versions
+ * named); one of this major and a later minor is taken. */
+TEST(module_of_another_api_major_is_refused)
+{
+	struct kvdmabuf_ctx c;
+	int rc;
+
+	memset(&c, 0, sizeof(c));
+	version.fd = memfd_create("kvd-version-dev", MFD_CLOEXEC);
+	ASSERT_GE(version.fd, 0);
+	version.answer = (KVDMABUF_API_VERSION_MAJOR + 1) << 16;
+	rc = kvd_proxy_dev_check(&c, version.fd);
+	TH_LOG("%s", kvd_msg(&c));
+	EXPECT_EQ(-EPROTO, rc);
+	EXPECT_NE(NULL, strstr(kvd_msg(&c), "needs"));
+	version.answer = (KVDMABUF_API_VERSION_MAJOR - 1) << 16 | 9;
+	EXPECT_EQ(-EPROTO, kvd_proxy_dev_check(&c, version.fd));
+	version.answer = KVDMABUF_API_VERSION_MAJOR << 16 | 0xfff;
+	EXPECT_EQ(0, kvd_proxy_dev_check(&c, version.fd));
+	close(version.fd);
+	version.fd = -1;
+	kvd_msg(NULL);
 }
 
 TEST(ranges_wait_for_transfers_on_their_pages)

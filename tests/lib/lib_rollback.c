@@ -330,6 +330,47 @@ TEST_F(rb, late_pin_fails_sleep_whole)
 	CHECK_AWAKE(self, variant);
 }
 
+/* An importer that lets go of the old pages late (its fences, a mapping
+ * it still holds) is waited for within the revoke bound the library gives
+ * the module (the fake waits as the module does, tests/lib_fake.h); one
+ * that outlasts the bound fails the sleep whole. */
+TEST_F(rb, slow_importer_is_waited_for_within_the_revoke_bound)
+{
+	struct kvdmabuf_region_info in;
+	int64_t t0, ms;
+	int p;
+
+	ASSERT_EQ(0, info_of(self->r[1], &in));
+	if (!in.proxied) {
+		/* no proxy (no module): nothing to revoke, nothing waits */
+		ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
+		CHECK_ASLEEP(self);
+		ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
+		CHECK_AWAKE(self, variant);
+		return;
+	}
+	p = (int)in.proxy_id - 1;
+	self->ctx->revoke_timeout_ms = 2000;
+	fw.px[p].unmap_ms = 200;
+	t0 = kvd_now_ns();
+	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
+	ms = (kvd_now_ns() - t0) / 1000000;
+	EXPECT_GE(ms, 190);
+	CHECK_ASLEEP(self);
+	ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
+	CHECK_AWAKE(self, variant);
+	/* longer than the bound: -ETIMEDOUT, everything as it was */
+	self->ctx->revoke_timeout_ms = 100;
+	ASSERT_EQ(-ETIMEDOUT, kvdmabuf_sleep(self->ctx, NULL));
+	TH_LOG("%s", kvdmabuf_last_error(self->ctx));
+	CHECK_AWAKE(self, variant);
+	fw.px[p].unmap_ms = 0;
+	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
+	CHECK_ASLEEP(self);
+	ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
+	CHECK_AWAKE(self, variant);
+}
+
 /* Key-change callbacks: how many, whether I/O was still stopped, and (with
  * the context as @arg) how many of their own calls were refused. */
 static int cb_calls, cb_io_open, cb_refused;
