@@ -139,8 +139,8 @@ one() { # name programs-file
 			;;
 		esac
 		klog_since "$name"
-		if ! "$build/tests/vm/verdict.sh" --reports "$klog" 2>/dev/null; then
-			first=$(grep -m1 -E 'WARNING:|BUG:|Oops|KASAN|UBSAN|lockdep|circular|refcount_t:|blocked for more than|Call Trace:' "$klog")
+		if ! first=$("$build/tests/vm/verdict.sh" --reports "$klog"); then
+			first=$(sed 's/^\[ *[0-9.]*\] //' <<<"$first")
 			detail="${detail:+$detail; }kernel log after ${prog[0]}: ${first:0:100}"
 			stop=1
 		fi

@@ -300,11 +300,15 @@ def run_batch(commit, lane, entries, baseline, logdir, keep, done):
             for e in todo:
                 done(e["name"], "ERROR", "the lane does not build", 0)
             break
-        seen = re.findall(r"^# mutant-verdict (\S+) (\S+) (\d+) (.*)$", out,
-                          re.M)
+        # the first of each (check.sh repeats the log around a report)
+        seen, names = [], set()
+        for m in re.finditer(r"^# mutant-verdict (\S+) (\S+) (\d+) (.*)$",
+                             out, re.M):
+            if m.group(1) not in names:
+                names.add(m.group(1))
+                seen.append(m.groups())
         for name, v, secs, detail in seen:
             done(name, v, detail, int(secs))
-        names = {n for n, _, _, _ in seen}
         rest = [e for e in todo if e["name"] not in names]
         if rest and not (seen and "# mutant-batch-stopped" in out):
             if "# ===== mutant %s:" % rest[0]["name"] in out:

@@ -7,8 +7,9 @@
 # counts too). Prints the reason and the log around the first report.
 #
 #   verdict.sh LOG
-#   verdict.sh --reports LOG   only the kernel reports: a kernel log (one
-#                              breakage's part of it, tests/mutants)
+#   verdict.sh --reports LOG   only the kernel reports of a kernel log (one
+#                              breakage's part of it, tests/mutants): the
+#                              first report's line on stdout, exit 1
 set -u
 reports_only=
 [ "$1" = --reports ] && { reports_only=1; shift; }
@@ -33,6 +34,10 @@ fi
 # banner lines at boot), and the test importers' own error messages.
 bad='WARNING:|BUG:|Oops|general protection fault|kernel BUG|possible circular locking|possible recursive locking|inconsistent lock state|lockdep is turned off|DEBUG_LOCKS_WARN_ON|suspicious RCU usage|bad unlock balance|KASAN|UBSAN|list_add corruption|list_del corruption|refcount_t:|sleeping function called from invalid context|blocked for more than|Kernel panic|Call Trace:|DMA-API: [^ :]+ [^ :]+: |DMA-API: debugging out of memory|move notification on a pinned import'
 first=$(grep -E -n "$bad" <<<"$clean" | head -1 | cut -d: -f1)
+if [ -n "$reports_only" ]; then
+	[ -z "$first" ] || { sed -n "${first}p" <<<"$clean"; exit 1; }
+	exit 0
+fi
 if [ -n "$first" ]; then
 	echo "run-vm: the guest kernel log has reports:" >&2
 	sed -n "$((first > 5 ? first - 5 : 1)),$((first + 40))p" <<<"$clean" >&2
