@@ -233,14 +233,6 @@ static void print_rows(struct demo_results *r, struct verdict *v,
 }
 
 /*
- * Free memory is a system-wide figure. A sleep is judged by what it gave
- * back: the rise of settled free memory from just before the sleep to
- * asleep, against the bytes of A's regions that sleep. Between those two
- * reads only the sleep runs (the kernel's own bookkeeping of the MRs,
- * QPs and proxies it drops moves free memory by tens of KiB).
- */
-#define FREED_SLACK_KB 512
-/*
  * The stress run's drift: free memory after its first and its last wake,
  * minutes of transfers apart (page cache and slab of the whole guest).
  */
@@ -321,7 +313,7 @@ static void print_mem(struct demo_results *r, struct verdict *v,
 			/* what free memory did not get back of them */
 			kept = m->sleep_kb - (x[DEMO_M_AWAKE].held_kb -
 					      x[DEMO_M_ASLEEP].held_kb);
-			if (kept > FREED_SLACK_KB)
+			if (kept > DEMO_FREED_SLACK_KB)
 				fail(v, "%s: %s: the sleep gave %ld KiB back "
 				     "to free memory of the %ld KiB that sleep",
 				     pass_name(r, p), m->label,
