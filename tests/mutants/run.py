@@ -5,9 +5,10 @@ scratch copy of the tree (git archive of HEAD), built, and run against the
 tests that must catch it; a table of what was caught.
 
     run.py [--list FILE] [--only NAME]... [--lane LANE]... [--baseline]
-           [--keep] [--table FILE] [--single]
+           [--keep] [--table FILE] [--single] [--jobs N]
 
---single runs module breakages one guest each, against their own tests only.
+--single runs module breakages one guest each, against their own tests only;
+--jobs N runs N host breakages side by side (after the guests).
 
 A module breakage (every edit under module/, its tests on one VM lane) runs
 in a batch with the lane's other module breakages: each one's copy of the
@@ -28,6 +29,7 @@ must pass (else the table would mean nothing). Exit status 0 only when
 every breakage was caught (and the baseline passed).
 """
 import argparse
+import concurrent.futures
 import datetime
 import hashlib
 import os
@@ -349,6 +351,9 @@ def main():
     ap.add_argument("--lane", action="append", default=[],
                     help="only breakages with a test on this lane "
                          "(repeatable; unit: the host's)")
+    ap.add_argument("--jobs", type=int, default=int(JOBS),
+                    help="host breakages run side by side (default "
+                         "KVDMABUF_JOBS or 2)")
     ap.add_argument("--single", action="store_true",
                     help="module breakages one guest each, own tests only")
     ap.add_argument("--check-list", action="store_true",
@@ -472,25 +477,46 @@ def main():
         except KeyboardInterrupt:
             interrupted = True
             break
-    for k, e in enumerate([] if interrupted else singles):
+    def one_single(e):
+        """(verdict, seconds) of a breakage in its own scratch copy."""
         t0 = time.time()
         tree = scratch_copy(commit)
-        logpath = os.path.join(logdir, e["name"] + ".log")
         try:
-            with open(logpath, "wb") as log:
+            with open(os.path.join(logdir, e["name"] + ".log"), "wb") as log:
                 err = apply(tree, e)
-                if err:
-                    verdict = ("ERROR", "does not apply: " + err)
-                else:
-                    verdict = run_tests(tree, e, log)
+                verdict = (("ERROR", "does not apply: " + err) if err else
+                           run_tests(tree, e, log))
+        finally:
+            if a.keep:
+                print("# %s: scratch copy %s" % (e["name"], tree))
+            cleanup(tree, a.keep)
+        return verdict, int(time.time() - t0)
+
+    # VM breakages one after the other (one guest at a time), then the
+    # host's side by side: not during a guest's run, whose tests time
+    # things on the same cores
+    vm_singles = [e for e in singles
+                  if any(w[0] != "unit" for w in e["tests"])]
+    host_singles = [e for e in singles if e not in vm_singles]
+    for e in [] if interrupted else vm_singles:
+        try:
+            verdict, secs = one_single(e)
         except KeyboardInterrupt:
             interrupted = True
-        if a.keep:
-            print("# %s: scratch copy %s" % (e["name"], tree))
-        cleanup(tree, a.keep)
-        if interrupted:
             break
-        done(e["name"], verdict[0], verdict[1], int(time.time() - t0))
+        done(e["name"], verdict[0], verdict[1], secs)
+    if host_singles and not interrupted:
+        pool = concurrent.futures.ThreadPoolExecutor(a.jobs)
+        futures = {pool.submit(one_single, e): e for e in host_singles}
+        try:
+            for f in concurrent.futures.as_completed(futures):
+                verdict, secs = f.result()
+                done(futures[f]["name"], verdict[0], verdict[1], secs)
+        except KeyboardInterrupt:
+            interrupted = True
+            pool.shutdown(wait=False, cancel_futures=True)
+        else:
+            pool.shutdown()
 
     table = write_table([x for x in entries
                          if x["name"] not in {r[0] for r in rows}])
