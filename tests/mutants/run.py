@@ -5,10 +5,14 @@ scratch copy of the tree (git archive of HEAD), built, and run against the
 tests that must catch it; a table of what was caught.
 
     run.py [--list FILE] [--only NAME]... [--lane LANE]... [--baseline]
-           [--keep] [--table FILE] [--single] [--jobs N]
+           [--keep] [--table FILE] [--single] [--jobs N] [--named-only]
 
 --single runs module breakages one guest each, against their own tests only;
---jobs N runs N host breakages side by side (after the guests).
+--jobs N runs N host breakages side by side (after the guests). A breakage
+that is not batched and that its own tests miss runs against the whole list
+of each lane they are on (the host's unit.list: everything built; a VM
+lane's suite) unless --named-only: a survivor is one the whole suite
+misses.
 
 A module breakage (every edit under module/, its tests on one VM lane) runs
 in a batch with the lane's other module breakages: each one's copy of the
@@ -230,8 +234,35 @@ def judge(rc, out):
     return "caught", "exit status %s" % rc
 
 
-def run_tests(tree, entry, log):
-    """The first test line that catches it, else the last verdict."""
+def run_whole(tree, lane, log):
+    """(rc, output) of a lane's whole list: the host's unit.list (after
+    building everything it runs), or a VM lane's suite (check.sh vm)."""
+    log.write(("### the whole list of lane %s\n" % lane).encode())
+    log.flush()
+    if lane == "unit":
+        b = subprocess.run(["make", "-C", tree, "-j" + JOBS, "lib", "tests",
+                            "asan"], stdout=log, stderr=subprocess.STDOUT)
+        if b.returncode:
+            return "build", ""
+        # without the check that every breakage applies: this tree has
+        # one applied
+        with open(os.path.join(tree, "tests/unit.list")) as f:
+            progs = [x for x in f if not x.startswith("mutants/")]
+        with open(os.path.join(tree, "tests/mutant-unit.list"), "w") as f:
+            f.writelines(progs)
+        cmd = [os.path.join(tree, "tests/vm/run-tests.sh"),
+               os.path.join(tree, "tests/mutant-unit.list"),
+               os.path.join(tree, "tests")]
+    else:
+        cmd = [os.path.join(tree, "tests/vm/check.sh"), "vm", lane]
+    rc, out = run_child(cmd, cwd=tree, env=dict(os.environ, KVDMABUF_JOBS=JOBS))
+    log.write(out.encode())
+    return rc, out
+
+
+def run_tests(tree, entry, log, whole):
+    """The first test line that catches it; where none does and @whole,
+    the whole list of each lane it names; else the last verdict."""
     verdict = ("ERROR", "no test")
     for words in entry["tests"]:
         log.write(("### test: %s\n" % " ".join(words)).encode())
@@ -243,7 +274,16 @@ def run_tests(tree, entry, log):
         verdict = judge(rc, out)
         if verdict[0] == "caught":
             return verdict
-    return verdict
+    if verdict[0] != "SURVIVED" or not whole:
+        return verdict
+    for lane in dict.fromkeys(w[0] for w in entry["tests"]):
+        rc, out = run_whole(tree, lane, log)
+        v, d = judge(rc, out)
+        if v == "caught":
+            return v, "lane %s's list: %s" % (lane, d)
+        if v != "SURVIVED":
+            return v, "lane %s's list: %s" % (lane, d)
+    return "SURVIVED", "its tests and its lanes' whole lists passed"
 
 
 def batchable(entry):
@@ -354,6 +394,9 @@ def main():
     ap.add_argument("--jobs", type=int, default=int(JOBS),
                     help="host breakages run side by side (default "
                          "KVDMABUF_JOBS or 2)")
+    ap.add_argument("--named-only", action="store_true",
+                    help="a breakage its own tests miss is not run against "
+                         "its lanes' whole lists")
     ap.add_argument("--single", action="store_true",
                     help="module breakages one guest each, own tests only")
     ap.add_argument("--check-list", action="store_true",
@@ -485,7 +528,7 @@ def main():
             with open(os.path.join(logdir, e["name"] + ".log"), "wb") as log:
                 err = apply(tree, e)
                 verdict = (("ERROR", "does not apply: " + err) if err else
-                           run_tests(tree, e, log))
+                           run_tests(tree, e, log, not a.named_only))
         finally:
             if a.keep:
                 print("# %s: scratch copy %s" % (e["name"], tree))
