@@ -222,7 +222,9 @@ def judge(rc, out):
     if rc == 4:
         return "ERROR", "skipped"
     if fails:
-        return "caught", "not ok: " + ", ".join(fails)
+        fails = list(dict.fromkeys(fails))
+        return "caught", "not ok: " + ", ".join(fails[:3]) + (
+            " and %d more" % (len(fails) - 3) if len(fails) > 3 else "")
     if "the guest kernel log has reports" in out:
         m = re.search(r"(WARNING:.*|BUG:.*|KASAN.*|Oops.*)", out)
         return "caught", "kernel log: " + (m.group(1)[:60] if m else "report")
@@ -353,10 +355,15 @@ def run_batch(commit, lane, entries, baseline, logdir, keep, done):
             done(name, v, detail, int(secs))
         rest = [e for e in todo if e["name"] not in names]
         if rest and not (seen and "# mutant-batch-stopped" in out):
-            if "# ===== mutant %s:" % rest[0]["name"] in out:
+            head = "# ===== mutant %s:" % rest[0]["name"]
+            if head in out:
                 # it ended the guest (a panic, a hang up to the time-out)
+                m = re.search(r"(BUG:.*|Oops.*|Kernel panic.*|KASAN.*|"
+                              r"WARNING:.*|general protection.*)",
+                              out[out.index(head):])
                 done(rest[0]["name"], "caught",
-                     "the guest ended during its run (see %s)" % logpath, 0)
+                     "the guest ended during its run%s (see %s)" %
+                     (": " + m.group(1)[:80] if m else "", logpath), 0)
                 rest = rest[1:]
             else:
                 for e in rest:
