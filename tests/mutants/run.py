@@ -358,9 +358,11 @@ def run_batch(commit, lane, entries, baseline, logdir, keep, done):
             head = "# ===== mutant %s:" % rest[0]["name"]
             if head in out:
                 # it ended the guest (a panic, a hang up to the time-out)
-                m = re.search(r"(BUG:.*|Oops.*|Kernel panic.*|KASAN.*|"
-                              r"WARNING:.*|general protection.*)",
-                              out[out.index(head):])
+                # (the console interleaves the kernel's lines with ours)
+                report = re.compile(r"(BUG:.*|Oops.*|Kernel panic.*|KASAN.*|"
+                                    r"WARNING:.*|general protection.*)")
+                m = (report.search(out[out.index(head):]) or
+                     report.search(out))
                 done(rest[0]["name"], "caught",
                      "the guest ended during its run%s (see %s)" %
                      (": " + m.group(1)[:80] if m else "", logpath), 0)
