@@ -316,9 +316,10 @@ def batch_tree(commit, entries, baseline):
     return tree, todo, errors
 
 
-def run_batch(commit, lane, entries, baseline, logdir, keep, done):
+def run_batch(commit, lane, entries, baseline, logdir, table, keep, done):
     """The module breakages of one lane in as few guests as they allow;
-    done(name, verdict, detail, secs) for each (the baseline too)."""
+    done(name, verdict, detail, secs) for each (the baseline too). The
+    consoles go to logdir, named after the table (runs side by side)."""
     tree, todo, errors = batch_tree(commit, entries, baseline)
     for name, err in errors.items():
         done(name, "ERROR", err, 0)
@@ -332,7 +333,8 @@ def run_batch(commit, lane, entries, baseline, logdir, keep, done):
                 f.write("mutant %s\n" % e["name"])
                 for w in e["tests"]:
                     f.write("run %s\n" % " ".join(w[1:]))
-        logpath = os.path.join(logdir, "batch-%s-%d.log" % (lane, boot))
+        logpath = os.path.join(logdir, "%s.batch-%s-%d.log" % (
+            os.path.splitext(os.path.basename(table))[0], lane, boot))
         print("# lane %s, guest %d: %d breakages (%s)" %
               (lane, boot, len(todo), logpath), flush=True)
         rc, out = run_child([os.path.join(tree, "tests/vm/check.sh"), "run",
@@ -525,7 +527,8 @@ def main():
 
     for lane, group in batches.items():
         try:
-            run_batch(commit, lane, group, a.baseline, logdir, a.keep, done)
+            run_batch(commit, lane, group, a.baseline, logdir, a.table,
+                      a.keep, done)
         except KeyboardInterrupt:
             interrupted = True
             break
