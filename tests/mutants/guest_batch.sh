@@ -185,8 +185,11 @@ rm -f "$todo"
 if [ -n "$stop" ]; then
 	echo "# mutant-batch-stopped"
 	# this kernel is unfit: no teardown, no unloading (guest-run.sh would
-	# fail on it); the console has the verdicts
-	echo o >/proc/sysrq-trigger
+	# fail on it), no orderly power-off (it waits for what is stuck): an
+	# immediate reboot, which ends qemu (-no-reboot); the console has the
+	# verdicts
+	sleep 1
+	echo b >/proc/sysrq-trigger
 	sleep 60
 fi
 # the unbroken module back, for guest-run.sh's teardown
