@@ -11,7 +11,8 @@
 # reload the module load it from there) and loaded; then its own tests run
 # first, then every program of tests/vm.list and tests/vm-LANE.list (the
 # lane's "!LANE" marks kept), stopping at the first that fails or leaves a
-# kernel report. The verdict line is
+# kernel report; where kmemleak runs (the debug lane), a leak in the code
+# the suite drives counts as well. The verdict line is
 #
 #   # mutant-verdict NAME caught|SURVIVED|ERROR SECONDS DETAIL
 #
@@ -35,6 +36,9 @@ scale=${KVDMABUF_TIMEOUT_SCALE:-1}
 prog_timeout=$((200 * scale))
 # Mooncake's user-space scenarios run on 6.12 only, as in the lane's suite
 [ "$lane" = 6.12 ] || export KVDMABUF_MOONCAKE_SCENARIOS=0
+. "$build/tests/vm/kmemleak.sh"
+kmemleak=
+[ -w "$kmemleak_file" ] && kmemleak=1
 out=$(mktemp /tmp/kvd-mutant.XXXXXX)
 klog=$(mktemp /tmp/kvd-mutant-klog.XXXXXX)
 trap 'rm -f "$out" "$klog"' EXIT
@@ -115,6 +119,8 @@ one() { # name programs-file
 	}
 	bound=1
 	detail=
+	# what earlier ones left unreferenced is theirs (the debug lane)
+	[ -z "$kmemleak" ] || kmemleak_start
 	if ! insmod "$ko"; then
 		detail="insmod failed"
 	fi
@@ -146,6 +152,11 @@ one() { # name programs-file
 			stop=1
 		fi
 	done <"$2"
+	# a leak, found while the module is still loaded (its frames named)
+	if [ -z "$detail" ] && [ -n "$kmemleak" ] && ! res=$(kmemleak_check); then
+		echo "$res"
+		detail="kmemleak: $(grep -m1 -o '[0-9]* unreferenced object(s)' <<<"$res") in code the suite drives"
+	fi
 	if [ -z "$stop" ] && [ -d /sys/module/kvdmabuf ] && ! rmmod kvdmabuf; then
 		detail="${detail:+$detail; }the module did not unload after the tests"
 		stop=1

@@ -30,12 +30,11 @@ mountpoint -q /sys/kernel/debug ||
 	mount -t debugfs debugfs /sys/kernel/debug || setup_fail "mount debugfs"
 # kmemleak (the debug lane boots with kmemleak=on): what boot leaked is
 # found and set aside now, so that a report after the suite is the suite's.
-kmemleak=/sys/kernel/debug/kmemleak
-if [ -w "$kmemleak" ]; then
-	echo scan >"$kmemleak" && echo clear >"$kmemleak" ||
-		setup_fail "kmemleak: scan and clear at start"
-else
-	kmemleak=
+. "$(dirname "$0")/kmemleak.sh"
+kmemleak=
+if [ -w "$kmemleak_file" ]; then
+	kmemleak=1
+	kmemleak_start || setup_fail "kmemleak: scan and clear at start"
 fi
 # A report from the kernel's own start-up, before any module of ours (KASAN
 # under TCG reported rcu_is_watching from an interrupt in identify_cpu):
@@ -137,31 +136,10 @@ fi
 
 # Every object the suite left unreferenced, scanned while the modules are
 # still loaded (what they hold is referenced from them, and the frames of
-# their code still have names): a leak fails the lane where a report's
-# backtrace has a frame of the code the suite drives (the project's
-# modules, the patched rdma_rxe, ib_core's dma-buf umem, the dma-buf core,
-# DRM PRIME); others are printed only.
+# their code still have names): a leak in code the suite drives fails the
+# lane (tests/vm/kmemleak.sh).
 if [ -n "$kmemleak" ]; then
-	# an object is reported once it is older than 5 s and unchanged
-	# (its checksum) since the scan before: two scans
-	sleep 6
-	echo scan >"$kmemleak"
-	echo scan >"$kmemleak"
-	report=$(cat "$kmemleak")
-	if [ -n "$report" ]; then
-		ours='kvd|rxe_|ib_umem_dmabuf|dma_buf|drm_prime|drm_gem_prime'
-		n=$(grep -c '^unreferenced object' <<<"$report")
-		if grep -Eq "^ +\[<[0-9a-f]+>\] ($ours)" <<<"$report" ||
-			grep -Eq "^ +($ours)[a-z_0-9]*\+0x" <<<"$report"; then
-			echo "KVD-VM-FATAL: kmemleak: $n unreferenced object(s) after the suite, in code it drives:"
-			failed=1
-		else
-			echo "# kmemleak: $n unreferenced object(s), none in code the suite drives:"
-		fi
-		head -80 <<<"$report" | sed 's/^/# kmemleak| /'
-	else
-		echo "# kmemleak: nothing unreferenced after the suite"
-	fi
+	kmemleak_check || failed=1
 fi
 
 # Unloading must work once the tests are done: nothing may be left held.

@@ -1,0 +1,42 @@
+# SPDX-License-Identifier: GPL-2.0
+# kmemleak in a guest (the debug lane boots with kmemleak=on), sourced by
+# tests/vm/guest-run.sh (the whole suite) and tests/mutants/guest_batch.sh
+# (each breakage).
+#
+#   kmemleak_start        set aside what is unreferenced now (boot's, an
+#                         earlier part's); 1 when kmemleak is off
+#   kmemleak_check        scan; prints the report; 1 when an unreferenced
+#                         object's backtrace has a frame of the code the
+#                         suite drives (the project's modules, the patched
+#                         rdma_rxe, ib_core's dma-buf umem, the dma-buf
+#                         core, DRM PRIME); others are printed only
+kmemleak_file=/sys/kernel/debug/kmemleak
+
+kmemleak_start() {
+	[ -w "$kmemleak_file" ] || return 1
+	echo scan >"$kmemleak_file" && echo clear >"$kmemleak_file"
+}
+
+kmemleak_check() {
+	local report n ours='kvd|rxe_|ib_umem_dmabuf|dma_buf|drm_prime|drm_gem_prime'
+	# an object is reported once it is older than 5 s and unchanged
+	# (its checksum) since the scan before: two scans
+	sleep 6
+	echo scan >"$kmemleak_file"
+	echo scan >"$kmemleak_file"
+	report=$(cat "$kmemleak_file")
+	if [ -z "$report" ]; then
+		echo "# kmemleak: nothing unreferenced"
+		return 0
+	fi
+	n=$(grep -c '^unreferenced object' <<<"$report")
+	if grep -Eq "^ +\[<[0-9a-f]+>\] ($ours)" <<<"$report" ||
+		grep -Eq "^ +($ours)[a-z_0-9]*\+0x" <<<"$report"; then
+		echo "KVD-VM-FATAL: kmemleak: $n unreferenced object(s), in code the suite drives:"
+		head -80 <<<"$report" | sed 's/^/# kmemleak| /'
+		return 1
+	fi
+	echo "# kmemleak: $n unreferenced object(s), none in code the suite drives:"
+	head -80 <<<"$report" | sed 's/^/# kmemleak| /'
+	return 0
+}
