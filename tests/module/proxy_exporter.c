@@ -809,6 +809,56 @@ TEST_F_TIMEOUT(exp, slow_backing_map_blocks_no_importer, 60)
 }
 
 /*
+ * A pin that comes while a replace builds its new backing (the build runs
+ * without the proxy's lock: an MR registered on a NIC that pins) refuses
+ * the swap as one before it would: -EBUSY, not an allocation failure, and
+ * nothing changed; the built backing is let go.
+ */
+TEST_F_TIMEOUT(exp, pin_during_a_slow_build_refuses_the_replace, 60)
+{
+	struct slow_replace r = { .dev = self->dev, .proxy = self->proxy };
+	struct kvdmabuf_query q;
+	struct kvd_exp_info i;
+	pthread_t tid;
+	int hp, n;
+
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	ASSERT_EQ(1, q.generation);
+	r.backing = exp_buf(self->exp, SIZE,
+			    variant->flags | KVD_EXP_CREATE_SLOW_MAP, SEED_B);
+	ASSERT_GE(r.backing, 0);
+	ASSERT_EQ(0, pthread_create(&tid, NULL, slow_replace_fn, &r));
+	/* until the replace sleeps in the exporter's map (as above) */
+	for (n = 0; n < 100; n++) {
+		int tid = __atomic_load_n(&r.tid, __ATOMIC_ACQUIRE);
+
+		usleep(50000);
+		if (tid && thread_in_d_state(tid)) {
+			usleep(50000);
+			if (thread_in_d_state(tid))
+				break;
+		}
+	}
+	ASSERT_LT(n, 100);
+	hp = imp_import(self->imp, self->proxy, KVD_IMP_IMPORT_PINNED);
+	ASSERT_GE(hp, 0);
+	/* the pin came in while the build was still inside the map */
+	EXPECT_EQ(0, __atomic_load_n(&r.done, __ATOMIC_ACQUIRE));
+	ASSERT_EQ(0, pthread_join(tid, NULL));
+	EXPECT_EQ(-EBUSY, r.ret);
+	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
+	EXPECT_EQ(KVDMABUF_STATE_BACKED, q.state);
+	EXPECT_EQ(1, q.generation);
+	EXPECT_EQ(1, q.blocking_pins);
+	ASSERT_EQ(0, imp_read(self->imp, hp, 0, self->buf, SIZE));
+	EXPECT_EQ(-1, pattern_check(self->buf, SIZE, SEED_A));
+	EXPECT_EQ(0, imp_release(self->imp, hp));
+	ASSERT_EQ(0, exp_info(self->exp, r.backing, &i));
+	EXPECT_EQ(0, i.attachments);
+	close(r.backing);
+}
+
+/*
  * Polls kvd_exporter's counts of @e for @ms (scaled): 0 once nothing of it is
  * attached, pinned or mapped any more, else -ETIMEDOUT (and the last
  * counts are logged). No ioctl of /dev/kvdmabuf meanwhile: the module
