@@ -12,7 +12,8 @@
 # first, then every program of tests/vm.list and tests/vm-LANE.list (the
 # lane's "!LANE" marks kept), stopping at the first that fails or leaves a
 # kernel report; where kmemleak runs (the debug lane), a leak in the code
-# the suite drives counts as well. The verdict line is
+# the suite drives counts as well (scanned after its own tests and after
+# the list). The verdict line is
 #
 #   # mutant-verdict NAME caught|SURVIVED|ERROR SECONDS DETAIL
 #
@@ -94,6 +95,17 @@ run_prog() { # words...
 	echo "rc=$rc"
 }
 
+# A leak in the code the suite drives (kmemleak: the debug lane), found
+# while the module is still loaded (its frames named); sets $detail.
+leak_check() {
+	local res
+	[ -z "$detail" ] && [ -n "$kmemleak" ] || return 0
+	if ! res=$(kmemleak_check); then
+		echo "$res"
+		detail="kmemleak: $(grep -m1 -o '[0-9]* unreferenced object(s)' <<<"$res") in code the suite drives"
+	fi
+}
+
 verdict() { # name verdict detail
 	echo "# mutant-verdict $1 $2 $((SECONDS - t_mutant)) $3"
 }
@@ -125,6 +137,11 @@ one() { # name programs-file
 		detail="insmod failed"
 	fi
 	while [ -z "$detail" ] && read -r words; do
+		if [ "$words" = --own-tests-done-- ]; then
+			# a leak its own tests made, before the lane's list
+			leak_check
+			continue
+		fi
 		read -r -a prog <<<"$words"
 		echo "# ===== mutant $name: ${prog[*]}"
 		t0=$SECONDS
@@ -152,11 +169,7 @@ one() { # name programs-file
 			stop=1
 		fi
 	done <"$2"
-	# a leak, found while the module is still loaded (its frames named)
-	if [ -z "$detail" ] && [ -n "$kmemleak" ] && ! res=$(kmemleak_check); then
-		echo "$res"
-		detail="kmemleak: $(grep -m1 -o '[0-9]* unreferenced object(s)' <<<"$res") in code the suite drives"
-	fi
+	leak_check
 	if [ -z "$stop" ] && [ -d /sys/module/kvdmabuf ] && ! rmmod kvdmabuf; then
 		detail="${detail:+$detail; }the module did not unload after the tests"
 		stop=1
@@ -174,6 +187,7 @@ todo=$(mktemp /tmp/kvd-mutant-todo.XXXXXX)
 name=
 flush() {
 	[ -n "$name" ] || return 0
+	echo --own-tests-done-- >>"$todo"
 	lane_programs | while read -r p; do
 		# a program already run whole as one of its own tests
 		grep -qx "$p" "$todo" || echo "$p"
