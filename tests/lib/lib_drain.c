@@ -337,6 +337,28 @@ static void *getter_transfer(void *arg)
 	return NULL;
 }
 
+/* A context of a fake world of one NIC and one host region that sleeps
+ * (LEN bytes at *@mem): 0, or the failing call's error. */
+static int host_region_ctx(const char *yaml, struct kvdmabuf_options *o,
+			   struct kvdmabuf_ctx **ctx, struct kvdmabuf_region **r,
+			   void **mem)
+{
+	struct kvdmabuf_region_desc d = { 0 };
+	char err[512];
+	int rc;
+
+	fake_reset(1);
+	rc = fake_open(yaml, o, ctx, err, sizeof(err));
+	if (rc)
+		return rc;
+	*mem = region_mem(LEN);
+	d.addr = *mem;
+	d.len = LEN;
+	d.mem = KVDMABUF_MEM_HOST;
+	d.flags = KVDMABUF_REGION_RELEASED_AT_SLEEP;
+	return kvdmabuf_region_add(*ctx, &d, r);
+}
+
 /* With no engine callback the drain has nothing to poll: it sleeps until
  * the last io_end wakes it (a lost wake-up would make it wait out the
  * whole 10 s bound, far beyond the 5 s allowed here on a loaded host). */
@@ -350,24 +372,15 @@ static void *end_after_100ms(void *arg)
 TEST_TIMEOUT(drain_without_callback_ends_at_the_last_io_end, 60)
 {
 	struct kvdmabuf_options o = { 0 };
-	struct kvdmabuf_region_desc d = { 0 };
 	struct kvdmabuf_ctx *ctx;
 	struct kvdmabuf_region *r;
 	pthread_t th;
-	char err[512];
 	int64_t t0, ms;
 	void *mem;
 	int rc;
 
-	fake_reset(1);
-	ASSERT_EQ(0, fake_open("protocol: rdma\ndrain_timeout_s: 10\n", &o,
-			       &ctx, err, sizeof(err)));
-	mem = region_mem(LEN);
-	d.addr = mem;
-	d.len = LEN;
-	d.mem = KVDMABUF_MEM_HOST;
-	d.flags = KVDMABUF_REGION_RELEASED_AT_SLEEP;
-	ASSERT_EQ(0, kvdmabuf_region_add(ctx, &d, &r));
+	ASSERT_EQ(0, host_region_ctx("protocol: rdma\ndrain_timeout_s: 10\n",
+				     &o, &ctx, &r, &mem));
 	ASSERT_EQ(0, kvdmabuf_io_begin(r));
 	ASSERT_EQ(0, pthread_create(&th, NULL, end_after_100ms, r));
 	t0 = kvd_now_ns();
@@ -385,24 +398,15 @@ TEST_TIMEOUT(drain_without_callback_ends_at_the_last_io_end, 60)
 TEST(keys_read_inside_a_transfer_do_not_block_the_drain)
 {
 	struct kvdmabuf_options o = { 0 };
-	struct kvdmabuf_region_desc d = { 0 };
 	struct kvdmabuf_ctx *ctx;
 	struct kvdmabuf_region *r;
 	struct getter g = { 0 };
 	pthread_t th;
-	char err[512];
 	void *mem;
 
-	fake_reset(1);
 	o.drain = drain_signals_getter;
-	ASSERT_EQ(0, fake_open("protocol: rdma\ndrain_timeout_s: 5\n", &o, &ctx,
-			       err, sizeof(err)));
-	mem = region_mem(LEN);
-	d.addr = mem;
-	d.len = LEN;
-	d.mem = KVDMABUF_MEM_HOST;
-	d.flags = KVDMABUF_REGION_RELEASED_AT_SLEEP;
-	ASSERT_EQ(0, kvdmabuf_region_add(ctx, &d, &r));
+	ASSERT_EQ(0, host_region_ctx("protocol: rdma\ndrain_timeout_s: 5\n",
+				     &o, &ctx, &r, &mem));
 	g.r = r;
 	drain_getter = &g;
 	ASSERT_EQ(0, pthread_create(&th, NULL, getter_transfer, &g));

@@ -131,6 +131,15 @@ static int proxy_state(uint64_t id)
 			  fds_named("fake-backing"));                        \
 	} while (0)
 
+/* A whole cycle that succeeds: asleep, then awake with the same keys. */
+#define CYCLE_OK(self, variant)                                              \
+	do {                                                                 \
+		ASSERT_EQ(0, kvdmabuf_sleep((self)->ctx, NULL));             \
+		CHECK_ASLEEP(self);                                          \
+		ASSERT_EQ(0, kvdmabuf_wake((self)->ctx, NULL));              \
+		CHECK_AWAKE(self, variant);                                  \
+	} while (0)
+
 /* Regions 0-2 asleep with nothing holding memory; region 3 untouched. */
 #define CHECK_ASLEEP(self)                                                   \
 	do {                                                                 \
@@ -301,24 +310,28 @@ TEST_F(rb, mode_of_device_regions)
 	}
 }
 
+/* The fake module's index of @r's proxy (fw.px[]), or -1: none. */
+static int fake_proxy_of(struct kvdmabuf_region *r)
+{
+	struct kvdmabuf_region_info in;
+
+	if (info_of(r, &in) || !in.proxied)
+		return -1;
+	return (int)in.proxy_id - 1;
+}
+
 /* A pin on a proxy that appears after the mode was chosen (another
  * importer) makes revoke fail with -EBUSY: the sleep fails whole (FOLLOW
  * and REREGISTER-through-proxy alike), and succeeds once the pin is gone. */
 TEST_F(rb, late_pin_fails_sleep_whole)
 {
-	struct kvdmabuf_region_info in;
-	int p;
+	int p = fake_proxy_of(self->r[1]);
 
-	ASSERT_EQ(0, info_of(self->r[1], &in));
-	if (!in.proxied) {
+	if (p < 0) {
 		/* no proxy (no module): nothing to revoke, nothing to pin */
-		ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
-		CHECK_ASLEEP(self);
-		ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
-		CHECK_AWAKE(self, variant);
+		CYCLE_OK(self, variant);
 		return;
 	}
-	p = (int)in.proxy_id - 1;
 	fw.px[p].pinned++;       /* someone pins the proxy of region 1 */
 	ASSERT_EQ(-EBUSY, kvdmabuf_sleep(self->ctx, NULL));
 	TH_LOG("%s", kvdmabuf_last_error(self->ctx));
@@ -336,20 +349,14 @@ TEST_F(rb, late_pin_fails_sleep_whole)
  * that outlasts the bound fails the sleep whole. */
 TEST_F(rb, slow_importer_is_waited_for_within_the_revoke_bound)
 {
-	struct kvdmabuf_region_info in;
+	int p = fake_proxy_of(self->r[1]);
 	int64_t t0, ms;
-	int p;
 
-	ASSERT_EQ(0, info_of(self->r[1], &in));
-	if (!in.proxied) {
+	if (p < 0) {
 		/* no proxy (no module): nothing to revoke, nothing waits */
-		ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
-		CHECK_ASLEEP(self);
-		ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
-		CHECK_AWAKE(self, variant);
+		CYCLE_OK(self, variant);
 		return;
 	}
-	p = (int)in.proxy_id - 1;
 	self->ctx->revoke_timeout_ms = 2000;
 	fw.px[p].unmap_ms = 200;
 	t0 = kvd_now_ns();
@@ -365,10 +372,7 @@ TEST_F(rb, slow_importer_is_waited_for_within_the_revoke_bound)
 	TH_LOG("%s", kvdmabuf_last_error(self->ctx));
 	CHECK_AWAKE(self, variant);
 	fw.px[p].unmap_ms = 0;
-	ASSERT_EQ(0, kvdmabuf_sleep(self->ctx, NULL));
-	CHECK_ASLEEP(self);
-	ASSERT_EQ(0, kvdmabuf_wake(self->ctx, NULL));
-	CHECK_AWAKE(self, variant);
+	CYCLE_OK(self, variant);
 }
 
 /* Key-change callbacks: how many, whether I/O was still stopped, and (with

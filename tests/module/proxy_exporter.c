@@ -745,6 +745,27 @@ static void *slow_replace_fn(void *p)
 }
 
 /*
+ * Waits (up to 5 s) until @r's replace sleeps in the exporter's slow map
+ * (msleep: state D, seen twice 50 ms apart): 1, or 0 if it never does.
+ */
+static int in_slow_map(struct slow_replace *r)
+{
+	int n;
+
+	for (n = 0; n < 100; n++) {
+		int tid = __atomic_load_n(&r->tid, __ATOMIC_ACQUIRE);
+
+		usleep(50000);
+		if (tid && thread_in_d_state(tid)) {
+			usleep(50000);
+			if (thread_in_d_state(tid))
+				return 1;
+		}
+	}
+	return 0;
+}
+
+/*
  * The exporter's attach, pin and map of a new backing run without the
  * proxy's lock: while a replace waits for a slow map (exp_slow_ms() per
  * importer), importers attach (MR registration) and detach (deregistration, exit)
@@ -758,28 +779,14 @@ TEST_F_TIMEOUT(exp, slow_backing_map_blocks_no_importer, 60)
 	struct kvdmabuf_query q;
 	struct kvd_exp_info i;
 	pthread_t tid;
-	int h2, h3, n;
+	int h2, h3;
 
 	r.backing = exp_buf(self->exp, SIZE,
 			    variant->flags | KVD_EXP_CREATE_SLOW_MAP, SEED_B);
 	ASSERT_GE(r.backing, 0);
 	ASSERT_EQ(0, pthread_create(&tid, NULL, slow_replace_fn, &r));
-	/*
-	 * Until the replace sleeps in the exporter's map (msleep: state D,
-	 * seen twice 50 ms apart). Not exp_info(): it takes the backing's
-	 * resv, which the map holds.
-	 */
-	for (n = 0; n < 100; n++) {
-		int tid = __atomic_load_n(&r.tid, __ATOMIC_ACQUIRE);
-
-		usleep(50000);
-		if (tid && thread_in_d_state(tid)) {
-			usleep(50000);
-			if (thread_in_d_state(tid))
-				break;
-		}
-	}
-	ASSERT_LT(n, 100);
+	/* Not exp_info(): it takes the backing's resv, which the map holds */
+	ASSERT_TRUE(in_slow_map(&r));
 	ASSERT_EQ(0, __atomic_load_n(&r.done, __ATOMIC_ACQUIRE));
 
 	h2 = imp_import(self->imp, self->proxy, 0);	/* attach callback */
@@ -820,7 +827,7 @@ TEST_F_TIMEOUT(exp, pin_during_a_slow_build_refuses_the_replace, 60)
 	struct kvdmabuf_query q;
 	struct kvd_exp_info i;
 	pthread_t tid;
-	int hp, n;
+	int hp;
 
 	ASSERT_EQ(0, kvd_query(self->dev, self->proxy, &q));
 	ASSERT_EQ(1, q.generation);
@@ -828,18 +835,7 @@ TEST_F_TIMEOUT(exp, pin_during_a_slow_build_refuses_the_replace, 60)
 			    variant->flags | KVD_EXP_CREATE_SLOW_MAP, SEED_B);
 	ASSERT_GE(r.backing, 0);
 	ASSERT_EQ(0, pthread_create(&tid, NULL, slow_replace_fn, &r));
-	/* until the replace sleeps in the exporter's map (as above) */
-	for (n = 0; n < 100; n++) {
-		int tid = __atomic_load_n(&r.tid, __ATOMIC_ACQUIRE);
-
-		usleep(50000);
-		if (tid && thread_in_d_state(tid)) {
-			usleep(50000);
-			if (thread_in_d_state(tid))
-				break;
-		}
-	}
-	ASSERT_LT(n, 100);
+	ASSERT_TRUE(in_slow_map(&r));
 	hp = imp_import(self->imp, self->proxy, KVD_IMP_IMPORT_PINNED);
 	ASSERT_GE(hp, 0);
 	/* the pin came in while the build was still inside the map */
