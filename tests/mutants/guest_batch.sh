@@ -39,26 +39,21 @@ prog_timeout=$((200 * scale))
 [ "$lane" = 6.12 ] || export KVDMABUF_MOONCAKE_SCENARIOS=0
 . "$build/tests/vm/kmemleak.sh"
 kmemleak=
-[ -w "$kmemleak_file" ] && kmemleak=1
+kmemleak_on && kmemleak=1
 out=$(mktemp /tmp/kvd-mutant.XXXXXX)
 klog=$(mktemp /tmp/kvd-mutant-klog.XXXXXX)
 trap 'rm -f "$out" "$klog"' EXIT
 
-# The lane's whole list, in order; the programs that put another build of
-# the module in place of the one under test are left out (dkms_module.py
-# loads DKMS's build of the unbroken source).
+# The lane's whole list, in order (tests/vm/run-tests.sh --names: the
+# lane's marks applied); the programs that put another build of the module
+# in place of the one under test are left out (dkms_module.py loads DKMS's
+# build of the unbroken source).
 lane_programs() {
-	local list name not _
+	local list
 	for list in "$bindir/vm.list" "$bindir/vm-$lane.list"; do
 		[ -f "$list" ] || continue
-		while read -r name not _; do
-			case "$name" in '' | '#'*) continue ;; esac
-			case "$name" in module/dkms_module.py) continue ;; esac
-			case "$not" in
-			'!'*) [[ ",${not#!}," == *",$lane,"* ]] && continue ;;
-			esac
-			echo "$name"
-		done <"$list"
+		"$build/tests/vm/run-tests.sh" --names "$list" |
+			grep -vx module/dkms_module.py
 	done
 }
 

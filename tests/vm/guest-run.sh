@@ -32,7 +32,7 @@ mountpoint -q /sys/kernel/debug ||
 # found and set aside now, so that a report after the suite is the suite's.
 . "$(dirname "$0")/kmemleak.sh"
 kmemleak=
-if [ -w "$kmemleak_file" ]; then
+if kmemleak_on; then
 	kmemleak=1
 	kmemleak_start || setup_fail "kmemleak: scan and clear at start"
 fi

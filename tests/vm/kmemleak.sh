@@ -3,8 +3,9 @@
 # tests/vm/guest-run.sh (the whole suite) and tests/mutants/guest_batch.sh
 # (each breakage).
 #
+#   kmemleak_on           whether the kernel runs kmemleak
 #   kmemleak_start        set aside what is unreferenced now (boot's, an
-#                         earlier part's); 1 when kmemleak is off
+#                         earlier part's)
 #   kmemleak_check        scan; prints the report; 1 when an unreferenced
 #                         object's backtrace has a frame of the code the
 #                         suite drives (the project's modules, the patched
@@ -12,13 +13,16 @@
 #                         core, DRM PRIME); others are printed only
 kmemleak_file=/sys/kernel/debug/kmemleak
 
+kmemleak_on() {
+	[ -w "$kmemleak_file" ]
+}
+
 kmemleak_start() {
-	[ -w "$kmemleak_file" ] || return 1
 	echo scan >"$kmemleak_file" && echo clear >"$kmemleak_file"
 }
 
 kmemleak_check() {
-	local report n ours='kvd|rxe_|ib_umem_dmabuf|dma_buf|drm_prime|drm_gem_prime'
+	local report n rc=0 ours='kvd|rxe_|ib_umem_dmabuf|dma_buf|drm_prime|drm_gem_prime'
 	# an object is reported once it is older than 5 s and unchanged
 	# (its checksum) since the scan before: two scans
 	sleep 6
@@ -33,10 +37,10 @@ kmemleak_check() {
 	if grep -Eq "^ +\[<[0-9a-f]+>\] ($ours)" <<<"$report" ||
 		grep -Eq "^ +($ours)[a-z_0-9]*\+0x" <<<"$report"; then
 		echo "KVD-VM-FATAL: kmemleak: $n unreferenced object(s), in code the suite drives:"
-		head -80 <<<"$report" | sed 's/^/# kmemleak| /'
-		return 1
+		rc=1
+	else
+		echo "# kmemleak: $n unreferenced object(s), none in code the suite drives:"
 	fi
-	echo "# kmemleak: $n unreferenced object(s), none in code the suite drives:"
 	head -80 <<<"$report" | sed 's/^/# kmemleak| /'
-	return 0
+	return $rc
 }

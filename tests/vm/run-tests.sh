@@ -9,12 +9,16 @@
 # never look like a pass.
 #
 #   run-tests.sh LIST BINDIR
+#   run-tests.sh --names LIST   only the names of the programs it would run
+#                               (the lane's marks applied), one a line
 #
 # Exits 1 when anything failed. Used on the host (unit lane) and inside the
 # VM (kernel lanes) alike.
 set -u
+names_only=
+[ "$1" = --names ] && { names_only=1; shift; }
 list=$1
-bindir=$2
+bindir=${2:-}
 per_program_timeout=${KVDMABUF_PROGRAM_TIMEOUT:-1200}
 out=$(mktemp /tmp/kvd-test.XXXXXX)
 trap 'rm -f "$out"' EXIT
@@ -25,11 +29,16 @@ while read -r name not _; do
 	case "$not" in
 	'!'*)
 		if [[ -n "${KVDMABUF_LANE:-}" && ",${not#!}," == *",$KVDMABUF_LANE,"* ]]; then
-			echo "# omitted on lane $KVDMABUF_LANE: $name ($list)"
+			[ -n "$names_only" ] ||
+				echo "# omitted on lane $KVDMABUF_LANE: $name ($list)"
 			continue
 		fi
 		;;
 	esac
+	if [ -n "$names_only" ]; then
+		echo "$name"
+		continue
+	fi
 	echo "# ===== $name"
 	if [ ! -x "$bindir/$name" ]; then
 		echo "not ok - $name: not built ($bindir/$name)"

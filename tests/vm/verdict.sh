@@ -16,9 +16,16 @@ reports_only=
 log=$1
 status=0
 clean=$(tr -d '\r' <"$log")
+# Lockdep's reports (not its banner: 'RCU lockdep checking is enabled'),
+# DMA API debugging's reports ("DMA-API: DRIVER DEVICE: ...", not its
+# banner lines at boot), and the test importers' own error messages.
+bad='WARNING:|BUG:|Oops|general protection fault|kernel BUG|possible circular locking|possible recursive locking|inconsistent lock state|lockdep is turned off|DEBUG_LOCKS_WARN_ON|suspicious RCU usage|bad unlock balance|KASAN|UBSAN|list_add corruption|list_del corruption|refcount_t:|sleeping function called from invalid context|blocked for more than|Kernel panic|Call Trace:|DMA-API: [^ :]+ [^ :]+: |DMA-API: debugging out of memory|move notification on a pinned import'
+first=$(grep -E -n "$bad" <<<"$clean" | head -1 | cut -d: -f1)
 if [ -n "$reports_only" ]; then
-	:
-elif ! grep -q '^KVD-VM-DONE rc=' <<<"$clean"; then
+	[ -z "$first" ] || { sed -n "${first}p" <<<"$clean"; exit 1; }
+	exit 0
+fi
+if ! grep -q '^KVD-VM-DONE rc=' <<<"$clean"; then
 	echo "run-vm: the guest did not finish (time-out or crash)" >&2
 	status=1
 elif ! grep -q '^KVD-VM-DONE rc=0$' <<<"$clean"; then
@@ -28,15 +35,6 @@ fi
 if grep -q '^KVD-VM-FATAL' <<<"$clean"; then
 	grep '^KVD-VM-FATAL' <<<"$clean" >&2
 	status=1
-fi
-# Lockdep's reports (not its banner: 'RCU lockdep checking is enabled'),
-# DMA API debugging's reports ("DMA-API: DRIVER DEVICE: ...", not its
-# banner lines at boot), and the test importers' own error messages.
-bad='WARNING:|BUG:|Oops|general protection fault|kernel BUG|possible circular locking|possible recursive locking|inconsistent lock state|lockdep is turned off|DEBUG_LOCKS_WARN_ON|suspicious RCU usage|bad unlock balance|KASAN|UBSAN|list_add corruption|list_del corruption|refcount_t:|sleeping function called from invalid context|blocked for more than|Kernel panic|Call Trace:|DMA-API: [^ :]+ [^ :]+: |DMA-API: debugging out of memory|move notification on a pinned import'
-first=$(grep -E -n "$bad" <<<"$clean" | head -1 | cut -d: -f1)
-if [ -n "$reports_only" ]; then
-	[ -z "$first" ] || { sed -n "${first}p" <<<"$clean"; exit 1; }
-	exit 0
 fi
 if [ -n "$first" ]; then
 	echo "run-vm: the guest kernel log has reports:" >&2
