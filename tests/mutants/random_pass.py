@@ -30,14 +30,15 @@ import argparse
 import os
 import random
 import re
+import glob
 import shutil
 import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-JOBS = os.environ.get("KVDMABUF_JOBS", "2")
+sys.path.insert(0, HERE)
+import run as mutants  # noqa: E402  (its scratch copies and edits)
 
 # The test lines of each part: for lib and preload the host programs that
 # must catch a breakage (unit.list; the C ones in their ASan and UBSan
@@ -69,7 +70,6 @@ def lane_kdir(lane):
     """The kernel build tree a lane's module is built against, as
     tests/vm/check.sh picks it (6.1: this machine's Debian 12 headers;
     6.12 and 7.3: the Debian 13 root's)."""
-    import glob
     cache = os.environ.get("KVDMABUF_CACHE", "/var/cache/kvdmabuf")
     pattern = {"6.1": "/lib/modules/6.1.*-amd64/build",
                "6.12": cache + "/trixie-root/lib/modules/6.12.*/build",
@@ -181,18 +181,15 @@ class ObjectCheck:
 
     def __init__(self, kdir):
         self.kdir = kdir
-        self.tree = tempfile.mkdtemp(prefix="kvd-random.")
-        ar = subprocess.Popen(["git", "-C", REPO, "archive", "HEAD"],
-                              stdout=subprocess.PIPE)
-        subprocess.run(["tar", "-x", "-C", self.tree], stdin=ar.stdout,
-                       check=True)
-        ar.wait()
+        self.tree = mutants.scratch_copy("HEAD")
         self.base = {}
         if self.make():
+            self.close()
             raise RuntimeError("HEAD's module does not build for " + kdir)
 
     def make(self, *targets):
-        return subprocess.run(["make", "-s", "-C", self.kdir, "-j" + JOBS,
+        return subprocess.run(["make", "-s", "-C", self.kdir,
+                               "-j" + mutants.JOBS,
                                "M=" + self.tree] + (list(targets) or
                                                     ["modules"]),
                               stdout=subprocess.DEVNULL,
@@ -212,11 +209,10 @@ class ObjectCheck:
         p = os.path.join(self.tree, path)
         with open(p) as f:
             text = f.read()
-        with open(p, "w") as f:
-            f.write(text.replace("\n".join(old) + "\n",
-                                 "\n".join(new) + ("\n" if new else ""), 1))
         try:
-            return not self.make(obj) and self.dump(obj) != self.base[obj]
+            return (not mutants.apply(self.tree, {"edits": [(path, old, new)]})
+                    and not self.make(obj)
+                    and self.dump(obj) != self.base[obj])
         finally:
             with open(p, "w") as f:
                 f.write(text)

@@ -281,8 +281,6 @@ def run_tests(tree, entry, log, whole):
     for lane in dict.fromkeys(w[0] for w in entry["tests"]):
         rc, out = run_whole(tree, lane, log)
         v, d = judge(rc, out)
-        if v == "caught":
-            return v, "lane %s's list: %s" % (lane, d)
         if v != "SURVIVED":
             return v, "lane %s's list: %s" % (lane, d)
     return "SURVIVED", "its tests and its lanes' whole lists passed"
@@ -359,15 +357,17 @@ def run_batch(commit, lane, entries, baseline, logdir, table, keep, done):
         if rest and not (seen and "# mutant-batch-stopped" in out):
             head = "# ===== mutant %s:" % rest[0]["name"]
             if head in out:
-                # it ended the guest (a panic, a hang up to the time-out)
-                # (the console interleaves the kernel's lines with ours)
-                report = re.compile(r"(BUG:.*|Oops.*|Kernel panic.*|KASAN.*|"
-                                    r"WARNING:.*|general protection.*)")
-                m = (report.search(out[out.index(head):]) or
-                     report.search(out))
+                # it ended the guest (a panic, a hang up to the time-out):
+                # the console's first report (verdict.sh's pattern; no
+                # breakage before it left one, or the guest had stopped)
+                report = subprocess.run(
+                    [os.path.join(tree, "tests/vm/verdict.sh"), "--reports",
+                     logpath], stdout=subprocess.PIPE).stdout.decode(
+                         errors="replace").strip()
+                report = re.sub(r"^\[ *[0-9.]+\] ", "", report)
                 done(rest[0]["name"], "caught",
                      "the guest ended during its run%s (see %s)" %
-                     (": " + m.group(1)[:80] if m else "", logpath), 0)
+                     (": " + report[:80] if report else "", logpath), 0)
                 rest = rest[1:]
             else:
                 for e in rest:
@@ -490,8 +490,10 @@ def main():
         t = "; ".join(" ".join(w) for w in e["tests"])
         return t + (", then the lane's list" if e in batched else "")
 
-    def write_table(pending):
+    def write_table():
         """The table so far (written after each breakage), not-run rows last."""
+        ran = {r[0] for r in rows}
+        pending = [e for e in entries if e["name"] not in ran]
         date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
         out = ["Tree %s, %s, %d breakages, %ds:" %
                (commit[:12], date, len(rows) + len(pending),
@@ -511,7 +513,7 @@ def main():
         return table
 
     interrupted = False
-    table = write_table(entries)
+    table = write_table()
 
     def done(name, v, d, secs):
         nonlocal table
@@ -522,8 +524,7 @@ def main():
             return
         e = by_name[name]
         rows.append((name, e["what"], tests_of(e), v, d, secs))
-        table = write_table([x for x in entries
-                             if x["name"] not in {r[0] for r in rows}])
+        table = write_table()
 
     for lane, group in batches.items():
         try:
@@ -573,8 +574,7 @@ def main():
         else:
             pool.shutdown()
 
-    table = write_table([x for x in entries
-                         if x["name"] not in {r[0] for r in rows}])
+    table = write_table()
     print()
     print(table)
     for d in baseline_failed:
