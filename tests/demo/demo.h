@@ -319,6 +319,7 @@ struct demo_results {
 	char mode[DEMO_NR_NICS][32];	/* mode libkvdmabuf chose for A's KV */
 	char umem_skip[200];		/* why the umem NIC did not run */
 	int move_kind;			/* DEMO_NIC_RXEDB or DEMO_NIC_UMEM */
+	bool move_only;			/* --move-capable-only: no rxe column */
 	char rxedb_missing[300];	/* why not rxedb (umem instead) */
 };
 

@@ -13,8 +13,9 @@
  * blocks were not all counted, a table too small for every phase, memory
  * held by kvdmabuf while asleep (or none by the baseline), lost or wrong
  * transfers under stress, and a follow path that read wrong bytes or kept
- * the old backing. tests/demo/demo_once.py runs the real demo in the 6.1
- * (kvd_umem) and 6.12 (rxedb) lanes.
+ * the old backing. --move-capable-only leaves the pinning NIC's column
+ * out and judges the rest alike. tests/demo/demo_once.py runs the real
+ * demo in the 6.1 (kvd_umem), 6.12 and debug (rxedb) lanes.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -255,6 +256,52 @@ TEST(rxedb_follow_mode_and_same_key)
 	good_rxedb_run(&r);
 	r.keys[2].rkey_last = 0x1300;
 	FAILS_WITH(&r, false, "rxedb kvdmabuf: A's key changed");
+}
+
+/* good_rxedb_run() as --move-capable-only makes it: the pinning NIC's
+ * passes never ran (no rows, keys, mode or error of theirs). */
+static void move_only_run(struct demo_results *r)
+{
+	unsigned int i, p;
+
+	good_rxedb_run(r);
+	r->move_only = true;
+	for (p = 0; p < 2; p++) {
+		r->pass_done[p] = false;
+		memset(&r->keys[p], 0, sizeof(r->keys[p]));
+		for (i = 0; i < r->nr_rows; i++) {
+			r->rows[i].used[p] = false;
+			memset(&r->rows[i].c[p], 0, sizeof(r->rows[i].c[p]));
+		}
+	}
+	r->mode[DEMO_NIC_RXE][0] = 0;
+}
+
+TEST(move_capable_only_judges_the_rest)
+{
+	static struct demo_results r;
+	char line[4096];
+
+	move_only_run(&r);
+	ASSERT_TRUE(verdict(&r, line, sizeof(line)));
+	ASSERT_TRUE(strstr(line, "the move-capable NIC only") != NULL);
+	/* the same results without the option: a column is missing */
+	r.move_only = false;
+	FAILS_WITH(&r, false, "a pass did not run");
+	/* what is left is judged as in a whole run */
+	move_only_run(&r);
+	r.rows[0].c[3].ok = DEMO_PROMPTS;
+	FAILS_WITH(&r, false, "rxedb baseline did not reproduce wrong "
+			      "blocks delivered silently on A");
+	move_only_run(&r);
+	r.rows[1].c[2].ok = DEMO_PROMPTS - 1;
+	FAILS_WITH(&r, false, "rxedb kvdmabuf: sleep/wake cycles / B gets "
+			      "KV that A put after its wake: 7/8 correct");
+	move_only_run(&r);
+	r.pass_done[2] = false;
+	snprintf(r.pass_err[2], sizeof(r.pass_err[2]),
+		 "rxedb kvdmabuf pass stopped: Input/output error");
+	FAILS_WITH(&r, false, "rxedb kvdmabuf pass stopped");
 }
 
 TEST(rxedb_key_not_refused_fails)

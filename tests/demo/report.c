@@ -89,6 +89,12 @@ static const char *pass_name(const struct demo_results *r, unsigned int p)
 	return names[p];
 }
 
+/* Pass @p was left out on request: the pinning NIC's, --move-capable-only. */
+static bool left_out(const struct demo_results *r, unsigned int p)
+{
+	return r->move_only && p / 2 == DEMO_NIC_RXE;
+}
+
 static void cell(char *buf, size_t len, const struct demo_row *r,
 		 unsigned int pass)
 {
@@ -508,8 +514,9 @@ bool demo_report(struct demo_results *r, bool stress)
 
 	memset(tot, 0, sizeof(tot));
 	for (p = 0; p < DEMO_NR_PASSES; p++)
-		if (!r->pass_done[p])
-			fail(&v, "%s", r->pass_err[p]);
+		if (!r->pass_done[p] && !left_out(r, p))
+			fail(&v, "%s", r->pass_err[p][0] ? r->pass_err[p] :
+			     "a pass did not run");
 	if (r->dropped_rows || r->dropped_mem)
 		fail(&v, "%u phase(s) and %u memory point(s) left out of a "
 		     "full table (at most %d and %d): raise DEMO_MAX_ROWS "
@@ -528,7 +535,18 @@ bool demo_report(struct demo_results *r, bool stress)
 		printf("move-capable NIC: kvd_umem, not soft-RoCE with dma-buf "
 		       "MRs (%s)\n", r->rxedb_missing[0] ? r->rxedb_missing :
 		       "not run");
-	if (v.ok)
+	if (v.ok && r->move_only)
+		printf("verdict: PASS - the move-capable NIC only "
+		       "(--move-capable-only): kvdmabuf %u/%u (%s, same keys) "
+		       "blocks correct, 0 transfer errors, nothing held while "
+		       "asleep;\n  baseline %u/%u correct, the rest wrong data "
+		       "delivered with 0 transfer errors, with %ld MiB still "
+		       "held while asleep (the bug, reproduced)\n",
+		       tot[2].ok, tot[2].total,
+		       r->move_kind == DEMO_NIC_RXEDB ?
+		       "soft-RoCE dma-buf MRs" : "kvd_umem",
+		       tot[3].ok, tot[3].total, mib(asleep_base[1]));
+	else if (v.ok)
 		printf("verdict: PASS - kvdmabuf %u/%u (soft-RoCE) and %u/%u "
 		       "(%s, same keys) blocks correct, 0 "
 		       "transfer errors, nothing held while asleep;\n  "
