@@ -36,7 +36,7 @@ mkdir -p "$logs"
 # the checkout, which may lie in /tmp or /run (the guest mounts tmpfs
 # there), but in the cache, one folder per checkout.
 lanes=$cache/lanes/$(printf '%s' "$repo" | sha1sum | cut -c1-12)
-total_pass=0 total_fail=0 total_skip=0 stage_failed=0 run_mode= nodes=1 twonode_part=
+total_pass=0 total_fail=0 total_skip=0 stage_failed=0 run_mode= nodes=1
 # Every failing line of every stage, repeated at the end: CI shows only a
 # run's last lines.
 failures=
@@ -146,7 +146,7 @@ stage_unit() {
 stage_vm() { # lane [-- command to run instead of tests/vm.list]
 	local lane=$1
 	local name=vm-$lane
-	[ "$nodes" = 2 ] && name=2node-$lane${twonode_part:+-$twonode_part}
+	[ "$nodes" = 2 ] && name=2node-$lane
 	local log=$logs/$name.log t0=$SECONDS rc=0
 	local kver kernel moddir root build guest_build blog=$logs/build-$lane.log
 	local modroot= dk machine=pc iommu=0 append=${KVDMABUF_VM_APPEND:-}
@@ -346,15 +346,13 @@ boot_report_only() { # log
 
 # make demo NODES=2 once, one cycle, on a lane whose tree is built already
 # in make check: two guests on a socket network, RDMA between them
-# (tests/twonode; about 100 s). Then, booted again, the vLLM stand-in with
-# the plugin on node 1, the Mooncake store's master and segment on node 2
-# (tests/mooncake/mooncake_vllm.py picks its part by KVDMABUF_NODE).
+# (tests/twonode); then, in the same guests, the vLLM stand-in with the
+# plugin on node 1, the Mooncake store's master and segment on node 2
+# (tests/mooncake/mooncake_vllm.py picks its part by KVDMABUF_NODE):
+# tests/twonode/check_stage.sh.
 stage_twonode() { # lane
 	nodes=2
-	stage_vm "$1" -- tests/twonode/kvdmabuf-twonode --cycles 1
-	twonode_part=mooncake-vllm
-	stage_vm "$1" -- tests/mooncake/mooncake_vllm.py
-	twonode_part=
+	stage_vm "$1" -- tests/twonode/check_stage.sh
 	nodes=1
 }
 
