@@ -151,6 +151,13 @@ static bool verdict_of(struct demo_results *r, bool stress, char *line,
 	return ok;
 }
 
+/* The verdict on *@r is PASS and its line names @msg. */
+#define PASSES_WITH(r, msg)						\
+	do {								\
+		ASSERT_TRUE(verdict_of(r, false, line, sizeof(line)));	\
+		ASSERT_TRUE(strstr(line, msg) != NULL);			\
+	} while (0)
+
 /* The verdict on *@r is FAIL and its line names @msg. */
 #define FAILS_WITH(r, stress, msg)					\
 	do {								\
@@ -169,8 +176,7 @@ TEST(silent_baseline_and_correct_kvdmabuf_pass)
 	char line[4096];
 
 	good_run(&r);
-	ASSERT_TRUE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "verdict: PASS") != NULL);
+	PASSES_WITH(&r, "verdict: PASS");
 }
 
 TEST(baseline_transfer_errors_fail)
@@ -219,11 +225,9 @@ TEST(rxedb_column_passes_and_is_named)
 	char line[4096];
 
 	good_rxedb_run(&r);
-	ASSERT_TRUE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "(soft-RoCE dma-buf MRs, same keys)") != NULL);
+	PASSES_WITH(&r, "(soft-RoCE dma-buf MRs, same keys)");
 	good_run(&r);
-	ASSERT_TRUE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "(kvd_umem, same keys)") != NULL);
+	PASSES_WITH(&r, "(kvd_umem, same keys)");
 }
 
 TEST(rxedb_blocks_and_silent_baseline_judged)
@@ -283,8 +287,7 @@ TEST(move_capable_only_judges_the_rest)
 	char line[4096];
 
 	move_only_run(&r);
-	ASSERT_TRUE(verdict(&r, line, sizeof(line)));
-	ASSERT_TRUE(strstr(line, "the move-capable NIC only") != NULL);
+	PASSES_WITH(&r, "the move-capable NIC only");
 	/* the same results without the option: a column is missing */
 	r.move_only = false;
 	FAILS_WITH(&r, false, "a pass did not run");
