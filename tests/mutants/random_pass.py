@@ -27,10 +27,10 @@ table says which it is only after someone looked.
                    [--lane LANE] [--list-only] [--out FILE]
 """
 import argparse
+import glob
 import os
 import random
 import re
-import glob
 import shutil
 import subprocess
 import sys
