@@ -79,11 +79,19 @@ kvd_slot_attach_ops(struct kvd_attach *ka)
 	return &kvd_backing_attach_ops;
 }
 
-/*
+/**
+ * kvd_wait_kernel_fences() - wait for the exporter's moves and clears
+ * @resv: the resv of a backing (or of a layout's source), not held
+ *
  * Waits, bounded and interruptible, for the fences of the exporter's own
- * memory management on a backing, with its resv not held (the exporter's
- * other users go on meanwhile). A pinned buffer is not moved again, so
- * once after mapping a slot is enough.
+ * memory management on a backing (DMA_RESV_USAGE_KERNEL), with its resv
+ * not held (the exporter's other users go on meanwhile). A pinned buffer
+ * is not moved again, so once after mapping a slot is enough.
+ *
+ * Context: may sleep up to KVD_BACKING_FENCE_MS.
+ *
+ * Return: 0; -ETIMEDOUT after KVD_BACKING_FENCE_MS; -EINTR on a signal;
+ * or another error a fence's wait returned.
  */
 int kvd_wait_kernel_fences(struct dma_resv *resv)
 {
@@ -218,7 +226,12 @@ void kvd_slot_destroy(struct kvd_slot *slot)
 	atomic_dec(&kvd_nr_slots);
 }
 
-/*
+/**
+ * kvd_slot_bury() - take a slot off its backing, for kvd_bury()
+ * @slot: a slot on b->slots (proxy->lock held, unless its backing is not
+ *	published yet)
+ * @dead: the caller's list of slots to destroy
+ *
  * Teardown calls the exporter (unmap, unpin, detach, maybe its release),
  * which may take long: under proxy->lock slots and backings are only put
  * on a caller's @dead list, and kvd_bury() destroys them with no lock of
@@ -230,7 +243,16 @@ void kvd_slot_bury(struct kvd_slot *slot, struct list_head *dead)
 	list_move_tail(&slot->node, dead);
 }
 
-/* The proxy lets go of @b (off every list of the proxy). */
+/**
+ * kvd_backing_bury() - the proxy lets go of a backing
+ * @b: a backing off every list of the proxy (proxy->lock held, unless @b
+ *	was never published)
+ * @dead: where its slots go, for kvd_bury()
+ *
+ * Removes the callback on its importers' fences (kvd_backing_stale()),
+ * buries its slots and drops the proxy's reference: each buried slot
+ * holds one of its own.
+ */
 void kvd_backing_bury(struct kvd_backing *b, struct list_head *dead)
 {
 	struct kvd_slot *slot, *tmp;
@@ -244,6 +266,16 @@ void kvd_backing_bury(struct kvd_backing *b, struct list_head *dead)
 	kvd_backing_put(b);
 }
 
+/**
+ * kvd_bury() - destroy buried slots
+ * @dead: slots kvd_slot_bury() put there; empty on return
+ *
+ * Each slot's teardown calls the exporter (kvd_slot_destroy()), then drops
+ * the slot's reference to its backing, maybe the last one.
+ *
+ * Context: no lock of ours held: the exporter may take long. Takes each
+ * backing's resv.
+ */
 void kvd_bury(struct list_head *dead)
 {
 	struct kvd_slot *slot, *tmp;
@@ -257,7 +289,14 @@ void kvd_bury(struct list_head *dead)
 	}
 }
 
-/* Attachments of @b that are dynamic and peer-to-peer (all of them). */
+/**
+ * kvd_count_p2p() - the attachments of @b that are dynamic and peer-to-peer
+ * @b: a backing of the proxy (proxy->lock held)
+ *
+ * All of them: kvd_slot_create() makes no other kind. For QUERY.
+ *
+ * Return: how many of @b's slots are attached dynamic and peer-to-peer.
+ */
 unsigned int kvd_count_p2p(struct kvd_backing *b)
 {
 	struct kvd_slot *slot;
@@ -270,6 +309,13 @@ unsigned int kvd_count_p2p(struct kvd_backing *b)
 	return n;
 }
 
+/**
+ * kvd_slot_find() - the slot of an importer attachment in a backing
+ * @b: the backing (proxy->lock held, unless @b is not published yet)
+ * @ka: the importer attachment
+ *
+ * Return: @ka's slot on b->slots, or NULL if it has none there.
+ */
 struct kvd_slot *kvd_slot_find(struct kvd_backing *b,
 			       struct kvd_attach *ka)
 {
@@ -297,14 +343,28 @@ static void kvd_backing_free(struct kref *ref)
 	atomic_dec(&kvd_nr_backings);
 }
 
+/**
+ * kvd_backing_put() - drop a reference to a backing
+ * @b: the backing
+ *
+ * The proxy holds one while @b is current or stale, each buried slot one,
+ * and whoever builds a slot for @b with no lock held one. The last put
+ * opens its gate (nothing of ours maps it any more), drops its fences and
+ * puts the backing dma-buf, whose file the kernel releases later (fput()):
+ * a caller may hold proxy->lock.
+ */
 void kvd_backing_put(struct kvd_backing *b)
 {
 	kref_put(&b->ref, kvd_backing_free);
 }
 
-/*
- * For a caller that must not wait for the exporter (QUERY): reap_work
- * destroys them. proxy->lock held.
+/**
+ * kvd_bury_later() - have reap_work destroy buried slots
+ * @proxy: the proxy (its lock held)
+ * @dead: slots kvd_slot_bury() put there; moved to proxy->graveyard
+ *
+ * For a caller that must not wait for the exporter (QUERY, and a detach
+ * for the stale backings of other importers): reap_work destroys them.
  */
 void kvd_bury_later(struct kvd_proxy *proxy, struct list_head *dead)
 {

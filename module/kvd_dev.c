@@ -17,11 +17,31 @@ static void kvd_ctx_free(struct kref *ref)
 	kfree(container_of(ref, struct kvd_ctx, ref));
 }
 
+/**
+ * kvd_ctx_put() - drop a reference to a context
+ * @ctx: the context of an open of /dev/kvdmabuf
+ *
+ * The open file holds one, and each proxy it created one until the
+ * proxy's release (its events go nowhere once the file is closed). The
+ * last put frees @ctx.
+ */
 void kvd_ctx_put(struct kvd_ctx *ctx)
 {
 	kref_put(&ctx->ref, kvd_ctx_free);
 }
 
+/**
+ * kvd_event() - queue a state change of @proxy for its context's reader
+ * @proxy: the proxy (its lock held, or being released)
+ * @state: its new state, KVDMABUF_STATE_*
+ *
+ * The record carries @proxy's id and current generation. A full queue
+ * drops its oldest record and flags the oldest one kept with
+ * KVDMABUF_EVENT_FLAG_LOST; a closed context drops the event. Readers
+ * and pollers are woken only if one waits.
+ *
+ * Context: takes ctx->lock, a spinlock.
+ */
 void kvd_event(struct kvd_proxy *proxy, u32 state)
 {
 	struct kvd_ctx *ctx = proxy->ctx;

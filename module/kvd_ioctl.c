@@ -18,10 +18,20 @@
 
 /* ---- ioctl helpers ---- */
 
-/*
+/**
+ * kvd_copy_in() - copy in an ioctl's extensible struct
+ * @karg: the module's struct
+ * @ksize: its size
+ * @ver0: the size of its first version
+ * @uarg: the caller's struct, whose first field (a u32) is its size
+ * @usize: out: that size, for kvd_copy_out()
+ *
  * Copy in an extensible struct: @usize is the caller's struct size, read
  * from its first field. Smaller than the first version: -EINVAL; larger
- * than ours: the extra bytes must be zero (-E2BIG).
+ * than ours: the extra bytes must be zero (-E2BIG). What an older caller
+ * lacks is zeroed.
+ *
+ * Return: 0, -EFAULT, -EINVAL, or -E2BIG (also for a size over a page).
  */
 int kvd_copy_in(void *karg, size_t ksize, size_t ver0,
 		const void __user *uarg, u32 *usize)
@@ -42,6 +52,18 @@ int kvd_copy_in(void *karg, size_t ksize, size_t ver0,
 	return 0;
 }
 
+/**
+ * kvd_copy_out() - copy out an ioctl's extensible struct
+ * @uarg: the caller's struct
+ * @karg: the module's struct
+ * @ksize: its size
+ * @usize: the caller's size, from kvd_copy_in()
+ *
+ * Only what both sizes cover: the caller's bytes past @ksize are left
+ * alone (kvd_copy_in() found them zero).
+ *
+ * Return: 0 or -EFAULT.
+ */
 int kvd_copy_out(void __user *uarg, const void *karg, size_t ksize,
 		 u32 usize)
 {
@@ -760,6 +782,16 @@ static long kvd_ioctl_query(void __user *uarg)
 /* The size bits of the command are ignored: the struct's size field rules. */
 #define KVD_CMD(cmd)	((cmd) & ~(_IOC_SIZEMASK << _IOC_SIZESHIFT))
 
+/**
+ * kvd_ioctl() - the ioctls of /dev/kvdmabuf
+ * @file: an open of /dev/kvdmabuf, whose context is file->private_data
+ * @cmd: KVDMABUF_IOCTL_*; its size bits are ignored (KVD_CMD())
+ * @arg: the caller's struct
+ *
+ * Also the compat ioctl, through compat_ptr_ioctl().
+ *
+ * Return: the command's result, or -ENOTTY for an unknown command.
+ */
 long kvd_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 {
 	struct kvd_ctx *ctx = file->private_data;

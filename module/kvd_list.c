@@ -69,6 +69,24 @@ static bool kvd_stat(struct kvd_proxy *proxy, struct kvdmabuf_proxy_stat *st)
 	return true;
 }
 
+/**
+ * kvd_ioctl_list() - LIST: a snapshot of the proxies the caller may see
+ * @uarg: the caller's struct kvdmabuf_list
+ *
+ * CAP_SYS_ADMIN sees every proxy, others those their effective uid
+ * created. Up to the given count of entries, each truncated or
+ * zero-extended to the caller's stat_size; a busy proxy comes with
+ * KVDMABUF_STAT_BUSY, its id, length and owner only. The count comes back
+ * as the number of proxies the caller may see, which may be more than the
+ * entries written.
+ *
+ * Context: takes kvd_proxies_lock, interruptible; only trylocks a proxy
+ * and its resv.
+ *
+ * Return: 0; kvd_copy_in()'s errors; -EINVAL (flags, reserved or a
+ * stat_size below the first version's); -E2BIG (a stat_size over a page);
+ * -ENOMEM; -EINTR; -EFAULT.
+ */
 long kvd_ioctl_list(void __user *uarg)
 {
 	struct kvdmabuf_proxy_stat *stats;
@@ -169,6 +187,13 @@ static int kvd_stats_show(struct seq_file *m, void *unused)
 }
 DEFINE_SHOW_ATTRIBUTE(kvd_stats);
 
+/**
+ * kvd_debugfs_init() - create kvdmabuf/proxies and kvdmabuf/stats in debugfs
+ *
+ * At module load. Errors are not checked, as debugfs wants: it is
+ * optional, and a debugfs call given the error of a failed one does
+ * nothing.
+ */
 void kvd_debugfs_init(void)
 {
 	kvd_debugfs = debugfs_create_dir("kvdmabuf", NULL);
@@ -177,6 +202,11 @@ void kvd_debugfs_init(void)
 	debugfs_create_file("stats", 0400, kvd_debugfs, NULL, &kvd_stats_fops);
 }
 
+/**
+ * kvd_debugfs_exit() - remove the module's debugfs files
+ *
+ * At module unload; a no-op if kvd_debugfs_init() failed.
+ */
 void kvd_debugfs_exit(void)
 {
 	debugfs_remove_recursive(kvd_debugfs);

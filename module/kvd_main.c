@@ -66,7 +66,7 @@ static DEFINE_XARRAY(kvd_uid_proxies);
  * kvd_uid_get() - count one more live proxy of @uid
  * @uid: the creator's effective uid
  *
- * kvd_proxies_lock held.
+ * Context: kvd_proxies_lock held.
  *
  * Return: 0, -ENOSPC at kvd_max_proxies_per_uid, or -ENOMEM.
  */
@@ -82,7 +82,15 @@ int kvd_uid_get(kuid_t uid)
 			       GFP_KERNEL));
 }
 
-/* Undoes kvd_uid_get() (kvd_proxies_lock held). */
+/**
+ * kvd_uid_put() - count one live proxy of @uid less
+ * @uid: the creator's effective uid, as given to kvd_uid_get()
+ *
+ * Undoes kvd_uid_get(): at the proxy's release, or when its creation
+ * fails. The last one erases @uid's entry.
+ *
+ * Context: kvd_proxies_lock held.
+ */
 void kvd_uid_put(kuid_t uid)
 {
 	unsigned long key = from_kuid(&init_user_ns, uid);

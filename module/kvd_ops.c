@@ -20,29 +20,56 @@ static void kvd_attach_free(struct kref *ref)
 	kfree(ka);
 }
 
+/**
+ * kvd_attach_put() - drop a reference to an importer attachment's state
+ * @ka: the importer attachment (attach->priv)
+ *
+ * The proxy's attachment list holds one until the detach, each slot one
+ * (a slot built with no lock held outlives a concurrent detach), and
+ * kvd_backing_build() one while it builds a slot for @ka. The last put
+ * drops the importer's device and frees @ka.
+ */
 void kvd_attach_put(struct kvd_attach *ka)
 {
 	kref_put(&ka->ref, kvd_attach_free);
 }
 
-/*
+/**
+ * kvd_attach_pins() - the explicit pins of an importer attachment
+ * @ka: the importer attachment (the proxy's resv held)
+ *
  * Explicit pins (dma_buf_pin()) of an importer attachment, those the core
  * takes around a map left out. A pin of a revocable importer
  * (dma_buf_attach_revocable(), Linux 7.1+) does not block a revoke: the
  * revoke's invalidation takes the mapping away for good and the importer
  * unpins. It still blocks a replace: a pinned importer never maps again,
  * so it could not follow the new backing.
+ *
+ * Return: @ka's pins, less one per live map where the core pins around
+ * each map (KVD_CORE_PINS_ON_MAP).
  */
 unsigned int kvd_attach_pins(struct kvd_attach *ka)
 {
 	return ka->pins - (KVD_CORE_PINS_ON_MAP ? ka->maps : 0);
 }
 
+/**
+ * kvd_attach_blocking() - the pins of @ka that refuse a revoke
+ * @ka: the importer attachment (the proxy's resv held)
+ *
+ * Return: kvd_attach_pins() of an importer that is not revocable, else 0.
+ */
 unsigned int kvd_attach_blocking(struct kvd_attach *ka)
 {
 	return ka->revocable ? 0 : kvd_attach_pins(ka);
 }
 
+/**
+ * kvd_attach_revocable_pins() - the pins of @ka that a revoke takes away
+ * @ka: the importer attachment (the proxy's resv held)
+ *
+ * Return: kvd_attach_pins() of a revocable importer, else 0.
+ */
 unsigned int kvd_attach_revocable_pins(struct kvd_attach *ka)
 {
 	return ka->revocable ? kvd_attach_pins(ka) : 0;
@@ -61,16 +88,31 @@ static unsigned int kvd_sum_pins(struct kvd_proxy *proxy,
 	return n;
 }
 
-/* Pins that make a revoke fail with -EBUSY. */
+/**
+ * kvd_blocking_pins() - pins that make a revoke fail with -EBUSY
+ * @proxy: the proxy (its lock and its resv held)
+ *
+ * Without any, a CPU mapping an importer keeps still refuses it
+ * (kvd_refusing_pins()).
+ *
+ * Return: kvd_attach_blocking() summed over the proxy's importer
+ * attachments.
+ */
 unsigned int kvd_blocking_pins(struct kvd_proxy *proxy)
 {
 	return kvd_sum_pins(proxy, kvd_attach_blocking);
 }
 
-/*
- * A revocable importer whose pinned map a revoke took is still a pinned
- * importer (it never maps again: its MR is dead until registered anew),
- * not a dynamic one, although it holds no pin any more.
+/**
+ * kvd_count_importers() - count the importers as QUERY and LIST show them
+ * @proxy: the proxy (its lock and its resv held)
+ * @c: out: the counts, zeroed first
+ *
+ * An importer attachment holding a pin is a pinned importer, else a
+ * dynamic one. A revocable importer whose pinned map a revoke took is
+ * still a pinned importer (it never maps again: its MR is dead until
+ * registered anew), not a dynamic one, although it holds no pin any more.
+ * The revocable importers are the pinned ones without a blocking pin.
  */
 void kvd_count_importers(struct kvd_proxy *proxy,
 			 struct kvd_importer_counts *c)
@@ -94,7 +136,15 @@ void kvd_count_importers(struct kvd_proxy *proxy,
 	}
 }
 
-/* Pins that make an attach or a replace fail with -EBUSY: all of them. */
+/**
+ * kvd_all_pins() - pins that make an attach or a replace fail with -EBUSY
+ * @proxy: the proxy (its lock and its resv held)
+ *
+ * All of them, revocable ones too: a pinned importer never maps again, so
+ * it could not follow the new backing.
+ *
+ * Return: kvd_attach_pins() summed over the proxy's importer attachments.
+ */
 unsigned int kvd_all_pins(struct kvd_proxy *proxy)
 {
 	return kvd_sum_pins(proxy, kvd_attach_pins);
@@ -281,11 +331,18 @@ static struct sg_table *kvd_map_lend(struct kvd_attach *ka,
 	return slot->bsgt;
 }
 
-/*
+/**
+ * kvd_sg_window_nents() - the segments a window of a DMA table takes
+ * @sgt: a DMA table: a backing's, or a layout source's
+ * @start: the offset of the window's first byte in the table
+ * @len: the window's length in bytes
+ *
  * A window [@start, @start + @len) of a backing's DMA table, for a proxy
  * at an offset of its backing and for a layout's pieces: the number of
- * segments it takes (-EIO where the exporter mapped less than its size),
- * then the segments copied to @dsg on (returns the entry after them).
+ * segments it takes, then (kvd_sg_window_copy()) the segments copied.
+ *
+ * Return: the number of segments, or -EIO where the exporter mapped less
+ * than @start + @len.
  */
 long kvd_sg_window_nents(struct sg_table *sgt, u64 start, u64 len)
 {
@@ -304,6 +361,19 @@ long kvd_sg_window_nents(struct sg_table *sgt, u64 start, u64 len)
 	return -EIO;		/* the exporter mapped less than its size */
 }
 
+/**
+ * kvd_sg_window_copy() - copy a window of a DMA table
+ * @dsg: where the segments go, with room for kvd_sg_window_nents() of them
+ * @sgt: the table, as for kvd_sg_window_nents()
+ * @start: as for kvd_sg_window_nents()
+ * @len: as for kvd_sg_window_nents()
+ *
+ * Each segment's DMA address and length, cut to the window, and its
+ * bus-address mark; no struct page.
+ *
+ * Return: the entry after the segments copied (NULL after the last entry
+ * of @dsg's table), where the next window goes.
+ */
 struct scatterlist *kvd_sg_window_copy(struct scatterlist *dsg,
 				       struct sg_table *sgt, u64 start, u64 len)
 {
@@ -444,6 +514,12 @@ static void kvd_unmap_dma_buf(struct dma_buf_attachment *attach,
  */
 static struct lock_class_key kvd_proxy_resv_key;
 
+/**
+ * kvd_proxy_resv_init() - initialise a proxy's resv, in its own lockdep class
+ * @proxy: a proxy being created, before dma_buf_export() takes its resv
+ *
+ * The proxy's resv nests the backing's: see kvd_proxy_resv_key above.
+ */
 void kvd_proxy_resv_init(struct kvd_proxy *proxy)
 {
 	dma_resv_init(&proxy->resv);

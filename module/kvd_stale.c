@@ -364,7 +364,15 @@ int kvd_drain(struct kvd_proxy *proxy, u32 timeout_ms)
 	return ret;
 }
 
-/* proxy->reap_work: a last unmap or the importers' fences made a stale backing idle. */
+/**
+ * kvd_reap_work() - proxy->reap_work: reap the stale backings now idle
+ * @work: the proxy's reap_work
+ *
+ * Queued when a last unmap or the importers' fences made a stale backing
+ * idle (kvd_map_put() queues it on every unmap of a stale backing), and
+ * by kvd_bury_later(). Reaps under proxy->lock, then destroys what that
+ * buried and what the graveyard holds with no lock of the proxy held.
+ */
 void kvd_reap_work(struct work_struct *work)
 {
 	kvd_reap_now(container_of(work, struct kvd_proxy, reap_work));
@@ -437,7 +445,16 @@ bool kvd_revoke_invalidated(struct kvd_proxy *proxy, struct list_head *dead)
 	return true;
 }
 
-/* proxy->inval_work: queued by a slot's invalidation callback. */
+/**
+ * kvd_inval_work() - proxy->inval_work: follow a backing's invalidation
+ * @work: the proxy's inval_work
+ *
+ * Queued by a slot's invalidation callback, which runs under the
+ * backing's resv, where proxy->lock cannot be taken; and by kvd_swap()
+ * for a backing invalidated while it was built. Revokes the proxy if its
+ * current backing was invalidated, else reaps: a stale backing's exporter
+ * may wait for its gate.
+ */
 void kvd_inval_work(struct work_struct *work)
 {
 	struct kvd_proxy *proxy = container_of(work, struct kvd_proxy,
