@@ -12,6 +12,9 @@
 # folder holding lib/modules/VERSION for a kernel whose modules are not
 # installed in the root (the debug lane), or "-".
 set -u
+# where a lane's fixed time goes (docs/testing.md): boot, then set-up
+up() { cut -d' ' -f1 /proc/uptime; }
+echo "# guest: up $(up) s when the set-up began"
 build=$1
 modroot=${2#-}
 shift 2
@@ -34,7 +37,9 @@ mountpoint -q /sys/kernel/debug ||
 kmemleak=
 if kmemleak_on; then
 	kmemleak=1
+	t0=$SECONDS
 	kmemleak_start || setup_fail "kmemleak: scan and clear at start"
+	echo "# kmemleak: the start's scan in $((SECONDS - t0)) s"
 fi
 # A report from the kernel's own start-up, before any module of ours (KASAN
 # under TCG reported rcu_is_watching from an interrupt in identify_cpu):
@@ -133,6 +138,7 @@ for ko in module/kvdmabuf.ko tests/kmod/kvd_importer.ko; do
 	fi
 done
 
+echo "# guest: up $(up) s when the set-up ended"
 cd /tmp
 if [ "$1" = -- ]; then
 	shift
