@@ -82,6 +82,8 @@ static unsigned int kvd_sum_pins(struct kvd_proxy *proxy,
 	struct kvd_attach *ka;
 	unsigned int n = 0;
 
+	/* the list changes under proxy->lock, the pins under the resv */
+	lockdep_assert_held(&proxy->lock);
 	dma_resv_assert_held(proxy->dmabuf->resv);
 	list_for_each_entry(ka, &proxy->attachments, node)
 		n += count(ka);
@@ -119,6 +121,7 @@ void kvd_count_importers(struct kvd_proxy *proxy,
 {
 	struct kvd_attach *ka;
 
+	lockdep_assert_held(&proxy->lock);
 	dma_resv_assert_held(proxy->dmabuf->resv);
 	memset(c, 0, sizeof(*c));
 	list_for_each_entry(ka, &proxy->attachments, node) {
