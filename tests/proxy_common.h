@@ -95,14 +95,24 @@ static inline int kvd_replace(int dev, int proxy, int backing, uint64_t offset)
 			       KVDMABUF_ATTACH_REPLACE, 2000, NULL);
 }
 
-static inline int kvd_revoke(int dev, int proxy, uint32_t timeout_ms)
+/* *@generation, where not NULL, is written when the call returns 0. */
+static inline int kvd_revoke_full(int dev, int proxy, uint32_t timeout_ms,
+				  uint64_t *generation)
 {
 	struct kvdmabuf_revoke r = {
 		.size = sizeof(r), .proxy_fd = (uint32_t)proxy,
 		.timeout_ms = timeout_ms,
 	};
+	int ret = kvd_ioctl(dev, KVDMABUF_IOCTL_REVOKE, &r);
 
-	return kvd_ioctl(dev, KVDMABUF_IOCTL_REVOKE, &r);
+	if (!ret && generation)
+		*generation = r.generation;
+	return ret;
+}
+
+static inline int kvd_revoke(int dev, int proxy, uint32_t timeout_ms)
+{
+	return kvd_revoke_full(dev, proxy, timeout_ms, NULL);
 }
 
 /*

@@ -14,7 +14,8 @@
  * 32-bit DMA mask); with backings from vgem and from the dynamic test
  * exporter (tests/kmod/kvd_exporter), which moves and revokes them under
  * the proxies; and draining a revoke or replace while another thread
- * unmaps.
+ * unmaps. A storm runs control calls on one proxy from several threads at
+ * once, judged by what the uapi allows whatever their order (do_storm()).
  *
  * Each worker keeps a model of every proxy it created (state, generation,
  * current backing, what each of its pages maps, pinned and lazily mapped
@@ -76,6 +77,7 @@
 #include "../uapi/kvdmabuf.h"
 #include "harness.h"
 #include "proxy_common.h"
+#include "race_window.h"
 
 #define WORKERS		3
 #define THREADS		2
@@ -100,14 +102,14 @@ enum op_kind {
 	OP_IMPORT_LAZY, OP_IMPORT_PIN, OP_ACCESS, OP_RELEASE, OP_READEV,
 	OP_REOPEN, OP_DRAIN, OP_FORK,
 	/* Not in forked children (they take kinds below OP_DRAIN only). */
-	OP_UIMPORT, OP_UACCESS, OP_EXP_INVAL, OP_NKINDS
+	OP_UIMPORT, OP_UACCESS, OP_EXP_INVAL, OP_STORM, OP_NKINDS
 };
 
 static const char *const op_names[OP_NKINDS] = {
 	"version", "create", "attach", "replace", "ranges", "revoke", "query",
 	"bad-cmd", "bad-ptr", "vgem", "close", "dup", "import", "import-lazy",
 	"import-pin", "access", "release", "read-events", "reopen", "drain",
-	"fork", "umem-import", "umem-access", "exp-inval",
+	"fork", "umem-import", "umem-access", "exp-inval", "storm",
 };
 
 /*
@@ -134,7 +136,7 @@ static const double floor_per_s[OP_NKINDS] = {
 	[OP_IMPORT_LAZY] = 2, [OP_IMPORT_PIN] = 0.8, [OP_ACCESS] = 1,
 	[OP_RELEASE] = 1.5, [OP_READEV] = 1, [OP_REOPEN] = 0, [OP_DRAIN] = 0.3,
 	[OP_FORK] = 1, [OP_UIMPORT] = 2, [OP_UACCESS] = 1,
-	[OP_EXP_INVAL] = 0.15,
+	[OP_EXP_INVAL] = 0.15, [OP_STORM] = 0.05,
 };
 
 /*
@@ -164,7 +166,7 @@ static const double ratio_floor[OP_NKINDS] = {
 	[OP_IMPORT_LAZY] = 0.12, [OP_IMPORT_PIN] = 0.03, [OP_ACCESS] = 0.025,
 	[OP_RELEASE] = 0.1, [OP_READEV] = 0.13, [OP_REOPEN] = 0,
 	[OP_DRAIN] = 0.03, [OP_FORK] = 0.2, [OP_UIMPORT] = 0.08,
-	[OP_UACCESS] = 0.03, [OP_EXP_INVAL] = 0.035,
+	[OP_UACCESS] = 0.03, [OP_EXP_INVAL] = 0.035, [OP_STORM] = 0.1,
 };
 
 struct op {
@@ -2085,6 +2087,290 @@ out:
 	return ret;
 }
 
+/*
+ * storm: control operations on one proxy from several threads at once.
+ * The other kinds hold the proxy's slot and model locks around each call
+ * (the model could not say what a call must answer otherwise), so they
+ * never run two control calls on one proxy together. A storm does, on a
+ * proxy of its own that no slot names, with STORM_BACK vgem backings of
+ * their own patterns: STORM_CTL threads run STORM_OPS random ATTACH,
+ * REPLACE, REVOKE, QUERY and QUERY of a dup that is closed again, while a
+ * thread reads through a dynamic import. Each answer must be one the uapi
+ * allows whatever the others did (ATTACH: 0, -EEXIST while backed,
+ * -EAGAIN at the stale bound; REPLACE: 0, -EAGAIN; REVOKE: 0; QUERY: 0,
+ * BACKED or REVOKED, a generation that never goes back; -ENOMEM where
+ * mem_ran_out()); each read -ENODEV or exactly one backing's bytes, and
+ * that backing the proxy's at some moment of the read
+ * (race_read_in_window()); the generations the calls answered must give
+ * them an order the module could have taken, with a REVOKE just before
+ * each plain ATTACH that succeeded (race_gens_check()). Then, the import
+ * released, a revoke must leave nothing mapped, attached or stale.
+ */
+#define STORM_CTL	3
+#define STORM_OPS	12
+#define STORM_BACK	3
+#define STORM_PAGES	4
+#define STORM_LOG	(STORM_CTL * STORM_OPS + 1)
+#define STORM_READS	512
+
+struct storm {
+	struct world *w;
+	int dev, proxy, handle;
+	int back[STORM_BACK];
+	uint32_t seed[STORM_BACK];
+	struct race_op op[STORM_LOG];	/* op[0]: the first attach */
+	int nops, nreads, done;		/* atomics */
+	struct race_read rd[STORM_READS];
+	pthread_mutex_t elock;
+	char err[160];			/* the first wrong answer */
+};
+
+struct storm_ctl {
+	struct storm *s;
+	uint64_t rng;
+};
+
+static void storm_bad(struct storm *s, const char *what, int ret)
+{
+	pthread_mutex_lock(&s->elock);
+	if (!s->err[0])
+		snprintf(s->err, sizeof(s->err), "%s: %s", what, ename(-ret));
+	pthread_mutex_unlock(&s->elock);
+}
+
+static void storm_log(struct storm *s, int target, int64_t t0, uint64_t gen,
+		      bool plain)
+{
+	int k = __atomic_fetch_add(&s->nops, 1, __ATOMIC_RELAXED);
+
+	if (k < STORM_LOG)
+		s->op[k] = (struct race_op){ target, t0, race_now_ns(), gen,
+					     plain };
+}
+
+/* @ret of @what: 0, one of @allowed (0-ended), or memory that ran out. */
+static void storm_answer(struct storm *s, const char *what, int ret,
+			 const int *allowed)
+{
+	int k;
+
+	for (k = 0; ret && allowed[k]; k++)
+		if (ret == -allowed[k])
+			return;
+	if (ret && !mem_ran_out(ret))
+		storm_bad(s, what, ret);
+}
+
+static void storm_query(struct storm *s, int fd, uint64_t *gen)
+{
+	struct kvdmabuf_query q;
+	int ret = kvd_query(s->dev, fd, &q);
+
+	if (ret) {
+		storm_answer(s, "query", ret, (const int[]){ 0 });
+		return;
+	}
+	if (q.state != KVDMABUF_STATE_BACKED &&
+	    q.state != KVDMABUF_STATE_REVOKED)
+		storm_bad(s, "query: a state neither BACKED nor REVOKED",
+			  -(int)q.state);
+	else if (q.generation < *gen)
+		storm_bad(s, "query: the generation went back", -EINVAL);
+	*gen = q.generation;
+}
+
+static void *storm_controller(void *p)
+{
+	struct storm_ctl *c = p;
+	struct storm *s = c->s;
+	uint64_t gen = 0, made;
+	int k, i, ret, fd;
+	int64_t t0;
+
+	for (k = 0; k < STORM_OPS; k++) {
+		uint64_t r = rng_next(&c->rng);
+
+		i = (int)(r % STORM_BACK);
+		t0 = race_now_ns();
+		switch ((r >> 8) % 5) {
+		case 0:
+			ret = kvd_revoke_full(s->dev, s->proxy,
+					      kvd_scaled_ms(2000), &made);
+			if (!ret)
+				storm_log(s, RACE_REVOKED, t0, made, false);
+			storm_answer(s, "revoke", ret, (const int[]){ 0 });
+			break;
+		case 1:
+			ret = kvd_attach_full(s->dev, s->proxy, s->back[i], 0,
+					      0, 0, &made);
+			if (!ret)
+				storm_log(s, i, t0, made, true);
+			storm_answer(s, "attach", ret,
+				     (const int[]){ EEXIST, EAGAIN, 0 });
+			break;
+		case 2:
+			ret = kvd_attach_full(s->dev, s->proxy, s->back[i], 0,
+					      KVDMABUF_ATTACH_REPLACE,
+					      kvd_scaled_ms(2000), &made);
+			if (!ret)
+				storm_log(s, i, t0, made, false);
+			storm_answer(s, "replace", ret,
+				     (const int[]){ EAGAIN, 0 });
+			break;
+		case 3:
+			storm_query(s, s->proxy, &gen);
+			break;
+		default:
+			/* a second fd of the proxy comes and goes */
+			fd = dup(s->proxy);
+			if (fd < 0) {
+				storm_answer(s, "dup", -errno, (const int[]){ 0 });
+				break;
+			}
+			storm_query(s, fd, &gen);
+			close(fd);
+			break;
+		}
+	}
+	return NULL;
+}
+
+static void *storm_reader(void *p)
+{
+	struct storm *s = p;
+	uint8_t got[FZ_PAGE], want[FZ_PAGE];
+	uint64_t rng = (uint64_t)s->seed[0] << 1, off;
+	int ret, i, match, k;
+	int64_t t0, t1;
+
+	while (!__atomic_load_n(&s->done, __ATOMIC_ACQUIRE)) {
+		off = rng_next(&rng) % STORM_PAGES * FZ_PAGE;
+		t0 = race_now_ns();
+		ret = imp_do_access(s->w->imp, s->handle, 0, off, FZ_PAGE, got);
+		t1 = race_now_ns();
+		if (ret == -ENODEV)
+			continue;
+		if (ret) {
+			storm_answer(s, "read", ret, (const int[]){ 0 });
+			continue;
+		}
+		match = -1;
+		for (i = 0; i < STORM_BACK && match < 0; i++) {
+			pat_expect(want, s->seed[i], off, FZ_PAGE);
+			if (!memcmp(got, want, FZ_PAGE))
+				match = i;
+		}
+		if (match < 0) {
+			storm_bad(s, "read: bytes of no backing whole", -EIO);
+			continue;
+		}
+		k = __atomic_fetch_add(&s->nreads, 1, __ATOMIC_RELAXED);
+		if (k < STORM_READS)
+			s->rd[k] = (struct race_read){ match, t0, t1 };
+	}
+	return NULL;
+}
+
+/* Runs the threads on @s, its proxy backed by back[0]; judges the reads. */
+static void storm_run(struct storm *s, const struct op *op)
+{
+	struct storm_ctl c[STORM_CTL];
+	pthread_t tid[STORM_CTL + 1];
+	int i, n = 0, nops, nreads;
+	char why[120];
+
+	for (i = 0; i < STORM_CTL; i++) {
+		c[i] = (struct storm_ctl){ s, op->x ^ (op->y * (uint64_t)(i + 1)) };
+		if (!pthread_create(&tid[n], NULL, storm_controller, &c[i]))
+			n++;
+	}
+	if (!pthread_create(&tid[n], NULL, storm_reader, s))
+		n++;
+	for (i = 0; i < n; i++) {
+		/* the reader is last: it stops once the controllers are done */
+		if (i == n - 1)
+			__atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
+		pthread_join(tid[i], NULL);
+	}
+	if (n < STORM_CTL + 1)
+		storm_bad(s, "pthread_create", -EAGAIN);
+	nops = s->nops < STORM_LOG ? s->nops : STORM_LOG;
+	nreads = s->nreads < STORM_READS ? s->nreads : STORM_READS;
+	if (race_gens_check(s->op, nops, why, sizeof(why)))
+		storm_bad(s, why, -EINVAL);
+	for (i = 0; i < nreads && !s->err[0]; i++)
+		if (!race_read_in_window(s->op, nops, &s->rd[i]))
+			storm_bad(s, "read: a backing the proxy did not have then",
+				  -EIO);
+}
+
+static int do_storm(struct world *w, const struct op *op)
+{
+	static const uint64_t len = STORM_PAGES * FZ_PAGE;
+	struct storm *s;
+	struct kvdmabuf_query q;
+	int i, ret;
+
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	pthread_mutex_init(&s->elock, NULL);
+	s->w = w;
+	s->dev = cur_devf(w)->fd;
+	s->handle = -1;
+	for (i = 0; i < STORM_BACK; i++) {
+		s->seed[i] = bid_seed(w, new_bid(w));
+		s->back[i] = pattern_backing(w, len, s->seed[i]);
+	}
+	s->proxy = kvd_create(s->dev, len, NULL);
+	ret = s->proxy < 0 ? s->proxy : 0;
+	for (i = 0; !ret && i < STORM_BACK; i++)
+		ret = s->back[i] < 0 ? s->back[i] : 0;
+	if (!ret) {
+		s->op[0] = (struct race_op){ 0, race_now_ns(), 0, 0, true };
+		ret = kvd_attach_full(s->dev, s->proxy, s->back[0], 0, 0, 0,
+				      &s->op[0].gen);
+		s->op[0].t1 = race_now_ns();
+		s->nops = 1;
+	}
+	if (!ret) {
+		s->handle = imp_import(w->imp, s->proxy, 0);
+		ret = s->handle < 0 ? s->handle : 0;
+	}
+	if (ret) {
+		if (!mem_ran_out(ret))
+			BAD("storm: setting up: %s", ename(-ret));
+		goto out;
+	}
+	storm_run(s, op);
+	ret = imp_release(w->imp, s->handle);
+	s->handle = -1;
+	if (ret)
+		storm_bad(s, "release of the import", ret);
+	ret = kvd_revoke(s->dev, s->proxy, kvd_scaled_ms(2000));
+	storm_answer(s, "the last revoke", ret, (const int[]){ 0 });
+	if (!ret && !kvd_query(s->dev, s->proxy, &q) &&
+	    (q.live_mappings || q.backing_attachments || q.stale_backings ||
+	     q.dynamic_importers || q.pinned_importers))
+		storm_bad(s, "revoked, the import gone: still mapped, attached or stale",
+			  -EBUSY);
+	if (s->err[0])
+		BAD("storm (%d operations changed the backing, %d reads): %s",
+		    s->nops - 1, s->nreads, s->err);
+	ret = s->err[0] ? -EIO : 0;
+out:
+	if (s->handle >= 0)
+		imp_release(w->imp, s->handle);
+	if (s->proxy >= 0)
+		close(s->proxy);
+	for (i = 0; i < STORM_BACK; i++)
+		if (s->back[i] >= 0)
+			close(s->back[i]);
+	pthread_mutex_destroy(&s->elock);
+	free(s);
+	return ret;
+}
+
 static int do_version(struct world *w, const struct op *op)
 {
 	struct kvdmabuf_version u[4];	/* room for pick_size()'s 64-byte tail */
@@ -2353,6 +2639,8 @@ static int run_op(struct world *w, struct shared *sh, const struct op *op,
 		return do_drain(w, sh, op);
 	case OP_FORK:
 		return do_fork(w, sh, op, rng);
+	case OP_STORM:
+		return do_storm(w, op);
 	default:
 		return do_simple(w, op);
 	}
@@ -2423,6 +2711,7 @@ static struct op gen_op(uint64_t *rng, int thread0)
 		OP_ACCESS, OP_ACCESS, OP_RELEASE, OP_RELEASE, OP_READEV,
 		OP_DRAIN, OP_REOPEN, OP_FORK, OP_FORK, OP_UIMPORT, OP_UIMPORT,
 		OP_UIMPORT, OP_UACCESS, OP_UACCESS, OP_UACCESS, OP_EXP_INVAL,
+		OP_STORM,
 	};
 	uint64_t r = rng_next(rng);
 	struct op op = {

@@ -16,7 +16,9 @@
  * logs when its operations began and returned, and a read of backing B is
  * right only if some operation that made B current began before the read
  * ended and no operation that made something else current began after it
- * returned and returned before the read began.
+ * returned and returned before the read began (tests/race_window.h); and
+ * the generations the calls answered give the module's order of them, in
+ * which a plain attach must come right after a revoke.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -24,6 +26,7 @@
 
 #include "harness.h"
 #include "proxy_common.h"
+#include "race_window.h"
 
 #define PAGES		32
 #define SIZE		(PAGES * KVD_PAGE)
@@ -195,39 +198,23 @@ static void *controller(void *arg)
 #define NCTL		3
 #define MAXLOG		(1 << 15)	/* operations and reads logged */
 
-struct op_rec {
-	int target;			/* what it made current; NONE: revoked */
-	int64_t t0, t1;			/* began, returned */
-};
-
-struct read_rec {
-	int got;			/* the backing its bytes are */
-	int64_t t0, t1;
-};
-
 struct multi {
 	struct race *r;
-	struct op_rec op[MAXLOG];	/* op[0]: the first attach */
+	struct race_op op[MAXLOG];	/* op[0]: the first attach */
 	atomic_int nops;
-	struct read_rec rd[MAXLOG];
+	struct race_read rd[MAXLOG];
 	atomic_int nreads;
 	atomic_long allowed;		/* -EEXIST, -EAGAIN: nothing changed */
 };
 
-static int64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static void log_op(struct multi *m, int target, int64_t t0)
+static void log_op(struct multi *m, int target, int64_t t0, uint64_t gen,
+		   bool plain)
 {
 	int k = atomic_fetch_add(&m->nops, 1);
 
 	if (k < MAXLOG)
-		m->op[k] = (struct op_rec){ target, t0, mono_ns() };
+		m->op[k] = (struct race_op){ target, t0, race_now_ns(), gen,
+					     plain };
 }
 
 static void *multi_controller(void *arg)
@@ -236,33 +223,37 @@ static void *multi_controller(void *arg)
 	struct race *r = m->r;
 	unsigned int seed = (unsigned int)(uintptr_t)&seed;
 	struct kvdmabuf_query q;
+	uint64_t gen;
 	int ret, i, fd;
 	int64_t t0;
 
 	while (!atomic_load(&r->stop)) {
 		i = rand_r(&seed) % NBACK;
-		t0 = mono_ns();
+		t0 = race_now_ns();
 		switch (rand_r(&seed) % 5) {
 		case 0:
-			ret = kvd_revoke(r->dev, r->proxy, 2000);
+			ret = kvd_revoke_full(r->dev, r->proxy, 2000, &gen);
 			if (!ret)
-				log_op(m, NONE, t0);
+				log_op(m, RACE_REVOKED, t0, gen, false);
 			else
 				note_error(r, "revoke", ret);
 			break;
 		case 1:
-			ret = kvd_attach(r->dev, r->proxy, r->backing[i], 0);
+			ret = kvd_attach_full(r->dev, r->proxy, r->backing[i],
+					      0, 0, 0, &gen);
 			if (!ret)
-				log_op(m, i, t0);
+				log_op(m, i, t0, gen, true);
 			else if (ret == -EEXIST || ret == -EAGAIN)
 				atomic_fetch_add(&m->allowed, 1);
 			else
 				note_error(r, "attach", ret);
 			break;
 		case 2:
-			ret = kvd_replace(r->dev, r->proxy, r->backing[i], 0);
+			ret = kvd_attach_full(r->dev, r->proxy, r->backing[i],
+					      0, KVDMABUF_ATTACH_REPLACE, 2000,
+					      &gen);
 			if (!ret)
-				log_op(m, i, t0);
+				log_op(m, i, t0, gen, false);
 			else if (ret == -EAGAIN)
 				atomic_fetch_add(&m->allowed, 1);
 			else
@@ -307,9 +298,9 @@ static void *multi_reader(void *arg)
 		uint64_t off = (rand_r(&seed) % (WPAGE - CHUNK / KVD_PAGE + 1)) *
 			       KVD_PAGE;
 
-		t0 = mono_ns();
+		t0 = race_now_ns();
 		ret = imp_read(imp, h, off, buf, CHUNK);
-		t1 = mono_ns();
+		t1 = race_now_ns();
 		if (ret == -ENODEV) {
 			atomic_fetch_add(&r->reads_revoked, 1);
 			continue;
@@ -328,37 +319,13 @@ static void *multi_reader(void *arg)
 		}
 		k = atomic_fetch_add(&m->nreads, 1);
 		if (k < MAXLOG)
-			m->rd[k] = (struct read_rec){ match, t0, t1 };
+			m->rd[k] = (struct race_read){ match, t0, t1 };
 		atomic_fetch_add(&r->reads_ok, 1);
 	}
 	imp_release(imp, h);
 	close(imp);
 	free(buf);
 	return NULL;
-}
-
-/*
- * Was @rd's backing current at some moment of the read? The operation
- * that made it current last, among those begun before the read ended
- * (the latest to return: an earlier one is superseded whenever it is),
- * must not be followed, entirely before the read began, by one that made
- * something else current.
- */
-static bool read_in_window(const struct multi *m, int nops,
-			   const struct read_rec *rd)
-{
-	int64_t made = -1, other = -1;
-	int k;
-
-	for (k = 0; k < nops; k++) {
-		const struct op_rec *o = &m->op[k];
-
-		if (o->target == rd->got && o->t0 < rd->t1 && o->t1 > made)
-			made = o->t1;
-		if (o->target != rd->got && o->t1 < rd->t0 && o->t0 > other)
-			other = o->t0;
-	}
-	return made >= 0 && other <= made;
 }
 
 static void *querier(void *arg)
@@ -489,7 +456,8 @@ TEST_TIMEOUT(churn_while_importers_access, 120)
 
 /*
  * Three controllers on one proxy at once, two readers and a writer: every
- * read one backing's bytes, and one the proxy had during the read.
+ * read one backing's bytes, and one the proxy had during the read; no
+ * plain attach succeeded on a backed proxy.
  */
 TEST_TIMEOUT(concurrent_controllers_while_importers_access, 120)
 {
@@ -499,14 +467,18 @@ TEST_TIMEOUT(concurrent_controllers_while_importers_access, 120)
 	const char *why;
 	int i, k, n = 0, nops, nreads;
 	long stale = 0;
+	const char *order;
+	char why_order[160];
 
 	why = race_open(_metadata, &r);
 	if (why)
 		SKIP(return, "%s", why);
 	m.r = &r;
-	m.op[0] = (struct op_rec){ 0, mono_ns(), 0 };
-	ASSERT_EQ(0, kvd_attach(r.dev, r.proxy, r.backing[0], 0));
-	m.op[0].t1 = mono_ns();
+	m.op[0] = (struct race_op){ .target = 0, .t0 = race_now_ns(),
+				    .plain = true };
+	ASSERT_EQ(0, kvd_attach_full(r.dev, r.proxy, r.backing[0], 0, 0, 0,
+				     &m.op[0].gen));
+	m.op[0].t1 = race_now_ns();
 	atomic_store(&m.nops, 1);
 
 	for (i = 0; i < NCTL; i++)
@@ -526,8 +498,12 @@ TEST_TIMEOUT(concurrent_controllers_while_importers_access, 120)
 	if (nreads > MAXLOG)
 		nreads = MAXLOG;
 	for (k = 0; k < nreads; k++)
-		if (!read_in_window(&m, nops, &m.rd[k]))
+		if (!race_read_in_window(m.op, nops, &m.rd[k]))
 			stale++;
+	/* every change logged (nops below MAXLOG): their order is judged */
+	order = race_gens_check(m.op, nops, why_order, sizeof(why_order));
+	if (order)
+		TH_LOG("the swaps' order: %s", order);
 	TH_LOG("reads ok %ld (judged %d, of a backing not current then: %ld) "
 	       "revoked %ld, writes %ld; control ops %ld (%d changed the "
 	       "backing, %ld refused as the uapi allows)",
@@ -538,6 +514,7 @@ TEST_TIMEOUT(concurrent_controllers_while_importers_access, 120)
 		TH_LOG("last unexpected error: %s", r.last_error);
 	EXPECT_EQ(0, atomic_load(&r.bad_bytes));
 	EXPECT_EQ(0, stale);
+	EXPECT_EQ(0, order != NULL);
 	EXPECT_EQ(0, atomic_load(&r.bad_errors));
 	EXPECT_GT(nreads, 0);
 	EXPECT_GT(nops, 10);
