@@ -68,6 +68,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -2132,11 +2133,18 @@ struct storm_ctl {
 	uint64_t rng;
 };
 
-static void storm_bad(struct storm *s, const char *what, int ret)
+/* Records the storm's first failure (its threads have no cur_why). */
+static void __attribute__((format(printf, 2, 3)))
+storm_bad(struct storm *s, const char *fmt, ...)
 {
+	va_list ap;
+
 	pthread_mutex_lock(&s->elock);
-	if (!s->err[0])
-		snprintf(s->err, sizeof(s->err), "%s: %s", what, ename(-ret));
+	if (!s->err[0]) {
+		va_start(ap, fmt);
+		vsnprintf(s->err, sizeof(s->err), fmt, ap);
+		va_end(ap);
+	}
 	pthread_mutex_unlock(&s->elock);
 }
 
@@ -2160,7 +2168,7 @@ static void storm_answer(struct storm *s, const char *what, int ret,
 		if (ret == -allowed[k])
 			return;
 	if (ret && !mem_ran_out(ret))
-		storm_bad(s, what, ret);
+		storm_bad(s, "%s: %s", what, ename(-ret));
 }
 
 static void storm_query(struct storm *s, int fd, uint64_t *gen)
@@ -2174,10 +2182,12 @@ static void storm_query(struct storm *s, int fd, uint64_t *gen)
 	}
 	if (q.state != KVDMABUF_STATE_BACKED &&
 	    q.state != KVDMABUF_STATE_REVOKED)
-		storm_bad(s, "query: a state neither BACKED nor REVOKED",
-			  -(int)q.state);
+		storm_bad(s, "query: state %u, neither BACKED nor REVOKED",
+			  q.state);
 	else if (q.generation < *gen)
-		storm_bad(s, "query: the generation went back", -EINVAL);
+		storm_bad(s, "query: generation %llu after %llu",
+			  (unsigned long long)q.generation,
+			  (unsigned long long)*gen);
 	*gen = q.generation;
 }
 
@@ -2263,7 +2273,8 @@ static void *storm_reader(void *p)
 				match = i;
 		}
 		if (match < 0) {
-			storm_bad(s, "read: bytes of no backing whole", -EIO);
+			storm_bad(s, "read at %llu: bytes of no backing whole",
+				  (unsigned long long)off);
 			continue;
 		}
 		k = __atomic_fetch_add(&s->nreads, 1, __ATOMIC_RELAXED);
@@ -2295,15 +2306,14 @@ static void storm_run(struct storm *s, const struct op *op)
 		pthread_join(tid[i], NULL);
 	}
 	if (n < STORM_CTL + 1)
-		storm_bad(s, "pthread_create", -EAGAIN);
+		storm_bad(s, "%d of %d threads started", n, STORM_CTL + 1);
 	nops = s->nops < STORM_LOG ? s->nops : STORM_LOG;
 	nreads = s->nreads < STORM_READS ? s->nreads : STORM_READS;
 	if (race_gens_check(s->op, nops, why, sizeof(why)))
-		storm_bad(s, why, -EINVAL);
+		storm_bad(s, "%s", why);
 	for (i = 0; i < nreads && !s->err[0]; i++)
 		if (!race_read_in_window(s->op, nops, &s->rd[i]))
-			storm_bad(s, "read: a backing the proxy did not have then",
-				  -EIO);
+			storm_bad(s, "read: a backing the proxy did not have then");
 }
 
 static int do_storm(struct world *w, const struct op *op)
@@ -2348,14 +2358,13 @@ static int do_storm(struct world *w, const struct op *op)
 	ret = imp_release(w->imp, s->handle);
 	s->handle = -1;
 	if (ret)
-		storm_bad(s, "release of the import", ret);
+		storm_bad(s, "release of the import: %s", ename(-ret));
 	ret = kvd_revoke(s->dev, s->proxy, kvd_scaled_ms(2000));
 	storm_answer(s, "the last revoke", ret, (const int[]){ 0 });
 	if (!ret && !kvd_query(s->dev, s->proxy, &q) &&
 	    (q.live_mappings || q.backing_attachments || q.stale_backings ||
 	     q.dynamic_importers || q.pinned_importers))
-		storm_bad(s, "revoked, the import gone: still mapped, attached or stale",
-			  -EBUSY);
+		storm_bad(s, "revoked, the import gone: still mapped, attached or stale");
 	if (s->err[0])
 		BAD("storm (%d operations changed the backing, %d reads): %s",
 		    s->nops - 1, s->nreads, s->err);
