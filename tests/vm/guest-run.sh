@@ -116,19 +116,10 @@ ibv_conf=$(mktemp -d /tmp/kvd-ibverbs.XXXXXX) &&
 	echo "driver rxe" >"$ibv_conf/rxe.driver" &&
 	mount --bind "$ibv_conf" /etc/libibverbs.d ||
 	setup_fail "rxe-only /etc/libibverbs.d"
-for rl in $rxe_links; do
-	rdma link add "${rl%%:*}" type rxe netdev "${rl#*:}" ||
-		setup_fail "rdma link add ${rl%%:*}"
-done
-# Wait for the link-local GIDs (index 0) the tests address each other by.
-for rl in $rxe_links; do
-	for i in $(seq 50); do
-		g=$(cat "/sys/class/infiniband/${rl%%:*}/ports/1/gids/0" 2>/dev/null)
-		case "$g" in fe80*) break ;; esac
-		sleep 0.1
-	done
-	case "$g" in fe80*) ;; *) setup_fail "${rl%%:*}: GID not populated" ;; esac
-done
+. "$(dirname "$0")/rxe-links.sh"
+msg=$(rxe_links_add "$rxe_links") || setup_fail "$msg"
+# for a batch of breakages that loads another rdma_rxe (make mutants)
+export KVDMABUF_RXE_LINKS=$rxe_links
 
 for ko in module/kvdmabuf.ko tests/kmod/kvd_importer.ko; do
 	if [ -f "$build/$ko" ]; then
