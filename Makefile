@@ -123,9 +123,9 @@ RANGES_BENCH := $(if $(wildcard tests/bench/ranges-bench.c),tests/bench/ranges-b
 CYCLES ?= 3
 
 .PHONY: all lib cli tests asan modules rxe dkms-src deb clean check check-unit check-vm demo demo-2node demo-mooncake bench deps fuzz \
-	install uninstall modules_install mutants mutants-random mutant-modules update-counts
+	install uninstall modules_install mutants mutants-random mutant-modules mutant-trees update-counts
 
-all: lib cli tests modules rxe $(if $(MUTANT_TREES),mutant-modules)
+all: lib cli tests modules rxe $(if $(MUTANT_TREES),mutant-modules mutant-trees)
 
 lib: $(LIB_A) $(LIB_SO) $(PRELOAD_SO)
 
@@ -375,13 +375,20 @@ modules:
 		exit 1; }
 	$(Q)$(MAKE) -C $(KDIR) M=$(CURDIR) W=1 $(if $(Q),,V=1) modules
 
-# make mutants' batches (tests/mutants/run.py): each breakage's copy of the
-# module, MUTANT_TREES/NAME/module, built for KDIR as well; one that does not
-# build is left without its .ko (the guest says so) and stops nothing else.
+# make mutants' batches (tests/mutants/run.py), with the rest of the tree:
+# a module breakage's copy of the module (MUTANT_TREES/NAME/Kbuild and
+# module/) built for KDIR; any other's edited files (MUTANT_TREES/NAME/overlay)
+# laid over a copy of this built tree, which is built again
+# (tests/mutants/build_tree.sh). One that does not build is left without its
+# .ko or its tree (the guest says so) and stops nothing else.
 MUTANT_TREES ?=
-mutant-modules: $(addprefix mutant-module/,$(patsubst %/module,%,$(wildcard $(MUTANT_TREES)/*/module)))
+mutant-modules: $(addprefix mutant-module/,$(patsubst %/Kbuild,%,$(wildcard $(MUTANT_TREES)/*/Kbuild)))
 mutant-module/%: modules
 	$(Q)$(MAKE) -C $(KDIR) M=$(CURDIR)/$* modules || \
+		echo "kvdmabuf: $* does not build" >&2
+mutant-trees: $(addprefix mutant-tree/,$(patsubst %/overlay,%,$(wildcard $(MUTANT_TREES)/*/overlay)))
+mutant-tree/%: lib cli tests modules rxe
+	+$(Q)tests/mutants/build_tree.sh $* "$(KDIR)" || \
 		echo "kvdmabuf: $* does not build" >&2
 
 # Soft-RoCE with dma-buf MRs for the VM lanes, from KDIR's own rxe source
@@ -407,11 +414,11 @@ check:
 update-counts:
 	$(Q)tests/vm/counts.sh update
 
-# Each breakage of tests/mutants/mutants.list in a scratch copy of HEAD,
-# against the tests that must catch it; a table (build/mutants/table.md).
-# Module breakages run in batches, one guest per lane, each against the
-# lane's whole list. Not part of make check. MUTANTS_ARGS: --only NAME,
-# --lane LANE, --baseline, --single, --keep.
+# Each breakage of tests/mutants/mutants.list on HEAD's files, against the
+# tests that must catch it; a table (build/mutants/table.md). VM breakages
+# run in batches, one guest per lane, each against the lane's whole list.
+# Not part of make check. MUTANTS_ARGS: --only NAME, --lane LANE,
+# --baseline, --single.
 mutants:
 	$(Q)tests/mutants/run.py $(MUTANTS_ARGS)
 

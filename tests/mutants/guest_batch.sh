@@ -1,19 +1,25 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # Runs inside one guest of a lane (tests/vm/check.sh run LANE
-# tests/mutants/guest_batch.sh BATCH): several module breakages, one after
-# the other, each against the lane's whole list. tests/mutants/run.py
-# writes BATCH and builds each breakage's module under mutants/NAME/module
-# of the build tree (make MUTANT_TREES=mutants).
+# tests/mutants/guest_batch.sh BATCH): several breakages, one after the
+# other, each against the lane's whole list. tests/mutants/run.py writes
+# BATCH; the lane's build (make MUTANT_TREES=mutants) builds a module
+# breakage's module under mutants/NAME/module, and any other breakage's
+# copy of the whole built tree under build/mutant-trees/NAME
+# (tests/mutants/build_tree.sh).
 #
-# For each breakage: the helper module is unloaded, the breakage's
+# For a module breakage, the helper module is unloaded, the breakage's
 # kvdmabuf.ko is bind-mounted over module/kvdmabuf.ko (the tests that
-# reload the module load it from there) and loaded; then its own tests run
-# first, then every program of tests/vm.list and tests/vm-LANE.list (the
-# lane's "!LANE" marks kept), stopping at the first that fails or leaves a
-# kernel report; where kmemleak runs (the debug lane), a leak in the code
-# the suite drives counts as well (scanned after its own tests and after
-# the list). The verdict line is
+# reload the module load it from there) and loaded. For any other, its
+# tree is bind-mounted over the build tree (its library, programs and
+# scripts in the same paths); where its soft-RoCE module differs (a
+# breakage of the rxe patches), the soft-RoCE devices are removed and made
+# again on that rdma_rxe.ko (tests/vm/rxe-links.sh), and back after it.
+# Then its own tests run first, then every program of tests/vm.list and
+# tests/vm-LANE.list (the lane's "!LANE" marks kept), stopping at the
+# first that fails or leaves a kernel report; where kmemleak runs (the
+# debug lane), a leak in the code the suite drives counts as well (scanned
+# after its own tests and after the list). The verdict line is
 #
 #   # mutant-verdict NAME caught|SURVIVED|ERROR SECONDS DETAIL
 #
@@ -22,8 +28,8 @@
 # the next breakage: the batch stops with "# mutant-batch-stopped" and
 # run.py boots a fresh guest for the rest.
 #
-# BATCH lines: "mutant NAME" starts a breakage, "run PROGRAM [ARGS]" names
-# one of its own tests (a path under tests/).
+# BATCH lines: "mutant NAME module|tree" starts a breakage, "run PROGRAM
+# [ARGS]" names one of its own tests (a path under tests/).
 set -u
 build=${KVDMABUF_BUILD:?run by tests/vm/guest-run.sh}
 batch=$1
@@ -38,6 +44,8 @@ prog_timeout=$((200 * scale))
 # Mooncake's user-space scenarios run on 6.12 only, as in the lane's suite
 [ "$lane" = 6.12 ] || export KVDMABUF_MOONCAKE_SCENARIOS=0
 . "$build/tests/vm/kmemleak.sh"
+. "$build/tests/vm/rxe-links.sh"
+rxe_ko=tests/rxe/build/rdma_rxe.ko
 kmemleak=
 kmemleak_on && kmemleak=1
 out=$(mktemp /tmp/kvd-mutant.XXXXXX)
@@ -105,32 +113,100 @@ verdict() { # name verdict detail
 	echo "# mutant-verdict $1 $2 $((SECONDS - t_mutant)) $3"
 }
 
-# One breakage; sets $stop when this kernel must not run another.
-one() { # name programs-file
-	local name=$1 words prog res rc first detail t0 ran=0
-	t_mutant=$SECONDS
-	echo "kvd-mutant-begin $name" >/dev/kmsg
+# The breakage's module in place of the unbroken one; 1 when it cannot run.
+put_module() { # name
 	if [ -d /sys/module/kvdmabuf ] && ! rmmod kvdmabuf; then
-		verdict "$name" ERROR "the module before it did not unload"
+		verdict "$1" ERROR "the module before it did not unload"
 		stop=1
-		return
+		return 1
 	fi
-	if [ ! -f "$build/mutants/$name/module/kvdmabuf.ko" ]; then
-		verdict "$name" ERROR "does not build"
-		return
+	if [ ! -f "$build/mutants/$1/module/kvdmabuf.ko" ]; then
+		verdict "$1" ERROR "does not build"
+		return 1
 	fi
-	mount --bind "$build/mutants/$name/module/kvdmabuf.ko" "$ko" || {
-		verdict "$name" ERROR "bind mount failed"
+	mount --bind "$build/mutants/$1/module/kvdmabuf.ko" "$ko" || {
+		verdict "$1" ERROR "bind mount failed"
 		stop=1
-		return
+		return 1
 	}
 	bound=1
-	detail=
+	insmod "$ko" || detail="insmod failed"
+}
+
+take_module() {
+	if [ -z "$stop" ] && [ -d /sys/module/kvdmabuf ] && ! rmmod kvdmabuf; then
+		detail="${detail:+$detail; }the module did not unload after the tests"
+		stop=1
+	fi
+	[ -n "$stop" ] || { umount "$ko" && bound=; }
+}
+
+# Soft-RoCE's devices again, on the rdma_rxe.ko now at the build tree's path.
+rxe_swap() {
+	local msg
+	msg=$(rxe_links_del "$KVDMABUF_RXE_LINKS" && rmmod rdma_rxe &&
+	      insmod "$build/$rxe_ko" && rxe_links_add "$KVDMABUF_RXE_LINKS") ||
+		{ echo "soft-RoCE with $rxe_ko: ${msg:-failed}"; return 1; }
+}
+
+# The breakage's tree over the build tree; 1 when it cannot run.
+put_tree() { # name
+	local t=$build/build/mutant-trees/$1 msg
+	if [ ! -f "$t/.built" ]; then
+		verdict "$1" ERROR "does not build"
+		return 1
+	fi
+	rxe_new=
+	if [ -n "${KVDMABUF_RXE_LINKS:-}" ] && [ -f "$t/$rxe_ko" ] &&
+	   ! cmp -s "$t/$rxe_ko" "$build/$rxe_ko"; then
+		rxe_new=1
+	fi
+	mount --bind "$t" "$build" || {
+		verdict "$1" ERROR "bind mount failed"
+		stop=1
+		return 1
+	}
+	tree_bound=1
+	# a soft-RoCE that does not come up, or the unbroken module (a module
+	# breakage before it unloaded its own) that does not load, is no verdict
+	if [ -n "$rxe_new" ] && ! msg=$(rxe_swap); then
+		verdict "$1" ERROR "$msg"
+		stop=1
+		return 1
+	fi
+	if [ ! -d /sys/module/kvdmabuf ] && ! insmod "$ko"; then
+		verdict "$1" ERROR "the unbroken module did not load"
+		stop=1
+		return 1
+	fi
+}
+
+take_tree() {
+	local msg
+	[ -z "$stop" ] || return 0
+	if ! umount "$build"; then
+		detail="${detail:+$detail; }its tree did not unmount after the tests"
+		stop=1
+		return
+	fi
+	tree_bound=
+	if [ -n "$rxe_new" ] && ! msg=$(rxe_swap); then
+		detail="${detail:+$detail; }the lane's own $msg"
+		stop=1
+	fi
+}
+
+# One breakage; sets $stop when this kernel must not run another.
+one() { # name module|tree programs-file
+	local name=$1 kind=$2 words prog res rc first detail='' t0 ran=0
+	t_mutant=$SECONDS
+	echo "kvd-mutant-begin $name" >/dev/kmsg
 	# what earlier ones left unreferenced is theirs (the debug lane)
 	[ -z "$kmemleak" ] || kmemleak_start
-	if ! insmod "$ko"; then
-		detail="insmod failed"
-	fi
+	case $kind in
+	module) put_module "$name" || return ;;
+	*) put_tree "$name" || return ;;
+	esac
 	while [ -z "$detail" ] && read -r words; do
 		if [ "$words" = --own-tests-done-- ]; then
 			# a leak its own tests made, before the lane's list
@@ -163,13 +239,12 @@ one() { # name programs-file
 			detail="${detail:+$detail; }kernel log after ${prog[0]}: ${first:0:100}"
 			stop=1
 		fi
-	done <"$2"
+	done <"$3"
 	leak_check
-	if [ -z "$stop" ] && [ -d /sys/module/kvdmabuf ] && ! rmmod kvdmabuf; then
-		detail="${detail:+$detail; }the module did not unload after the tests"
-		stop=1
-	fi
-	[ -n "$stop" ] || { umount "$ko" && bound=; }
+	case $kind in
+	module) take_module ;;
+	*) take_tree ;;
+	esac
 	if [ -n "$detail" ]; then
 		verdict "$name" caught "$detail"
 	else
@@ -177,9 +252,9 @@ one() { # name programs-file
 	fi
 }
 
-stop= bound=
+stop= bound= tree_bound= rxe_new=
 todo=$(mktemp /tmp/kvd-mutant-todo.XXXXXX)
-name=
+name= mkind=
 flush() {
 	[ -n "$name" ] || return 0
 	echo --own-tests-done-- >>"$todo"
@@ -187,7 +262,7 @@ flush() {
 		# a program already run whole as one of its own tests
 		grep -qx "$p" "$todo" || echo "$p"
 	done >>"$todo"
-	one "$name" "$todo"
+	one "$name" "$mkind" "$todo"
 	: >"$todo"
 }
 while read -r kind rest; do
@@ -195,7 +270,7 @@ while read -r kind rest; do
 	mutant)
 		flush
 		[ -n "$stop" ] && break
-		name=$rest
+		read -r name mkind <<<"$rest"
 		;;
 	run) echo "$rest" >>"$todo" ;;
 	esac
@@ -214,5 +289,6 @@ if [ -n "$stop" ]; then
 fi
 # the unbroken module back, for guest-run.sh's teardown
 [ -z "$bound" ] || umount "$ko"
+[ -z "$tree_bound" ] || umount "$build"
 [ -d /sys/module/kvdmabuf ] || insmod "$ko"
 exit 0

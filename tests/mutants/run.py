@@ -1,42 +1,49 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
-"""make mutants: each breakage of tests/mutants/mutants.list, applied to a
-scratch copy of the tree (git archive of HEAD), built, and run against the
-tests that must catch it; a table of what was caught.
+"""make mutants: each breakage of tests/mutants/mutants.list, applied to
+HEAD's files, built, and run against the tests that must catch it; a table
+of what was caught.
 
     run.py [--list FILE] [--only NAME]... [--lane LANE]... [--baseline]
-           [--keep] [--table FILE] [--single] [--jobs N] [--named-only]
+           [--table FILE] [--single] [--jobs N] [--named-only]
 
---single runs module breakages one guest each, against their own tests only;
---jobs N runs N host breakages side by side (after the guests). A breakage
-that is not batched and that its own tests miss runs against the whole list
-of each lane they are on (the host's unit.list: everything built; a VM
-lane's suite) unless --named-only: a survivor is one the whole suite
-misses.
-
-A module breakage (every edit under module/, its tests on one VM lane) runs
-in a batch with the lane's other module breakages: each one's copy of the
-module is built for the lane in one scratch tree (make MUTANT_TREES), and
-one guest loads them in turn, each against its own tests first and then the
-lane's whole list, up to the first failure (tests/mutants/guest_batch.sh);
+A breakage whose tests are all on one VM lane runs in a batch with the
+lane's others: one scratch tree holds each one's copy of what it changes
+(mutants/NAME: a module breakage's module/, any other's edited files), built
+for the lane with the tree (make MUTANT_TREES; tests/mutants/build_tree.sh),
+and one guest takes them in turn, each against its own tests first and then
+the lane's whole list, up to the first failure (tests/mutants/guest_batch.sh);
 a breakage that leaves the kernel unfit (a report, a stuck program, a module
 that does not unload) ends the guest and the rest go on in a fresh one.
-Any other VM test runs with tests/vm/check.sh run LANE PROGRAM ARGS from its
-own scratch copy (one guest per breakage; the VM lock serializes it with
-other runs), a unit test is the scratch copy's program run on this machine. A breakage is
-caught when its test run fails: a failing TAP line, a kernel log report, a
-test that crashed or timed out. It SURVIVED when the tests passed. A
-breakage whose text is not found exactly once, a tree that does not build,
-a run whose tests all skipped or whose VM setup failed, is an ERROR: never a
-pass. --baseline first runs every named test on the unmutated copy, which
-must pass (else the table would mean nothing). Exit status 0 only when
-every breakage was caught (and the baseline passed).
+--single runs them one guest each (tests/vm/check.sh run LANE PROGRAM
+ARGS), against their own tests only. A host breakage runs its unit
+programs on this machine, --jobs N side by side (after the guests, whose
+tests time things on the same cores); one its own tests miss runs against
+the host's whole unit.list unless --named-only: a survivor is one the whole
+suite misses.
+
+The scratch trees are kept in the cache (KVDMABUF_CACHE/mutants/), made
+equal to HEAD by content at each run, so that a file that did not change
+keeps its time and the lanes' build trees rebuild only what changed: a
+second run builds the breakages' files and little else. One run at a time
+(a lock there).
+
+A breakage is caught when its test run fails: a failing TAP line, a kernel
+log report, a test that crashed or timed out. It SURVIVED when the tests
+passed. A breakage whose text is not found exactly once, a tree that does
+not build, a run whose tests all skipped or whose VM setup failed, is an
+ERROR: never a pass. --baseline first runs the unbroken module, and the
+unbroken tree with the tests of the batch's other breakages, through each
+batch's whole list, and every named test of the others on HEAD, which must
+pass (else the table would mean nothing). Exit status 0 only when every
+breakage was caught (and the baseline passed).
 """
 import argparse
 import concurrent.futures
 import datetime
-import hashlib
+import fcntl
 import os
+import queue
 import re
 import shutil
 import signal
@@ -146,30 +153,71 @@ def scratch_copy(commit):
     return d
 
 
-def apply(tree, entry):
-    """Apply the edits; an error string, or None."""
+def edited(tree, entry):
+    """{path: the file's text with the breakage}, or an error string."""
+    texts = {}
     for path, old, new in entry["edits"]:
         p = os.path.join(tree, path)
-        if not os.path.exists(p):
-            return "%s: no such file" % path
-        with open(p) as f:
-            text = f.read()
+        if path not in texts:
+            if not os.path.exists(p):
+                return "%s: no such file" % path
+            with open(p) as f:
+                texts[path] = f.read()
+        text = texts[path]
         o = "\n".join(old) + "\n"
         count = text.count(o)
         if count != 1:
             return "%s: the replace text occurs %d times" % (path, count)
-        text = text.replace(o, "\n".join(new) + ("\n" if new else ""))
-        with open(p, "w") as f:
+        texts[path] = text.replace(o, "\n".join(new) + ("\n" if new else ""))
+    return texts
+
+
+def apply(tree, entry):
+    """Apply the edits; an error string, or None."""
+    texts = edited(tree, entry)
+    if isinstance(texts, str):
+        return texts
+    for path, text in texts.items():
+        with open(os.path.join(tree, path), "w") as f:
             f.write(text)
     return None
 
 
-def lane_dirs(tree):
-    """The build trees check.sh makes for a checkout (lanes/<sha1 of path>)."""
-    cache = os.environ.get("KVDMABUF_CACHE", "/var/cache/kvdmabuf")
-    h = hashlib.sha1(tree.encode()).hexdigest()[:12]
-    return [os.path.join(cache, "lanes", h),
-            os.path.join(cache, "trixie-root", "kvdmabuf-lanes", h)]
+def write_if_changed(path, text):
+    """Rewritten only when the text differs: an unchanged file keeps its
+    time, and what was built from it stays built."""
+    try:
+        with open(path) as f:
+            if f.read() == text:
+                return
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def cache_dir():
+    return os.environ.get("KVDMABUF_CACHE", "/var/cache/kvdmabuf")
+
+
+def kept_tree(pristine, name):
+    """A scratch tree of the cache's, KVDMABUF_CACHE/mutants/NAME, made equal
+    to PRISTINE by content: a file that did not change keeps its time, so
+    the lane build trees made for it (named after its path) rebuild only
+    what changed since the last run; build outputs, and mutants/ (batches
+    rewrite it themselves), are kept."""
+    tree = os.path.join(cache_dir(), "mutants", name)
+    os.makedirs(tree, exist_ok=True)
+    os.chmod(tree, 0o755)
+    # (its folders that hold only build outputs stay: rsync says so, which
+    # is no error)
+    p = subprocess.run(["rsync", "-rlpc", "--delete", "--exclude=/mutants/",
+                        "--filter=merge " + os.path.join(REPO, "tests/vm/sync-filter"),
+                        pristine + "/", tree + "/"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if p.returncode:
+        raise RuntimeError("rsync to %s: %s" % (tree, p.stdout.decode()))
+    return tree
 
 
 def run_unit(tree, words, log):
@@ -287,38 +335,90 @@ def run_tests(tree, entry, log, whole):
 
 
 def batchable(entry):
-    """A module breakage whose tests are on one VM lane."""
+    """A breakage whose tests are all on one VM lane."""
     lanes = {w[0] for w in entry["tests"]}
-    return (all(ed[0].startswith("module/") for ed in entry["edits"]) and
-            len(lanes) == 1 and "unit" not in lanes)
+    return len(lanes) == 1 and "unit" not in lanes
 
 
-def batch_tree(commit, entries, baseline):
-    """One scratch copy with mutants/NAME/{Kbuild,module,uapi} per breakage
-    (the unbroken module as "baseline" first when asked); the breakages that
-    apply, and {name: error} for those that do not."""
-    tree = scratch_copy(commit)
+def kind(entry):
+    """module: its edits all under module/ (the guest loads its module);
+    tree: any other (the guest runs its tree)."""
+    if "kind" in entry:
+        return entry["kind"]
+    return ("module" if all(ed[0].startswith("module/")
+                            for ed in entry["edits"]) else "tree")
+
+
+def batch_tree(pristine, lane, entries, baseline):
+    """The lane's kept scratch tree with mutants/NAME/ per breakage: a
+    module breakage's copy of module/ and uapi/ (with a Kbuild: make
+    MUTANT_TREES builds its kvdmabuf.ko), any other's edited files under
+    overlay/ (make MUTANT_TREES lays them over a copy of the built tree and
+    builds it again: tests/mutants/build_tree.sh); when asked, the unbroken
+    module as "baseline" first and, where the lane has other breakages, the
+    unbroken tree as "baseline-tree" with their tests (each must pass the
+    whole list). Every file written only where it changed. The breakages
+    that apply, and {name: error} for those that do not."""
+    tree = kept_tree(pristine, "batch-" + lane)
     errors, todo = {}, []
-    pseudo = [{"name": "baseline", "edits": [], "tests": []}] if baseline else []
+    pseudo = []
+    if baseline:
+        pseudo.append({"name": "baseline", "edits": [], "tests": [],
+                       "kind": "module"})
+        own = [tuple(w) for e in entries if kind(e) == "tree"
+               for w in e["tests"]]
+        if own:
+            pseudo.append({"name": "baseline-tree", "edits": [],
+                           "kind": "tree",
+                           "tests": [list(w) for w in dict.fromkeys(own)]})
     for e in pseudo + entries:
+        texts = edited(pristine, e)
+        if isinstance(texts, str):
+            errors[e["name"]] = "does not apply: " + texts
+            continue
         d = os.path.join(tree, "mutants", e["name"])
-        for part in ("module", "uapi"):
-            shutil.copytree(os.path.join(tree, part), os.path.join(d, part))
-        with open(os.path.join(d, "Kbuild"), "w") as f:
-            f.write("obj-m += module/\n")
-        err = apply(d, e)
-        if err:
-            errors[e["name"]] = "does not apply: " + err
+        want = set()
+        if kind(e) == "module":
+            for part in ("module", "uapi"):
+                src = os.path.join(pristine, part)
+                for f in os.listdir(src):
+                    rel = os.path.join(part, f)
+                    with open(os.path.join(src, f)) as fh:
+                        write_if_changed(os.path.join(d, rel),
+                                         texts.get(rel, fh.read()))
+                    want.add(rel)
+            write_if_changed(os.path.join(d, "Kbuild"), "obj-m += module/\n")
+            want.add("Kbuild")
         else:
-            todo.append(e)
+            # the folder even with no file: make MUTANT_TREES finds it
+            os.makedirs(os.path.join(d, "overlay"), exist_ok=True)
+            for rel, text in texts.items():
+                write_if_changed(os.path.join(d, "overlay", rel), text)
+                want.add(os.path.join("overlay", rel))
+        prune(d, want)
+        todo.append(e)
+    names = {e["name"] for e in todo}
+    top = os.path.join(tree, "mutants")
+    for n in os.listdir(top) if os.path.isdir(top) else []:
+        if n not in names and n != "batch.list":
+            shutil.rmtree(os.path.join(top, n))
     return tree, todo, errors
 
 
-def run_batch(commit, lane, entries, baseline, logdir, table, keep, done):
-    """The module breakages of one lane in as few guests as they allow;
+def prune(d, want):
+    """Files under D that are not in WANT (paths relative to D) removed."""
+    for root, _, files in os.walk(d):
+        for f in files:
+            p = os.path.join(root, f)
+            if os.path.relpath(p, d) not in want:
+                os.unlink(p)
+
+
+def run_batch(pristine, lane, entries, baseline, logdir, table, done):
+    """The breakages of one lane in as few guests as they allow;
     done(name, verdict, detail, secs) for each (the baseline too). The
     consoles go to logdir, named after the table (runs side by side)."""
-    tree, todo, errors = batch_tree(commit, entries, baseline)
+    tree, todo, errors = batch_tree(pristine, lane, entries, baseline)
     for name, err in errors.items():
         done(name, "ERROR", err, 0)
     env = dict(os.environ, KVDMABUF_JOBS=JOBS,
@@ -328,7 +428,8 @@ def run_batch(commit, lane, entries, baseline, logdir, table, keep, done):
         boot += 1
         with open(os.path.join(tree, "mutants", "batch.list"), "w") as f:
             for e in todo:
-                f.write("mutant %s\n" % e["name"])
+                f.write("mutant %s %s\n" % (
+                    e["name"], kind(e)))
                 for w in e["tests"]:
                     f.write("run %s\n" % " ".join(w[1:]))
         logpath = os.path.join(logdir, "%s.batch-%s-%d.log" % (
@@ -375,18 +476,6 @@ def run_batch(commit, lane, entries, baseline, logdir, table, keep, done):
                          "the guest ended before it ran (see %s)" % logpath, 0)
                 rest = []
         todo = rest
-    if keep:
-        print("# lane %s: scratch copy %s" % (lane, tree))
-    cleanup(tree, keep)
-
-
-def cleanup(tree, keep):
-    if keep:
-        return
-    for d in lane_dirs(tree):
-        if os.path.isdir(d):
-            shutil.rmtree(d, ignore_errors=True)
-    shutil.rmtree(tree, ignore_errors=True)
 
 
 def main():
@@ -396,8 +485,6 @@ def main():
                     help="run only this breakage (repeatable)")
     ap.add_argument("--baseline", action="store_true",
                     help="first run every named test on the unmutated tree")
-    ap.add_argument("--keep", action="store_true",
-                    help="keep the scratch copies (their paths are printed)")
     ap.add_argument("--table", default=os.path.join(REPO, "build/mutants/table.md"))
     ap.add_argument("--lane", action="append", default=[],
                     help="only breakages with a test on this lane "
@@ -409,7 +496,7 @@ def main():
                     help="a breakage its own tests miss is not run against "
                          "its lanes' whole lists")
     ap.add_argument("--single", action="store_true",
-                    help="module breakages one guest each, own tests only")
+                    help="VM breakages one guest each, own tests only")
     ap.add_argument("--check-list", action="store_true",
                     help="only check that every breakage applies to HEAD")
     a = ap.parse_args()
@@ -435,15 +522,32 @@ def main():
     logdir = os.path.join(REPO, "build/mutants")
     os.makedirs(logdir, exist_ok=True)
 
-    if a.check_list:
-        bad = 0
-        for e in entries:
-            tree = scratch_copy(commit)
-            err = apply(tree, e)
-            shutil.rmtree(tree)
-            print("%-32s %s" % (e["name"], err or "applies"))
-            bad |= bool(err)
-        return 1 if bad else 0
+    # HEAD's files, once; the kept trees are made equal to it by content
+    pristine = scratch_copy(commit)
+    try:
+        if a.check_list:
+            bad = 0
+            for e in entries:
+                err = edited(pristine, e)
+                err = err if isinstance(err, str) else None
+                print("%-32s %s" % (e["name"], err or "applies"))
+                bad |= bool(err)
+            return 1 if bad else 0
+        # the kept trees are this run's alone
+        os.makedirs(os.path.join(cache_dir(), "mutants"), exist_ok=True)
+        lock = open(os.path.join(cache_dir(), "mutants", "lock"), "w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print("mutants: waiting for another run (%s)" % lock.name,
+                  flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        return run_all(a, entries, commit, pristine, logdir)
+    finally:
+        shutil.rmtree(pristine, ignore_errors=True)
+
+
+def run_all(a, entries, commit, pristine, logdir):
 
     batches = {}
     if not a.single:
@@ -458,7 +562,7 @@ def main():
             for w in e["tests"]:
                 key = tuple(w[:2])
                 groups.setdefault(key, []).extend(w[2:])
-        tree = scratch_copy(commit)
+        tree = kept_tree(pristine, "single")
         ok = True
         with open(os.path.join(logdir, "baseline.log"), "wb") as log:
             for key, args in groups.items():
@@ -472,7 +576,6 @@ def main():
                 print("# baseline %-28s %s (%s)" % (" ".join(key),
                       "passes" if v == "SURVIVED" else "FAILS", d), flush=True)
                 ok &= v == "SURVIVED"
-        cleanup(tree, a.keep)
         if not ok:
             print("mutants: the unmutated tree fails a named test (see %s)" %
                   os.path.join(logdir, "baseline.log"), file=sys.stderr)
@@ -518,7 +621,7 @@ def main():
     def done(name, v, d, secs):
         nonlocal table
         print("# %-28s %-8s %4ds  %s" % (name, v, secs, d), flush=True)
-        if name == "baseline" and name not in by_name:
+        if name.startswith("baseline") and name not in by_name:
             if v != "SURVIVED":
                 baseline_failed.append(d)
             return
@@ -528,25 +631,33 @@ def main():
 
     for lane, group in batches.items():
         try:
-            run_batch(commit, lane, group, a.baseline, logdir, a.table,
-                      a.keep, done)
+            run_batch(pristine, lane, group, a.baseline, logdir, a.table,
+                      done)
         except KeyboardInterrupt:
             interrupted = True
             break
-    def one_single(e):
-        """(verdict, seconds) of a breakage in its own scratch copy."""
+    # kept trees for the breakages that are not batched: one for those with
+    # a guest (one at a time), one per host job
+    slots = queue.Queue()
+    for n in range(a.jobs):
+        slots.put("unit-%d" % n)
+
+    def one_single(e, slot="single"):
+        """(verdict, seconds) of a breakage in a kept tree of its own."""
         t0 = time.time()
-        tree = scratch_copy(commit)
-        try:
-            with open(os.path.join(logdir, e["name"] + ".log"), "wb") as log:
-                err = apply(tree, e)
-                verdict = (("ERROR", "does not apply: " + err) if err else
-                           run_tests(tree, e, log, not a.named_only))
-        finally:
-            if a.keep:
-                print("# %s: scratch copy %s" % (e["name"], tree))
-            cleanup(tree, a.keep)
+        tree = kept_tree(pristine, slot)
+        with open(os.path.join(logdir, e["name"] + ".log"), "wb") as log:
+            err = apply(tree, e)
+            verdict = (("ERROR", "does not apply: " + err) if err else
+                       run_tests(tree, e, log, not a.named_only))
         return verdict, int(time.time() - t0)
+
+    def host_single(e):
+        slot = slots.get()
+        try:
+            return one_single(e, slot)
+        finally:
+            slots.put(slot)
 
     # VM breakages one after the other (one guest at a time), then the
     # host's side by side: not during a guest's run, whose tests time
@@ -563,7 +674,7 @@ def main():
         done(e["name"], verdict[0], verdict[1], secs)
     if host_singles and not interrupted:
         pool = concurrent.futures.ThreadPoolExecutor(a.jobs)
-        futures = {pool.submit(one_single, e): e for e in host_singles}
+        futures = {pool.submit(host_single, e): e for e in host_singles}
         try:
             for f in concurrent.futures.as_completed(futures):
                 verdict, secs = f.result()

@@ -255,6 +255,14 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		"$repo/tests/rxe/build-provider.sh" "${root:-/}" \
 			"$build/tests/rxe/build/provider" >>"$blog" 2>&1 || rc=1
 	}
+	# make mutants' breakage trees, built with the tree before the
+	# provider (tests/mutants/build_tree.sh), load it from their own path
+	local mt
+	for mt in "$build"/build/mutant-trees/*/tests/rxe/build; do
+		[ -d "$mt" ] || continue
+		[ $rc = 0 ] && [ -d "$build/tests/rxe/build/provider" ] || break
+		rsync -a --delete "$build/tests/rxe/build/provider/" "$mt/provider/" || rc=1
+	done
 	# Our own copy of the console: runs of other trees may share $logs.
 	local plog
 	plog=$(mktemp /tmp/kvd-console.XXXXXX)
