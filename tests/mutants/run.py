@@ -459,12 +459,16 @@ def run_batch(pristine, lane, entries, baseline, logdir, table, done):
             head = "# ===== mutant %s:" % rest[0]["name"]
             if head in out:
                 # it ended the guest (a panic, a hang up to the time-out):
-                # the console's first report (verdict.sh's pattern; no
-                # breakage before it left one, or the guest had stopped)
-                report = subprocess.run(
-                    [os.path.join(tree, "tests/vm/verdict.sh"), "--reports",
-                     logpath], stdout=subprocess.PIPE).stdout.decode(
-                         errors="replace").strip()
+                # the first report of its part of the console (verdict.sh's
+                # pattern; not one of a boot that check.sh gave up on)
+                with tempfile.NamedTemporaryFile("w") as part:
+                    part.write(out[out.index(head):])
+                    part.flush()
+                    report = subprocess.run(
+                        [os.path.join(tree, "tests/vm/verdict.sh"),
+                         "--reports", part.name],
+                        stdout=subprocess.PIPE).stdout.decode(
+                            errors="replace").strip()
                 report = re.sub(r"^\[ *[0-9.]+\] ", "", report)
                 done(rest[0]["name"], "caught",
                      "the guest ended during its run%s (see %s)" %
