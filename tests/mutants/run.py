@@ -383,9 +383,10 @@ def batch_tree(pristine, lane, entries, baseline):
                 src = os.path.join(pristine, part)
                 for f in os.listdir(src):
                     rel = os.path.join(part, f)
-                    with open(os.path.join(src, f)) as fh:
-                        write_if_changed(os.path.join(d, rel),
-                                         texts.get(rel, fh.read()))
+                    if rel not in texts:
+                        with open(os.path.join(src, f)) as fh:
+                            texts[rel] = fh.read()
+                    write_if_changed(os.path.join(d, rel), texts[rel])
                     want.add(rel)
             write_if_changed(os.path.join(d, "Kbuild"), "obj-m += module/\n")
             want.add("Kbuild")
@@ -428,8 +429,7 @@ def run_batch(pristine, lane, entries, baseline, logdir, table, done):
         boot += 1
         with open(os.path.join(tree, "mutants", "batch.list"), "w") as f:
             for e in todo:
-                f.write("mutant %s %s\n" % (
-                    e["name"], kind(e)))
+                f.write("mutant %s %s\n" % (e["name"], kind(e)))
                 for w in e["tests"]:
                     f.write("run %s\n" % " ".join(w[1:]))
         logpath = os.path.join(logdir, "%s.batch-%s-%d.log" % (
