@@ -529,6 +529,12 @@ static int __init kvd_imp_init(void)
 	kvd_imp_pdev = platform_device_register_full(&info);
 	if (IS_ERR(kvd_imp_pdev))
 		return PTR_ERR(kvd_imp_pdev);
+	/*
+	 * A NIC takes long DMA segments (mlx5_core sets 2 GiB): the default
+	 * of a device that sets nothing is 64 KiB, and DMA API debugging
+	 * reports an exporter's longer segments mapped for it.
+	 */
+	dma_set_max_seg_size(&kvd_imp_pdev->dev, SZ_2G);
 	ret = misc_register(&kvd_imp_misc);
 	if (ret)
 		goto err_pdev;
