@@ -30,6 +30,10 @@ cache=${KVDMABUF_CACHE:-/var/cache/kvdmabuf}
 # (4x slower) gets twice as long.
 vm_timeout=${KVDMABUF_VM_TIMEOUT:-2400}
 jobs=${KVDMABUF_JOBS:-$(nproc)}
+# KVDMABUF_VM_BUILT=1 (check.sh run only): the lane was built by a run of
+# this tree a moment ago (make mutants' later guests of one batch): its
+# files are synced again, nothing is built or checked.
+prebuilt=
 logs=$repo/build/logs
 mkdir -p "$logs"
 # Build trees of the lanes whose guest runs this machine's root: not under
@@ -152,7 +156,8 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 	local modroot= dk machine=pc iommu=0 append=${KVDMABUF_VM_APPEND:-}
 	# Environment of the guest's tests (NAME=VALUE words for env).
 	local guest_env=(KVDMABUF_FUZZ_SECONDS=10)
-	"$here/deps.sh" "$lane" || { account "$name" 1 /dev/null 0; return; }
+	[ -n "$prebuilt" ] || "$here/deps.sh" "$lane" ||
+		{ account "$name" 1 /dev/null 0; return; }
 	echo "# === ${name%%-*} $lane"
 	# One lane run at a time on this machine, build included: another
 	# run of the same tree must not rebuild binaries a guest is running.
@@ -172,12 +177,14 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		guest_env+=(KVDMABUF_MOONCAKE_VENV=$cache/mooncake-venv)
 		[ -n "$run_mode" ] || guest_env+=(KVDMABUF_MOONCAKE_SCENARIOS=0)
 		sync_tree "$repo" "$build"
-		make -C "$build" -j"$jobs" all KDIR="$moddir/build" ${KVDMABUF_MAKE_ARGS:-} >"$blog" 2>&1 || rc=1
+		[ -n "$prebuilt" ] ||
+			make -C "$build" -j"$jobs" all KDIR="$moddir/build" ${KVDMABUF_MAKE_ARGS:-} >"$blog" 2>&1 || rc=1
 		# Debian 12's DKMS builds and installs the helper module for
 		# this kernel into a folder of the cache, not into the host's
 		# /lib/modules (tests/vm/dkms.sh); tests/module/dkms_module.py lays
 		# it over the guest's.
-		[ $rc = 0 ] && { "$here/dkms.sh" --host "$repo" "$kver" >>"$blog" 2>&1 || rc=1; }
+		[ $rc = 0 ] && [ -z "$prebuilt" ] &&
+			{ "$here/dkms.sh" --host "$repo" "$kver" >>"$blog" 2>&1 || rc=1; }
 		guest_env+=(KVDMABUF_DKMS_MODULES=$cache/dkms-host/$kver/modules)
 		;;
 	6.12 | 7.3)
@@ -202,11 +209,13 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		kernel=$root/boot/vmlinuz-$kver moddir=$root/lib/modules/$kver
 		build=$root$guest_build
 		sync_tree "$repo" "$build"
-		make_in_root "$root" "$guest_build" /lib/modules/"$kver"/build \
+		[ -n "$prebuilt" ] ||
+			make_in_root "$root" "$guest_build" /lib/modules/"$kver"/build \
 			>"$blog" 2>&1 || rc=1
 		# The helper module through DKMS as well, for this kernel
 		# (tests/module/dkms_module.py loads it in the guest).
-		[ $rc = 0 ] && { "$here/dkms.sh" "$repo" "$kver" >>"$blog" 2>&1 || rc=1; }
+		[ $rc = 0 ] && [ -z "$prebuilt" ] &&
+			{ "$here/dkms.sh" "$repo" "$kver" >>"$blog" 2>&1 || rc=1; }
 		;;
 	debug)
 		# The newest kernel, built from linux-source-7.x with lockdep,
@@ -238,7 +247,8 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		build=$root$guest_build
 		sync_tree "$repo" "$build"
 		# The kernel tree was built at /mnt/kvd-bind in the root.
-		make_in_root "$root" "$guest_build" /mnt/kvd-bind/build "$dk" \
+		[ -n "$prebuilt" ] ||
+			make_in_root "$root" "$guest_build" /mnt/kvd-bind/build "$dk" \
 			>"$blog" 2>&1 || rc=1
 		;;
 	*)
@@ -251,7 +261,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 	guest_env+=(KVDMABUF_LANE=$lane)
 	# Soft-RoCE with dma-buf MRs (tests/rxe): where the lane built the
 	# patched rdma_rxe, rdma-core's rxe provider for the root's libibverbs.
-	[ $rc = 0 ] && [ -f "$build/tests/rxe/build/rdma_rxe.ko" ] && {
+	[ $rc = 0 ] && [ -z "$prebuilt" ] && [ -f "$build/tests/rxe/build/rdma_rxe.ko" ] && {
 		"$repo/tests/rxe/build-provider.sh" "${root:-/}" \
 			"$build/tests/rxe/build/provider" >>"$blog" 2>&1 || rc=1
 	}
@@ -259,7 +269,7 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 	# provider (tests/mutants/build_tree.sh), load it from their own path
 	local mt
 	for mt in "$build"/build/mutant-trees/*/tests/rxe/build; do
-		[ -d "$mt" ] || continue
+		[ -d "$mt" ] && [ -z "$prebuilt" ] || continue
 		[ $rc = 0 ] && [ -d "$build/tests/rxe/build/provider" ] || break
 		rsync -a --delete "$build/tests/rxe/build/provider/" "$mt/provider/" || rc=1
 	done
@@ -374,6 +384,7 @@ vm) stage_vm "${2:?lane}" || stage_failed=1 ;;
 twonode) stage_twonode "${2:?lane}" || stage_failed=1 ;;
 run | run2)
 	run_mode=1
+	prebuilt=${KVDMABUF_VM_BUILT:-}
 	[ "$1" = run2 ] && nodes=2
 	lane=${2:?lane}
 	shift 2
