@@ -65,11 +65,17 @@ lane_programs() {
 	done
 }
 
-# The kernel log since this breakage was loaded.
+# The kernel log since this breakage was loaded. Where its start marker
+# is gone (the log wrapped round under a flood of messages), the log as it
+# is and a line that counts as a report: a flood is never a clean run.
 klog_since() { # name
 	dmesg | tr -d '\r' | awk -v m="kvd-mutant-begin $1" \
 		'index($0, m) { keep = 1; n = 0; delete l; next }
-		 keep { l[n++] = $0 } END { for (i = 0; i < n; i++) print l[i] }' >"$klog"
+		 keep { l[n++] = $0 }
+		 END { if (!keep) print "BUG: kernel log wrapped round: the breakage'"'"'s start marker is gone"
+		       for (i = 0; i < n; i++) print l[i] }' >"$klog"
+	grep -q '^BUG: kernel log wrapped' "$klog" && dmesg | tr -d '\r' >>"$klog"
+	return 0
 }
 
 # Runs one program with a deadline; its status, or "timeout" / "stuck".

@@ -146,7 +146,10 @@ if [ -z "${KVDMABUF_VM_LOCKED:-}" ]; then
 fi
 
 : >"$log"
-append="console=ttyS0 panic=-1 oops=panic rdinit=/init loglevel=4 tsc=reliable $extra_append"
+# log_buf_len: the kernel log of a whole lane, and of a breakage's flood of
+# reports, stays whole (the default 128 KiB lost make mutants' marker under
+# a few dozen WARNs); the checks read it from its start marker.
+append="console=ttyS0 panic=-1 oops=panic rdinit=/init loglevel=4 tsc=reliable log_buf_len=16M $extra_append"
 timeout -k 10 "$timeout_s" qemu-system-x86_64 \
 	-machine "$machine",accel=tcg -cpu max -smp 2 -m "$mem" \
 	"${iommu_args[@]}" \
