@@ -239,8 +239,10 @@ def bench_vm():
                       "overhead_p99_ns", "overhead_max_ns", "geomean",
                       "ci_lo", "ci_hi"))[0]
     check(vs["ratio"] <= vs["ratio_p99"], "median ratio <= p99: %r" % vs)
-    # bookkeeping: a geometric mean inside its interval
-    check(0 < vs["ci_lo"] <= vs["geomean"] <= vs["ci_hi"],
+    # bookkeeping: a geometric mean inside its interval (printed with 4
+    # decimals: under TCG a 1 MiB cycle's ratio can be so far off that the
+    # interval's lower end prints as 0.0000, as on 2026-12-07 in CI's 6.1)
+    check(0 <= vs["ci_lo"] <= vs["geomean"] <= vs["ci_hi"],
           "geometric mean and its 95%% interval: %r" % vs)
     check(fl["ns_without_export"] <= fl["ns"], "(b) without export <= (b)")
     need(lines, "rereg_umem_pinned_wake", 1, size + ("ns",))
