@@ -39,6 +39,7 @@
 #include <linux/mutex.h>
 #include <linux/platform_device.h>
 #include <linux/scatterlist.h>
+#include <linux/sizes.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 #include <linux/workqueue.h>
@@ -648,6 +649,13 @@ static int __init kvd_umem_init(void)
 			ret = PTR_ERR(kvd_umem_pdev[i]);
 			goto err;
 		}
+		/*
+		 * As a NIC (mlx5_core sets 2 GiB): a device that sets nothing
+		 * takes 64 KiB segments, and DMA API debugging reports an
+		 * exporter's longer ones (physically contiguous vgem pages)
+		 * mapped for it.
+		 */
+		dma_set_max_seg_size(&kvd_umem_pdev[i]->dev, SZ_2G);
 		kvd_umem_ib[i] = ib_alloc_device(kvd_umem_ibdev, ibdev);
 		if (!kvd_umem_ib[i]) {
 			ret = -ENOMEM;
