@@ -51,13 +51,19 @@ def pair(server, client, port):
         s = subprocess.Popen(server + ["-p", str(port)], env=env,
                              stdout=so, stderr=se, text=True)
         try:
-            for _ in range(50):
+            # until the server listens: its start under LD_DEBUG takes
+            # seconds in a guest on a loaded host (50 tries of 0.2 s were
+            # once too few); not past its exit
+            end = time.monotonic() + ktap.scaled(60)
+            while True:
                 time.sleep(0.2)
                 c = subprocess.run(client + ["-p", str(port), "127.0.0.1"],
                                    env=env, capture_output=True, text=True,
                                    timeout=ktap.scaled(120))
                 if c.returncode == 0 or "onnect" not in "\n".join(
                         plain(c.stdout + c.stderr)):
+                    break
+                if s.poll() is not None or time.monotonic() > end:
                     break
             s.wait(timeout=ktap.scaled(60))
         finally:
