@@ -441,7 +441,7 @@ static void sweep(struct __test_metadata *_metadata,
 #define FAULT_TEST(step)						\
 	TEST_F_TIMEOUT(faults, step, 600)				\
 	{								\
-		sweep(_metadata, self, variant, #step);				\
+		sweep(_metadata, self, variant, #step);			\
 	}
 
 FAULT_TEST(create)

@@ -5,8 +5,7 @@
 #
 #   kmemleak_on           whether the kernel runs kmemleak
 #   kmemleak_start        stop the kernel's own periodic scans; set aside
-#                         what is unreferenced now (boot's, an earlier
-#                         part's)
+#                         what is unreferenced now (boot's)
 #   kmemleak_check [J]    scan; prints the report; 1 when an unreferenced
 #                         object's backtrace has a frame of the code the
 #                         suite drives (the project's modules, the patched
@@ -33,14 +32,6 @@ kmemleak_start() {
 		echo scan >"$kmemleak_file" && echo clear >"$kmemleak_file"
 }
 
-# An object is reported once it is older than 5 s and unchanged (its
-# checksum) since the scan before: two scans. One scan alone reports
-# nothing made since the scan before it.
-kmemleak_scan_twice() {
-	sleep 6
-	echo scan >"$kmemleak_file" && echo scan >"$kmemleak_file"
-}
-
 # A leaked object may stay referenced for a while (a stale pointer in a
 # freed task's cached stack, overwritten only when the stack is reused),
 # so it is first reported during a later part: each object carries the
@@ -59,7 +50,11 @@ kmemleak_judged() {
 kmemleak_check() { # [since-jiffies]
 	local report n rc=0 ours='kvd|rxe_|ib_umem_dmabuf|dma_buf|drm_prime|drm_gem_prime'
 	local t0=$SECONDS
-	kmemleak_scan_twice
+	# an object is reported once it is older than 5 s and unchanged
+	# (its checksum) since the scan before: two scans
+	sleep 6
+	echo scan >"$kmemleak_file"
+	echo scan >"$kmemleak_file"
 	report=$(awk -v since="${1:-0}" '
 		function flush() { if (blk != "" && j >= since) printf "%s", blk; blk = ""; j = 0 }
 		/^unreferenced object/ { flush() }
