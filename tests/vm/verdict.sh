@@ -10,9 +10,23 @@
 #   verdict.sh --reports LOG   only the kernel reports of a kernel log (one
 #                              breakage's part of it, tests/mutants): the
 #                              first report's line on stdout, exit 1
+#   verdict.sh --unfit LOG MODULE...
+#                              of those reports, the first that leaves the
+#                              kernel unfit for another breakage, exit 1;
+#                              0 when each is a WARNING in one of MODULEs
+#                              (loaded afresh before the next breakage: its
+#                              WARN_ON_ONCE sites speak again) or a test
+#                              importer's own message. A WARNING in the
+#                              kernel's own code may be a WARN_ON_ONCE that
+#                              never speaks again, KASAN and DMA API
+#                              debugging report once per boot, lockdep
+#                              turns itself off, an oops leaves locks held.
 set -u
-reports_only=
-[ "$1" = --reports ] && { reports_only=1; shift; }
+reports_only= unfit_only=
+case $1 in
+--reports) reports_only=1; shift ;;
+--unfit) unfit_only=1; shift ;;
+esac
 log=$1
 status=0
 clean=$(tr -d '\r' <"$log")
@@ -21,6 +35,14 @@ clean=$(tr -d '\r' <"$log")
 # banner lines at boot), and the test importers' own error messages.
 bad='WARNING:|BUG:|Oops|general protection fault|kernel BUG|possible circular locking|possible recursive locking|inconsistent lock state|lockdep is turned off|DEBUG_LOCKS_WARN_ON|suspicious RCU usage|bad unlock balance|KASAN|UBSAN|list_add corruption|list_del corruption|refcount_t:|sleeping function called from invalid context|blocked for more than|Kernel panic|Call Trace:|DMA-API: [^ :]+ [^ :]+: |DMA-API: debugging out of memory|move notification on a pinned import'
 first=$(grep -E -n "$bad" <<<"$clean" | head -1 | cut -d: -f1)
+if [ -n "$unfit_only" ]; then
+	shift
+	mods=$(IFS='|'; echo "$*")
+	fit='Call Trace:|(kvd_importer|kvd_edu): move notification on a pinned import'
+	[ -z "$mods" ] || fit="$fit|WARNING: .* \\[($mods)\\](,|$)"
+	grep -E "$bad" <<<"$clean" | grep -E -v -m1 "$fit" && exit 1
+	exit 0
+fi
 if [ -n "$reports_only" ]; then
 	[ -z "$first" ] || { sed -n "${first}p" <<<"$clean"; exit 1; }
 	exit 0

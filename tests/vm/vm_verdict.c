@@ -7,6 +7,7 @@
  * and counts.sh (every program reports as many tests as listed).
  */
 #include <limits.h>
+#include <stdbool.h>
 
 #include "harness.h"
 
@@ -19,8 +20,8 @@ static const char clean_tail[] =
 	"KVD-DMESG-END\r\n"
 	"KVD-VM-DONE rc=0\r\n";
 
-/* Writes @text to a file and runs verdict.sh on it; returns its status. */
-static int judge(const char *text)
+/* Writes @text to a file, runs verdict.sh @mode on it; returns its status. */
+static int judge_as(const char *mode, const char *text, const char *mods)
 {
 	char sh[PATH_MAX], cmd[PATH_MAX + 128], path[] = "/tmp/kvd-verdict.XXXXXX";
 	int fd, st;
@@ -35,10 +36,16 @@ static int judge(const char *text)
 		return -1;
 	}
 	close(fd);
-	snprintf(cmd, sizeof(cmd), "%s %s 2>/dev/null", sh, path);
+	snprintf(cmd, sizeof(cmd), "%s %s %s %s >/dev/null 2>&1", sh, mode,
+		 path, mods);
 	st = system(cmd);
 	unlink(path);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int judge(const char *text)
+{
+	return judge_as("", text, "");
 }
 
 TEST(clean_run_passes)
@@ -71,6 +78,7 @@ FIXTURE(report) {
 
 FIXTURE_VARIANT(report) {
 	const char *line;
+	bool fit;	/* the kernel can judge another breakage after it */
 };
 
 FIXTURE_VARIANT_ADD(report, warning) {
@@ -103,6 +111,7 @@ FIXTURE_VARIANT_ADD(report, refcount) {
 /* The test importers' own reports of a broken contract. */
 FIXTURE_VARIANT_ADD(report, importer_pinned_move) {
 	.line = "[   12.3] kvd_importer: move notification on a pinned import",
+	.fit = true,
 };
 
 FIXTURE_SETUP(report)
@@ -121,6 +130,36 @@ TEST_F(report, fails_the_run)
 	snprintf(log, sizeof(log), "KVD-DMESG-BEGIN\r\n%s\r\n%s", variant->line,
 		 clean_tail);
 	EXPECT_EQ(1, judge(log));
+}
+
+/*
+ * make mutants boots again after a report unless it is a warning of a
+ * module the batch loads afresh (tests/mutants/guest_batch.sh): any other
+ * (a WARN_ON_ONCE of the kernel's, KASAN, lockdep) would hide the next
+ * breakage's. The warning above is the module's, but its line has no
+ * module tag: the kernel's own code.
+ */
+TEST_F(report, leaves_the_kernel_fit_only_when_the_module_warned)
+{
+	char log[1024];
+
+	snprintf(log, sizeof(log), "%s\n[   12.4] Call Trace:\n", variant->line);
+	EXPECT_EQ(variant->fit ? 0 : 1,
+		  judge_as("--unfit", log, "kvdmabuf rdma_rxe"));
+}
+
+static const char module_warnings[] =
+	"[   12.3] WARNING: module/kvd_ops.c:125 at kvd_count_importers+0x7e/0x170 [kvdmabuf], CPU#1: proxy_abi/158\n"
+	"[   12.3] Call Trace:\n"
+	"[   13.1] WARNING: CPU: 1 PID: 77 at drivers/infiniband/sw/rxe/rxe_dmabuf.c:222 rxe_dmabuf_map_held+0x6f/0x90 [rdma_rxe]\n"
+	"[   13.2] kvd_importer: move notification on a pinned import\n";
+
+TEST(warnings_of_modules_loaded_afresh_leave_the_kernel_fit)
+{
+	EXPECT_EQ(0, judge_as("--unfit", module_warnings, "kvdmabuf rdma_rxe"));
+	/* the unbroken module of a library breakage stays loaded */
+	EXPECT_EQ(1, judge_as("--unfit", module_warnings, "rdma_rxe"));
+	EXPECT_EQ(1, judge_as("--unfit", module_warnings, ""));
 }
 
 /* Writes @text to a new temporary file; its path in @path (XXXXXX). */
