@@ -8,15 +8,19 @@
  * the proxy's backing, with one move notification, the drain and the
  * stale rules of a replace (kvd_ioctl.c, kvd_stale.c).
  *
- * A new layout shares the sources of the one it was made from, and a
- * source keeps one mapping per importer device for all the layouts that
- * use it: a batch maps only the backings it brings in, whatever the
- * number of pieces it keeps. Unbacked pieces map to a zeroed scratch
- * buffer of the layout's own, which holds nobody's data.
+ * A new layout shares the sources of the one it was made from (its
+ * *family*: the layouts of one proxy), and a source keeps one mapping per
+ * importer device for all the layouts that use it: a batch maps only the
+ * backings it brings in. A layout's map for a device copies the pieces it
+ * kept whole from its base's map for that device, while that lives: one
+ * reference each and a copy of their entries, no lookup nor walk of the
+ * source's table. Unbacked pieces map to a zeroed scratch buffer of the
+ * layout's own, which holds nobody's data.
  *
  * Locking: composite resv (a lockdep class of its own, taken inside the
- * proxy's slot code) -> source->lock -> source resv. A source's move
- * notification (its resv held) only queues work.
+ * proxy's slot code) -> source->lock -> source resv; family->lock is
+ * innermost. A source's move notification (its resv held) only queues
+ * work.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -34,14 +38,21 @@
 /* The scratch behind unbacked pieces: up to 2 MiB, as few entries as can be. */
 #define KVD_SCRATCH_MAX_ORDER	get_order(SZ_2M)
 
-/* A backing dma-buf that pieces of layouts map windows of. */
+/* The layouts of one proxy, each made from the one before. */
+struct kvd_family {
+	struct kref ref;
+	spinlock_t lock;		/* all below, and each layout's maps */
+	struct list_head layouts;	/* struct kvd_composite, exported */
+	u64 seq;			/* of the last layout exported */
+};
+
+/* A backing dma-buf that pieces of one family's layouts map windows of. */
 struct kvd_source {
 	struct kref ref;
 	struct dma_buf *dmabuf;		/* reference held */
+	struct kvd_family *fam;		/* reference held */
 	struct mutex lock;		/* maps */
 	struct list_head maps;		/* struct kvd_source_map */
-	spinlock_t users_lock;		/* users */
-	struct list_head users;		/* struct kvd_use of live composites */
 	bool invalidated;		/* its exporter moved it; its resv */
 };
 
@@ -52,7 +63,8 @@ struct kvd_source_map {
 	struct device *dev;		/* reference held */
 	struct dma_buf_attachment *bat;
 	struct sg_table *sgt;
-	unsigned int users;		/* composite maps; source->lock */
+	/* per piece of composite maps; drops to zero under source->lock */
+	refcount_t users;
 	bool dying;			/* unpinning: a move is ours */
 };
 
@@ -61,12 +73,11 @@ struct kvd_piece {
 	u64 length;
 	struct kvd_source *src;		/* NULL: unbacked */
 	u64 offset;			/* in src */
+	unsigned int from;		/* 1 + the base's piece it is all of; 0 */
 };
 
-/* A composite's membership in one source's users. */
+/* A source a composite's pieces use. */
 struct kvd_use {
-	struct list_head node;		/* source->users */
-	struct kvd_composite *c;
 	struct kvd_source *src;		/* reference held */
 	u64 bytes;			/* of the layout it backs */
 };
@@ -74,6 +85,11 @@ struct kvd_use {
 struct kvd_composite {
 	struct dma_buf *dmabuf;
 	struct dma_resv resv;
+	struct kvd_family *fam;		/* reference held */
+	struct list_head node;		/* fam->layouts */
+	u64 seq;			/* in the family, from 1 */
+	u64 base_seq;			/* of the layout it was made from; 0 */
+	struct list_head maps;		/* struct kvd_cmap; fam->lock */
 	struct work_struct inval_work;	/* a source's exporter moved it */
 	struct page *scratch;		/* NULL: no unbacked piece */
 	unsigned int scratch_order;
@@ -91,18 +107,64 @@ struct kvd_cattach {
 	bool scratch_mapped;
 };
 
-/* What a composite map lent out: the table and the source maps it used. */
+/*
+ * Where a backed piece's window lies in its source map's table: the
+ * exporter's, which nobody edits while the source map lives (importers of
+ * the proxy may edit the composite's table they are lent: ib_umem trims
+ * the ends of its window in place while mapped).
+ */
+struct kvd_win {
+	struct scatterlist *sg;		/* the entry holding its first byte */
+	u64 skip;			/* the bytes of @sg before it */
+	unsigned int nents;		/* the entries it takes */
+};
+
+/*
+ * What a composite map lent out: the table and the source maps it used.
+ * Referenced by the slot it was made for, and briefly by the next
+ * layout's map taking the pieces it keeps from it.
+ */
 struct kvd_cmap {
+	struct kref ref;
+	struct list_head node;		/* composite->maps; fam->lock */
+	struct device *dev;
 	struct sg_table sgt;
 	unsigned int nr;
 	struct kvd_source_map **sm;	/* per piece, NULL if unbacked */
+	struct kvd_win *win;		/* per piece, where backed */
 };
 
 static struct lock_class_key kvd_composite_resv_key;
 
-/* ---- sources ---- */
+/* ---- families and sources ---- */
 
-static struct kvd_source *kvd_source_new(struct dma_buf *dmabuf)
+static struct kvd_family *kvd_family_new(void)
+{
+	struct kvd_family *fam = kzalloc(sizeof(*fam), GFP_KERNEL_ACCOUNT);
+
+	if (!fam)
+		return NULL;
+	kref_init(&fam->ref);
+	spin_lock_init(&fam->lock);
+	INIT_LIST_HEAD(&fam->layouts);
+	return fam;
+}
+
+static void kvd_family_free(struct kref *ref)
+{
+	struct kvd_family *fam = container_of(ref, struct kvd_family, ref);
+
+	WARN_ON_ONCE(!list_empty(&fam->layouts));
+	kfree(fam);
+}
+
+static void kvd_family_put(struct kvd_family *fam)
+{
+	kref_put(&fam->ref, kvd_family_free);
+}
+
+static struct kvd_source *kvd_source_new(struct dma_buf *dmabuf,
+					 struct kvd_family *fam)
 {
 	struct kvd_source *src = kzalloc(sizeof(*src), GFP_KERNEL_ACCOUNT);
 
@@ -110,10 +172,10 @@ static struct kvd_source *kvd_source_new(struct dma_buf *dmabuf)
 		return NULL;
 	kref_init(&src->ref);
 	src->dmabuf = dmabuf;
+	kref_get(&fam->ref);
+	src->fam = fam;
 	mutex_init(&src->lock);
 	INIT_LIST_HEAD(&src->maps);
-	spin_lock_init(&src->users_lock);
-	INIT_LIST_HEAD(&src->users);
 	return src;
 }
 
@@ -121,8 +183,9 @@ static void kvd_source_free(struct kref *ref)
 {
 	struct kvd_source *src = container_of(ref, struct kvd_source, ref);
 
-	WARN_ON_ONCE(!list_empty(&src->maps) || !list_empty(&src->users));
+	WARN_ON_ONCE(!list_empty(&src->maps));
 	dma_buf_put(src->dmabuf);
+	kvd_family_put(src->fam);
 	mutex_destroy(&src->lock);
 	kfree(src);
 }
@@ -130,6 +193,21 @@ static void kvd_source_free(struct kref *ref)
 static void kvd_source_put(struct kvd_source *src)
 {
 	kref_put(&src->ref, kvd_source_free);
+}
+
+static int kvd_use_cmp(const void *key, const void *elt)
+{
+	unsigned long x = (unsigned long)key;
+	unsigned long y = (unsigned long)((const struct kvd_use *)elt)->src->dmabuf;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The use of @dmabuf's source among @n uses (in dma-buf order), or NULL. */
+static struct kvd_use *kvd_use_find(struct kvd_use *u, unsigned int n,
+				    const struct dma_buf *dmabuf)
+{
+	return bsearch(dmabuf, u, n, sizeof(*u), kvd_use_cmp);
 }
 
 /*
@@ -140,19 +218,24 @@ static void kvd_source_put(struct kvd_source *src)
 static void kvd_source_notify(struct dma_buf_attachment *bat)
 {
 	struct kvd_source_map *sm = bat->importer_priv;
+	struct kvd_source *src = sm->src;
+	struct kvd_composite *c;
 	struct kvd_use *u;
 
 	if (sm->dying || !sm->sgt)
 		return;
 	/*
-	 * A layout being built now, not yet among the users, must not take
-	 * the stale mapping either: its map checks this.
+	 * A layout being built now, not yet exported, must not take the
+	 * stale mapping either: its map checks this.
 	 */
-	WRITE_ONCE(sm->src->invalidated, true);
-	spin_lock(&sm->src->users_lock);
-	list_for_each_entry(u, &sm->src->users, node)
-		queue_work(kvd_wq, &u->c->inval_work);
-	spin_unlock(&sm->src->users_lock);
+	WRITE_ONCE(src->invalidated, true);
+	spin_lock(&src->fam->lock);
+	list_for_each_entry(c, &src->fam->layouts, node) {
+		u = kvd_use_find(c->uses, c->nr_uses, src->dmabuf);
+		if (u && u->src == src)
+			queue_work(kvd_wq, &c->inval_work);
+	}
+	spin_unlock(&src->fam->lock);
 }
 
 static const struct dma_buf_attach_ops kvd_source_attach_ops = {
@@ -190,7 +273,7 @@ static struct kvd_source_map *kvd_source_map_get(struct kvd_source *src,
 	mutex_lock(&src->lock);
 	list_for_each_entry(sm, &src->maps, node) {
 		if (sm->dev == dev) {
-			sm->users++;
+			refcount_inc(&sm->users);
 			goto out;
 		}
 	}
@@ -232,7 +315,7 @@ static struct kvd_source_map *kvd_source_map_get(struct kvd_source *src,
 		sm = ERR_PTR(ret);
 		goto out;
 	}
-	sm->users = 1;
+	refcount_set(&sm->users, 1);
 	list_add_tail(&sm->node, &src->maps);
 out:
 	mutex_unlock(&src->lock);
@@ -243,37 +326,18 @@ static void kvd_source_map_put(struct kvd_source_map *sm)
 {
 	struct kvd_source *src = sm->src;
 
-	mutex_lock(&src->lock);
-	if (--sm->users) {
-		sm = NULL;
-	} else {
-		list_del(&sm->node);
-		/* the map's own reference keeps src until it is destroyed */
-		kref_get(&src->ref);
-	}
+	/* Only the last user takes the lock: lookups never see it at zero. */
+	if (!refcount_dec_and_mutex_lock(&sm->users, &src->lock))
+		return;
+	list_del(&sm->node);
+	/* the map's own reference keeps src until it is destroyed */
+	kref_get(&src->ref);
 	mutex_unlock(&src->lock);
-	if (sm) {
-		kvd_source_map_destroy(sm);
-		kvd_source_put(src);
-	}
+	kvd_source_map_destroy(sm);
+	kvd_source_put(src);
 }
 
 /* ---- the composite's dma_buf_ops ---- */
-
-static int kvd_use_cmp(const void *key, const void *elt)
-{
-	unsigned long x = (unsigned long)key;
-	unsigned long y = (unsigned long)((const struct kvd_use *)elt)->src->dmabuf;
-
-	return x < y ? -1 : x > y;
-}
-
-/* The use of @dmabuf's source among @n uses (in dma-buf order), or NULL. */
-static struct kvd_use *kvd_use_find(struct kvd_use *u, unsigned int n,
-				    const struct dma_buf *dmabuf)
-{
-	return bsearch(dmabuf, u, n, sizeof(*u), kvd_use_cmp);
-}
 
 static int kvd_composite_attach(struct dma_buf *dmabuf,
 				struct dma_buf_attachment *attach)
@@ -313,17 +377,122 @@ static void kvd_composite_unpin(struct dma_buf_attachment *attach)
 {
 }
 
-static void kvd_cmap_free(struct kvd_cmap *m)
+static void kvd_cmap_free(struct kref *ref)
 {
+	struct kvd_cmap *m = container_of(ref, struct kvd_cmap, ref);
 	unsigned int i;
 
 	for (i = 0; i < m->nr; i++)
 		if (m->sm[i])
 			kvd_source_map_put(m->sm[i]);
+	sg_free_table(&m->sgt);
+	kvfree(m->win);
 	kvfree(m->sm);
 	kfree(m);
 }
 
+static void kvd_cmap_put(struct kvd_cmap *m)
+{
+	kref_put(&m->ref, kvd_cmap_free);
+}
+
+/*
+ * The map for @dev of the layout @c was made from, while that is still
+ * exported and mapped for @dev: referenced, or NULL.
+ */
+static struct kvd_cmap *kvd_base_map(struct kvd_composite *c,
+				     struct device *dev)
+{
+	struct kvd_cmap *m = NULL, *bm;
+	struct kvd_composite *b;
+
+	if (!c->base_seq)
+		return NULL;
+	spin_lock(&c->fam->lock);
+	list_for_each_entry(b, &c->fam->layouts, node) {
+		if (b->seq != c->base_seq)
+			continue;
+		list_for_each_entry(bm, &b->maps, node) {
+			if (bm->dev == dev) {
+				kref_get(&bm->ref);
+				m = bm;
+				break;
+			}
+		}
+		break;
+	}
+	spin_unlock(&c->fam->lock);
+	return m;
+}
+
+/* The base's piece that @p is all of, mapped in @bm; or -1. */
+static long kvd_kept_piece(struct kvd_cmap *bm, const struct kvd_piece *p)
+{
+	unsigned int k = p->from - 1;
+
+	if (!bm || !p->from || WARN_ON_ONCE(k >= bm->nr) || !bm->sm[k] ||
+	    WARN_ON_ONCE(bm->sm[k]->src != p->src))
+		return -1;
+	return k;
+}
+
+/*
+ * Finds the window [@start, @start + @len) in the source's table @sgt.
+ * Return: 0, or -ERANGE where the exporter mapped less than its end.
+ */
+static int kvd_win_find(struct sg_table *sgt, u64 start, u64 len,
+			struct kvd_win *w)
+{
+	u64 pos = 0, end = start + len;
+	struct scatterlist *sg;
+	unsigned int i;
+
+	*w = (struct kvd_win){ 0 };
+	for_each_sgtable_dma_sg(sgt, sg, i) {
+		if (max(pos, start) < min(pos + sg_dma_len(sg), end)) {
+			if (!w->sg) {
+				w->sg = sg;
+				w->skip = start - pos;
+			}
+			w->nents++;
+		}
+		pos += sg_dma_len(sg);
+		if (pos >= end)
+			return 0;
+	}
+	return -ERANGE;
+}
+
+/* Copies @len bytes of a window to @dsg on; returns the entry after. */
+static struct scatterlist *kvd_win_copy(struct scatterlist *dsg,
+					const struct kvd_win *w, u64 len)
+{
+	struct scatterlist *sg = w->sg;
+	u64 skip = w->skip, n;
+
+	for (;;) {
+		n = min_t(u64, sg_dma_len(sg) - skip, len);
+		if (n) {
+			sg_dma_address(dsg) = sg_dma_address(sg) + skip;
+			sg_dma_len(dsg) = n;
+			kvd_sg_copy_bus_address(dsg, sg);
+			dsg = sg_next(dsg);
+			len -= n;
+		}
+		if (!len)
+			return dsg;
+		skip = 0;
+		sg = sg_next(sg);
+	}
+}
+
+/*
+ * The pieces' DMA table for @attach's device: each backed piece a window
+ * of its source's mapping, each unbacked one the scratch. A piece kept
+ * whole from the base takes its source map (a reference) and where its
+ * window lies from the base's map for the device: no lookup under the
+ * source's lock, no walk of the source's table.
+ */
 static struct sg_table *kvd_composite_map(struct dma_buf_attachment *attach,
 					  enum dma_data_direction dir)
 {
@@ -331,32 +500,38 @@ static struct sg_table *kvd_composite_map(struct dma_buf_attachment *attach,
 	struct kvd_cattach *cat = attach->priv;
 	u64 chunk = PAGE_SIZE << c->scratch_order;
 	struct scatterlist *dsg;
+	struct kvd_cmap *m, *bm;
 	struct kvd_piece *p;
-	struct kvd_cmap *m;
-	long nents = 0, n;
+	u64 nents = 0, left;
 	unsigned int i;
-	u64 left;
+	long k;
 	int ret;
 
 	dma_resv_assert_held(attach->dmabuf->resv);
 	m = kzalloc(sizeof(*m), GFP_KERNEL_ACCOUNT);
 	if (!m)
 		return ERR_PTR(-ENOMEM);
+	kref_init(&m->ref);
+	INIT_LIST_HEAD(&m->node);
+	m->dev = attach->dev;
+	m->nr = c->nr;
 	m->sm = kvcalloc(c->nr, sizeof(*m->sm), GFP_KERNEL_ACCOUNT);
-	if (!m->sm) {
-		kfree(m);
+	m->win = kvcalloc(c->nr, sizeof(*m->win), GFP_KERNEL_ACCOUNT);
+	if (!m->sm || !m->win) {
+		kvd_cmap_put(m);
 		return ERR_PTR(-ENOMEM);
 	}
 	if (c->scratch && !cat->scratch_mapped) {
 		cat->scratch_dma = dma_map_page(attach->dev, c->scratch, 0,
 						chunk, DMA_BIDIRECTIONAL);
 		if (dma_mapping_error(attach->dev, cat->scratch_dma)) {
-			ret = -EIO;
-			goto err;
+			kvd_cmap_put(m);
+			return ERR_PTR(-EIO);
 		}
 		cat->scratch_mapped = true;
 	}
-	for (i = 0; i < c->nr; i++, m->nr++) {
+	bm = kvd_base_map(c, attach->dev);
+	for (i = 0; i < c->nr; i++) {
 		p = &c->pieces[i];
 		if (!p->src) {
 			nents += DIV_ROUND_UP(p->length, chunk);
@@ -367,20 +542,28 @@ static struct sg_table *kvd_composite_map(struct dma_buf_attachment *attach,
 			ret = -ENODEV;
 			goto err;
 		}
-		m->sm[i] = kvd_source_map_get(p->src, attach->dev);
-		if (IS_ERR(m->sm[i])) {
-			ret = PTR_ERR(m->sm[i]);
-			m->sm[i] = NULL;
-			goto err;
+		k = kvd_kept_piece(bm, p);
+		if (k >= 0) {
+			m->sm[i] = bm->sm[k];
+			refcount_inc(&m->sm[i]->users);
+			m->win[i] = bm->win[k];
+		} else {
+			m->sm[i] = kvd_source_map_get(p->src, attach->dev);
+			if (IS_ERR(m->sm[i])) {
+				ret = PTR_ERR(m->sm[i]);
+				m->sm[i] = NULL;
+				goto err;
+			}
+			ret = kvd_win_find(m->sm[i]->sgt, p->offset, p->length,
+					   &m->win[i]);
+			if (ret)
+				goto err;
 		}
-		n = kvd_sg_window_nents(m->sm[i]->sgt, p->offset, p->length);
-		if (n < 0) {
-			ret = -ERANGE;
-			m->nr++;
-			goto err;
-		}
-		nents += n;
+		nents += m->win[i].nents;
 	}
+	if (bm)
+		kvd_cmap_put(bm);
+	bm = NULL;
 	if (nents > UINT_MAX) {
 		ret = -E2BIG;
 		goto err;
@@ -392,8 +575,7 @@ static struct sg_table *kvd_composite_map(struct dma_buf_attachment *attach,
 	for (i = 0; i < c->nr; i++) {
 		p = &c->pieces[i];
 		if (p->src) {
-			dsg = kvd_sg_window_copy(dsg, m->sm[i]->sgt, p->offset,
-					      p->length);
+			dsg = kvd_win_copy(dsg, &m->win[i], p->length);
 			continue;
 		}
 		for (left = p->length; left; left -= min(left, chunk)) {
@@ -403,10 +585,15 @@ static struct sg_table *kvd_composite_map(struct dma_buf_attachment *attach,
 		}
 	}
 	m->sgt.nents = nents;
+	spin_lock(&c->fam->lock);
+	list_add_tail(&m->node, &c->maps);
+	spin_unlock(&c->fam->lock);
 	return &m->sgt;
 
 err:
-	kvd_cmap_free(m);
+	if (bm)
+		kvd_cmap_put(bm);
+	kvd_cmap_put(m);
 	return ERR_PTR(ret);
 }
 
@@ -414,10 +601,13 @@ static void kvd_composite_unmap(struct dma_buf_attachment *attach,
 				struct sg_table *sgt,
 				enum dma_data_direction dir)
 {
+	struct kvd_composite *c = attach->dmabuf->priv;
 	struct kvd_cmap *m = container_of(sgt, struct kvd_cmap, sgt);
 
-	sg_free_table(&m->sgt);
-	kvd_cmap_free(m);
+	spin_lock(&c->fam->lock);
+	list_del(&m->node);
+	spin_unlock(&c->fam->lock);
+	kvd_cmap_put(m);
 }
 
 #ifdef KVD_HAVE_VMAP_UNLOCKED
@@ -521,15 +711,12 @@ static void kvd_composite_vunmap(struct dma_buf *dmabuf, struct iosys_map *map)
 static void kvd_composite_release(struct dma_buf *dmabuf)
 {
 	struct kvd_composite *c = dmabuf->priv;
-	struct kvd_use *u;
 	unsigned int i;
 
-	for (i = 0; i < c->nr_uses; i++) {
-		u = &c->uses[i];
-		spin_lock(&u->src->users_lock);
-		list_del(&u->node);
-		spin_unlock(&u->src->users_lock);
-	}
+	spin_lock(&c->fam->lock);
+	WARN_ON_ONCE(!list_empty(&c->maps));
+	list_del(&c->node);
+	spin_unlock(&c->fam->lock);
 	/* No source can queue it any more. */
 	cancel_work_sync(&c->inval_work);
 	for (i = 0; i < c->nr_uses; i++)
@@ -538,6 +725,7 @@ static void kvd_composite_release(struct dma_buf *dmabuf)
 	if (c->scratch)
 		__free_pages(c->scratch, c->scratch_order);
 	dma_resv_fini(&c->resv);
+	kvd_family_put(c->fam);
 	kvfree(c);
 }
 
@@ -588,24 +776,30 @@ static void kvd_composite_inval_work(struct work_struct *work)
 struct kvd_layout {
 	struct kvd_piece *p;
 	unsigned int nr, room;
+	bool numbered;		/* the base is a layout: pieces note theirs */
 };
 
-/* Appends a piece, merged into the last one where it continues it. */
+/*
+ * Appends a piece, merged into the last one where it continues it (and
+ * then all of no base piece). @from: 1 + the base's piece it is all of.
+ */
 static int kvd_layout_add(struct kvd_layout *l, u64 start, u64 length,
-			  struct kvd_source *src, u64 offset)
+			  struct kvd_source *src, u64 offset,
+			  unsigned int from)
 {
 	struct kvd_piece *last = l->nr ? &l->p[l->nr - 1] : NULL;
 
 	if (last && last->src == src &&
 	    (!src || last->offset + last->length == offset)) {
 		last->length += length;
+		last->from = 0;
 		return 0;
 	}
 	if (l->nr == KVDMABUF_MAX_RANGES)
 		return -E2BIG;
 	if (WARN_ON_ONCE(l->nr == l->room))
 		return -EINVAL;
-	l->p[l->nr++] = (struct kvd_piece){ start, length, src, offset };
+	l->p[l->nr++] = (struct kvd_piece){ start, length, src, offset, from };
 	return 0;
 }
 
@@ -614,6 +808,7 @@ static int kvd_layout_keep(struct kvd_layout *l, const struct kvd_piece *base,
 			   unsigned int nr, unsigned int *i, u64 lo, u64 hi)
 {
 	const struct kvd_piece *b;
+	bool all;
 	u64 s, e;
 	int ret;
 
@@ -621,9 +816,11 @@ static int kvd_layout_keep(struct kvd_layout *l, const struct kvd_piece *base,
 		b = &base[*i];
 		s = max(lo, b->start);
 		e = min(hi, b->start + b->length);
+		all = s == b->start && e == b->start + b->length;
 		if (s < e) {
 			ret = kvd_layout_add(l, s, e - s, b->src,
-					     b->src ? b->offset + (s - b->start) : 0);
+					     b->src ? b->offset + (s - b->start) : 0,
+					     l->numbered && all ? *i + 1 : 0);
 			if (ret)
 				return ret;
 		}
@@ -651,6 +848,7 @@ static int kvd_change_cmp(const void *a, const void *b)
  */
 static int kvd_change_sources(struct kvd_change *ch, unsigned int nr,
 			      struct kvd_use *bu, unsigned int bun,
+			      struct kvd_family *fam,
 			      struct kvd_source **fresh, unsigned int *nfresh)
 {
 	struct kvd_source *src = NULL;
@@ -675,7 +873,7 @@ static int kvd_change_sources(struct kvd_change *ch, unsigned int nr,
 			src = hit->src;
 			kref_get(&src->ref);
 		} else {
-			src = kvd_source_new(c[i]->dmabuf);
+			src = kvd_source_new(c[i]->dmabuf, fam);
 			if (!src) {
 				ret = -ENOMEM;
 				break;
@@ -760,7 +958,6 @@ static int kvd_layout_uses(struct kvd_composite *c, u64 length,
 		if (!u[i].bytes)
 			continue;
 		u[c->nr_uses] = u[i];
-		u[c->nr_uses].c = c;
 		kref_get(&u[i].src->ref);
 		c->nr_uses++;
 	}
@@ -813,6 +1010,7 @@ struct dma_buf *kvd_compose(u64 length, struct dma_buf *base, u64 base_offset,
 	struct kvd_layout l = { 0 };
 	struct kvd_source *plain = NULL;
 	unsigned int bnr = 1, bi = 0, bun = 0, nfresh = 0, i;
+	struct kvd_family *fam = NULL;
 	struct kvd_use *bu = NULL;
 	struct dma_buf *dmabuf;
 	bool holes = false;
@@ -825,9 +1023,18 @@ struct dma_buf *kvd_compose(u64 length, struct dma_buf *base, u64 base_offset,
 		bnr = base_c->nr;
 		bu = base_c->uses;
 		bun = base_c->nr_uses;
-	} else if (base) {
+		fam = base_c->fam;
+		kref_get(&fam->ref);
+	} else {
+		fam = kvd_family_new();
+		if (!fam) {
+			ret = -ENOMEM;
+			goto err_changes;
+		}
+	}
+	if (base && !base_c) {
 		get_dma_buf(base);
-		plain = kvd_source_new(base);
+		plain = kvd_source_new(base, fam);
 		if (!plain) {
 			dma_buf_put(base);
 			ret = -ENOMEM;
@@ -847,13 +1054,19 @@ struct dma_buf *kvd_compose(u64 length, struct dma_buf *base, u64 base_offset,
 		goto err_changes;
 	}
 	l.p = c->pieces;
+	l.numbered = base_c;
+	c->fam = fam;
+	INIT_LIST_HEAD(&c->node);
+	INIT_LIST_HEAD(&c->maps);
+	if (base_c)
+		c->base_seq = base_c->seq;
 
 	fresh = kvmalloc_array(nr, sizeof(*fresh), GFP_KERNEL_ACCOUNT);
 	if (!fresh) {
 		ret = -ENOMEM;
 		goto err_c;
 	}
-	ret = kvd_change_sources(ch, nr, bu, bun, fresh, &nfresh);
+	ret = kvd_change_sources(ch, nr, bu, bun, fam, fresh, &nfresh);
 	if (ret)
 		goto err_c;
 
@@ -861,7 +1074,7 @@ struct dma_buf *kvd_compose(u64 length, struct dma_buf *base, u64 base_offset,
 		ret = kvd_layout_keep(&l, bp, bnr, &bi, pos, ch[i].start);
 		if (!ret)
 			ret = kvd_layout_add(&l, ch[i].start, ch[i].length,
-					     ch[i].src, ch[i].offset);
+					     ch[i].src, ch[i].offset, 0);
 		if (ret)
 			goto err_c;
 		pos = ch[i].start + ch[i].length;
@@ -904,11 +1117,11 @@ struct dma_buf *kvd_compose(u64 length, struct dma_buf *base, u64 base_offset,
 	}
 	c->dmabuf = dmabuf;
 	/* From here on .release undoes it all. */
-	for (i = 0; i < c->nr_uses; i++) {
-		spin_lock(&c->uses[i].src->users_lock);
-		list_add_tail(&c->uses[i].node, &c->uses[i].src->users);
-		spin_unlock(&c->uses[i].src->users_lock);
-	}
+	spin_lock(&fam->lock);
+	c->seq = ++fam->seq;
+	list_add_tail(&c->node, &fam->layouts);
+	spin_unlock(&fam->lock);
+	fam = NULL;
 	ret = 0;
 	goto out;
 
@@ -935,6 +1148,8 @@ out:
 	}
 	if (plain)
 		kvd_source_put(plain);
+	if (fam)
+		kvd_family_put(fam);
 	kvfree(fresh);
 	return dmabuf;
 }

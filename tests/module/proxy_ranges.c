@@ -208,6 +208,55 @@ TEST_F(ranges, a_batch_is_one_notification_and_kept_ranges_keep_their_bytes)
 }
 
 /*
+ * A layout's map takes the pieces it keeps whole from the one before
+ * (their source's mapping, where their window lies): a piece a batch cuts
+ * must find its own window, a piece kept whole after a cut the one it got
+ * then, and every batch's pieces reach their bytes whatever their place.
+ */
+TEST_F(ranges, ranges_cut_and_kept_read_their_own_bytes)
+{
+	struct kvdmabuf_range r = { .start = 0, .length = 4 * CH };
+	int big = vgem_pattern_buf(self->drm, 4 * CH, 0x61);
+	char *bytes = malloc(4 * CH);
+
+	ASSERT_GE(big, 0);
+	ASSERT_NOT_NULL(bytes);
+	pattern_fill(bytes, 4 * CH, 0x61);
+	r.backing_fd = big;
+	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, &r, 1));
+	import(_metadata, self, 0);
+	memset(self->want, 0, SIZE);
+	memcpy(self->want, bytes, 4 * CH);
+	EXPECT_EQ(-1, first_wrong(_metadata, self));
+
+	/* cut in the middle: [big 0][c0][big 2-3] */
+	r = chunk(1, self->c[0], 0);
+	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, &r, 1));
+	expect_pattern(self->want + CH, 1, 0);
+	EXPECT_EQ(-1, first_wrong(_metadata, self));
+
+	/* all kept whole, one more after them */
+	r = chunk(6, self->c[1], CH);
+	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, &r, 1));
+	expect_pattern(self->want + 6 * CH, 2, CH);
+	EXPECT_EQ(-1, first_wrong(_metadata, self));
+
+	/* [big 2-3] cut at its start: what is left is big's fourth chunk */
+	r = chunk(2, KVDMABUF_RANGE_UNBACKED, 0);
+	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, &r, 1));
+	memset(self->want + 2 * CH, 0, CH);
+	EXPECT_EQ(-1, first_wrong(_metadata, self));
+
+	/* kept whole, a place earlier: the hole left by c0 joins the next */
+	r = chunk(1, KVDMABUF_RANGE_UNBACKED, 0);
+	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, &r, 1));
+	memset(self->want + CH, 0, CH);
+	EXPECT_EQ(-1, first_wrong(_metadata, self));
+	free(bytes);
+	close(big);
+}
+
+/*
  * Writes to an unbacked range reach neither the pages it had nor anybody
  * else's, and after the next call it reads zeros again.
  */
