@@ -91,9 +91,11 @@ struct kvd_slot {
 	struct kvd_proxy *proxy;
 	struct kvd_attach *ka;		/* reference held */
 	struct dma_buf_attachment *bat;
-	struct sg_table *bsgt;
+	struct sg_table *bsgt;		/* a layout's: from its first map on */
 	bool dying;			/* unpinning; backing resv */
 	bool whole;			/* the proxy's window is all of bsgt */
+	bool layout;			/* of a layout: bsgt built at the first
+					 * map (kvd_slot_map()) */
 	struct list_head lent_node;	/* on ka->lent while lent; proxy resv */
 };
 
@@ -238,6 +240,7 @@ void kvd_backing_bury(struct kvd_backing *b, struct list_head *dead);
 void kvd_bury(struct list_head *dead);
 void kvd_bury_later(struct kvd_proxy *proxy, struct list_head *dead);
 struct kvd_slot *kvd_slot_find(struct kvd_backing *b, struct kvd_attach *ka);
+int kvd_slot_map(struct kvd_slot *slot);
 unsigned int kvd_count_p2p(struct kvd_backing *b);
 struct kvd_backing *kvd_backing_alloc(struct dma_buf *dmabuf, u64 offset);
 int kvd_backing_build(struct kvd_proxy *proxy, struct kvd_backing *b,
@@ -276,5 +279,7 @@ struct kvd_change {
 
 struct dma_buf *kvd_compose(u64 length, struct dma_buf *base, u64 base_offset,
 			    struct kvd_change *ch, unsigned int nr);
+bool kvd_is_layout(const struct dma_buf *dmabuf);
+int kvd_layout_prepare(struct dma_buf_attachment *attach);
 
 #endif /* KVD_H */

@@ -39,9 +39,10 @@ static void kvd_backing_notify(struct dma_buf_attachment *bat)
 	/*
 	 * Not mapped yet: this slot's own pin or map moved the buffer (amdgpu
 	 * and xe migrate VRAM when pinned) and the map to come is of the new
-	 * place. Nothing was handed out, so nothing went stale.
+	 * place. Nothing was handed out, so nothing went stale. A layout
+	 * moves only when a piece's backing did, mapped or not.
 	 */
-	if (!slot->bsgt)
+	if (!slot->bsgt && !slot->layout)
 		return;
 	/* The exporter waits on this before it reuses the memory. */
 	kvd_gate_close(slot->b);
@@ -138,6 +139,8 @@ struct kvd_slot *kvd_slot_create(struct kvd_proxy *proxy,
 	slot->ka = ka;
 	slot->proxy = proxy;
 	INIT_LIST_HEAD(&slot->lent_node);
+	/* before attach: its move notifications are real from there on */
+	slot->layout = kvd_is_layout(b->dmabuf);
 	/*
 	 * Dynamic and p2p: a static attachment would make exporters such as
 	 * amdgpu or xe migrate the buffer to system memory and pin it there,
@@ -158,6 +161,21 @@ struct kvd_slot *kvd_slot_create(struct kvd_proxy *proxy,
 	ret = dma_buf_pin(slot->bat);
 	if (ret)
 		goto err_unlock;
+	if (slot->layout) {
+		/*
+		 * A layout (RANGES) maps its pieces' backings now, where the
+		 * call can still fail whole, and builds its table of the whole
+		 * proxy at the importer's first map (kvd_slot_map()): a batch
+		 * costs what it changes, not the pieces it keeps. It has no
+		 * move fences, and its length is the proxy's.
+		 */
+		ret = kvd_layout_prepare(slot->bat);
+		if (ret)
+			goto err_unpin;
+		dma_resv_unlock(bresv);
+		slot->whole = true;
+		goto out;
+	}
 	sgt = dma_buf_map_attachment(slot->bat, DMA_BIDIRECTIONAL);
 	if (IS_ERR_OR_NULL(sgt)) {
 		ret = sgt ? PTR_ERR(sgt) : -EIO;
@@ -183,6 +201,7 @@ struct kvd_slot *kvd_slot_create(struct kvd_proxy *proxy,
 		goto err_relock;
 	}
 	slot->whole = !b->offset && len == proxy->length;
+out:
 	kref_get(&ka->ref);
 	atomic_inc(&kvd_nr_slots);
 	return slot;
@@ -205,6 +224,33 @@ err_free:
 }
 
 /**
+ * kvd_slot_map() - a slot's table, for an importer's map
+ * @slot: the slot (the proxy's resv held)
+ *
+ * A layout's slot builds it at the first map (the layout's resv nests
+ * inside the proxy's, as for vmap); any other slot has it already.
+ *
+ * Return: 0, or the layout's error: -ENOMEM, -ENODEV (a piece's backing
+ * was moved or revoked since the call).
+ */
+int kvd_slot_map(struct kvd_slot *slot)
+{
+	struct dma_resv *bresv = slot->b->dmabuf->resv;
+	struct sg_table *sgt;
+
+	if (slot->bsgt)
+		return 0;
+	dma_resv_lock(bresv, NULL);
+	sgt = dma_buf_map_attachment(slot->bat, DMA_BIDIRECTIONAL);
+	if (!IS_ERR_OR_NULL(sgt))
+		slot->bsgt = sgt;
+	dma_resv_unlock(bresv);
+	if (!sgt)
+		return -EIO;
+	return PTR_ERR_OR_ZERO(sgt);
+}
+
+/**
  * kvd_slot_destroy() - undo kvd_slot_create()
  * @slot: a slot off b->slots, no importer map lent from it (no lock held)
  */
@@ -217,7 +263,9 @@ void kvd_slot_destroy(struct kvd_slot *slot)
 	WARN_ON_ONCE(!list_empty(&slot->lent_node));
 	dma_resv_lock(bresv, NULL);
 	slot->dying = true;
-	dma_buf_unmap_attachment(slot->bat, slot->bsgt, DMA_BIDIRECTIONAL);
+	if (slot->bsgt)
+		dma_buf_unmap_attachment(slot->bat, slot->bsgt,
+					 DMA_BIDIRECTIONAL);
 	dma_buf_unpin(slot->bat);
 	dma_resv_unlock(bresv);
 	dma_buf_detach(b->dmabuf, slot->bat);

@@ -11,14 +11,16 @@
  * A new layout shares the sources of the one it was made from (its
  * *family*: the layouts of one proxy), and a source keeps one mapping per
  * importer device for all the layouts that use it: a batch maps only the
- * backings it brings in. A layout's map for a device copies the pieces it
- * kept whole from its base's map for that device, while that lives: one
- * reference each and a copy of their entries, no lookup nor walk of the
- * source's table. Unbacked pieces map to a zeroed scratch buffer of the
- * layout's own, which holds nobody's data.
+ * backings it brings in. The proxy's slot prepares a layout in the call
+ * (kvd_layout_prepare(): what may fail) and maps it at its importer's
+ * first map after it (kvd_slot_map()): the preparation takes the pieces
+ * kept whole from the base's (a reference and a window each, no lookup
+ * nor walk), and only the map builds the table of the whole proxy that
+ * dma-buf hands an importer. Unbacked pieces map to a zeroed scratch
+ * buffer of the layout's own, which holds nobody's data.
  *
- * Locking: composite resv (a lockdep class of its own, taken inside the
- * proxy's slot code) -> source->lock -> source resv; family->lock is
+ * Locking: (proxy resv, at a first map) -> composite resv (a lockdep
+ * class of its own) -> source->lock -> source resv; family->lock is
  * innermost. A source's move notification (its resv held) only queues
  * work.
  */
@@ -95,6 +97,7 @@ struct kvd_composite {
 	unsigned int scratch_order;
 	unsigned int nr_uses;
 	struct kvd_use *uses;		/* one per distinct source, by dma-buf */
+	unsigned int nr_novmap;		/* uses whose dma-buf has no vmap */
 	struct iosys_map *src_vmaps;	/* per use, while CPU-mapped; resv */
 	void *vaddr;			/* the layout's CPU mapping; resv */
 	unsigned int nr;
@@ -103,6 +106,7 @@ struct kvd_composite {
 
 /* attach->priv of an attachment to a composite (a proxy's slot). */
 struct kvd_cattach {
+	struct kvd_cmap *m;		/* once prepared; composite resv */
 	dma_addr_t scratch_dma;
 	bool scratch_mapped;
 };
@@ -120,18 +124,20 @@ struct kvd_win {
 };
 
 /*
- * What a composite map lent out: the table and the source maps it used.
- * Referenced by the slot it was made for, and briefly by the next
- * layout's map taking the pieces it keeps from it.
+ * A layout's pieces mapped for one attachment (a proxy's slot): the source
+ * maps, where each window lies, and the table built from them at the
+ * first map. Referenced by the attachment, and briefly by the next
+ * layout's preparation taking the pieces it keeps from it.
  */
 struct kvd_cmap {
 	struct kref ref;
 	struct list_head node;		/* composite->maps; fam->lock */
 	struct device *dev;
-	struct sg_table sgt;
 	unsigned int nr;
 	struct kvd_source_map **sm;	/* per piece, NULL if unbacked */
 	struct kvd_win *win;		/* per piece, where backed */
+	u64 nents;			/* of the table */
+	struct sg_table sgt;		/* while mapped; composite resv */
 };
 
 static struct lock_class_key kvd_composite_resv_key;
@@ -339,6 +345,25 @@ static void kvd_source_map_put(struct kvd_source_map *sm)
 
 /* ---- the composite's dma_buf_ops ---- */
 
+static void kvd_cmap_free(struct kref *ref)
+{
+	struct kvd_cmap *m = container_of(ref, struct kvd_cmap, ref);
+	unsigned int i;
+
+	for (i = 0; i < m->nr; i++)
+		if (m->sm[i])
+			kvd_source_map_put(m->sm[i]);
+	sg_free_table(&m->sgt);
+	kvfree(m->win);
+	kvfree(m->sm);
+	kfree(m);
+}
+
+static void kvd_cmap_put(struct kvd_cmap *m)
+{
+	kref_put(&m->ref, kvd_cmap_free);
+}
+
 static int kvd_composite_attach(struct dma_buf *dmabuf,
 				struct dma_buf_attachment *attach)
 {
@@ -360,6 +385,12 @@ static void kvd_composite_detach(struct dma_buf *dmabuf,
 	struct kvd_composite *c = dmabuf->priv;
 	struct kvd_cattach *cat = attach->priv;
 
+	if (cat->m) {
+		spin_lock(&c->fam->lock);
+		list_del(&cat->m->node);
+		spin_unlock(&c->fam->lock);
+		kvd_cmap_put(cat->m);
+	}
 	if (cat->scratch_mapped)
 		dma_unmap_page(attach->dev, cat->scratch_dma,
 			       PAGE_SIZE << c->scratch_order,
@@ -367,7 +398,7 @@ static void kvd_composite_detach(struct dma_buf *dmabuf,
 	kfree(cat);
 }
 
-/* Its pieces are pinned while mapped: nothing of a composite moves. */
+/* Its pieces are pinned while prepared: nothing of a composite moves. */
 static int kvd_composite_pin(struct dma_buf_attachment *attach)
 {
 	return 0;
@@ -377,28 +408,9 @@ static void kvd_composite_unpin(struct dma_buf_attachment *attach)
 {
 }
 
-static void kvd_cmap_free(struct kref *ref)
-{
-	struct kvd_cmap *m = container_of(ref, struct kvd_cmap, ref);
-	unsigned int i;
-
-	for (i = 0; i < m->nr; i++)
-		if (m->sm[i])
-			kvd_source_map_put(m->sm[i]);
-	sg_free_table(&m->sgt);
-	kvfree(m->win);
-	kvfree(m->sm);
-	kfree(m);
-}
-
-static void kvd_cmap_put(struct kvd_cmap *m)
-{
-	kref_put(&m->ref, kvd_cmap_free);
-}
-
 /*
- * The map for @dev of the layout @c was made from, while that is still
- * exported and mapped for @dev: referenced, or NULL.
+ * The preparation for @dev of the layout @c was made from, while that is
+ * still exported and attached for @dev: referenced, or NULL.
  */
 static struct kvd_cmap *kvd_base_map(struct kvd_composite *c,
 				     struct device *dev)
@@ -425,7 +437,7 @@ static struct kvd_cmap *kvd_base_map(struct kvd_composite *c,
 	return m;
 }
 
-/* The base's piece that @p is all of, mapped in @bm; or -1. */
+/* The base's piece that @p is all of, prepared in @bm; or -1. */
 static long kvd_kept_piece(struct kvd_cmap *bm, const struct kvd_piece *p)
 {
 	unsigned int k = p->from - 1;
@@ -486,47 +498,55 @@ static struct scatterlist *kvd_win_copy(struct scatterlist *dsg,
 	}
 }
 
-/*
- * The pieces' DMA table for @attach's device: each backed piece a window
- * of its source's mapping, each unbacked one the scratch. A piece kept
- * whole from the base takes its source map (a reference) and where its
- * window lies from the base's map for the device: no lookup under the
- * source's lock, no walk of the source's table.
+/**
+ * kvd_layout_prepare() - map a layout's pieces for a slot's attachment
+ * @attach: the slot's attachment to the layout (its resv held)
+ *
+ * What may fail, done while the RANGES call can still fail whole: each
+ * backed piece's source mapped for the device, and the scratch behind
+ * unbacked ones. A piece kept whole from the base takes its source map (a
+ * reference) and where its window lies from the base's preparation for
+ * the device: no lookup under the source's lock, no walk of its table.
+ * The table itself is built at the first map (kvd_composite_map()).
+ *
+ * Return: 0; -ENOMEM; -ENODEV (a piece's backing was moved or revoked);
+ * -ERANGE (its exporter maps less than its size); -E2BIG (a table of
+ * more than UINT_MAX entries); a backing exporter's error.
  */
-static struct sg_table *kvd_composite_map(struct dma_buf_attachment *attach,
-					  enum dma_data_direction dir)
+int kvd_layout_prepare(struct dma_buf_attachment *attach)
 {
 	struct kvd_composite *c = attach->dmabuf->priv;
 	struct kvd_cattach *cat = attach->priv;
 	u64 chunk = PAGE_SIZE << c->scratch_order;
-	struct scatterlist *dsg;
 	struct kvd_cmap *m, *bm;
 	struct kvd_piece *p;
-	u64 nents = 0, left;
 	unsigned int i;
 	long k;
 	int ret;
 
 	dma_resv_assert_held(attach->dmabuf->resv);
+	if (cat->m)
+		return 0;
 	m = kzalloc(sizeof(*m), GFP_KERNEL_ACCOUNT);
 	if (!m)
-		return ERR_PTR(-ENOMEM);
+		return -ENOMEM;
 	kref_init(&m->ref);
 	INIT_LIST_HEAD(&m->node);
 	m->dev = attach->dev;
 	m->nr = c->nr;
 	m->sm = kvcalloc(c->nr, sizeof(*m->sm), GFP_KERNEL_ACCOUNT);
-	m->win = kvcalloc(c->nr, sizeof(*m->win), GFP_KERNEL_ACCOUNT);
+	/* only backed pieces' windows are written and read */
+	m->win = kvmalloc_array(c->nr, sizeof(*m->win), GFP_KERNEL_ACCOUNT);
 	if (!m->sm || !m->win) {
 		kvd_cmap_put(m);
-		return ERR_PTR(-ENOMEM);
+		return -ENOMEM;
 	}
 	if (c->scratch && !cat->scratch_mapped) {
 		cat->scratch_dma = dma_map_page(attach->dev, c->scratch, 0,
 						chunk, DMA_BIDIRECTIONAL);
 		if (dma_mapping_error(attach->dev, cat->scratch_dma)) {
 			kvd_cmap_put(m);
-			return ERR_PTR(-EIO);
+			return -EIO;
 		}
 		cat->scratch_mapped = true;
 	}
@@ -534,7 +554,7 @@ static struct sg_table *kvd_composite_map(struct dma_buf_attachment *attach,
 	for (i = 0; i < c->nr; i++) {
 		p = &c->pieces[i];
 		if (!p->src) {
-			nents += DIV_ROUND_UP(p->length, chunk);
+			m->nents += DIV_ROUND_UP(p->length, chunk);
 			continue;
 		}
 		/* as a backing's: the proxy revokes itself (kvd_attach()) */
@@ -559,18 +579,61 @@ static struct sg_table *kvd_composite_map(struct dma_buf_attachment *attach,
 			if (ret)
 				goto err;
 		}
-		nents += m->win[i].nents;
+		m->nents += m->win[i].nents;
 	}
-	if (bm)
-		kvd_cmap_put(bm);
-	bm = NULL;
-	if (nents > UINT_MAX) {
+	if (m->nents > UINT_MAX) {
 		ret = -E2BIG;
 		goto err;
 	}
-	ret = sg_alloc_table(&m->sgt, nents, GFP_KERNEL_ACCOUNT);
+	if (bm)
+		kvd_cmap_put(bm);
+	spin_lock(&c->fam->lock);
+	list_add_tail(&m->node, &c->maps);
+	spin_unlock(&c->fam->lock);
+	cat->m = m;
+	return 0;
+
+err:
+	if (bm)
+		kvd_cmap_put(bm);
+	kvd_cmap_put(m);
+	return ret;
+}
+
+/*
+ * The pieces' DMA table for the attachment's device, from its preparation:
+ * each backed piece a window of its source's mapping, each unbacked one
+ * the scratch. Built here, at the first map after a RANGES call (the
+ * proxy's importer's first map), not in the call: one chunk's call costs
+ * what it changes, and the calls between two transfers build one table.
+ */
+static struct sg_table *kvd_composite_map(struct dma_buf_attachment *attach,
+					  enum dma_data_direction dir)
+{
+	struct kvd_composite *c = attach->dmabuf->priv;
+	struct kvd_cattach *cat = attach->priv;
+	u64 chunk = PAGE_SIZE << c->scratch_order, left;
+	struct scatterlist *dsg;
+	struct kvd_piece *p;
+	struct kvd_cmap *m;
+	unsigned int i;
+	int ret;
+
+	dma_resv_assert_held(attach->dmabuf->resv);
+	ret = kvd_layout_prepare(attach);
 	if (ret)
-		goto err;
+		return ERR_PTR(ret);
+	m = cat->m;
+	/* One map at a time: a slot maps its attachment once. */
+	if (WARN_ON_ONCE(m->sgt.sgl))
+		return ERR_PTR(-EBUSY);
+	/* a piece's backing moved since: its mapping is gone, or going */
+	for (i = 0; i < c->nr; i++)
+		if (c->pieces[i].src && READ_ONCE(c->pieces[i].src->invalidated))
+			return ERR_PTR(-ENODEV);
+	ret = sg_alloc_table(&m->sgt, m->nents, GFP_KERNEL_ACCOUNT);
+	if (ret)
+		return ERR_PTR(ret);
 	dsg = m->sgt.sgl;
 	for (i = 0; i < c->nr; i++) {
 		p = &c->pieces[i];
@@ -584,30 +647,20 @@ static struct sg_table *kvd_composite_map(struct dma_buf_attachment *attach,
 			dsg = sg_next(dsg);
 		}
 	}
-	m->sgt.nents = nents;
-	spin_lock(&c->fam->lock);
-	list_add_tail(&m->node, &c->maps);
-	spin_unlock(&c->fam->lock);
+	m->sgt.nents = m->nents;
 	return &m->sgt;
-
-err:
-	if (bm)
-		kvd_cmap_put(bm);
-	kvd_cmap_put(m);
-	return ERR_PTR(ret);
 }
 
 static void kvd_composite_unmap(struct dma_buf_attachment *attach,
 				struct sg_table *sgt,
 				enum dma_data_direction dir)
 {
-	struct kvd_composite *c = attach->dmabuf->priv;
-	struct kvd_cmap *m = container_of(sgt, struct kvd_cmap, sgt);
+	struct kvd_cattach *cat = attach->priv;
 
-	spin_lock(&c->fam->lock);
-	list_del(&m->node);
-	spin_unlock(&c->fam->lock);
-	kvd_cmap_put(m);
+	if (WARN_ON_ONCE(!cat->m || sgt != &cat->m->sgt))
+		return;
+	sg_free_table(sgt);
+	memset(sgt, 0, sizeof(*sgt));
 }
 
 #ifdef KVD_HAVE_VMAP_UNLOCKED
@@ -754,7 +807,8 @@ static const struct dma_buf_ops kvd_composite_vmap_ops = {
 #endif
 };
 
-static bool kvd_is_composite(const struct dma_buf *dmabuf)
+/* Is @dmabuf a layout (a RANGES call's backing)? */
+bool kvd_is_layout(const struct dma_buf *dmabuf)
 {
 	return dmabuf->ops == &kvd_composite_ops ||
 	       dmabuf->ops == &kvd_composite_vmap_ops;
@@ -903,15 +957,23 @@ static unsigned int kvd_piece_at(const struct kvd_piece *p, unsigned int nr,
 	return lo;
 }
 
+/* Can a layout's CPU mapping take in @src's pages? (kvd_composite_vmap()) */
+static bool kvd_source_vmaps(const struct kvd_source *src)
+{
+	return src->dmabuf->ops->vmap;
+}
+
 /*
- * The uses of the new layout @c: the base's (@bu, in dma-buf order) and
- * the batch's new sources merged, each with the bytes it backs after the
- * batch, those left with none dropped. Only the changed ranges are looked
- * at: the pieces kept keep their sources' counts.
+ * The uses of the new layout @c: the base's (@bu, in dma-buf order; @bnv
+ * of them without vmap) and the batch's new sources merged, each with the
+ * bytes it backs after the batch, those left with none dropped. Only the
+ * changed ranges are looked at: the pieces kept keep their sources'
+ * counts, and only the sources added or dropped change c->nr_novmap.
  */
 static int kvd_layout_uses(struct kvd_composite *c, u64 length,
 			   const struct kvd_piece *bp, unsigned int bnr,
 			   struct kvd_use *bu, unsigned int bun,
+			   unsigned int bnv,
 			   struct kvd_source **fresh, unsigned int nfresh,
 			   const struct kvd_change *ch, unsigned int nr)
 {
@@ -920,16 +982,19 @@ static int kvd_layout_uses(struct kvd_composite *c, u64 length,
 	struct kvd_use *u, *hit;
 	u64 end;
 
-	u = kvcalloc(max(bun + nfresh, 1U), sizeof(*u), GFP_KERNEL_ACCOUNT);
+	u = kvmalloc_array(max(bun + nfresh, 1U), sizeof(*u),
+			   GFP_KERNEL_ACCOUNT);
 	if (!u)
 		return -ENOMEM;
+	c->nr_novmap = bnv;
 	while (i < bun || j < nfresh) {
 		if (j == nfresh || (i < bun && (unsigned long)bu[i].src->dmabuf <
 					      (unsigned long)fresh[j]->dmabuf)) {
-			u[n].src = bu[i].src;
-			u[n++].bytes = bu[i++].bytes;
+			u[n++] = bu[i++];
 		} else {
-			u[n++].src = fresh[j++];
+			c->nr_novmap += !kvd_source_vmaps(fresh[j]);
+			u[n].src = fresh[j++];
+			u[n++].bytes = 0;
 		}
 	}
 	for (i = 0; i < nr; i++) {
@@ -955,8 +1020,11 @@ static int kvd_layout_uses(struct kvd_composite *c, u64 length,
 	for (i = 0; i < n; i++) {
 		if (WARN_ON_ONCE(u[i].bytes > length))
 			goto err;
-		if (!u[i].bytes)
+		if (!u[i].bytes) {
+			/* a base's source that no piece uses any more */
+			c->nr_novmap -= !kvd_source_vmaps(u[i].src);
 			continue;
+		}
 		u[c->nr_uses] = u[i];
 		kref_get(&u[i].src->ref);
 		c->nr_uses++;
@@ -1009,7 +1077,7 @@ struct dma_buf *kvd_compose(u64 length, struct dma_buf *base, u64 base_offset,
 	struct kvd_source **fresh = NULL;
 	struct kvd_layout l = { 0 };
 	struct kvd_source *plain = NULL;
-	unsigned int bnr = 1, bi = 0, bun = 0, nfresh = 0, i;
+	unsigned int bnr = 1, bi = 0, bun = 0, bnv = 0, nfresh = 0, i;
 	struct kvd_family *fam = NULL;
 	struct kvd_use *bu = NULL;
 	struct dma_buf *dmabuf;
@@ -1017,12 +1085,13 @@ struct dma_buf *kvd_compose(u64 length, struct dma_buf *base, u64 base_offset,
 	u64 pos = 0;
 	int ret;
 
-	if (base && kvd_is_composite(base)) {
+	if (base && kvd_is_layout(base)) {
 		base_c = base->priv;
 		bp = base_c->pieces;
 		bnr = base_c->nr;
 		bu = base_c->uses;
 		bun = base_c->nr_uses;
+		bnv = base_c->nr_novmap;
 		fam = base_c->fam;
 		kref_get(&fam->ref);
 	} else {
@@ -1044,15 +1113,18 @@ struct dma_buf *kvd_compose(u64 length, struct dma_buf *base, u64 base_offset,
 		plain_use.src = plain;
 		bu = &plain_use;
 		bun = 1;
+		bnv = !kvd_source_vmaps(plain);
 	}
 
 	/* Each change can split one kept piece in two. */
 	l.room = min_t(u64, (u64)bnr + 2ULL * nr + 1, KVDMABUF_MAX_RANGES);
-	c = kvzalloc(struct_size(c, pieces, l.room), GFP_KERNEL_ACCOUNT);
+	/* the pieces are all written, as they are added */
+	c = kvmalloc(struct_size(c, pieces, l.room), GFP_KERNEL_ACCOUNT);
 	if (!c) {
 		ret = -ENOMEM;
 		goto err_changes;
 	}
+	memset(c, 0, sizeof(*c));
 	l.p = c->pieces;
 	l.numbered = base_c;
 	c->fam = fam;
@@ -1086,7 +1158,7 @@ struct dma_buf *kvd_compose(u64 length, struct dma_buf *base, u64 base_offset,
 	for (i = 0; i < c->nr; i++)
 		holes |= !c->pieces[i].src;
 
-	ret = kvd_layout_uses(c, length, bp, bnr, bu, bun, fresh, nfresh,
+	ret = kvd_layout_uses(c, length, bp, bnr, bu, bun, bnv, fresh, nfresh,
 			      ch, nr);
 	if (ret)
 		goto err_c;
@@ -1101,10 +1173,8 @@ struct dma_buf *kvd_compose(u64 length, struct dma_buf *base, u64 base_offset,
 	dma_resv_init(&c->resv);
 	lockdep_set_class(&c->resv.lock.base, &kvd_composite_resv_key);
 	exp_info.exp_name = "kvdmabuf-ranges";
-	exp_info.ops = &kvd_composite_vmap_ops;
-	for (i = 0; i < c->nr_uses; i++)
-		if (!c->uses[i].src->dmabuf->ops->vmap)
-			exp_info.ops = &kvd_composite_ops;
+	exp_info.ops = c->nr_novmap ? &kvd_composite_ops :
+				      &kvd_composite_vmap_ops;
 	exp_info.size = length;
 	exp_info.flags = O_RDWR;
 	exp_info.resv = &c->resv;

@@ -14,7 +14,8 @@
  * Locking:
  *   kvd_proxies_lock -> proxy->lock -> (backing resv, taken and released
  *   inside the dma-buf helpers) -> proxy resv (dmabuf->resv)
- *   -> backing resv (only inside vmap and vunmap of the proxy).
+ *   -> backing resv (only inside vmap and vunmap of the proxy, and a
+ *   layout's first map, kvd_slot_map(): kvd_compose.c).
  * A backing's resv is never held while a proxy's is taken (the proxy's
  * resv has a lockdep class of its own for that one nesting), and
  * proxy->lock is never taken under the proxy's resv. proxy->lock serialises the ioctls and the

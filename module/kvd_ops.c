@@ -440,6 +440,7 @@ static struct sg_table *kvd_map_dma_buf(struct dma_buf_attachment *attach,
 	struct kvd_attach *ka = attach->priv;
 	struct kvd_backing *b;
 	struct sg_table *sgt;
+	int ret;
 
 	dma_resv_assert_held(attach->dmabuf->resv);
 	if (!ka->dma)
@@ -451,6 +452,9 @@ static struct sg_table *kvd_map_dma_buf(struct dma_buf_attachment *attach,
 		return ERR_PTR(-ENODEV);
 
 	b = proxy->backing;
+	ret = kvd_slot_map(ka->cur);
+	if (ret)
+		return ERR_PTR(ret);
 	sgt = kvd_map_lend(ka, ka->cur);
 	if (!sgt) {
 		sgt = kvd_map_copy(b, ka->cur->bsgt, proxy->length);

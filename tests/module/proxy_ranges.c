@@ -443,6 +443,41 @@ TEST_F(ranges, a_ranges_exporter_revoking_revokes_the_proxy)
 	close(e);
 }
 
+/*
+ * A layout's table is built at the importer's first map after the call:
+ * a piece's backing revoked before that map revokes the proxy all the
+ * same, and the layout never built is torn down cleanly.
+ */
+TEST_F(ranges, a_backing_revoked_before_the_first_map_revokes_the_proxy)
+{
+	struct kvdmabuf_range r[2];
+	struct kvdmabuf_query q;
+	int e;
+
+	KVD_OPEN_EXP(self->exp);
+	e = exp_buf(self->exp, CH, 0, 0x71);
+	ASSERT_GE(e, 0);
+	r[0] = chunk(0, self->c[0], 0);
+	r[1] = chunk(1, e, 0);
+	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, r, 2));
+	import(_metadata, self, 0);
+	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	/* a second layout keeps e: prepared, not mapped by the importer yet */
+	r[0] = chunk(3, self->c[1], 0);
+	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, r, 1));
+	ASSERT_EQ(0, exp_revoke(self->exp, e));
+	ASSERT_EQ(0, kvd_wait_state(self->dev, self->proxy,
+				    KVDMABUF_STATE_REVOKED, &q));
+	EXPECT_EQ(KVDMABUF_REVOKE_EXPORTER, q.revoke_reason);
+	EXPECT_EQ(-ENODEV, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	r[0] = chunk(5, self->c[2], 0);
+	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, r, 1));
+	memset(self->want, 0, SIZE);
+	expect_pattern(self->want + 5 * CH, 3, 0);
+	EXPECT_EQ(-1, first_wrong(_metadata, self));
+	close(e);
+}
+
 /* Every argument is checked; an error changes nothing. */
 TEST_F(ranges, arguments_are_checked_and_nothing_changes)
 {
@@ -585,6 +620,10 @@ TEST_F(ranges, a_cpu_importer_maps_the_whole_layout)
 	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, r, 1));
 	EXPECT_EQ(-EOPNOTSUPP, imp_read(self->imp, self->h, 0, self->buf,
 					KVD_PAGE));
+	/* given back, it no longer keeps the layout from the CPU */
+	r[0].backing_fd = KVDMABUF_RANGE_UNBACKED;
+	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, r, 1));
+	EXPECT_EQ(-1, first_wrong(_metadata, self));
 	close(e);
 }
 
