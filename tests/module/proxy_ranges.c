@@ -414,8 +414,15 @@ TEST_F(ranges, a_pinned_importer_refuses_it)
 	EXPECT_EQ(-1, first_wrong(_metadata, self));
 }
 
-/* A range's exporter revoking its buffer revokes the proxy, as a backing's. */
-TEST_F(ranges, a_ranges_exporter_revoking_revokes_the_proxy)
+/*
+ * Chunk 0 backed by c0, chunk 1 by a kvd_exporter buffer, read through the
+ * importer; then that buffer's exporter revokes it: the proxy revokes
+ * itself (REVOKE_EXPORTER), and the next call starts from an unbacked
+ * proxy. @before_map: a second call first leaves a layout that keeps the
+ * buffer and that the importer has not mapped yet.
+ */
+static void exporter_revokes(struct __test_metadata *_metadata,
+			     FIXTURE_DATA(ranges) *self, int before_map)
 {
 	struct kvdmabuf_range r[2];
 	struct kvdmabuf_query q;
@@ -429,12 +436,16 @@ TEST_F(ranges, a_ranges_exporter_revoking_revokes_the_proxy)
 	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, r, 2));
 	import(_metadata, self, 0);
 	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
+	if (before_map) {
+		r[0] = chunk(3, self->c[1], 0);
+		ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, r, 1));
+	}
 	ASSERT_EQ(0, exp_revoke(self->exp, e));
 	ASSERT_EQ(0, kvd_wait_state(self->dev, self->proxy,
 				    KVDMABUF_STATE_REVOKED, &q));
 	EXPECT_EQ(KVDMABUF_REVOKE_EXPORTER, q.revoke_reason);
 	EXPECT_EQ(-ENODEV, imp_read(self->imp, self->h, 0, self->buf, SIZE));
-	/* the next call starts from an unbacked proxy: chunk 0 is gone too */
+	/* chunk 0 is gone too */
 	r[0] = chunk(5, self->c[2], 0);
 	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, r, 1));
 	memset(self->want, 0, SIZE);
@@ -443,39 +454,20 @@ TEST_F(ranges, a_ranges_exporter_revoking_revokes_the_proxy)
 	close(e);
 }
 
+/* A range's exporter revoking its buffer revokes the proxy, as a backing's. */
+TEST_F(ranges, a_ranges_exporter_revoking_revokes_the_proxy)
+{
+	exporter_revokes(_metadata, self, 0);
+}
+
 /*
  * A layout's table is built at the importer's first map after the call:
  * a piece's backing revoked before that map revokes the proxy all the
- * same, and the layout never built is torn down cleanly.
+ * same, and the layout never mapped is torn down cleanly.
  */
 TEST_F(ranges, a_backing_revoked_before_the_first_map_revokes_the_proxy)
 {
-	struct kvdmabuf_range r[2];
-	struct kvdmabuf_query q;
-	int e;
-
-	KVD_OPEN_EXP(self->exp);
-	e = exp_buf(self->exp, CH, 0, 0x71);
-	ASSERT_GE(e, 0);
-	r[0] = chunk(0, self->c[0], 0);
-	r[1] = chunk(1, e, 0);
-	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, r, 2));
-	import(_metadata, self, 0);
-	ASSERT_EQ(0, imp_read(self->imp, self->h, 0, self->buf, SIZE));
-	/* a second layout keeps e: prepared, not mapped by the importer yet */
-	r[0] = chunk(3, self->c[1], 0);
-	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, r, 1));
-	ASSERT_EQ(0, exp_revoke(self->exp, e));
-	ASSERT_EQ(0, kvd_wait_state(self->dev, self->proxy,
-				    KVDMABUF_STATE_REVOKED, &q));
-	EXPECT_EQ(KVDMABUF_REVOKE_EXPORTER, q.revoke_reason);
-	EXPECT_EQ(-ENODEV, imp_read(self->imp, self->h, 0, self->buf, SIZE));
-	r[0] = chunk(5, self->c[2], 0);
-	ASSERT_EQ(0, kvd_ranges(self->dev, self->proxy, r, 1));
-	memset(self->want, 0, SIZE);
-	expect_pattern(self->want + 5 * CH, 3, 0);
-	EXPECT_EQ(-1, first_wrong(_metadata, self));
-	close(e);
+	exporter_revokes(_metadata, self, 1);
 }
 
 /* Every argument is checked; an error changes nothing. */
