@@ -94,8 +94,7 @@ struct kvd_slot {
 	struct sg_table *bsgt;		/* a layout's: from its first map on */
 	bool dying;			/* unpinning; backing resv */
 	bool whole;			/* the proxy's window is all of bsgt */
-	bool layout;			/* of a layout: bsgt built at the first
-					 * map (kvd_slot_map()) */
+	bool layout;			/* bsgt made at the first map */
 	struct list_head lent_node;	/* on ka->lent while lent; proxy resv */
 };
 

@@ -232,7 +232,7 @@ static void kvd_source_notify(struct dma_buf_attachment *bat)
 		return;
 	/*
 	 * A layout being built now, not yet exported, must not take the
-	 * stale mapping either: its map checks this.
+	 * stale mapping either: its preparation and its map check this.
 	 */
 	WRITE_ONCE(src->invalidated, true);
 	spin_lock(&src->fam->lock);
