@@ -225,9 +225,16 @@ struct kvd_importer_counts {
 void kvd_count_importers(struct kvd_proxy *proxy,
 			 struct kvd_importer_counts *c);
 unsigned int kvd_all_pins(struct kvd_proxy *proxy);
-long kvd_sg_window_nents(struct sg_table *sgt, u64 start, u64 len);
+/* Where a window of a DMA table lies (kvd_sg_window_find()). */
+struct kvd_win {
+	struct scatterlist *sg;		/* the entry holding its first byte */
+	u64 skip;			/* the bytes of @sg before it */
+	unsigned int nents;		/* the entries it takes */
+};
+int kvd_sg_window_find(struct sg_table *sgt, u64 start, u64 len,
+		       struct kvd_win *w);
 struct scatterlist *kvd_sg_window_copy(struct scatterlist *dsg,
-				       struct sg_table *sgt, u64 start, u64 len);
+				       const struct kvd_win *w, u64 len);
 
 /* kvd_backing.c */
 struct kvd_slot *kvd_slot_create(struct kvd_proxy *proxy,

@@ -112,18 +112,6 @@ struct kvd_cattach {
 };
 
 /*
- * Where a backed piece's window lies in its source map's table: the
- * exporter's, which nobody edits while the source map lives (importers of
- * the proxy may edit the composite's table they are lent: ib_umem trims
- * the ends of its window in place while mapped).
- */
-struct kvd_win {
-	struct scatterlist *sg;		/* the entry holding its first byte */
-	u64 skip;			/* the bytes of @sg before it */
-	unsigned int nents;		/* the entries it takes */
-};
-
-/*
  * A layout's pieces mapped for one attachment (a proxy's slot): the source
  * maps, where each window lies, and the table built from them at the
  * first map. Referenced by the attachment, and briefly by the next
@@ -135,7 +123,13 @@ struct kvd_cmap {
 	struct device *dev;
 	unsigned int nr;
 	struct kvd_source_map **sm;	/* per piece, NULL if unbacked */
-	struct kvd_win *win;		/* per piece, where backed */
+	/*
+	 * per backed piece: its window in its source map's table, the
+	 * exporter's, which nobody edits while the source map lives (the
+	 * proxy's importers may edit the composite's table they are lent:
+	 * ib_umem trims the ends of its window in place while mapped)
+	 */
+	struct kvd_win *win;
 	u64 nents;			/* of the table */
 	struct sg_table sgt;		/* while mapped; composite resv */
 };
@@ -448,56 +442,6 @@ static long kvd_kept_piece(struct kvd_cmap *bm, const struct kvd_piece *p)
 	return k;
 }
 
-/*
- * Finds the window [@start, @start + @len) in the source's table @sgt.
- * Return: 0, or -ERANGE where the exporter mapped less than its end.
- */
-static int kvd_win_find(struct sg_table *sgt, u64 start, u64 len,
-			struct kvd_win *w)
-{
-	u64 pos = 0, end = start + len;
-	struct scatterlist *sg;
-	unsigned int i;
-
-	*w = (struct kvd_win){ 0 };
-	for_each_sgtable_dma_sg(sgt, sg, i) {
-		if (max(pos, start) < min(pos + sg_dma_len(sg), end)) {
-			if (!w->sg) {
-				w->sg = sg;
-				w->skip = start - pos;
-			}
-			w->nents++;
-		}
-		pos += sg_dma_len(sg);
-		if (pos >= end)
-			return 0;
-	}
-	return -ERANGE;
-}
-
-/* Copies @len bytes of a window to @dsg on; returns the entry after. */
-static struct scatterlist *kvd_win_copy(struct scatterlist *dsg,
-					const struct kvd_win *w, u64 len)
-{
-	struct scatterlist *sg = w->sg;
-	u64 skip = w->skip, n;
-
-	for (;;) {
-		n = min_t(u64, sg_dma_len(sg) - skip, len);
-		if (n) {
-			sg_dma_address(dsg) = sg_dma_address(sg) + skip;
-			sg_dma_len(dsg) = n;
-			kvd_sg_copy_bus_address(dsg, sg);
-			dsg = sg_next(dsg);
-			len -= n;
-		}
-		if (!len)
-			return dsg;
-		skip = 0;
-		sg = sg_next(sg);
-	}
-}
-
 /**
  * kvd_layout_prepare() - map a layout's pieces for a slot's attachment
  * @attach: the slot's attachment to the layout (its resv held)
@@ -574,8 +518,8 @@ int kvd_layout_prepare(struct dma_buf_attachment *attach)
 				m->sm[i] = NULL;
 				goto err;
 			}
-			ret = kvd_win_find(m->sm[i]->sgt, p->offset, p->length,
-					   &m->win[i]);
+			ret = kvd_sg_window_find(m->sm[i]->sgt, p->offset,
+						 p->length, &m->win[i]);
 			if (ret)
 				goto err;
 		}
@@ -638,7 +582,7 @@ static struct sg_table *kvd_composite_map(struct dma_buf_attachment *attach,
 	for (i = 0; i < c->nr; i++) {
 		p = &c->pieces[i];
 		if (p->src) {
-			dsg = kvd_win_copy(dsg, &m->win[i], p->length);
+			dsg = kvd_sg_window_copy(dsg, &m->win[i], p->length);
 			continue;
 		}
 		for (left = p->length; left; left -= min(left, chunk)) {

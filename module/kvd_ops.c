@@ -335,41 +335,47 @@ static struct sg_table *kvd_map_lend(struct kvd_attach *ka,
 }
 
 /**
- * kvd_sg_window_nents() - the segments a window of a DMA table takes
+ * kvd_sg_window_find() - where a window of a DMA table lies
  * @sgt: a DMA table: a backing's, or a layout source's
  * @start: the offset of the window's first byte in the table
  * @len: the window's length in bytes
+ * @w: filled in: the entry holding @start, the bytes of it before @start,
+ *	and the number of segments the window takes
  *
  * A window [@start, @start + @len) of a backing's DMA table, for a proxy
- * at an offset of its backing and for a layout's pieces: the number of
- * segments it takes, then (kvd_sg_window_copy()) the segments copied.
+ * at an offset of its backing and for a layout's pieces; the segments are
+ * then copied with kvd_sg_window_copy() while @sgt lives.
  *
- * Return: the number of segments, or -EIO where the exporter mapped less
- * than @start + @len.
+ * Return: 0, or -ERANGE where the exporter mapped less than @start + @len.
  */
-long kvd_sg_window_nents(struct sg_table *sgt, u64 start, u64 len)
+int kvd_sg_window_find(struct sg_table *sgt, u64 start, u64 len,
+		       struct kvd_win *w)
 {
-	struct scatterlist *sg;
 	u64 pos = 0, end = start + len;
+	struct scatterlist *sg;
 	unsigned int i;
-	long n = 0;
 
+	*w = (struct kvd_win){ 0 };
 	for_each_sgtable_dma_sg(sgt, sg, i) {
-		if (max(pos, start) < min(pos + sg_dma_len(sg), end))
-			n++;
+		if (max(pos, start) < min(pos + sg_dma_len(sg), end)) {
+			if (!w->sg) {
+				w->sg = sg;
+				w->skip = start - pos;
+			}
+			w->nents++;
+		}
 		pos += sg_dma_len(sg);
 		if (pos >= end)
-			return n;
+			return 0;
 	}
-	return -EIO;		/* the exporter mapped less than its size */
+	return -ERANGE;
 }
 
 /**
  * kvd_sg_window_copy() - copy a window of a DMA table
- * @dsg: where the segments go, with room for kvd_sg_window_nents() of them
- * @sgt: the table, as for kvd_sg_window_nents()
- * @start: as for kvd_sg_window_nents()
- * @len: as for kvd_sg_window_nents()
+ * @dsg: where the segments go, with room for @w->nents of them
+ * @w: the window, as kvd_sg_window_find() found it
+ * @len: the window's length in bytes, as given to kvd_sg_window_find()
  *
  * Each segment's DMA address and length, cut to the window, and its
  * bus-address mark; no struct page.
@@ -378,26 +384,25 @@ long kvd_sg_window_nents(struct sg_table *sgt, u64 start, u64 len)
  * of @dsg's table), where the next window goes.
  */
 struct scatterlist *kvd_sg_window_copy(struct scatterlist *dsg,
-				       struct sg_table *sgt, u64 start, u64 len)
+				       const struct kvd_win *w, u64 len)
 {
-	u64 pos = 0, end = start + len, s, e;
-	struct scatterlist *sg;
-	unsigned int i;
+	struct scatterlist *sg = w->sg;
+	u64 skip = w->skip, n;
 
-	for_each_sgtable_dma_sg(sgt, sg, i) {
-		s = max(pos, start);
-		e = min(pos + sg_dma_len(sg), end);
-		if (s < e) {
-			sg_dma_address(dsg) = sg_dma_address(sg) + (s - pos);
-			sg_dma_len(dsg) = e - s;
+	for (;;) {
+		n = min_t(u64, sg_dma_len(sg) - skip, len);
+		if (n) {
+			sg_dma_address(dsg) = sg_dma_address(sg) + skip;
+			sg_dma_len(dsg) = n;
 			kvd_sg_copy_bus_address(dsg, sg);
 			dsg = sg_next(dsg);
+			len -= n;
 		}
-		pos += sg_dma_len(sg);
-		if (pos >= end)
-			break;
+		if (!len)
+			return dsg;
+		skip = 0;
+		sg = sg_next(sg);
 	}
-	return dsg;
 }
 
 /*
@@ -412,23 +417,22 @@ static struct sg_table *kvd_map_copy(struct kvd_backing *b,
 				     struct sg_table *bsgt, u64 length)
 {
 	struct kvd_map *map;
-	long nents;
+	struct kvd_win w;
 	int ret;
 
-	nents = kvd_sg_window_nents(bsgt, b->offset, length);
-	if (nents <= 0)
+	if (kvd_sg_window_find(bsgt, b->offset, length, &w))
 		return ERR_PTR(-EIO);	/* backing map shorter than its size */
 
 	map = kzalloc(sizeof(*map), GFP_KERNEL_ACCOUNT);
 	if (!map)
 		return ERR_PTR(-ENOMEM);
-	ret = sg_alloc_table(&map->sgt, nents, GFP_KERNEL);
+	ret = sg_alloc_table(&map->sgt, w.nents, GFP_KERNEL);
 	if (ret) {
 		kfree(map);
 		return ERR_PTR(ret);
 	}
-	kvd_sg_window_copy(map->sgt.sgl, bsgt, b->offset, length);
-	map->sgt.nents = nents;
+	kvd_sg_window_copy(map->sgt.sgl, &w, length);
+	map->sgt.nents = w.nents;
 	map->backing = b;
 	return &map->sgt;
 }
