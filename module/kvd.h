@@ -287,5 +287,6 @@ struct dma_buf *kvd_compose(u64 length, struct dma_buf *base, u64 base_offset,
 			    struct kvd_change *ch, unsigned int nr);
 bool kvd_is_layout(const struct dma_buf *dmabuf);
 int kvd_layout_prepare(struct dma_buf_attachment *attach);
+void kvd_layout_settle(struct dma_buf *dmabuf);
 
 #endif /* KVD_H */

@@ -8,31 +8,39 @@
  * the proxy's backing, with one move notification, the drain and the
  * stale rules of a replace (kvd_ioctl.c, kvd_stale.c).
  *
- * A new layout shares the sources of the one it was made from (its
- * *family*: the layouts of one proxy), and a source keeps one mapping per
- * importer device for all the layouts that use it: a batch maps only the
- * backings it brings in. The proxy's slot prepares a layout in the call
- * (kvd_layout_prepare(): what may fail) and maps it at its importer's
- * first map after it (kvd_slot_map()): the preparation takes the pieces
- * kept whole from the base's (a reference and a window each, no lookup
- * nor walk), and only the map builds the table of the whole proxy that
+ * A layout's pieces lie in *blocks* of up to KVD_BLOCK_PIECES, immutable
+ * and shared: a new layout copies the blocks its batch touches and takes
+ * a reference on the others, so a batch costs what it changes and a
+ * share per block, never a step per piece it keeps. Each block keeps its
+ * pieces mapped for each importer device (a *block map*: every backed
+ * piece's source map and where its window lies), shared by the layouts
+ * holding the block; a block rebuilt by a batch takes the pieces it keeps
+ * whole from the block it was made from (its *origin*, held until the
+ * call's slots are prepared: kvd_layout_settle()). A source (one per
+ * dma-buf in a *family*, the layouts of one proxy) keeps one pinned
+ * mapping per device for all of them: a batch maps only the backings it
+ * brings in.
+ *
+ * The proxy's slot prepares a layout in the call (kvd_layout_prepare():
+ * what may fail) and maps it at its importer's first map after it
+ * (kvd_slot_map()): only that map builds the table of the whole proxy
  * dma-buf hands an importer. Unbacked pieces map to a zeroed scratch
  * buffer of the layout's own, which holds nobody's data.
  *
  * Locking: (proxy resv, at a first map) -> composite resv (a lockdep
  * class of its own) -> source->lock -> source resv; family->lock is
- * innermost. A source's move notification (its resv held) only queues
- * work.
+ * innermost, and sources and block maps drop their last reference under
+ * it (nobody finds one going). A source's move notification (its resv
+ * held) only queues work.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/dma-mapping.h>
-#include <linux/bsearch.h>
 #include <linux/mm.h>
+#include <linux/rbtree.h>
 #include <linux/scatterlist.h>
 #include <linux/sizes.h>
 #include <linux/slab.h>
-#include <linux/sort.h>
 #include <linux/vmalloc.h>
 
 #include "kvd.h"
@@ -40,32 +48,42 @@
 /* The scratch behind unbacked pieces: up to 2 MiB, as few entries as can be. */
 #define KVD_SCRATCH_MAX_ORDER	get_order(SZ_2M)
 
+/*
+ * Pieces per block: a batch copies the blocks it touches (a piece each)
+ * and shares the rest (a reference each).
+ */
+#define KVD_BLOCK_PIECES	64
+
 /* The layouts of one proxy, each made from the one before. */
 struct kvd_family {
 	struct kref ref;
-	spinlock_t lock;		/* all below, and each layout's maps */
+	spinlock_t lock;		/* all below, blocks' maps and origins */
 	struct list_head layouts;	/* struct kvd_composite, exported */
-	u64 seq;			/* of the last layout exported */
+	struct rb_root sources;		/* struct kvd_source, by dma-buf */
+	bool moved;			/* a source's exporter moved it */
 };
 
 /* A backing dma-buf that pieces of one family's layouts map windows of. */
 struct kvd_source {
-	struct kref ref;
+	struct kref ref;		/* to zero under fam->lock */
+	struct rb_node node;		/* fam->sources */
 	struct dma_buf *dmabuf;		/* reference held */
 	struct kvd_family *fam;		/* reference held */
-	struct mutex lock;		/* maps */
+	struct mutex lock;		/* maps, vmap */
 	struct list_head maps;		/* struct kvd_source_map */
+	struct iosys_map vmap;		/* while vmap_users */
+	unsigned int vmap_users;	/* pieces of CPU-mapped layouts */
 	bool invalidated;		/* its exporter moved it; its resv */
 };
 
-/* A source's mapping for one device, shared by the layouts using it. */
+/* A source's mapping for one device, shared by the blocks using it. */
 struct kvd_source_map {
 	struct list_head node;		/* source->maps */
 	struct kvd_source *src;
 	struct device *dev;		/* reference held */
 	struct dma_buf_attachment *bat;
 	struct sg_table *sgt;
-	/* per piece of composite maps; drops to zero under source->lock */
+	/* per piece of block maps; drops to zero under source->lock */
 	refcount_t users;
 	bool dying;			/* unpinning: a move is ours */
 };
@@ -73,15 +91,40 @@ struct kvd_source_map {
 struct kvd_piece {
 	u64 start;			/* in the proxy */
 	u64 length;
-	struct kvd_source *src;		/* NULL: unbacked */
+	struct kvd_source *src;		/* reference held; NULL: unbacked */
 	u64 offset;			/* in src */
-	unsigned int from;		/* 1 + the base's piece it is all of; 0 */
+	unsigned int from;		/* 1 + the origin's piece it is all of; 0 */
 };
 
-/* A source a composite's pieces use. */
-struct kvd_use {
-	struct kvd_source *src;		/* reference held */
-	u64 bytes;			/* of the layout it backs */
+/* Pieces of a layout in proxy order, shared by the layouts holding it. */
+struct kvd_block {
+	struct kref ref;
+	struct kvd_block *origin;	/* made from, until settled; fam->lock */
+	struct list_head maps;		/* struct kvd_bmap; fam->lock */
+	unsigned int nr_novmap;		/* pieces whose source has no vmap */
+	unsigned int nr_holes;		/* unbacked pieces */
+	u64 hole_bytes;
+	unsigned int nr;
+	struct kvd_piece p[KVD_BLOCK_PIECES];
+};
+
+/*
+ * A block's backed pieces mapped for one device: each one's source map
+ * and where its window lies in that map's table, the exporter's, which
+ * nobody edits while the source map lives (the proxy's importers may edit
+ * the composite's table they are lent: ib_umem trims the ends of its
+ * window in place while mapped). Referenced by the attachments of the
+ * layouts holding the block.
+ */
+struct kvd_bmap {
+	struct kref ref;		/* to zero under fam->lock */
+	struct list_head node;		/* block->maps */
+	struct kvd_family *fam;
+	struct kvd_block *blk;		/* reference held */
+	struct device *dev;
+	u64 nents;			/* of its pieces' windows */
+	struct kvd_source_map *sm[KVD_BLOCK_PIECES];	/* NULL if unbacked */
+	struct kvd_win win[KVD_BLOCK_PIECES];
 };
 
 struct kvd_composite {
@@ -89,49 +132,21 @@ struct kvd_composite {
 	struct dma_resv resv;
 	struct kvd_family *fam;		/* reference held */
 	struct list_head node;		/* fam->layouts */
-	u64 seq;			/* in the family, from 1 */
-	u64 base_seq;			/* of the layout it was made from; 0 */
-	struct list_head maps;		/* struct kvd_cmap; fam->lock */
 	struct work_struct inval_work;	/* a source's exporter moved it */
 	struct page *scratch;		/* NULL: no unbacked piece */
 	unsigned int scratch_order;
-	unsigned int nr_uses;
-	struct kvd_use *uses;		/* one per distinct source, by dma-buf */
-	unsigned int nr_novmap;		/* uses whose dma-buf has no vmap */
-	struct iosys_map *src_vmaps;	/* per use, while CPU-mapped; resv */
+	unsigned int nr_novmap;		/* pieces whose source has no vmap */
 	void *vaddr;			/* the layout's CPU mapping; resv */
-	unsigned int nr;
-	struct kvd_piece pieces[];
+	unsigned int nr_blocks;
+	struct kvd_block *blk[];	/* references held */
 };
 
 /* attach->priv of an attachment to a composite (a proxy's slot). */
 struct kvd_cattach {
-	struct kvd_cmap *m;		/* once prepared; composite resv */
+	struct kvd_bmap **bm;		/* per block, once prepared; resv */
+	struct sg_table sgt;		/* while mapped; resv */
 	dma_addr_t scratch_dma;
 	bool scratch_mapped;
-};
-
-/*
- * A layout's pieces mapped for one attachment (a proxy's slot): the source
- * maps, where each window lies, and the table built from them at the
- * first map. Referenced by the attachment, and briefly by the next
- * layout's preparation taking the pieces it keeps from it.
- */
-struct kvd_cmap {
-	struct kref ref;
-	struct list_head node;		/* composite->maps; fam->lock */
-	struct device *dev;
-	unsigned int nr;
-	struct kvd_source_map **sm;	/* per piece, NULL if unbacked */
-	/*
-	 * per backed piece: its window in its source map's table, the
-	 * exporter's, which nobody edits while the source map lives (the
-	 * proxy's importers may edit the composite's table they are lent:
-	 * ib_umem trims the ends of its window in place while mapped)
-	 */
-	struct kvd_win *win;
-	u64 nents;			/* of the table */
-	struct sg_table sgt;		/* while mapped; composite resv */
 };
 
 static struct lock_class_key kvd_composite_resv_key;
@@ -147,6 +162,7 @@ static struct kvd_family *kvd_family_new(void)
 	kref_init(&fam->ref);
 	spin_lock_init(&fam->lock);
 	INIT_LIST_HEAD(&fam->layouts);
+	fam->sources = RB_ROOT;
 	return fam;
 }
 
@@ -155,6 +171,7 @@ static void kvd_family_free(struct kref *ref)
 	struct kvd_family *fam = container_of(ref, struct kvd_family, ref);
 
 	WARN_ON_ONCE(!list_empty(&fam->layouts));
+	WARN_ON_ONCE(!RB_EMPTY_ROOT(&fam->sources));
 	kfree(fam);
 }
 
@@ -163,51 +180,118 @@ static void kvd_family_put(struct kvd_family *fam)
 	kref_put(&fam->ref, kvd_family_free);
 }
 
-static struct kvd_source *kvd_source_new(struct dma_buf *dmabuf,
-					 struct kvd_family *fam)
+static void kvd_source_destroy(struct kvd_source *src)
 {
-	struct kvd_source *src = kzalloc(sizeof(*src), GFP_KERNEL_ACCOUNT);
-
-	if (!src)
-		return NULL;
-	kref_init(&src->ref);
-	src->dmabuf = dmabuf;
-	kref_get(&fam->ref);
-	src->fam = fam;
-	mutex_init(&src->lock);
-	INIT_LIST_HEAD(&src->maps);
-	return src;
-}
-
-static void kvd_source_free(struct kref *ref)
-{
-	struct kvd_source *src = container_of(ref, struct kvd_source, ref);
-
-	WARN_ON_ONCE(!list_empty(&src->maps));
+	WARN_ON_ONCE(!list_empty(&src->maps) || src->vmap_users);
 	dma_buf_put(src->dmabuf);
 	kvd_family_put(src->fam);
 	mutex_destroy(&src->lock);
 	kfree(src);
 }
 
-static void kvd_source_put(struct kvd_source *src)
+/* Called with fam->lock held; drops it. */
+static void kvd_source_release(struct kref *ref)
 {
-	kref_put(&src->ref, kvd_source_free);
+	struct kvd_source *src = container_of(ref, struct kvd_source, ref);
+
+	rb_erase(&src->node, &src->fam->sources);
+	spin_unlock(&src->fam->lock);
+	kvd_source_destroy(src);
 }
 
-static int kvd_use_cmp(const void *key, const void *elt)
+static void kvd_source_put(struct kvd_source *src)
+{
+	kref_put_lock(&src->ref, kvd_source_release, &src->fam->lock);
+}
+
+static int kvd_source_cmp(const void *key, const struct rb_node *node)
 {
 	unsigned long x = (unsigned long)key;
-	unsigned long y = (unsigned long)((const struct kvd_use *)elt)->src->dmabuf;
+	unsigned long y = (unsigned long)rb_entry(node, struct kvd_source,
+						  node)->dmabuf;
 
 	return x < y ? -1 : x > y;
 }
 
-/* The use of @dmabuf's source among @n uses (in dma-buf order), or NULL. */
-static struct kvd_use *kvd_use_find(struct kvd_use *u, unsigned int n,
-				    const struct dma_buf *dmabuf)
+static int kvd_source_node_cmp(struct rb_node *a, const struct rb_node *b)
 {
-	return bsearch(dmabuf, u, n, sizeof(*u), kvd_use_cmp);
+	return kvd_source_cmp(rb_entry(a, struct kvd_source, node)->dmabuf, b);
+}
+
+/* @fam's source of @dmabuf (a reference), made if it has none; or NULL. */
+static struct kvd_source *kvd_source_get(struct kvd_family *fam,
+					 struct dma_buf *dmabuf)
+{
+	struct kvd_source *src = NULL, *new;
+	struct rb_node *n;
+
+	spin_lock(&fam->lock);
+	n = rb_find(dmabuf, &fam->sources, kvd_source_cmp);
+	if (n) {
+		src = rb_entry(n, struct kvd_source, node);
+		kref_get(&src->ref);
+	}
+	spin_unlock(&fam->lock);
+	if (src)
+		return src;
+
+	new = kzalloc(sizeof(*new), GFP_KERNEL_ACCOUNT);
+	if (!new)
+		return NULL;
+	kref_init(&new->ref);
+	get_dma_buf(dmabuf);
+	new->dmabuf = dmabuf;
+	kref_get(&fam->ref);
+	new->fam = fam;
+	mutex_init(&new->lock);
+	INIT_LIST_HEAD(&new->maps);
+
+	/* Another call may have made one meanwhile: one source a dma-buf. */
+	spin_lock(&fam->lock);
+	n = rb_find_add(&new->node, &fam->sources, kvd_source_node_cmp);
+	if (n) {
+		src = rb_entry(n, struct kvd_source, node);
+		kref_get(&src->ref);
+	}
+	spin_unlock(&fam->lock);
+	if (!src)
+		return new;
+	kvd_source_destroy(new);
+	return src;
+}
+
+/* Can a layout's CPU mapping take in @src's pages? (kvd_composite_vmap()) */
+static bool kvd_source_vmaps(const struct kvd_source *src)
+{
+	return src->dmabuf->ops->vmap;
+}
+
+/* Does layout @c have a piece of @src? (fam->lock held) */
+static bool kvd_layout_uses(struct kvd_composite *c, struct kvd_source *src)
+{
+	struct kvd_piece *p;
+	unsigned int i, j;
+
+	for (i = 0; i < c->nr_blocks; i++)
+		for (j = 0, p = c->blk[i]->p; j < c->blk[i]->nr; j++, p++)
+			if (p->src == src)
+				return true;
+	return false;
+}
+
+/* Has a piece's backing been moved since? Its mapping is gone, or going. */
+static bool kvd_layout_moved(struct kvd_composite *c)
+{
+	struct kvd_piece *p;
+	unsigned int i, j;
+
+	if (!READ_ONCE(c->fam->moved))
+		return false;
+	for (i = 0; i < c->nr_blocks; i++)
+		for (j = 0, p = c->blk[i]->p; j < c->blk[i]->nr; j++, p++)
+			if (p->src && READ_ONCE(p->src->invalidated))
+				return true;
+	return false;
 }
 
 /*
@@ -219,8 +303,8 @@ static void kvd_source_notify(struct dma_buf_attachment *bat)
 {
 	struct kvd_source_map *sm = bat->importer_priv;
 	struct kvd_source *src = sm->src;
+	struct kvd_family *fam = src->fam;
 	struct kvd_composite *c;
-	struct kvd_use *u;
 
 	if (sm->dying || !sm->sgt)
 		return;
@@ -229,13 +313,12 @@ static void kvd_source_notify(struct dma_buf_attachment *bat)
 	 * stale mapping either: its preparation and its map check this.
 	 */
 	WRITE_ONCE(src->invalidated, true);
-	spin_lock(&src->fam->lock);
-	list_for_each_entry(c, &src->fam->layouts, node) {
-		u = kvd_use_find(c->uses, c->nr_uses, src->dmabuf);
-		if (u && u->src == src)
+	spin_lock(&fam->lock);
+	WRITE_ONCE(fam->moved, true);
+	list_for_each_entry(c, &fam->layouts, node)
+		if (kvd_layout_uses(c, src))
 			queue_work(kvd_wq, &c->inval_work);
-	}
-	spin_unlock(&src->fam->lock);
+	spin_unlock(&fam->lock);
 }
 
 static const struct dma_buf_attach_ops kvd_source_attach_ops = {
@@ -337,26 +420,188 @@ static void kvd_source_map_put(struct kvd_source_map *sm)
 	kvd_source_put(src);
 }
 
+/* ---- blocks and their maps ---- */
+
+static struct kvd_block *kvd_block_new(struct kvd_block *origin)
+{
+	struct kvd_block *blk = kmalloc(sizeof(*blk), GFP_KERNEL_ACCOUNT);
+
+	if (!blk)
+		return NULL;
+	/* the pieces are written as they are added */
+	memset(blk, 0, offsetof(struct kvd_block, p));
+	kref_init(&blk->ref);
+	INIT_LIST_HEAD(&blk->maps);
+	if (origin)
+		kref_get(&origin->ref);
+	blk->origin = origin;
+	return blk;
+}
+
+static void kvd_block_free(struct kref *ref)
+{
+	struct kvd_block *blk = container_of(ref, struct kvd_block, ref);
+	struct kvd_block *origin = blk->origin;
+	unsigned int j;
+
+	WARN_ON_ONCE(!list_empty(&blk->maps));
+	for (j = 0; j < blk->nr; j++)
+		if (blk->p[j].src)
+			kvd_source_put(blk->p[j].src);
+	kfree(blk);
+	if (origin)
+		kref_put(&origin->ref, kvd_block_free);
+}
+
+static void kvd_block_put(struct kvd_block *blk)
+{
+	kref_put(&blk->ref, kvd_block_free);
+}
+
+static u64 kvd_block_end(const struct kvd_block *blk)
+{
+	const struct kvd_piece *last = &blk->p[blk->nr - 1];
+
+	return last->start + last->length;
+}
+
+static void kvd_bmap_destroy(struct kvd_bmap *bm)
+{
+	unsigned int j;
+
+	for (j = 0; j < bm->blk->nr; j++)
+		if (bm->sm[j])
+			kvd_source_map_put(bm->sm[j]);
+	kvd_block_put(bm->blk);
+	kfree(bm);
+}
+
+/* Called with fam->lock held; drops it. */
+static void kvd_bmap_release(struct kref *ref)
+{
+	struct kvd_bmap *bm = container_of(ref, struct kvd_bmap, ref);
+
+	list_del(&bm->node);
+	spin_unlock(&bm->fam->lock);
+	kvd_bmap_destroy(bm);
+}
+
+static void kvd_bmap_put(struct kvd_bmap *bm)
+{
+	kref_put_lock(&bm->ref, kvd_bmap_release, &bm->fam->lock);
+}
+
+/* @blk's map for @dev, referenced, or NULL (fam->lock held). */
+static struct kvd_bmap *kvd_bmap_find(struct kvd_block *blk,
+				      struct device *dev)
+{
+	struct kvd_bmap *bm;
+
+	list_for_each_entry(bm, &blk->maps, node) {
+		if (bm->dev == dev) {
+			kref_get(&bm->ref);
+			return bm;
+		}
+	}
+	return NULL;
+}
+
+/* The origin's piece that @p is all of, mapped in @ob; or -1. */
+static long kvd_kept_piece(struct kvd_bmap *ob, const struct kvd_piece *p)
+{
+	unsigned int k = p->from - 1;
+
+	if (!ob || !p->from || WARN_ON_ONCE(k >= ob->blk->nr) || !ob->sm[k] ||
+	    WARN_ON_ONCE(ob->sm[k]->src != p->src))
+		return -1;
+	return k;
+}
+
+/*
+ * Maps @blk's backed pieces for @dev: a piece kept whole from the origin
+ * takes its source map (a reference) and where its window lies from the
+ * origin's map @ob (no lookup under the source's lock, no walk of its
+ * table); any other maps its source for @dev, or shares the source's map.
+ */
+static struct kvd_bmap *kvd_bmap_build(struct kvd_family *fam,
+				       struct kvd_block *blk,
+				       struct device *dev, struct kvd_bmap *ob)
+{
+	struct kvd_bmap *bm = kzalloc(sizeof(*bm), GFP_KERNEL_ACCOUNT);
+	struct kvd_piece *p;
+	unsigned int j;
+	long k;
+	int ret;
+
+	if (!bm)
+		return ERR_PTR(-ENOMEM);
+	kref_init(&bm->ref);
+	INIT_LIST_HEAD(&bm->node);
+	bm->fam = fam;
+	kref_get(&blk->ref);
+	bm->blk = blk;
+	bm->dev = dev;
+	for (j = 0; j < blk->nr; j++) {
+		p = &blk->p[j];
+		if (!p->src)
+			continue;
+		k = kvd_kept_piece(ob, p);
+		if (k >= 0) {
+			bm->sm[j] = ob->sm[k];
+			refcount_inc(&bm->sm[j]->users);
+			bm->win[j] = ob->win[k];
+		} else {
+			bm->sm[j] = kvd_source_map_get(p->src, dev);
+			if (IS_ERR(bm->sm[j])) {
+				ret = PTR_ERR(bm->sm[j]);
+				bm->sm[j] = NULL;
+				goto err;
+			}
+			ret = kvd_sg_window_find(bm->sm[j]->sgt, p->offset,
+						 p->length, &bm->win[j]);
+			if (ret)
+				goto err;
+		}
+		bm->nents += bm->win[j].nents;
+	}
+	return bm;
+err:
+	kvd_bmap_destroy(bm);
+	return ERR_PTR(ret);
+}
+
+/* @blk's map for @dev (a reference), made if it has none; or an ERR_PTR. */
+static struct kvd_bmap *kvd_bmap_get(struct kvd_family *fam,
+				     struct kvd_block *blk, struct device *dev)
+{
+	struct kvd_bmap *bm, *ob = NULL, *other;
+
+	spin_lock(&fam->lock);
+	bm = kvd_bmap_find(blk, dev);
+	if (!bm && blk->origin)
+		ob = kvd_bmap_find(blk->origin, dev);
+	spin_unlock(&fam->lock);
+	if (bm)
+		return bm;
+
+	bm = kvd_bmap_build(fam, blk, dev, ob);
+	if (ob)
+		kvd_bmap_put(ob);
+	if (IS_ERR(bm))
+		return bm;
+	/* Another layout holding the block may have mapped it meanwhile. */
+	spin_lock(&fam->lock);
+	other = kvd_bmap_find(blk, dev);
+	if (!other)
+		list_add_tail(&bm->node, &blk->maps);
+	spin_unlock(&fam->lock);
+	if (!other)
+		return bm;
+	kvd_bmap_destroy(bm);
+	return other;
+}
+
 /* ---- the composite's dma_buf_ops ---- */
-
-static void kvd_cmap_free(struct kref *ref)
-{
-	struct kvd_cmap *m = container_of(ref, struct kvd_cmap, ref);
-	unsigned int i;
-
-	for (i = 0; i < m->nr; i++)
-		if (m->sm[i])
-			kvd_source_map_put(m->sm[i]);
-	sg_free_table(&m->sgt);
-	kvfree(m->win);
-	kvfree(m->sm);
-	kfree(m);
-}
-
-static void kvd_cmap_put(struct kvd_cmap *m)
-{
-	kref_put(&m->ref, kvd_cmap_free);
-}
 
 static int kvd_composite_attach(struct dma_buf *dmabuf,
 				struct dma_buf_attachment *attach)
@@ -373,18 +618,27 @@ static int kvd_composite_attach(struct dma_buf *dmabuf,
 	return 0;
 }
 
+static void kvd_cattach_unprepare(struct kvd_composite *c,
+				  struct kvd_cattach *cat)
+{
+	unsigned int i;
+
+	for (i = 0; i < c->nr_blocks; i++)
+		if (cat->bm[i])
+			kvd_bmap_put(cat->bm[i]);
+	kvfree(cat->bm);
+	cat->bm = NULL;
+}
+
 static void kvd_composite_detach(struct dma_buf *dmabuf,
 				 struct dma_buf_attachment *attach)
 {
 	struct kvd_composite *c = dmabuf->priv;
 	struct kvd_cattach *cat = attach->priv;
 
-	if (cat->m) {
-		spin_lock(&c->fam->lock);
-		list_del(&cat->m->node);
-		spin_unlock(&c->fam->lock);
-		kvd_cmap_put(cat->m);
-	}
+	sg_free_table(&cat->sgt);
+	if (cat->bm)
+		kvd_cattach_unprepare(c, cat);
 	if (cat->scratch_mapped)
 		dma_unmap_page(attach->dev, cat->scratch_dma,
 			       PAGE_SIZE << c->scratch_order,
@@ -402,56 +656,15 @@ static void kvd_composite_unpin(struct dma_buf_attachment *attach)
 {
 }
 
-/*
- * The preparation for @dev of the layout @c was made from, while that is
- * still exported and attached for @dev: referenced, or NULL.
- */
-static struct kvd_cmap *kvd_base_map(struct kvd_composite *c,
-				     struct device *dev)
-{
-	struct kvd_cmap *m = NULL, *bm;
-	struct kvd_composite *b;
-
-	if (!c->base_seq)
-		return NULL;
-	spin_lock(&c->fam->lock);
-	list_for_each_entry(b, &c->fam->layouts, node) {
-		if (b->seq != c->base_seq)
-			continue;
-		list_for_each_entry(bm, &b->maps, node) {
-			if (bm->dev == dev) {
-				kref_get(&bm->ref);
-				m = bm;
-				break;
-			}
-		}
-		break;
-	}
-	spin_unlock(&c->fam->lock);
-	return m;
-}
-
-/* The base's piece that @p is all of, prepared in @bm; or -1. */
-static long kvd_kept_piece(struct kvd_cmap *bm, const struct kvd_piece *p)
-{
-	unsigned int k = p->from - 1;
-
-	if (!bm || !p->from || WARN_ON_ONCE(k >= bm->nr) || !bm->sm[k] ||
-	    WARN_ON_ONCE(bm->sm[k]->src != p->src))
-		return -1;
-	return k;
-}
-
 /**
  * kvd_layout_prepare() - map a layout's pieces for a slot's attachment
  * @attach: the slot's attachment to the layout (its resv held)
  *
  * What may fail, done while the RANGES call can still fail whole: each
- * backed piece's source mapped for the device, and the scratch behind
- * unbacked ones. A piece kept whole from the base takes its source map (a
- * reference) and where its window lies from the base's preparation for
- * the device: no lookup under the source's lock, no walk of its table.
- * The table itself is built at the first map (kvd_composite_map()).
+ * block's map for the device (shared with the layouts holding the block:
+ * only the blocks the batch made are mapped here), and the scratch behind
+ * unbacked pieces. The table itself is built at the first map
+ * (kvd_composite_map()).
  *
  * Return: 0; -ENOMEM; -ENODEV (a piece's backing was moved or revoked);
  * -ERANGE (its exporter maps less than its size); -E2BIG (a table of
@@ -461,86 +674,48 @@ int kvd_layout_prepare(struct dma_buf_attachment *attach)
 {
 	struct kvd_composite *c = attach->dmabuf->priv;
 	struct kvd_cattach *cat = attach->priv;
-	u64 chunk = PAGE_SIZE << c->scratch_order;
-	struct kvd_cmap *m, *bm;
-	struct kvd_piece *p;
-	unsigned int i;
-	long k;
+	unsigned int shift = PAGE_SHIFT + c->scratch_order, i;
+	u64 chunk = 1ULL << shift, nents = 0;
+	struct kvd_block *blk;
 	int ret;
 
 	dma_resv_assert_held(attach->dmabuf->resv);
-	if (cat->m)
+	if (cat->bm)
 		return 0;
-	m = kzalloc(sizeof(*m), GFP_KERNEL_ACCOUNT);
-	if (!m)
+	/* as a backing's: the proxy revokes itself (kvd_attach()) */
+	if (kvd_layout_moved(c))
+		return -ENODEV;
+	cat->bm = kvcalloc(c->nr_blocks, sizeof(*cat->bm), GFP_KERNEL_ACCOUNT);
+	if (!cat->bm)
 		return -ENOMEM;
-	kref_init(&m->ref);
-	INIT_LIST_HEAD(&m->node);
-	m->dev = attach->dev;
-	m->nr = c->nr;
-	m->sm = kvcalloc(c->nr, sizeof(*m->sm), GFP_KERNEL_ACCOUNT);
-	/* only backed pieces' windows are written and read */
-	m->win = kvmalloc_array(c->nr, sizeof(*m->win), GFP_KERNEL_ACCOUNT);
-	if (!m->sm || !m->win) {
-		kvd_cmap_put(m);
-		return -ENOMEM;
-	}
 	if (c->scratch && !cat->scratch_mapped) {
 		cat->scratch_dma = dma_map_page(attach->dev, c->scratch, 0,
 						chunk, DMA_BIDIRECTIONAL);
 		if (dma_mapping_error(attach->dev, cat->scratch_dma)) {
-			kvd_cmap_put(m);
-			return -EIO;
+			ret = -EIO;
+			goto err;
 		}
 		cat->scratch_mapped = true;
 	}
-	bm = kvd_base_map(c, attach->dev);
-	for (i = 0; i < c->nr; i++) {
-		p = &c->pieces[i];
-		if (!p->src) {
-			m->nents += DIV_ROUND_UP(p->length, chunk);
-			continue;
-		}
-		/* as a backing's: the proxy revokes itself (kvd_attach()) */
-		if (READ_ONCE(p->src->invalidated)) {
-			ret = -ENODEV;
+	for (i = 0; i < c->nr_blocks; i++) {
+		blk = c->blk[i];
+		cat->bm[i] = kvd_bmap_get(c->fam, blk, attach->dev);
+		if (IS_ERR(cat->bm[i])) {
+			ret = PTR_ERR(cat->bm[i]);
+			cat->bm[i] = NULL;
 			goto err;
 		}
-		k = kvd_kept_piece(bm, p);
-		if (k >= 0) {
-			m->sm[i] = bm->sm[k];
-			refcount_inc(&m->sm[i]->users);
-			m->win[i] = bm->win[k];
-		} else {
-			m->sm[i] = kvd_source_map_get(p->src, attach->dev);
-			if (IS_ERR(m->sm[i])) {
-				ret = PTR_ERR(m->sm[i]);
-				m->sm[i] = NULL;
-				goto err;
-			}
-			ret = kvd_sg_window_find(m->sm[i]->sgt, p->offset,
-						 p->length, &m->win[i]);
-			if (ret)
-				goto err;
-		}
-		m->nents += m->win[i].nents;
+		/* at most: each hole's entries, the last one short */
+		nents += cat->bm[i]->nents + blk->nr_holes +
+			 (blk->hole_bytes >> shift);
 	}
-	if (m->nents > UINT_MAX) {
+	if (nents > UINT_MAX) {
 		ret = -E2BIG;
 		goto err;
 	}
-	if (bm)
-		kvd_cmap_put(bm);
-	spin_lock(&c->fam->lock);
-	list_add_tail(&m->node, &c->maps);
-	spin_unlock(&c->fam->lock);
-	cat->m = m;
 	return 0;
-
 err:
-	if (bm)
-		kvd_cmap_put(bm);
-	kvd_cmap_put(m);
+	kvd_cattach_unprepare(c, cat);
 	return ret;
 }
 
@@ -556,43 +731,48 @@ static struct sg_table *kvd_composite_map(struct dma_buf_attachment *attach,
 {
 	struct kvd_composite *c = attach->dmabuf->priv;
 	struct kvd_cattach *cat = attach->priv;
-	u64 chunk = PAGE_SIZE << c->scratch_order, left;
+	u64 chunk = PAGE_SIZE << c->scratch_order, left, nents = 0;
 	struct scatterlist *dsg;
 	struct kvd_piece *p;
-	struct kvd_cmap *m;
-	unsigned int i;
+	unsigned int i, j;
 	int ret;
 
 	dma_resv_assert_held(attach->dmabuf->resv);
 	ret = kvd_layout_prepare(attach);
 	if (ret)
 		return ERR_PTR(ret);
-	m = cat->m;
 	/* One map at a time: a slot maps its attachment once. */
-	if (WARN_ON_ONCE(m->sgt.sgl))
+	if (WARN_ON_ONCE(cat->sgt.sgl))
 		return ERR_PTR(-EBUSY);
-	/* a piece's backing moved since: its mapping is gone, or going */
-	for (i = 0; i < c->nr; i++)
-		if (c->pieces[i].src && READ_ONCE(c->pieces[i].src->invalidated))
-			return ERR_PTR(-ENODEV);
-	ret = sg_alloc_table(&m->sgt, m->nents, GFP_KERNEL_ACCOUNT);
+	if (kvd_layout_moved(c))
+		return ERR_PTR(-ENODEV);
+	for (i = 0; i < c->nr_blocks; i++) {
+		nents += cat->bm[i]->nents;
+		for (j = 0, p = c->blk[i]->p; j < c->blk[i]->nr; j++, p++)
+			if (!p->src)
+				nents += DIV_ROUND_UP(p->length, chunk);
+	}
+	ret = sg_alloc_table(&cat->sgt, nents, GFP_KERNEL_ACCOUNT);
 	if (ret)
 		return ERR_PTR(ret);
-	dsg = m->sgt.sgl;
-	for (i = 0; i < c->nr; i++) {
-		p = &c->pieces[i];
-		if (p->src) {
-			dsg = kvd_sg_window_copy(dsg, &m->win[i], p->length);
-			continue;
-		}
-		for (left = p->length; left; left -= min(left, chunk)) {
-			sg_dma_address(dsg) = cat->scratch_dma;
-			sg_dma_len(dsg) = min(left, chunk);
-			dsg = sg_next(dsg);
+	dsg = cat->sgt.sgl;
+	for (i = 0; i < c->nr_blocks; i++) {
+		for (j = 0, p = c->blk[i]->p; j < c->blk[i]->nr; j++, p++) {
+			if (p->src) {
+				dsg = kvd_sg_window_copy(dsg,
+							 &cat->bm[i]->win[j],
+							 p->length);
+				continue;
+			}
+			for (left = p->length; left; left -= min(left, chunk)) {
+				sg_dma_address(dsg) = cat->scratch_dma;
+				sg_dma_len(dsg) = min(left, chunk);
+				dsg = sg_next(dsg);
+			}
 		}
 	}
-	m->sgt.nents = m->nents;
-	return &m->sgt;
+	cat->sgt.nents = nents;
+	return &cat->sgt;
 }
 
 static void kvd_composite_unmap(struct dma_buf_attachment *attach,
@@ -601,7 +781,7 @@ static void kvd_composite_unmap(struct dma_buf_attachment *attach,
 {
 	struct kvd_cattach *cat = attach->priv;
 
-	if (WARN_ON_ONCE(!cat->m || sgt != &cat->m->sgt))
+	if (WARN_ON_ONCE(sgt != &cat->sgt))
 		return;
 	sg_free_table(sgt);
 	memset(sgt, 0, sizeof(*sgt));
@@ -616,13 +796,50 @@ static struct page *kvd_mapped_page(void *addr)
 	return virt_addr_valid(addr) ? virt_to_page(addr) : NULL;
 }
 
-static void kvd_composite_src_vunmap(struct kvd_composite *c, unsigned int n)
+/* @src's kernel mapping, made for its first CPU-mapped piece. */
+static int kvd_source_vmap(struct kvd_source *src)
 {
-	while (n--)
-		dma_buf_vunmap_unlocked(c->uses[n].src->dmabuf,
-					&c->src_vmaps[n]);
-	kvfree(c->src_vmaps);
-	c->src_vmaps = NULL;
+	int ret = 0;
+
+	mutex_lock(&src->lock);
+	if (!src->vmap_users) {
+		ret = dma_buf_vmap_unlocked(src->dmabuf, &src->vmap);
+		if (!ret && src->vmap.is_iomem) {
+			dma_buf_vunmap_unlocked(src->dmabuf, &src->vmap);
+			ret = -EOPNOTSUPP;
+		}
+	}
+	if (!ret)
+		src->vmap_users++;
+	mutex_unlock(&src->lock);
+	return ret;
+}
+
+static void kvd_source_vunmap(struct kvd_source *src)
+{
+	mutex_lock(&src->lock);
+	if (!--src->vmap_users)
+		dma_buf_vunmap_unlocked(src->dmabuf, &src->vmap);
+	mutex_unlock(&src->lock);
+}
+
+/* Lets go of the sources' mappings of the first @n backed pieces. */
+static void kvd_composite_src_vunmap(struct kvd_composite *c,
+				     unsigned long n)
+{
+	struct kvd_piece *p;
+	unsigned int i, j;
+
+	for (i = 0; i < c->nr_blocks; i++) {
+		for (j = 0, p = c->blk[i]->p; j < c->blk[i]->nr; j++, p++) {
+			if (!n)
+				return;
+			if (p->src) {
+				kvd_source_vunmap(p->src);
+				n--;
+			}
+		}
+	}
 }
 
 /*
@@ -638,55 +855,50 @@ static int kvd_composite_vmap(struct dma_buf *dmabuf, struct iosys_map *map)
 {
 	struct kvd_composite *c = dmabuf->priv;
 	unsigned long npages = dmabuf->size >> PAGE_SHIFT, pg = 0, k;
+	unsigned long mapped = 0;
 	struct page **pages;
-	struct kvd_use *u;
 	struct kvd_piece *p;
-	unsigned int i, n = 0;
-	void *vaddr;
+	unsigned int i, j;
+	void *vaddr = NULL;
 	int ret = 0;
 
 	dma_resv_assert_held(dmabuf->resv);
 	pages = kvmalloc_array(npages, sizeof(*pages), GFP_KERNEL);
-	c->src_vmaps = kvcalloc(max(c->nr_uses, 1U), sizeof(*c->src_vmaps),
-				GFP_KERNEL);
-	if (!pages || !c->src_vmaps) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	for (n = 0; n < c->nr_uses && !ret; n++) {
-		ret = dma_buf_vmap_unlocked(c->uses[n].src->dmabuf,
-					    &c->src_vmaps[n]);
-		if (!ret && c->src_vmaps[n].is_iomem)
-			ret = -EOPNOTSUPP;
-		else if (ret)
-			n--;	/* not mapped: nothing to undo for it */
-	}
-	for (i = 0; i < c->nr && !ret; i++) {
-		p = &c->pieces[i];
-		for (k = 0; k < p->length >> PAGE_SHIFT && !ret; k++, pg++) {
-			if (!p->src) {
-				/* one buddy block: within one memmap section */
-				pages[pg] = c->scratch +
-					    (k & ((1UL << c->scratch_order) - 1));
-				continue;
+	if (!pages)
+		return -ENOMEM;
+	for (i = 0; i < c->nr_blocks; i++) {
+		for (j = 0; j < c->blk[i]->nr; j++) {
+			p = &c->blk[i]->p[j];
+			if (p->src) {
+				ret = kvd_source_vmap(p->src);
+				if (ret)
+					goto out;
+				mapped++;
 			}
-			u = kvd_use_find(c->uses, c->nr_uses, p->src->dmabuf);
-			pages[pg] = kvd_mapped_page(c->src_vmaps[u - c->uses].vaddr +
-						    p->offset + k * PAGE_SIZE);
-			if (!pages[pg])
-				ret = -EOPNOTSUPP;
+			for (k = 0; k < p->length >> PAGE_SHIFT; k++, pg++) {
+				if (!p->src) {
+					/* one buddy block: one memmap section */
+					pages[pg] = c->scratch +
+						(k & ((1UL << c->scratch_order) - 1));
+					continue;
+				}
+				pages[pg] = kvd_mapped_page(p->src->vmap.vaddr +
+							    p->offset +
+							    k * PAGE_SIZE);
+				if (!pages[pg]) {
+					ret = -EOPNOTSUPP;
+					goto out;
+				}
+			}
 		}
 	}
-	if (!ret) {
-		vaddr = vmap(pages, npages, VM_MAP, PAGE_KERNEL);
-		if (!vaddr)
-			ret = -ENOMEM;
-	}
+	vaddr = vmap(pages, npages, VM_MAP, PAGE_KERNEL);
+	if (!vaddr)
+		ret = -ENOMEM;
 out:
 	kvfree(pages);
 	if (ret) {
-		if (c->src_vmaps)
-			kvd_composite_src_vunmap(c, n);
+		kvd_composite_src_vunmap(c, mapped);
 		return ret;
 	}
 	c->vaddr = vaddr;
@@ -701,29 +913,33 @@ static void kvd_composite_vunmap(struct dma_buf *dmabuf, struct iosys_map *map)
 	dma_resv_assert_held(dmabuf->resv);
 	vunmap(c->vaddr);
 	c->vaddr = NULL;
-	kvd_composite_src_vunmap(c, c->nr_uses);
+	kvd_composite_src_vunmap(c, ULONG_MAX);
 }
 #endif
+
+static void kvd_composite_free(struct kvd_composite *c)
+{
+	unsigned int i;
+
+	for (i = 0; i < c->nr_blocks; i++)
+		kvd_block_put(c->blk[i]);
+	if (c->scratch)
+		__free_pages(c->scratch, c->scratch_order);
+	kvd_family_put(c->fam);
+	kvfree(c);
+}
 
 static void kvd_composite_release(struct dma_buf *dmabuf)
 {
 	struct kvd_composite *c = dmabuf->priv;
-	unsigned int i;
 
 	spin_lock(&c->fam->lock);
-	WARN_ON_ONCE(!list_empty(&c->maps));
 	list_del(&c->node);
 	spin_unlock(&c->fam->lock);
 	/* No source can queue it any more. */
 	cancel_work_sync(&c->inval_work);
-	for (i = 0; i < c->nr_uses; i++)
-		kvd_source_put(c->uses[i].src);
-	kvfree(c->uses);
-	if (c->scratch)
-		__free_pages(c->scratch, c->scratch_order);
 	dma_resv_fini(&c->resv);
-	kvd_family_put(c->fam);
-	kvfree(c);
+	kvd_composite_free(c);
 }
 
 #define KVD_COMPOSITE_OPS					\
@@ -768,24 +984,55 @@ static void kvd_composite_inval_work(struct work_struct *work)
 	dma_resv_unlock(&c->resv);
 }
 
+/**
+ * kvd_layout_settle() - let go of what a call's new blocks were made from
+ * @dmabuf: a layout kvd_compose() made, its call's slots prepared
+ *
+ * The blocks a batch made hold the ones they were made from while the
+ * call's slots take the pieces kept whole from those blocks' maps; after
+ * that they would only hold the pieces the batch replaced (and their
+ * backings' memory). An attachment made later maps them without help.
+ */
+void kvd_layout_settle(struct dma_buf *dmabuf)
+{
+	struct kvd_composite *c = dmabuf->priv;
+	struct kvd_block *origin;
+	unsigned int i;
+
+	for (i = 0; i < c->nr_blocks; i++) {
+		if (!READ_ONCE(c->blk[i]->origin))
+			continue;
+		spin_lock(&c->fam->lock);
+		origin = c->blk[i]->origin;
+		c->blk[i]->origin = NULL;
+		spin_unlock(&c->fam->lock);
+		if (origin)
+			kvd_block_put(origin);
+	}
+}
+
 /* ---- building a layout ---- */
 
-/* A layout being built: pieces in proxy order. */
-struct kvd_layout {
-	struct kvd_piece *p;
+/* A layout being built: its blocks, in proxy order. */
+struct kvd_build {
+	struct kvd_block **blk;
 	unsigned int nr, room;
-	bool numbered;		/* the base is a layout: pieces note theirs */
+	unsigned int run;		/* the first block the batch made now */
+	struct kvd_block *origin;	/* what they are made from, or NULL */
+	u64 pieces;
 };
 
 /*
- * Appends a piece, merged into the last one where it continues it (and
- * then all of no base piece). @from: 1 + the base's piece it is all of.
+ * Appends a piece to the blocks being made, merged into the last one
+ * where it continues it (and then all of no origin's piece). @from: 1 +
+ * the origin's piece it is all of.
  */
-static int kvd_layout_add(struct kvd_layout *l, u64 start, u64 length,
-			  struct kvd_source *src, u64 offset,
-			  unsigned int from)
+static int kvd_build_add(struct kvd_build *bd, u64 start, u64 length,
+			 struct kvd_source *src, u64 offset,
+			 unsigned int from)
 {
-	struct kvd_piece *last = l->nr ? &l->p[l->nr - 1] : NULL;
+	struct kvd_block *blk = bd->nr > bd->run ? bd->blk[bd->nr - 1] : NULL;
+	struct kvd_piece *last = blk ? &blk->p[blk->nr - 1] : NULL;
 
 	if (last && last->src == src &&
 	    (!src || last->offset + last->length == offset)) {
@@ -793,191 +1040,117 @@ static int kvd_layout_add(struct kvd_layout *l, u64 start, u64 length,
 		last->from = 0;
 		return 0;
 	}
-	if (l->nr == KVDMABUF_MAX_RANGES)
-		return -E2BIG;
-	if (WARN_ON_ONCE(l->nr == l->room))
-		return -EINVAL;
-	l->p[l->nr++] = (struct kvd_piece){ start, length, src, offset, from };
+	if (!blk || blk->nr == KVD_BLOCK_PIECES) {
+		if (WARN_ON_ONCE(bd->nr == bd->room))
+			return -EINVAL;
+		blk = kvd_block_new(bd->origin);
+		if (!blk)
+			return -ENOMEM;
+		bd->blk[bd->nr++] = blk;
+	}
+	if (src)
+		kref_get(&src->ref);
+	blk->p[blk->nr++] = (struct kvd_piece){ start, length, src, offset,
+						from };
 	return 0;
 }
 
-/* The pieces of @base that lie in [@lo, @hi), clipped; *@i moves on. */
-static int kvd_layout_keep(struct kvd_layout *l, const struct kvd_piece *base,
-			   unsigned int nr, unsigned int *i, u64 lo, u64 hi)
+/* The pieces of @b that lie in [@lo, @hi), clipped; *@i moves on. */
+static int kvd_build_keep(struct kvd_build *bd, const struct kvd_block *b,
+			  unsigned int *i, u64 lo, u64 hi)
 {
-	const struct kvd_piece *b;
+	const struct kvd_piece *p;
 	bool all;
 	u64 s, e;
 	int ret;
 
-	for (; *i < nr && lo < hi; ) {
-		b = &base[*i];
-		s = max(lo, b->start);
-		e = min(hi, b->start + b->length);
-		all = s == b->start && e == b->start + b->length;
+	for (; *i < b->nr && lo < hi; ) {
+		p = &b->p[*i];
+		s = max(lo, p->start);
+		e = min(hi, p->start + p->length);
+		all = s == p->start && e == p->start + p->length;
 		if (s < e) {
-			ret = kvd_layout_add(l, s, e - s, b->src,
-					     b->src ? b->offset + (s - b->start) : 0,
-					     l->numbered && all ? *i + 1 : 0);
+			ret = kvd_build_add(bd, s, e - s, p->src,
+					    p->src ? p->offset + (s - p->start) : 0,
+					    bd->origin && all ? *i + 1 : 0);
 			if (ret)
 				return ret;
 		}
-		if (b->start + b->length > hi)
+		if (p->start + p->length > hi)
 			break;		/* the rest of it comes after */
 		(*i)++;
 	}
 	return 0;
 }
 
-static int kvd_change_cmp(const void *a, const void *b)
-{
-	unsigned long x = (unsigned long)(*(struct kvd_change * const *)a)->dmabuf;
-	unsigned long y = (unsigned long)(*(struct kvd_change * const *)b)->dmabuf;
-
-	return x < y ? -1 : x > y;
-}
-
 /*
- * A source for each change's backing: the base layout's source of that
- * dma-buf (@bu, its uses), so that its mappings are shared, or a new one,
- * shared by the batch's changes with that dma-buf and put in @fresh (in
- * dma-buf order). Only the batch is sorted: a lookup in the base costs
- * the log of its sources, not a sort of them.
+ * Closes the run of blocks made from one base block: its last two share
+ * their pieces evenly (no block of a piece or two after a full one), and
+ * each counts what its pieces are.
  */
-static int kvd_change_sources(struct kvd_change *ch, unsigned int nr,
-			      struct kvd_use *bu, unsigned int bun,
-			      struct kvd_family *fam,
-			      struct kvd_source **fresh, unsigned int *nfresh)
+static void kvd_build_close(struct kvd_build *bd)
 {
-	struct kvd_source *src = NULL;
-	unsigned int nc = 0, i;
-	struct kvd_change **c;
-	struct kvd_use *hit;
-	int ret = 0;
+	struct kvd_block *a, *z, *blk;
+	unsigned int n, i, j;
+	struct kvd_piece *p;
 
-	c = kvmalloc_array(nr, sizeof(*c), GFP_KERNEL_ACCOUNT);
-	if (!c)
-		return -ENOMEM;
-	for (i = 0; i < nr; i++)
-		if (ch[i].dmabuf)
-			c[nc++] = &ch[i];
-	sort(c, nc, sizeof(*c), kvd_change_cmp, NULL);
-
-	/* Changes with one dma-buf are adjacent now: one source each. */
-	for (i = 0; i < nc; i++) {
-		if (src && c[i]->dmabuf == src->dmabuf) {
-			kref_get(&src->ref);
-		} else if ((hit = kvd_use_find(bu, bun, c[i]->dmabuf))) {
-			src = hit->src;
-			kref_get(&src->ref);
-		} else {
-			src = kvd_source_new(c[i]->dmabuf, fam);
-			if (!src) {
-				ret = -ENOMEM;
-				break;
+	if (bd->nr - bd->run >= 2) {
+		a = bd->blk[bd->nr - 2];
+		z = bd->blk[bd->nr - 1];
+		n = a->nr - (a->nr + z->nr + 1) / 2;
+		memmove(z->p + n, z->p, z->nr * sizeof(*p));
+		memcpy(z->p, a->p + a->nr - n, n * sizeof(*p));
+		a->nr -= n;
+		z->nr += n;
+	}
+	for (i = bd->run; i < bd->nr; i++) {
+		blk = bd->blk[i];
+		for (j = 0; j < blk->nr; j++) {
+			p = &blk->p[j];
+			if (p->src) {
+				blk->nr_novmap += !kvd_source_vmaps(p->src);
+			} else {
+				blk->nr_holes++;
+				blk->hole_bytes += p->length;
 			}
-			c[i]->dmabuf = NULL;	/* the source holds it */
-			fresh[(*nfresh)++] = src;
 		}
-		c[i]->src = src;
+		bd->pieces += blk->nr;
 	}
-	kvfree(c);
-	return ret;
-}
-
-/* The index of the piece of @p (covering the proxy in order) at @pos. */
-static unsigned int kvd_piece_at(const struct kvd_piece *p, unsigned int nr,
-				 u64 pos)
-{
-	unsigned int lo = 0, hi = nr - 1, mid;
-
-	while (lo < hi) {
-		mid = lo + (hi - lo + 1) / 2;
-		if (p[mid].start <= pos)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	return lo;
-}
-
-/* Can a layout's CPU mapping take in @src's pages? (kvd_composite_vmap()) */
-static bool kvd_source_vmaps(const struct kvd_source *src)
-{
-	return src->dmabuf->ops->vmap;
 }
 
 /*
- * The uses of the new layout @c: the base's (@bu, in dma-buf order; @bnv
- * of them without vmap) and the batch's new sources merged, each with the
- * bytes it backs after the batch, those left with none dropped. Only the
- * changed ranges are looked at: the pieces kept keep their sources'
- * counts, and only the sources added or dropped change c->nr_novmap.
+ * Base block @b with the changes that reach into it (from *@ci on) made
+ * into new blocks; *@ci moves past those that end in it.
  */
-static int kvd_layout_uses(struct kvd_composite *c, u64 length,
-			   const struct kvd_piece *bp, unsigned int bnr,
-			   struct kvd_use *bu, unsigned int bun,
-			   unsigned int bnv,
-			   struct kvd_source **fresh, unsigned int nfresh,
-			   const struct kvd_change *ch, unsigned int nr)
+static int kvd_build_rebuild(struct kvd_build *bd, struct kvd_block *b,
+			     bool origin, const struct kvd_change *ch,
+			     unsigned int nr, unsigned int *ci)
 {
-	unsigned int i = 0, j = 0, n = 0, k;
-	const struct kvd_piece *b;
-	struct kvd_use *u, *hit;
-	u64 end;
+	u64 bs = b->p[0].start, be = kvd_block_end(b), pos = bs, s, e;
+	const struct kvd_change *x;
+	unsigned int i = 0;
+	int ret;
 
-	u = kvmalloc_array(max(bun + nfresh, 1U), sizeof(*u),
-			   GFP_KERNEL_ACCOUNT);
-	if (!u)
-		return -ENOMEM;
-	c->nr_novmap = bnv;
-	while (i < bun || j < nfresh) {
-		if (j == nfresh || (i < bun && (unsigned long)bu[i].src->dmabuf <
-					      (unsigned long)fresh[j]->dmabuf)) {
-			u[n++] = bu[i++];
-		} else {
-			c->nr_novmap += !kvd_source_vmaps(fresh[j]);
-			u[n].src = fresh[j++];
-			u[n++].bytes = 0;
-		}
+	bd->run = bd->nr;
+	bd->origin = origin ? b : NULL;
+	for (; *ci < nr && ch[*ci].start < be; (*ci)++) {
+		x = &ch[*ci];
+		s = max(x->start, bs);
+		e = min(x->start + x->length, be);
+		ret = kvd_build_keep(bd, b, &i, pos, s);
+		if (!ret)
+			ret = kvd_build_add(bd, s, e - s, x->src,
+					    x->src ? x->offset + (s - x->start) : 0,
+					    0);
+		if (ret)
+			return ret;
+		pos = e;
+		if (x->start + x->length > be)
+			break;		/* the rest of it is in the next block */
 	}
-	for (i = 0; i < nr; i++) {
-		end = ch[i].start + ch[i].length;
-		for (k = kvd_piece_at(bp, bnr, ch[i].start);
-		     k < bnr && bp[k].start < end; k++) {
-			b = &bp[k];
-			if (!b->src)
-				continue;
-			hit = kvd_use_find(u, n, b->src->dmabuf);
-			if (WARN_ON_ONCE(!hit))
-				goto err;
-			hit->bytes -= min(end, b->start + b->length) -
-				      max(ch[i].start, b->start);
-		}
-		if (!ch[i].src)
-			continue;
-		hit = kvd_use_find(u, n, ch[i].src->dmabuf);
-		if (WARN_ON_ONCE(!hit))
-			goto err;
-		hit->bytes += ch[i].length;
-	}
-	for (i = 0; i < n; i++) {
-		if (WARN_ON_ONCE(u[i].bytes > length))
-			goto err;
-		if (!u[i].bytes) {
-			/* a base's source that no piece uses any more */
-			c->nr_novmap -= !kvd_source_vmaps(u[i].src);
-			continue;
-		}
-		u[c->nr_uses] = u[i];
-		kref_get(&u[i].src->ref);
-		c->nr_uses++;
-	}
-	c->uses = u;
-	return 0;
-err:
-	kvfree(u);
-	return -EINVAL;
+	ret = kvd_build_keep(bd, b, &i, pos, be);
+	kvd_build_close(bd);
+	return ret;
 }
 
 static struct page *kvd_scratch_alloc(u64 length, unsigned int *order)
@@ -1003,116 +1176,108 @@ static struct page *kvd_scratch_alloc(u64 length, unsigned int *order)
  * @base: its backing now (a composite, a plain backing), or NULL: unbacked
  * @base_offset: the plain backing's offset
  * @ch: the changes, sorted by start, not overlapping, within @length;
- *	each backing's reference passes to the layout (or is dropped)
+ *	each backing's reference is dropped (the layout takes its own)
  * @nr: their number
  *
+ * The blocks of @base that no change reaches are shared; those it does
+ * are made anew (kvd_layout_settle() once the call's slots are prepared).
+ *
  * Return: the new composite's dma-buf (one reference), or an ERR_PTR:
- * -ENOMEM, -E2BIG (more than KVDMABUF_MAX_RANGES pieces), -EINVAL (the
- * bytes counted per backing disagree with the pieces: a bug, warned).
+ * -ENOMEM, -E2BIG (more than KVDMABUF_MAX_RANGES pieces).
  */
 struct dma_buf *kvd_compose(u64 length, struct dma_buf *base, u64 base_offset,
 			    struct kvd_change *ch, unsigned int nr)
 {
 	DEFINE_DMA_BUF_EXPORT_INFO(exp_info);
-	struct kvd_piece whole = { 0, length, NULL, base_offset };
-	struct kvd_use plain_use = { .bytes = length };
-	const struct kvd_piece *bp = &whole;
-	struct kvd_composite *base_c = NULL, *c;
-	struct kvd_source **fresh = NULL;
-	struct kvd_layout l = { 0 };
-	struct kvd_source *plain = NULL;
-	unsigned int bnr = 1, bi = 0, bun = 0, bnv = 0, nfresh = 0, i;
-	struct kvd_family *fam = NULL;
-	struct kvd_use *bu = NULL;
+	struct kvd_composite *base_c = NULL, *c = NULL;
+	struct kvd_block *plain = NULL, **bblk;
+	unsigned int bnb = 1, ci = 0, i;
+	struct kvd_build bd = { 0 };
+	struct kvd_family *fam;
 	struct dma_buf *dmabuf;
 	bool holes = false;
-	u64 pos = 0;
 	int ret;
 
 	if (base && kvd_is_layout(base)) {
 		base_c = base->priv;
-		bp = base_c->pieces;
-		bnr = base_c->nr;
-		bu = base_c->uses;
-		bun = base_c->nr_uses;
-		bnv = base_c->nr_novmap;
 		fam = base_c->fam;
 		kref_get(&fam->ref);
+		bblk = base_c->blk;
+		bnb = base_c->nr_blocks;
 	} else {
 		fam = kvd_family_new();
 		if (!fam) {
 			ret = -ENOMEM;
 			goto err_changes;
 		}
-	}
-	if (base && !base_c) {
-		get_dma_buf(base);
-		plain = kvd_source_new(base, fam);
+		/* a block of one piece, all of the plain backing or a hole */
+		plain = kvd_block_new(NULL);
 		if (!plain) {
-			dma_buf_put(base);
 			ret = -ENOMEM;
 			goto err_changes;
 		}
-		whole.src = plain;
-		plain_use.src = plain;
-		bu = &plain_use;
-		bun = 1;
-		bnv = !kvd_source_vmaps(plain);
+		plain->nr = 1;
+		plain->p[0] = (struct kvd_piece){ 0, length, NULL, base_offset };
+		if (base) {
+			plain->p[0].src = kvd_source_get(fam, base);
+			if (!plain->p[0].src) {
+				ret = -ENOMEM;
+				goto err_changes;
+			}
+		}
+		bblk = &plain;
+	}
+	for (i = 0; i < nr; i++) {
+		if (!ch[i].dmabuf)
+			continue;
+		ch[i].src = kvd_source_get(fam, ch[i].dmabuf);
+		if (!ch[i].src) {
+			ret = -ENOMEM;
+			goto err_changes;
+		}
 	}
 
-	/* Each change can split one kept piece in two. */
-	l.room = min_t(u64, (u64)bnr + 2ULL * nr + 1, KVDMABUF_MAX_RANGES);
-	/* the pieces are all written, as they are added */
-	c = kvmalloc(struct_size(c, pieces, l.room), GFP_KERNEL_ACCOUNT);
+	/*
+	 * Each block a change reaches makes at most two more than its own
+	 * (it splits a piece and adds one); others are shared.
+	 */
+	bd.room = 2 * bnb + 2 * DIV_ROUND_UP(nr + bnb, KVD_BLOCK_PIECES) + 2;
+	c = kvzalloc(struct_size(c, blk, bd.room), GFP_KERNEL_ACCOUNT);
 	if (!c) {
 		ret = -ENOMEM;
 		goto err_changes;
 	}
-	memset(c, 0, sizeof(*c));
-	l.p = c->pieces;
-	l.numbered = base_c;
-	c->fam = fam;
-	INIT_LIST_HEAD(&c->node);
-	INIT_LIST_HEAD(&c->maps);
-	if (base_c)
-		c->base_seq = base_c->seq;
-
-	fresh = kvmalloc_array(nr, sizeof(*fresh), GFP_KERNEL_ACCOUNT);
-	if (!fresh) {
-		ret = -ENOMEM;
-		goto err_c;
+	bd.blk = c->blk;
+	for (i = 0; i < bnb; i++) {
+		if (ci < nr && ch[ci].start < kvd_block_end(bblk[i])) {
+			ret = kvd_build_rebuild(&bd, bblk[i], base_c, ch, nr,
+						&ci);
+			if (ret)
+				goto err_blocks;
+			continue;
+		}
+		kref_get(&bblk[i]->ref);
+		bd.blk[bd.nr++] = bblk[i];
+		bd.pieces += bblk[i]->nr;
 	}
-	ret = kvd_change_sources(ch, nr, bu, bun, fam, fresh, &nfresh);
-	if (ret)
-		goto err_c;
-
-	for (i = 0; i < nr; i++) {
-		ret = kvd_layout_keep(&l, bp, bnr, &bi, pos, ch[i].start);
-		if (!ret)
-			ret = kvd_layout_add(&l, ch[i].start, ch[i].length,
-					     ch[i].src, ch[i].offset, 0);
-		if (ret)
-			goto err_c;
-		pos = ch[i].start + ch[i].length;
+	c->nr_blocks = bd.nr;
+	if (bd.pieces > KVDMABUF_MAX_RANGES) {
+		ret = -E2BIG;
+		goto err_blocks;
 	}
-	ret = kvd_layout_keep(&l, bp, bnr, &bi, pos, length);
-	if (ret)
-		goto err_c;
-	c->nr = l.nr;
-	for (i = 0; i < c->nr; i++)
-		holes |= !c->pieces[i].src;
-
-	ret = kvd_layout_uses(c, length, bp, bnr, bu, bun, bnv, fresh, nfresh,
-			      ch, nr);
-	if (ret)
-		goto err_c;
+	for (i = 0; i < c->nr_blocks; i++) {
+		c->nr_novmap += c->blk[i]->nr_novmap;
+		holes |= c->blk[i]->nr_holes;
+	}
 	if (holes) {
 		c->scratch = kvd_scratch_alloc(length, &c->scratch_order);
 		if (!c->scratch) {
 			ret = -ENOMEM;
-			goto err_uses;
+			goto err_blocks;
 		}
 	}
+	c->fam = fam;
+	INIT_LIST_HEAD(&c->node);
 	INIT_WORK(&c->inval_work, kvd_composite_inval_work);
 	dma_resv_init(&c->resv);
 	lockdep_set_class(&c->resv.lock.base, &kvd_composite_resv_key);
@@ -1127,31 +1292,27 @@ struct dma_buf *kvd_compose(u64 length, struct dma_buf *base, u64 base_offset,
 	if (IS_ERR(dmabuf)) {
 		ret = PTR_ERR(dmabuf);
 		dma_resv_fini(&c->resv);
-		goto err_scratch;
+		c->fam = NULL;
+		goto err_blocks;
 	}
 	c->dmabuf = dmabuf;
 	/* From here on .release undoes it all. */
 	spin_lock(&fam->lock);
-	c->seq = ++fam->seq;
 	list_add_tail(&c->node, &fam->layouts);
 	spin_unlock(&fam->lock);
 	fam = NULL;
-	ret = 0;
 	goto out;
 
-err_scratch:
+err_blocks:
+	for (i = 0; i < bd.nr; i++)
+		kvd_block_put(bd.blk[i]);
 	if (c->scratch)
 		__free_pages(c->scratch, c->scratch_order);
-err_uses:
-	for (i = 0; i < c->nr_uses; i++)
-		kvd_source_put(c->uses[i].src);
-	kvfree(c->uses);
-err_c:
 	kvfree(c);
 err_changes:
 	dmabuf = ERR_PTR(ret);
 out:
-	/* The pieces' references are the uses' now (or gone with them). */
+	/* The blocks hold their pieces' sources now. */
 	for (i = 0; i < nr; i++) {
 		if (ch[i].src)
 			kvd_source_put(ch[i].src);
@@ -1161,9 +1322,8 @@ out:
 		ch[i].dmabuf = NULL;
 	}
 	if (plain)
-		kvd_source_put(plain);
+		kvd_block_put(plain);
 	if (fam)
 		kvd_family_put(fam);
-	kvfree(fresh);
 	return dmabuf;
 }

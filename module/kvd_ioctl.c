@@ -697,6 +697,8 @@ static long kvd_ioctl_ranges(struct kvd_ctx *ctx, void __user *uarg)
 		goto out_proxy;
 	}
 	ret = kvd_backing_build(proxy, b, &dead);
+	/* its slots are prepared: its new blocks need their origins no more */
+	kvd_layout_settle(layout);
 	if (ret) {
 		kvd_backing_bury(b, &dead);
 		kvd_bury(&dead);

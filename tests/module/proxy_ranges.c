@@ -257,6 +257,149 @@ TEST_F(ranges, ranges_cut_and_kept_read_their_own_bytes)
 }
 
 /*
+ * A pool of many pieces, as an elastic KV cache's: the module keeps a
+ * layout's pieces in blocks (64 a block) that a batch copies where it
+ * changes them and shares where it does not. Pages of three buffers in
+ * turn (no two neighbours merge), then batches that change one page, a
+ * run across blocks, a page inside that run, pages all over the pool, and
+ * the whole pool: after each, every page reads its own bytes through an
+ * importer mapped from the start, and through one attached after them.
+ */
+#define NP	300			/* pages of the pool, one a piece */
+
+struct pool {
+	int buf[3];			/* NP pages each, patterns 0x31.. */
+	char *bytes[3];
+	int src[NP];			/* -1: unbacked */
+	int off[NP];			/* in pages */
+};
+
+static int pool_batch(int dev, int proxy, struct pool *pl,
+		      const int *first, const int *len, const int *src,
+		      const int *off, int n)
+{
+	struct kvdmabuf_range r[NP];
+	int i, k;
+
+	for (i = 0; i < n; i++) {
+		r[i] = (struct kvdmabuf_range){
+			.start = (uint64_t)first[i] * KVD_PAGE,
+			.length = (uint64_t)len[i] * KVD_PAGE,
+			.backing_fd = src[i] < 0 ? KVDMABUF_RANGE_UNBACKED :
+						   pl->buf[src[i]],
+			.backing_offset = (uint64_t)off[i] * KVD_PAGE,
+		};
+		for (k = 0; k < len[i]; k++) {
+			pl->src[first[i] + k] = src[i];
+			pl->off[first[i] + k] = off[i] + k;
+		}
+	}
+	return kvd_ranges(dev, proxy, r, n);
+}
+
+/* The first page that reads wrong through import @h, or -1. */
+static int pool_first_wrong(int imp, int h, const struct pool *pl, char *buf)
+{
+	static const char zero[KVD_PAGE];
+	const char *want;
+	int i;
+
+	/* in two reads: the importer takes at most 1 MiB at a time */
+	if (imp_read(imp, h, 0, buf, NP / 2 * KVD_PAGE) ||
+	    imp_read(imp, h, NP / 2 * KVD_PAGE, buf + NP / 2 * KVD_PAGE,
+		     (NP - NP / 2) * KVD_PAGE))
+		return NP;
+	for (i = 0; i < NP; i++) {
+		want = pl->src[i] < 0 ? zero :
+		       pl->bytes[pl->src[i]] + (size_t)pl->off[i] * KVD_PAGE;
+		if (memcmp(buf + (size_t)i * KVD_PAGE, want, KVD_PAGE))
+			return i;
+	}
+	return -1;
+}
+
+TEST_F(ranges, a_pool_of_many_pieces_reads_its_own_bytes_through_batches)
+{
+	int first[NP], len[NP], src[NP], off[NP];
+	struct pool pl = { 0 };
+	int proxy, h1, h2, i, n;
+	char *buf = malloc(NP * KVD_PAGE);
+
+	ASSERT_NOT_NULL(buf);
+	for (i = 0; i < 3; i++) {
+		pl.buf[i] = vgem_pattern_buf(self->drm, NP * KVD_PAGE, 0x31 + i);
+		ASSERT_GE(pl.buf[i], 0);
+		pl.bytes[i] = malloc(NP * KVD_PAGE);
+		ASSERT_NOT_NULL(pl.bytes[i]);
+		pattern_fill(pl.bytes[i], NP * KVD_PAGE, 0x31 + i);
+	}
+	proxy = kvd_create(self->dev, NP * KVD_PAGE, NULL);
+	ASSERT_GE(proxy, 0);
+
+	/* page i: buffer i % 3 at page i */
+	for (i = 0; i < NP; i++) {
+		first[i] = off[i] = i;
+		len[i] = 1;
+		src[i] = i % 3;
+	}
+	ASSERT_EQ(0, pool_batch(self->dev, proxy, &pl, first, len, src, off,
+				NP));
+	h1 = imp_import(self->imp, proxy, 0);
+	ASSERT_GE(h1, 0);
+	EXPECT_EQ(-1, pool_first_wrong(self->imp, h1, &pl, buf));
+
+	/* one page in the third block given back */
+	first[0] = 140, len[0] = 1, src[0] = -1, off[0] = 0;
+	ASSERT_EQ(0, pool_batch(self->dev, proxy, &pl, first, len, src, off, 1));
+	EXPECT_EQ(-1, pool_first_wrong(self->imp, h1, &pl, buf));
+
+	/* a run across three blocks: one piece of buffer 0, cut per block */
+	first[0] = 60, len[0] = 140, src[0] = 0, off[0] = 100;
+	ASSERT_EQ(0, pool_batch(self->dev, proxy, &pl, first, len, src, off, 1));
+	EXPECT_EQ(-1, pool_first_wrong(self->imp, h1, &pl, buf));
+
+	/* a page inside it: its two sides keep their own windows */
+	first[0] = 150, len[0] = 1, src[0] = 1, off[0] = 7;
+	ASSERT_EQ(0, pool_batch(self->dev, proxy, &pl, first, len, src, off, 1));
+	EXPECT_EQ(-1, pool_first_wrong(self->imp, h1, &pl, buf));
+
+	/* pages all over the pool in one batch: blocks fill up and split */
+	for (i = 0, n = 0; i < NP; i += 7, n++) {
+		first[n] = i;
+		len[n] = i % 2 ? 2 : 1;
+		src[n] = i % 3 == 2 ? -1 : (i / 7) % 3;
+		off[n] = src[n] < 0 ? 0 : NP - 2 - i;
+	}
+	ASSERT_EQ(0, pool_batch(self->dev, proxy, &pl, first, len, src, off, n));
+	EXPECT_EQ(-1, pool_first_wrong(self->imp, h1, &pl, buf));
+
+	/* an importer attached now maps blocks made before it */
+	h2 = imp_import(self->imp, proxy, 0);
+	ASSERT_GE(h2, 0);
+	EXPECT_EQ(-1, pool_first_wrong(self->imp, h2, &pl, buf));
+
+	/* all of the pool: one run of buffer 2, then every other page cut */
+	first[0] = 0, len[0] = NP, src[0] = 2, off[0] = 0;
+	ASSERT_EQ(0, pool_batch(self->dev, proxy, &pl, first, len, src, off, 1));
+	EXPECT_EQ(-1, pool_first_wrong(self->imp, h1, &pl, buf));
+	for (i = 0, n = 0; i < NP; i += 2, n++) {
+		first[n] = i, len[n] = 1, src[n] = -1, off[n] = 0;
+	}
+	ASSERT_EQ(0, pool_batch(self->dev, proxy, &pl, first, len, src, off, n));
+	EXPECT_EQ(-1, pool_first_wrong(self->imp, h1, &pl, buf));
+	EXPECT_EQ(-1, pool_first_wrong(self->imp, h2, &pl, buf));
+
+	imp_release(self->imp, h2);
+	imp_release(self->imp, h1);
+	close(proxy);
+	for (i = 0; i < 3; i++) {
+		close(pl.buf[i]);
+		free(pl.bytes[i]);
+	}
+	free(buf);
+}
+
+/*
  * Writes to an unbacked range reach neither the pages it had nor anybody
  * else's, and after the next call it reads zeros again.
  */
