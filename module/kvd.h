@@ -166,7 +166,14 @@ struct kvd_proxy {
 	kuid_t owner_uid;		/* creator's euid: who may LIST it */
 };
 
+/*
+ * Most pieces in a block of a RANGES layout (kvd_compose.c): a batch copies
+ * the blocks it touches and shares the rest.
+ */
+#define KVD_LAYOUT_BLOCK_MAX	64
+
 /* kvd_main.c */
+extern unsigned int kvd_layout_block_pieces;
 extern unsigned int kvd_max_proxies;
 extern unsigned int kvd_max_proxies_total;
 extern unsigned int kvd_max_proxies_per_uid;

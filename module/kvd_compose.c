@@ -8,7 +8,7 @@
  * the proxy's backing, with one move notification, the drain and the
  * stale rules of a replace (kvd_ioctl.c, kvd_stale.c).
  *
- * A layout's pieces lie in *blocks* of up to KVD_BLOCK_PIECES, immutable
+ * A layout's pieces lie in *blocks* (of kvd_layout_block_pieces), immutable
  * and shared: a new layout copies the blocks its batch touches and takes
  * a reference on the others, so a batch costs what it changes and a
  * share per block, never a step per piece it keeps. Each block keeps its
@@ -47,12 +47,6 @@
 
 /* The scratch behind unbacked pieces: up to 2 MiB, as few entries as can be. */
 #define KVD_SCRATCH_MAX_ORDER	get_order(SZ_2M)
-
-/*
- * Pieces per block: a batch copies the blocks it touches (a piece each)
- * and shares the rest (a reference each).
- */
-#define KVD_BLOCK_PIECES	64
 
 /* The layouts of one proxy, each made from the one before. */
 struct kvd_family {
@@ -105,7 +99,7 @@ struct kvd_block {
 	unsigned int nr_holes;		/* unbacked pieces */
 	u64 hole_bytes;
 	unsigned int nr;
-	struct kvd_piece p[KVD_BLOCK_PIECES];
+	struct kvd_piece p[KVD_LAYOUT_BLOCK_MAX];
 };
 
 /*
@@ -123,8 +117,8 @@ struct kvd_bmap {
 	struct kvd_block *blk;		/* reference held */
 	struct device *dev;
 	u64 nents;			/* of its pieces' windows */
-	struct kvd_source_map *sm[KVD_BLOCK_PIECES];	/* NULL if unbacked */
-	struct kvd_win win[KVD_BLOCK_PIECES];
+	struct kvd_source_map *sm[KVD_LAYOUT_BLOCK_MAX];	/* NULL if unbacked */
+	struct kvd_win win[KVD_LAYOUT_BLOCK_MAX];
 };
 
 struct kvd_composite {
@@ -1040,7 +1034,7 @@ static int kvd_build_add(struct kvd_build *bd, u64 start, u64 length,
 		last->from = 0;
 		return 0;
 	}
-	if (!blk || blk->nr == KVD_BLOCK_PIECES) {
+	if (!blk || blk->nr == kvd_layout_block_pieces) {
 		if (WARN_ON_ONCE(bd->nr == bd->room))
 			return -EINVAL;
 		blk = kvd_block_new(bd->origin);
@@ -1241,7 +1235,8 @@ struct dma_buf *kvd_compose(u64 length, struct dma_buf *base, u64 base_offset,
 	 * Each block a change reaches makes at most two more than its own
 	 * (it splits a piece and adds one); others are shared.
 	 */
-	bd.room = 2 * bnb + 2 * DIV_ROUND_UP(nr + bnb, KVD_BLOCK_PIECES) + 2;
+	bd.room = 2 * bnb +
+		  2 * DIV_ROUND_UP(nr + bnb, kvd_layout_block_pieces) + 2;
 	c = kvzalloc(struct_size(c, blk, bd.room), GFP_KERNEL_ACCOUNT);
 	if (!c) {
 		ret = -ENOMEM;

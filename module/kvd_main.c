@@ -53,6 +53,16 @@ module_param_named(max_proxies_per_uid, kvd_max_proxies_per_uid, uint, 0644);
 MODULE_PARM_DESC(max_proxies_per_uid,
 		 "Maximum number of live proxies created by one user (effective uid), over all device fds (default: 16384)");
 
+/*
+ * Pieces of a RANGES layout per block (kvd_compose.c). Fewer than the
+ * default only to test: every batch of a few ranges then crosses blocks
+ * (the debug lane loads the module with 3).
+ */
+unsigned int kvd_layout_block_pieces = KVD_LAYOUT_BLOCK_MAX;
+module_param_named(layout_block_pieces, kvd_layout_block_pieces, uint, 0444);
+MODULE_PARM_DESC(layout_block_pieces,
+		 "Pieces of a ranges layout per block, 2 to 64, fewer only to test (default: 64)");
+
 DEFINE_MUTEX(kvd_proxies_lock);
 LIST_HEAD(kvd_proxies);
 atomic64_t kvd_next_id = ATOMIC64_INIT(0);
@@ -119,6 +129,12 @@ static int __init kvd_init(void)
 {
 	int ret;
 
+	if (kvd_layout_block_pieces < 2 ||
+	    kvd_layout_block_pieces > KVD_LAYOUT_BLOCK_MAX) {
+		pr_err("layout_block_pieces=%u: 2 to %u\n",
+		       kvd_layout_block_pieces, KVD_LAYOUT_BLOCK_MAX);
+		return -EINVAL;
+	}
 	kvd_wq = alloc_workqueue("kvdmabuf", WQ_MEM_RECLAIM | KVD_WQ_PERCPU, 0);
 	if (!kvd_wq)
 		return -ENOMEM;

@@ -83,7 +83,9 @@ def dkms_module_loads_with_modprobe():
         check(api_version() >> 16 == 3, "API %x" % api_version())  # uapi major
     finally:
         sh("rmmod", "kvdmabuf")
-        check(sh("insmod", LANE_KO).returncode == 0,
+        check(sh("insmod", LANE_KO,
+                 *os.environ.get("KVDMABUF_KO_PARAMS", "").split()
+                 ).returncode == 0,
               "the lane's module did not load again")
     check(api_version() >> 16 == 3)
 

@@ -323,8 +323,16 @@ TEST_F(ranges, a_pool_of_many_pieces_reads_its_own_bytes_through_batches)
 	int first[NP], len[NP], src[NP], off[NP];
 	struct pool pl = { 0 };
 	int proxy, h1, h2, i, n;
-	char *buf = malloc(NP * KVD_PAGE);
+	char *buf = malloc(NP * KVD_PAGE), per[16] = "?";
+	FILE *f = fopen("/sys/module/kvdmabuf/parameters/layout_block_pieces",
+			"r");
 
+	if (f) {
+		if (!fgets(per, sizeof(per), f))
+			strcpy(per, "?");
+		fclose(f);
+	}
+	TH_LOG("the module's blocks: %.*s pieces", (int)strcspn(per, "\n"), per);
 	ASSERT_NOT_NULL(buf);
 	for (i = 0; i < 3; i++) {
 		pl.buf[i] = vgem_pattern_buf(self->drm, NP * KVD_PAGE, 0x31 + i);

@@ -142,7 +142,8 @@ put_module() { # name
 		return 1
 	}
 	bound=1
-	insmod "$ko" || detail="insmod failed"
+	# shellcheck disable=SC2086 # module parameters (guest-run.sh)
+	insmod "$ko" ${KVDMABUF_KO_PARAMS:-} || detail="insmod failed"
 }
 
 take_module() {
@@ -186,7 +187,8 @@ put_tree() { # name
 		stop=1
 		return 1
 	fi
-	if [ ! -d /sys/module/kvdmabuf ] && ! insmod "$ko"; then
+	# shellcheck disable=SC2086 # module parameters (guest-run.sh)
+	if [ ! -d /sys/module/kvdmabuf ] && ! insmod "$ko" ${KVDMABUF_KO_PARAMS:-}; then
 		verdict "$1" ERROR "the unbroken module did not load"
 		stop=1
 		return 1
@@ -316,5 +318,6 @@ fi
 # the unbroken module back, for guest-run.sh's teardown
 [ -z "$bound" ] || umount "$ko"
 [ -z "$tree_bound" ] || umount "$build"
-[ -d /sys/module/kvdmabuf ] || insmod "$ko"
+# shellcheck disable=SC2086 # module parameters (guest-run.sh)
+[ -d /sys/module/kvdmabuf ] || insmod "$ko" ${KVDMABUF_KO_PARAMS:-}
 exit 0

@@ -103,7 +103,8 @@ def check_without_the_module_warns_and_fails_where_required():
               str(items["module"]))
     finally:
         os.unlink(cfg.name)
-        check(subprocess.run(["insmod", KO]).returncode == 0,
+        check(subprocess.run(["insmod", KO] + os.environ.get(
+            "KVDMABUF_KO_PARAMS", "").split()).returncode == 0,
               "insmod %s failed" % KO)
 
 

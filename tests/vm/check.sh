@@ -239,7 +239,11 @@ stage_vm() { # lane [-- command to run instead of tests/vm.list]
 		# KASAN and lockdep under TCG: slower, and the fuzzer's full run;
 		# Mooncake's programs are !debug in tests/vm.list; run alone
 		# (check.sh run debug ...), the store runs its FOLLOW test only.
+		# The module's ranges layouts in blocks of 3 pieces, not 64:
+		# every batch of the suite and the fuzzer crosses, splits and
+		# shares blocks here (guest-run.sh loads it so).
 		guest_env=(KVDMABUF_TIMEOUT_SCALE=4 KVDMABUF_PROGRAM_TIMEOUT=3600
+			KVDMABUF_KO_PARAMS=layout_block_pieces=3
 			KVDMABUF_FUZZ_SECONDS=60 KVDMABUF_FUZZ_SEEDS=12345
 			KVDMABUF_MOONCAKE_VENV=/opt/kvdmabuf-mooncake-venv
 			KVDMABUF_MOONCAKE_SCENARIOS=0)

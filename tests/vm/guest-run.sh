@@ -121,9 +121,15 @@ msg=$(rxe_links_add "$rxe_links") || setup_fail "$msg"
 # for a batch of breakages that loads another rdma_rxe (make mutants)
 export KVDMABUF_RXE_LINKS=$rxe_links
 
+# The module's parameters for the lane (check.sh: the debug lane's small
+# layout blocks); every insmod of it in the guest takes them.
+export KVDMABUF_KO_PARAMS=${KVDMABUF_KO_PARAMS:-}
 for ko in module/kvdmabuf.ko tests/kmod/kvd_importer.ko; do
 	if [ -f "$build/$ko" ]; then
-		insmod "$build/$ko" || setup_fail "insmod $ko"
+		params=
+		[ "$ko" = module/kvdmabuf.ko ] && params=$KVDMABUF_KO_PARAMS
+		# shellcheck disable=SC2086 # module parameters, one word each
+		insmod "$build/$ko" $params || setup_fail "insmod $ko"
 	else
 		setup_fail "$ko missing from $build"
 	fi
