@@ -77,6 +77,7 @@
 
 #include "../uapi/kvdmabuf.h"
 #include "harness.h"
+#include "ko_load.h"
 #include "proxy_common.h"
 #include "race_window.h"
 
@@ -3078,7 +3079,7 @@ static int reload_module(void)
 {
 	const char *build = getenv("KVDMABUF_BUILD");
 	char ko[4096];
-	int fd, ret, i;
+	int i;
 
 	for (i = 0; syscall(SYS_delete_module, "kvdmabuf", O_NONBLOCK); i++) {
 		if (errno != EAGAIN || i == kvd_scaled_ms(5000) / 10)
@@ -3091,12 +3092,7 @@ static int reload_module(void)
 	if (!build)
 		return -ENOENT;
 	snprintf(ko, sizeof(ko), "%s/module/kvdmabuf.ko", build);
-	fd = open(ko, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	ret = syscall(SYS_finit_module, fd, "", 0) ? -errno : 0;
-	close(fd);
-	return ret;
+	return kvd_ko_load(ko);
 }
 
 /*

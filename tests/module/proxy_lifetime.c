@@ -11,6 +11,7 @@
 #include <sys/syscall.h>
 
 #include "harness.h"
+#include "ko_load.h"
 #include "proxy_common.h"
 
 #define SIZE		(16 * KVD_PAGE)
@@ -213,18 +214,6 @@ static int mod_unload(void)
 	return syscall(SYS_delete_module, "kvdmabuf", O_NONBLOCK) ? -errno : 0;
 }
 
-static int mod_load(const char *ko)
-{
-	int fd = open(ko, O_RDONLY | O_CLOEXEC);
-	int ret;
-
-	if (fd < 0)
-		return -errno;
-	ret = syscall(SYS_finit_module, fd, "", 0) ? -errno : 0;
-	close(fd);
-	return ret;
-}
-
 static int dev_wait(void)
 {
 	int i, fd;
@@ -251,7 +240,7 @@ TEST(rmmod_refused_while_a_proxy_exists)
 	snprintf(ko, sizeof(ko), "%s/module/kvdmabuf.ko", build);
 	ASSERT_EQ(0, access(ko, R_OK));
 	if (!mod_loaded())
-		ASSERT_EQ(0, mod_load(ko));
+		ASSERT_EQ(0, kvd_ko_load(ko));
 	dev = dev_wait();
 	ASSERT_GE(dev, 0);
 	proxy = kvd_create(dev, SIZE, NULL);
@@ -272,7 +261,7 @@ TEST(rmmod_refused_while_a_proxy_exists)
 	EXPECT_EQ(0, ret);
 	EXPECT_FALSE(mod_loaded());
 	if (!mod_loaded())
-		ASSERT_EQ(0, mod_load(ko));
+		ASSERT_EQ(0, kvd_ko_load(ko));
 	dev = dev_wait();
 	ASSERT_GE(dev, 0);
 	close(dev);

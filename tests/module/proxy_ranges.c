@@ -324,6 +324,7 @@ TEST_F(ranges, a_pool_of_many_pieces_reads_its_own_bytes_through_batches)
 	struct pool pl = { 0 };
 	int proxy, h1, h2, i, n;
 	char *buf = malloc(NP * KVD_PAGE), per[16] = "?";
+	const char *want;
 	FILE *f = fopen("/sys/module/kvdmabuf/parameters/layout_block_pieces",
 			"r");
 
@@ -333,6 +334,12 @@ TEST_F(ranges, a_pool_of_many_pieces_reads_its_own_bytes_through_batches)
 		fclose(f);
 	}
 	TH_LOG("the module's blocks: %.*s pieces", (int)strcspn(per, "\n"), per);
+	/* the lane's parameters reach every load of the module (check.sh) */
+	want = getenv("KVDMABUF_KO_PARAMS");
+	want = want ? strstr(want, "layout_block_pieces=") : NULL;
+	if (want)
+		EXPECT_EQ(atoi(want + strlen("layout_block_pieces=")),
+			  atoi(per));
 	ASSERT_NOT_NULL(buf);
 	for (i = 0; i < 3; i++) {
 		pl.buf[i] = vgem_pattern_buf(self->drm, NP * KVD_PAGE, 0x31 + i);

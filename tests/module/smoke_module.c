@@ -9,6 +9,7 @@
 #include <sys/syscall.h>
 
 #include "harness.h"
+#include "ko_load.h"
 
 static int is_loaded(void)
 {
@@ -33,18 +34,6 @@ static int dev_present(void)
 	return 0;
 }
 
-static int load(const char *ko)
-{
-	int fd = open(ko, O_RDONLY | O_CLOEXEC);
-	int ret;
-
-	if (fd < 0)
-		return -errno;
-	ret = syscall(SYS_finit_module, fd, "", 0) ? -errno : 0;
-	close(fd);
-	return ret;
-}
-
 static int unload(void)
 {
 	return syscall(SYS_delete_module, "kvdmabuf", O_NONBLOCK) ? -errno : 0;
@@ -63,19 +52,19 @@ TEST(unload_and_load_again)
 	snprintf(ko, sizeof(ko), "%s/module/kvdmabuf.ko", build);
 	ASSERT_EQ(0, access(ko, R_OK));
 	if (!is_loaded())
-		ASSERT_EQ(0, load(ko));
+		ASSERT_EQ(0, kvd_ko_load(ko));
 	ASSERT_TRUE(dev_present());
 
 	for (i = 0; i < 3; i++) {
 		ASSERT_EQ(0, unload());
 		ASSERT_FALSE(is_loaded());
 		EXPECT_NE(0, access("/dev/kvdmabuf", F_OK));
-		ASSERT_EQ(0, load(ko));
+		ASSERT_EQ(0, kvd_ko_load(ko));
 		ASSERT_TRUE(is_loaded());
 		ASSERT_TRUE(dev_present());
 	}
 	/* Loading twice is refused, not a second instance. */
-	EXPECT_EQ(-EEXIST, load(ko));
+	EXPECT_EQ(-EEXIST, kvd_ko_load(ko));
 }
 
 TEST_HARNESS_MAIN
