@@ -14,18 +14,24 @@
 #include <unistd.h>
 
 /* finit_module() of @ko: 0 or -errno (-EEXIST: loaded already). */
-static inline int kvd_ko_load(const char *ko)
+static inline int kvd_ko_load_params(const char *ko, const char *params)
 {
-	const char *params = getenv("KVDMABUF_KO_PARAMS");
 	int fd = open(ko, O_RDONLY | O_CLOEXEC);
 	int ret;
 
 	if (fd < 0)
 		return -errno;
-	ret = syscall(SYS_finit_module, fd, params ? params : "", 0) ?
-	      -errno : 0;
+	ret = syscall(SYS_finit_module, fd, params, 0) ? -errno : 0;
 	close(fd);
 	return ret;
+}
+
+/* The same, with the lane's parameters. */
+static inline int kvd_ko_load(const char *ko)
+{
+	const char *params = getenv("KVDMABUF_KO_PARAMS");
+
+	return kvd_ko_load_params(ko, params ? params : "");
 }
 
 #endif

@@ -67,4 +67,36 @@ TEST(unload_and_load_again)
 	EXPECT_EQ(-EEXIST, kvd_ko_load(ko));
 }
 
+/* A layout block size the module cannot use refuses the load, cleanly. */
+TEST(a_bad_layout_block_size_refuses_the_load)
+{
+	static const char *const bad[] = {
+		"layout_block_pieces=0", "layout_block_pieces=1",
+		"layout_block_pieces=65",
+	};
+	const char *build = getenv("KVDMABUF_BUILD");
+	char ko[4096];
+	unsigned int i;
+
+	if (!build)
+		SKIP(return, "KVDMABUF_BUILD not set (path of a built tree)");
+	if (geteuid())
+		SKIP(return, "needs root to load modules");
+	snprintf(ko, sizeof(ko), "%s/module/kvdmabuf.ko", build);
+	if (is_loaded())
+		ASSERT_EQ(0, unload());
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		EXPECT_EQ(-EINVAL, kvd_ko_load_params(ko, bad[i]));
+		EXPECT_FALSE(is_loaded());
+	}
+	/* the bounds themselves load */
+	ASSERT_EQ(0, kvd_ko_load_params(ko, "layout_block_pieces=2"));
+	ASSERT_EQ(0, unload());
+	ASSERT_EQ(0, kvd_ko_load_params(ko, "layout_block_pieces=64"));
+	ASSERT_EQ(0, unload());
+	/* back as the lane loads it */
+	ASSERT_EQ(0, kvd_ko_load(ko));
+	ASSERT_TRUE(dev_present());
+}
+
 TEST_HARNESS_MAIN
